@@ -1,0 +1,26 @@
+"""One error hierarchy whose messages are the user-facing text.
+
+Every front door (CLI, MCP, web) shows `str(error)` unchanged, so the wording here is the wording
+of SPEC.md's "Common errors" table. Nothing here imports anything but the standard library.
+"""
+
+
+class TMSError(Exception):
+    """Base of every error a user may see; its message is shown verbatim."""
+
+
+class InvalidEvent(TMSError):
+    """An event's envelope or content breaks NIP-01 or its kind's schema.
+
+    `field` names the offending envelope field (`id`, `sig`, `content`, ...) or the content field
+    as `content.<name>`, so callers that prefix a position ("event 3 (ab12...)") keep it.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidKey(TMSError):
+    """A key (nsec, npub or hex) that cannot be decoded or is not on the curve."""
+

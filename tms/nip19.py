@@ -1,0 +1,102 @@
+"""NIP-19 bech32 encoding of keys (`npub`, `nsec`), and reading a key in any accepted spelling.
+
+Bech32 (BIP-173, not bech32m) as NIP-19 uses it; decoding checks the checksum, the prefix, the
+5-to-8-bit padding and the length, so a mistyped key never silently becomes another key.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tms.errors import InvalidKey
+
+_CHARSET: Final = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+_GENERATOR: Final = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
+MAX_LENGTH: Final = 5000  # NIP-19 lifts BIP-173's 90-character cap for TLV entities
+
+
+def _polymod(values: list[int]) -> int:
+    chk = 1
+    for value in values:
+        top = chk >> 25
+        chk = (chk & 0x1FFFFFF) << 5 ^ value
+        for i in range(5):
+            chk ^= _GENERATOR[i] if (top >> i) & 1 else 0
+    return chk
+
+
+def _hrp_expand(hrp: str) -> list[int]:
+    return [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
+
+
+def _convert_bits(data: bytes | list[int], from_bits: int, to_bits: int, pad: bool) -> list[int]:
+    acc = 0
+    bits = 0
+    out: list[int] = []
+    maxv = (1 << to_bits) - 1
+    for value in data:
+        acc = (acc << from_bits) | value
+        bits += from_bits
+        while bits >= to_bits:
+            bits -= to_bits
+            out.append((acc >> bits) & maxv)
+    if pad:
+        if bits:
+            out.append((acc << (to_bits - bits)) & maxv)
+    elif bits >= from_bits or (acc << (to_bits - bits)) & maxv:
+        raise InvalidKey("bech32 data has invalid padding")
+    return out
+
+
+def encode(hrp: str, data: bytes) -> str:
+    values = _convert_bits(data, 8, 5, pad=True)
+    polymod = _polymod([*_hrp_expand(hrp), *values, 0, 0, 0, 0, 0, 0]) ^ 1
+    checksum = [(polymod >> 5 * (5 - i)) & 31 for i in range(6)]
+    return hrp + "1" + "".join(_CHARSET[v] for v in values + checksum)
+
+
+def decode(text: str) -> tuple[str, bytes]:
+    """Return (prefix, payload). Mixed case is refused, as BIP-173 requires."""
+    if len(text) > MAX_LENGTH:
+        raise InvalidKey("bech32 string is too long")
+    if text.lower() != text and text.upper() != text:
+        raise InvalidKey("bech32 string mixes upper and lower case")
+    text = text.lower()
+    pos = text.rfind("1")
+    if pos < 1 or pos + 7 > len(text):
+        raise InvalidKey("not a bech32 string: missing prefix, separator or checksum")
+    hrp, rest = text[:pos], text[pos + 1 :]
+    if any(not 33 <= ord(c) <= 126 for c in hrp):
+        raise InvalidKey("bech32 prefix has invalid characters")
+    try:
+        values = [_CHARSET.index(c) for c in rest]
+    except ValueError:
+        raise InvalidKey("bech32 string has a character outside its alphabet") from None
+    if _polymod(_hrp_expand(hrp) + values) != 1:
+        raise InvalidKey("bech32 checksum is wrong: the key was mistyped or truncated")
+    return hrp, bytes(_convert_bits(values[:-6], 5, 8, pad=False))
+
+
+def _decode_key(text: str, prefix: str) -> bytes:
+    hrp, data = decode(text)
+    if hrp != prefix:
+        raise InvalidKey(f"expected an {prefix}, got a bech32 '{hrp}'")
+    if len(data) != 32:
+        raise InvalidKey(f"{prefix} must hold 32 bytes, it holds {len(data)}")
+    return data
+
+
+def npub_encode(pubkey_hex: str) -> str:
+    return encode("npub", bytes.fromhex(pubkey_hex))
+
+
+def nsec_encode(secret: bytes) -> str:
+    return encode("nsec", secret)
+
+
+def npub_decode(npub: str) -> str:
+    return _decode_key(npub, "npub").hex()
+
+
+def nsec_decode(nsec: str) -> bytes:
+    return _decode_key(nsec, "nsec")

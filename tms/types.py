@@ -1,0 +1,38 @@
+"""The core vocabulary of TMS, named once.
+
+Plain aliases rather than NewTypes: values arrive from JSON and flow straight through, and the
+names exist so signatures say what a string means.
+"""
+
+from typing import Final
+
+EventId = str  # 64 lowercase hex characters: sha256 of the NIP-01 serialization
+PubKey = str  # 64 lowercase hex characters: BIP-340 x-only public key
+Sig = str  # 128 lowercase hex characters: BIP-340 Schnorr signature
+Kind = int
+Slug = str  # a collection's name: 1-64 of [a-z0-9_-]
+
+KIND_PROFILE: Final = 0
+KIND_EVIDENCE: Final = 4701
+KIND_CLAIM: Final = 4702
+KIND_LINK: Final = 4703
+KIND_CONTRADICTION: Final = 4704
+KIND_MEMBERS: Final = 4705
+KIND_TERMS: Final = 4706
+KIND_REQUEST: Final = 4707
+
+KIND_NAMES: Final[dict[int, str]] = {
+    KIND_PROFILE: "profile",
+    KIND_EVIDENCE: "evidence",
+    KIND_CLAIM: "claim",
+    KIND_LINK: "link",
+    KIND_CONTRADICTION: "contradiction",
+    KIND_MEMBERS: "members",
+    KIND_TERMS: "terms",
+    KIND_REQUEST: "request",
+}
+
+RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
+
+MAX_CONTENT_CHARS: Final = 2_000_000
+MAX_FUTURE_SECONDS: Final = 15 * 60  # a stored event may be this far ahead of server time
