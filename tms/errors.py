@@ -23,4 +23,3 @@ class InvalidEvent(TMSError):
 
 class InvalidKey(TMSError):
     """A key (nsec, npub or hex) that cannot be decoded or is not on the curve."""
-

@@ -129,7 +129,12 @@ class Event:
             missing = next(name for name in FIELDS if name not in obj)
             raise InvalidEvent(f"field '{missing}' is missing", missing)
         event_id, pubkey, sig = obj["id"], obj["pubkey"], obj["sig"]
-        created_at, kind, tags, content = obj["created_at"], obj["kind"], obj["tags"], obj["content"]
+        created_at, kind, tags, content = (
+            obj["created_at"],
+            obj["kind"],
+            obj["tags"],
+            obj["content"],
+        )
         if not is_hex64(event_id):
             raise InvalidEvent(_hex_message("id", 64), "id")
         if not is_hex64(pubkey):

@@ -18,7 +18,9 @@ def parse_pubkey(text: str) -> PubKey:
     elif is_hex64(text.lower()):
         pubkey = text.lower()
     else:
-        raise InvalidKey(f"not a public key: expected an npub or 64 hex characters, got {text!r:.80}")
+        raise InvalidKey(
+            f"not a public key: expected an npub or 64 hex characters, got {text!r:.80}"
+        )
     if not is_valid_pubkey(pubkey):
         raise InvalidKey(f"not a public key: {pubkey} is not a point on secp256k1")
     return pubkey
