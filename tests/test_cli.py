@@ -1,0 +1,153 @@
+"""`tms-sign` and `tms verify` as a user runs them: real processes, real output, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tms import nip19
+from tms.events import Event, SecretKey
+from tms.kinds import validate_content
+
+BIN = Path(sys.executable).parent
+KEY = SecretKey(bytes.fromhex("6e" * 32))
+NSEC = nip19.nsec_encode(KEY.secret)
+
+
+def run(
+    *args: str, nsec: str | None = NSEC, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TMS_NSEC"}
+    if nsec is not None:
+        env["TMS_NSEC"] = nsec
+    return subprocess.run(
+        [str(BIN / args[0]), *args[1:]],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_keygen_prints_a_usable_key() -> None:
+    result = run("tms-sign", "keygen", nsec=None)
+    assert result.returncode == 0, result.stderr
+    values = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert set(values) == {"TMS_NSEC", "BOT_SECRET_HEX", "NPUB", "PUBKEY_HEX"}
+    key = SecretKey(bytes.fromhex(values["BOT_SECRET_HEX"]))
+    assert nip19.nsec_decode(values["TMS_NSEC"]) == key.secret
+    assert nip19.npub_decode(values["NPUB"]) == key.pubkey == values["PUBKEY_HEX"]
+
+
+@pytest.mark.parametrize("nsec", [NSEC, KEY.secret.hex()])
+def test_pubkey_reads_nsec_or_hex(nsec: str) -> None:
+    result = run("tms-sign", "pubkey", nsec=nsec)
+    assert result.stdout.splitlines() == [
+        f"NPUB={nip19.npub_encode(KEY.pubkey)}",
+        f"PUBKEY_HEX={KEY.pubkey}",
+    ]
+
+
+def test_event_prints_one_signed_line() -> None:
+    before = int(time.time())
+    result = run("tms-sign", "event", "4702", '{"collection": "mcas", "text": "A claim."}')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1
+    event = Event.from_json(result.stdout)
+    event.verify()
+    assert event.pubkey == KEY.pubkey
+    assert event.kind == 4702
+    assert event.content == '{"collection":"mcas","text":"A claim."}'
+    assert before <= event.created_at <= int(time.time())
+    validate_content(event)
+
+
+def test_unicode_content_is_signed_as_written() -> None:
+    result = run(
+        "tms-sign", "event", "4702", '{"collection": "mcas", "text": "Ünïcode 🧪 “quoted”"}'
+    )
+    event = Event.from_json(result.stdout)
+    event.verify()
+    assert json.loads(event.content)["text"] == "Ünïcode 🧪 “quoted”"
+
+
+def test_request_wraps_tool_and_args() -> None:
+    result = run("tms-sign", "request", "search_claims", '{"collection": "mcas", "text": "DAO"}')
+    event = Event.from_json(result.stdout)
+    event.verify()
+    assert event.kind == 4707
+    assert json.loads(event.content) == {
+        "tool": "search_claims",
+        "args": {"collection": "mcas", "text": "DAO"},
+    }
+    bare = Event.from_json(run("tms-sign", "request", "list_collections").stdout)
+    assert json.loads(bare.content) == {"tool": "list_collections", "args": {}}
+
+
+@pytest.mark.parametrize(
+    ("args", "nsec", "words"),
+    [
+        (("event", "4702", '{"collection": "mcas"}'), NSEC, "field 'text' is missing"),
+        (("event", "4702", '{"collection": "mcas", "text": "x", "y": 1}'), NSEC, "unknown fields"),
+        (("event", "4702", "{not json"), NSEC, "content is not valid JSON"),
+        (("event", "4702", "[1]"), NSEC, "content must be a JSON object"),
+        (("event", "claim", "{}"), NSEC, "KIND must be an integer"),
+        (("event", "1", '{"a": 1}'), NSEC, "field 'kind' is invalid"),
+        (("event", "4707", '{"tool": "x", "args": {}}'), NSEC, "tms-sign request"),
+        (("event", "4702"), NSEC, "required"),
+        (("request", "list_collections", "[]"), NSEC, "args must be a JSON object"),
+        (("sing",), NSEC, "invalid choice"),
+        (("pubkey",), None, "TMS_NSEC is not set"),
+        (("pubkey",), "nsec1qqqq", "bech32"),
+        (("pubkey",), NSEC[:-1] + "q", "checksum"),
+        (("pubkey",), "0" * 64, "not a valid secp256k1"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_and_exit_2(
+    args: tuple[str, ...], nsec: str | None, words: str
+) -> None:
+    result = run("tms-sign", *args, nsec=nsec)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith("tms-sign: ")
+    assert words in result.stderr
+    assert KEY.secret.hex() not in result.stderr
+
+
+def test_verify_accepts_a_good_file_and_reports_each_bad_line(tmp_path: Path) -> None:
+    good = [
+        run("tms-sign", "event", "4702", json.dumps({"collection": "m", "text": t})).stdout
+        for t in ("one", "two")
+    ]
+    tampered = good[0].replace("one", "uno")
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(good))
+    ok = run("tms", "verify", str(path))
+    assert (ok.returncode, ok.stdout) == (0, "2 events verified, 0 invalid\n")
+
+    path.write_text(good[0] + tampered + "\n" + '{"id": 1}\n')
+    bad = run("tms", "verify", str(path))
+    assert bad.returncode == 1
+    assert bad.stdout.splitlines() == [
+        "line 2: id does not match the sha256 of the serialized event "
+        "(was content re-serialized after signing?)",
+        "line 4: field 'pubkey' is missing",
+        "1 events verified, 2 invalid",
+    ]
+    piped = run("tms", "verify", "-", stdin="".join(good))
+    assert piped.returncode == 0
+
+
+def test_verify_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = run("tms", "verify", str(tmp_path / "nope.jsonl"))
+    assert result.returncode == 2
+    assert "cannot read" in result.stderr
