@@ -29,6 +29,8 @@ MAX_KIND: Final = 65535
 # authors, so keep the parsed points of recent ones.
 _KEY_CACHE: dict[str, PublicKeyXOnly] = {}
 _KEY_CACHE_SIZE: Final = 4096
+# Built once: `json.dumps` with options constructs a new encoder on every call.
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def is_hex64(value: object) -> bool:
@@ -40,9 +42,7 @@ def serialize_for_id(
 ) -> bytes:
     """The NIP-01 commitment, byte-identical to `JSON.stringify` for strings without lone
     surrogates (which `check_text` rejects before we get here)."""
-    return json.dumps(
-        [0, pubkey, created_at, kind, tags, content], separators=(",", ":"), ensure_ascii=False
-    ).encode()
+    return _COMPACT.encode([0, pubkey, created_at, kind, tags, content]).encode()
 
 
 def compute_id(
@@ -184,7 +184,7 @@ class Event:
 
     def to_json(self) -> str:
         """One line of JSON that any Nostr library verifies: same fields, same content string."""
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+        return _COMPACT.encode(self.to_dict())
 
 
 def parse_and_verify(obj: object) -> Event:
@@ -250,4 +250,4 @@ class SecretKey:
 
 def dumps_content(content: Mapping[str, Any]) -> str:
     """How we serialize a content object before signing: compact, UTF-8, like JSON.stringify."""
-    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+    return _COMPACT.encode(content)

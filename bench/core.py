@@ -1,0 +1,135 @@
+"""Benchmark of the pure core: `uv run python bench/core.py`.
+
+Prints figures, asserts nothing. Targets (issue 2, on the 2-core dev machine):
+- envelope parse + id check + signature verification of 10,000 signed claims costs at most 1.5x
+  bare coincurve verification, measured in the same run;
+- 1,000 quotes checked against one 2,000,000-character evidence in under 1 s, including the one
+  normalization of the evidence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from collections.abc import Callable
+
+from coincurve import PublicKeyXOnly
+
+from tms.events import Event, SecretKey
+from tms.quotes import PreparedText
+
+WORDS = (
+    "histamine intolerance diamine oxidase activity serum plasma mast cell review trial cohort "
+    "patients reported symptoms “reduced” enzyme — levels were measured in 2019 and again"
+).split()
+
+
+def best_of(runs: int, fn: Callable[[], object]) -> float:
+    """Best wall time of several runs: the least disturbed by the rest of the machine."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def envelope(count: int, authors: int, runs: int) -> None:
+    keys = [SecretKey.generate() for _ in range(authors)]
+    events = [
+        keys[i % authors].sign(
+            4702,
+            json.dumps({"collection": "bench", "text": f"Claim {i}: " + " ".join(WORDS[: i % 20])}),
+            1_790_000_000 + i,
+        )
+        for i in range(count)
+    ]
+    dicts = [json.loads(e.to_json()) for e in events]
+    lines = [e.to_json() for e in events]
+    raw = [(bytes.fromhex(e.pubkey), bytes.fromhex(e.sig), bytes.fromhex(e.id)) for e in events]
+    parsed = {pk: PublicKeyXOnly(pk) for pk, _, _ in raw}
+
+    def bare() -> None:
+        for pk, sig, msg in raw:
+            assert parsed[pk].verify(sig, msg)
+
+    def bare_with_key_parse() -> None:
+        for pk, sig, msg in raw:
+            assert PublicKeyXOnly(pk).verify(sig, msg)
+
+    def full_from_dicts() -> None:
+        for obj in dicts:
+            Event.from_dict(obj).verify()
+
+    def full_from_text() -> None:
+        for line in lines:
+            Event.from_json(line).verify()
+
+    t_bare = best_of(runs, bare)
+    t_bare_parse = best_of(runs, bare_with_key_parse)
+    t_dicts = best_of(runs, full_from_dicts)
+    t_text = best_of(runs, full_from_text)
+    print(f"envelope: {count:,} signed claims from {authors} authors, best of {runs} runs")
+    print(f"  bare coincurve verify (key pre-parsed)   {count / t_bare:10,.0f} events/s")
+    print(f"  bare coincurve verify (key parsed each)  {count / t_bare_parse:10,.0f} events/s")
+    print(
+        f"  parse dict + id check + verify           {count / t_dicts:10,.0f} events/s"
+        f"   {t_dicts / t_bare:.2f}x bare"
+    )
+    print(
+        f"  parse JSON text + id check + verify      {count / t_text:10,.0f} events/s"
+        f"   {t_text / t_bare:.2f}x bare"
+    )
+
+
+def quotes(chars: int, count: int, runs: int) -> None:
+    rng = random.Random(7)
+    words = []
+    length = 0
+    while length < chars:
+        word = rng.choice(WORDS)
+        words.append(word)
+        length += len(word) + 1
+    text = " ".join(words)[:chars]
+    # Quotes from everywhere in the text, re-typed with allowed variations, plus misses.
+    picks = []
+    for i in range(count):
+        start = rng.randrange(0, chars - 400)
+        quote = text[start : start + rng.randrange(40, 300)].strip()
+        if i % 3 == 0:
+            quote = quote.upper().replace("“", '"').replace("—", "-")
+        if i % 10 == 9:
+            quote += " zzz"  # not in the text: a full scan
+        picks.append(quote)
+
+    def check_all() -> int:
+        prepared = PreparedText(text)
+        return sum(prepared.contains(q) for q in picks)
+
+    found = check_all()
+    t_prepare = best_of(runs, lambda: PreparedText(text))
+    t_total = best_of(runs, check_all)
+    print(f"quotes: {count:,} quotes against one {chars:,}-character evidence, best of {runs}")
+    print(f"  normalize the evidence once              {t_prepare * 1000:10.1f} ms")
+    print(
+        f"  normalize + {count:,} quote checks          {t_total * 1000:10.1f} ms"
+        f"   ({found} found, {count - found} not found)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--authors", type=int, default=10)
+    parser.add_argument("--chars", type=int, default=2_000_000)
+    parser.add_argument("--quotes", type=int, default=1_000)
+    parser.add_argument("--runs", type=int, default=3)
+    ns = parser.parse_args()
+    envelope(ns.events, ns.authors, ns.runs)
+    quotes(ns.chars, ns.quotes, ns.runs)
+
+
+if __name__ == "__main__":
+    main()
