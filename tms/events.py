@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _encode_string
 from typing import Any, Final
 
 from coincurve import PrivateKey, PublicKeyXOnly
@@ -40,9 +41,17 @@ def is_hex64(value: object) -> bool:
 def serialize_for_id(
     pubkey: PubKey, created_at: int, kind: Kind, tags: Sequence[Sequence[str]], content: str
 ) -> bytes:
-    """The NIP-01 commitment, byte-identical to `JSON.stringify` for strings without lone
-    surrogates (which `check_text` rejects before we get here)."""
-    return _COMPACT.encode([0, pubkey, created_at, kind, tags, content]).encode()
+    """The NIP-01 commitment `[0,pubkey,created_at,kind,tags,content]`, byte-identical to
+    `JSON.stringify` for strings without lone surrogates (which `check_text` rejects first).
+
+    Assembled by hand around the C string encoder: this runs once per event in every batch, and
+    a general `json.dumps` of the list costs more than twice as much.
+    """
+    tag_json = "[]" if not tags else _COMPACT.encode(tags)
+    return (
+        f"[0,{_encode_string(pubkey)},{int(created_at)},{int(kind)},{tag_json},"
+        f"{_encode_string(content)}]"
+    ).encode()
 
 
 def compute_id(
@@ -121,20 +130,21 @@ class Event:
         """Check the envelope's shape (not its id or signature: see `verify`)."""
         if not isinstance(obj, Mapping):
             raise InvalidEvent("event must be a JSON object")
-        if len(obj) != len(FIELDS) or any(name not in obj for name in FIELDS):
-            unknown = sorted(str(name) for name in obj if name not in FIELDS)
-            if unknown:
-                names = ", ".join(f"'{name}'" for name in unknown)
-                raise InvalidEvent(f"unknown fields in event: {names}", unknown[0])
+        try:
+            event_id, pubkey, sig = obj["id"], obj["pubkey"], obj["sig"]
+            created_at, kind, tags, content = (
+                obj["created_at"],
+                obj["kind"],
+                obj["tags"],
+                obj["content"],
+            )
+        except KeyError:
             missing = next(name for name in FIELDS if name not in obj)
-            raise InvalidEvent(f"field '{missing}' is missing", missing)
-        event_id, pubkey, sig = obj["id"], obj["pubkey"], obj["sig"]
-        created_at, kind, tags, content = (
-            obj["created_at"],
-            obj["kind"],
-            obj["tags"],
-            obj["content"],
-        )
+            raise InvalidEvent(f"field '{missing}' is missing", missing) from None
+        if len(obj) != len(FIELDS):
+            unknown = sorted(str(name) for name in obj if name not in FIELDS)
+            names = ", ".join(f"'{name}'" for name in unknown)
+            raise InvalidEvent(f"unknown fields in event: {names}", unknown[0])
         if not is_hex64(event_id):
             raise InvalidEvent(_hex_message("id", 64), "id")
         if not is_hex64(pubkey):
