@@ -84,10 +84,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_STRICT_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+)
+
+
 def loads_strict(text: str | bytes) -> Any:
     """JSON as RFC 8259 means it: no NaN or Infinity, and no duplicate keys, because two
     parsers that pick different duplicates would read one signed text two ways."""
-    return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    return _STRICT_DECODER.decode(text)
 
 
 def _public_key(pubkey: PubKey) -> PublicKeyXOnly:
