@@ -1,0 +1,48 @@
+"""Settings, all from `TMS_*` environment variables with sane defaults (listed in the README).
+
+Read once into a frozen object at start-up, so a misconfiguration fails loudly there and not
+half-way through a request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tms.errors import TMSError
+
+
+class ConfigError(TMSError):
+    """A `TMS_*` variable holds a value we cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str | None  # None: start the embedded PostgreSQL in data_dir
+    data_dir: Path
+    host: str
+    port: int
+    base_url: str | None  # the public origin, e.g. https://tms.example.org, when behind a proxy
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        port_text = env.get("TMS_PORT", "8000")
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise ConfigError(f"TMS_PORT must be a port number, got {port_text!r}") from None
+        if not 0 < port < 65536:
+            raise ConfigError(f"TMS_PORT must be between 1 and 65535, got {port}")
+        base_url = env.get("TMS_BASE_URL", "").strip().rstrip("/") or None
+        if base_url is not None and not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"TMS_BASE_URL must start with http:// or https://, got {base_url!r}")
+        return cls(
+            database_url=env.get("TMS_DATABASE_URL", "").strip() or None,
+            data_dir=Path(env.get("TMS_DATA_DIR", "").strip() or "tms-data").resolve(),
+            host=env.get("TMS_HOST", "").strip() or "127.0.0.1",
+            port=port,
+            base_url=base_url,
+        )

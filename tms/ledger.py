@@ -1,0 +1,301 @@
+"""The ledger service: the one place where batches are made permanent and collections read.
+
+The MCP tools, the web pages and the CLI all call this, so each rule is written once. Publishing
+is one transaction: lock what the batch touches, read a snapshot, let `rules.judge` decide, write
+everything or nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import asyncpg
+
+from tms.db import Connection, Pool
+from tms.events import Event
+from tms.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
+from tms.rules import (
+    Parsed,
+    Plan,
+    Ref,
+    Snapshot,
+    judge,
+    parse_batch,
+    quoted_evidence_ids,
+    referenced_ids,
+)
+from tms.terms import current_terms
+from tms.types import EventId, PubKey, Slug
+
+_UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
+EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    accepted: list[EventId]
+    skipped: list[EventId]
+    collections: list[Slug]
+    embedded: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accepted": self.accepted,
+            "skipped": self.skipped,
+            "collections": self.collections,
+            "embedded": self.embedded,
+        }
+
+
+class Ledger:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    # --- publishing ------------------------------------------------------------------------
+
+    async def publish(self, events: object, *, now: int | None = None) -> PublishResult:
+        """Store a batch of signed events, all or nothing (SPEC "Publishing")."""
+        now = int(time.time()) if now is None else now
+        # Envelopes, signatures and schemas are CPU work: keep the event loop free meanwhile.
+        batch = await asyncio.to_thread(parse_batch, events, now)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await _lock(conn, batch)
+            snapshot = await _snapshot(conn, batch)
+            plan = judge(batch, snapshot)
+            if plan.accepted:
+                await _write(conn, plan)
+        return PublishResult(
+            accepted=[p.event.id for p in plan.accepted],
+            skipped=plan.skipped,
+            collections=plan.collections,
+        )
+
+    # --- operator --------------------------------------------------------------------------
+
+    async def approve(self, pubkeys: Sequence[PubKey]) -> None:
+        await self.pool.execute(
+            "INSERT INTO approvals (pubkey) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING",
+            list(pubkeys),
+        )
+
+    async def revoke(self, pubkeys: Sequence[PubKey]) -> list[PubKey]:
+        rows = await self.pool.fetch(
+            "DELETE FROM approvals WHERE pubkey = ANY($1::text[]) RETURNING pubkey", list(pubkeys)
+        )
+        return [row["pubkey"] for row in rows]
+
+    async def approved(self) -> list[tuple[PubKey, str]]:
+        rows = await self.pool.fetch(
+            "SELECT pubkey, approved_at FROM approvals ORDER BY approved_at, pubkey"
+        )
+        return [(row["pubkey"], row["approved_at"].isoformat()) for row in rows]
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def can_read(self, pubkey: PubKey, slug: Slug) -> bool:
+        """Owner or current member. A missing collection and a closed one look the same."""
+        row = await self.pool.fetchval(
+            """SELECT EXISTS (SELECT 1 FROM collections WHERE slug = $1 AND owner = $2)
+                   OR EXISTS (SELECT 1 FROM memberships WHERE collection = $1 AND pubkey = $2)""",
+            slug,
+            pubkey,
+        )
+        return bool(row)
+
+    async def export_lines(self, slug: Slug) -> AsyncIterator[str]:
+        """Every event of the collection, oldest first, one signed JSON line each, exactly as
+        stored; streamed from a cursor, so memory stays flat whatever the size.
+
+        Alongside the collection's own events come the terms and profiles of the keys that
+        wrote in it, in ledger order: without them the file could not be published again
+        (every key signs the terms before its first write)."""
+        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+            cursor = conn.cursor(
+                """SELECT id, pubkey, created_at, kind, tags, content, sig FROM events
+                   WHERE collection = $1
+                      OR (collection IS NULL AND pubkey IN
+                          (SELECT DISTINCT pubkey FROM events WHERE collection = $1))
+                   ORDER BY seq""",
+                slug,
+                prefetch=EXPORT_BATCH,
+            )
+            async for row in cursor:
+                yield _line(row)
+
+
+def _line(row: asyncpg.Record) -> str:
+    # The stored tags are already compact JSON; splice them in rather than parse and re-dump.
+    event = Event(
+        row["id"], row["pubkey"], row["created_at"], row["kind"], [], row["content"], row["sig"]
+    )
+    line = event.to_json()
+    if row["tags"] != "[]":
+        line = line.replace(',"tags":[],', f',"tags":{row["tags"]},', 1)
+    return line
+
+
+async def _lock(conn: Connection, batch: Sequence[Parsed]) -> None:
+    """Serialize batches that touch the same collection (or any profile or terms), so that two
+    racing to create one collection end with one owner and a batch sent twice at once is
+    stored once. Sorted, so two batches never wait on each other in a cycle."""
+    keys = {p.collection or _UNSCOPED_LOCK for p in batch}
+    for key in sorted(keys):
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", key)
+
+
+async def _snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
+    ids = [p.event.id for p in batch]
+    signers = sorted({p.event.pubkey for p in batch})
+    slugs = sorted({p.collection for p in batch if p.collection is not None})
+    cited = sorted(referenced_ids(batch) - set(ids))
+    quoted = sorted(quoted_evidence_ids(batch) - set(ids))
+    terms = current_terms()
+    s = Snapshot()
+    s.stored_ids = {r["id"] for r in await conn.fetch(_SQL_STORED, ids)}
+    s.approved = {r["pubkey"] for r in await conn.fetch(_SQL_APPROVED, signers)}
+    s.terms_signed = {
+        r["pubkey"]
+        for r in await conn.fetch(_SQL_TERMS_SIGNED, signers, terms.version, terms.sha256)
+    }
+    s.member_anywhere = {r["pubkey"] for r in await conn.fetch(_SQL_MEMBER_ANYWHERE, signers)}
+    for r in await conn.fetch(_SQL_COLLECTIONS, slugs):
+        s.owners[r["slug"]] = r["owner"]
+        s.members[r["slug"]] = set(r["members"] or ())
+        if r["list_id"] is not None:
+            s.heads[r["slug"]] = (r["list_created_at"], r["list_id"])
+    s.refs = {r["id"]: Ref(r["kind"], r["collection"]) for r in await conn.fetch(_SQL_REFS, cited)}
+    s.evidence_texts = {r["id"]: r["text"] for r in await conn.fetch(_SQL_TEXTS, quoted)}
+    return s
+
+
+_SQL_STORED: Final = "SELECT id FROM events WHERE id = ANY($1::text[])"
+_SQL_APPROVED: Final = "SELECT pubkey FROM approvals WHERE pubkey = ANY($1::text[])"
+_SQL_TERMS_SIGNED: Final = """
+    SELECT DISTINCT pubkey FROM terms_signatures
+    WHERE pubkey = ANY($1::text[]) AND version = $2 AND sha256 = $3"""
+_SQL_MEMBER_ANYWHERE: Final = """
+    SELECT owner AS pubkey FROM collections WHERE owner = ANY($1::text[])
+    UNION SELECT pubkey FROM memberships WHERE pubkey = ANY($1::text[])"""
+_SQL_COLLECTIONS: Final = """
+    SELECT c.slug, c.owner, h.list_id, h.created_at AS list_created_at,
+           (SELECT array_agg(m.pubkey) FROM memberships m WHERE m.collection = c.slug) AS members
+    FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
+    WHERE c.slug = ANY($1::text[])"""
+_SQL_REFS: Final = "SELECT id, kind, collection FROM events WHERE id = ANY($1::text[])"
+_SQL_TEXTS: Final = "SELECT id, text FROM evidence WHERE id = ANY($1::text[])"
+
+
+async def _write(conn: Connection, plan: Plan) -> None:
+    accepted = plan.accepted
+    events = [p.event for p in accepted]
+    rows = await conn.fetch(
+        """INSERT INTO events (id, pubkey, created_at, kind, tags, content, sig, collection)
+           SELECT id, pubkey, created_at, kind, tags, content, sig, collection
+           FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::text[],
+                       $7::text[], $8::text[])
+                WITH ORDINALITY AS u(id, pubkey, created_at, kind, tags, content, sig,
+                                     collection, position)
+           ORDER BY position
+           RETURNING id, seq""",
+        [e.id for e in events],
+        [e.pubkey for e in events],
+        [e.created_at for e in events],
+        [e.kind for e in events],
+        [_tags_json(e) for e in events],
+        [e.content for e in events],
+        [e.sig for e in events],
+        [p.collection for p in accepted],
+    )
+    seq = {r["id"]: r["seq"] for r in rows}
+    if plan.new_collections:
+        await conn.executemany(
+            "INSERT INTO collections (slug, owner, created_by) VALUES ($1, $2, $3)",
+            plan.new_collections,
+        )
+    await _write_typed(conn, accepted, seq)
+    for slug, (created_at, list_id, members) in plan.member_lists.items():
+        await conn.execute(
+            """INSERT INTO current_member_lists (collection, list_id, created_at)
+               VALUES ($1, $2, $3)
+               ON CONFLICT (collection) DO UPDATE
+               SET list_id = EXCLUDED.list_id, created_at = EXCLUDED.created_at""",
+            slug,
+            list_id,
+            created_at,
+        )
+        await conn.execute("DELETE FROM memberships WHERE collection = $1", slug)
+        await conn.execute(
+            "INSERT INTO memberships (collection, pubkey) SELECT $1, unnest($2::text[])",
+            slug,
+            members,
+        )
+
+
+def _tags_json(event: Event) -> str:
+    if not event.tags:
+        return "[]"
+    line = event.to_json()
+    start = line.index(',"tags":') + len(',"tags":')
+    end = line.index(',"content":', start)
+    return line[start:end]
+
+
+async def _write_typed(conn: Connection, accepted: Sequence[Parsed], seq: dict[str, int]) -> None:
+    """The typed tables, one multi-row insert per kind present in the batch."""
+    tables: dict[str, list[tuple[Any, ...]]] = {}
+    for p in accepted:
+        e, c = p.event, p.content
+        key = (e.id, seq[e.id])
+        if isinstance(c, Evidence):
+            tables.setdefault("evidence", []).append(
+                (*key, c.collection, e.pubkey, c.title, c.url, c.source, c.text)
+            )
+        elif isinstance(c, Link):
+            tables.setdefault("links", []).append(
+                (*key, c.collection, e.pubkey, c.from_, c.to, c.relation, c.quote, c.reason)
+            )
+        elif isinstance(c, Contradiction):
+            tables.setdefault("contradictions", []).append((*key, c.collection, e.pubkey, c.reason))
+            tables.setdefault("contradiction_claims", []).extend(
+                (e.id, claim, c.collection) for claim in c.claims
+            )
+        elif isinstance(c, Members):
+            tables.setdefault("member_lists", []).append(
+                (*key, c.collection, e.pubkey, e.created_at, list(c.members))
+            )
+        elif isinstance(c, Profile):
+            tables.setdefault("profiles", []).append(
+                (*key, e.pubkey, e.created_at, c.name, c.about, c.picture)
+            )
+        elif isinstance(c, Terms):
+            tables.setdefault("terms_signatures", []).append((*key, e.pubkey, c.version, c.sha256))
+        elif isinstance(c, Claim):
+            tables.setdefault("claims", []).append((*key, c.collection, e.pubkey, c.text))
+    for table, records in tables.items():
+        await conn.copy_records_to_table(table, records=records, columns=_COLUMNS[table])
+
+
+_COLUMNS: Final[dict[str, list[str]]] = {
+    "evidence": ["id", "seq", "collection", "pubkey", "title", "url", "source", "text"],
+    "claims": ["id", "seq", "collection", "pubkey", "text"],
+    "links": [
+        "id",
+        "seq",
+        "collection",
+        "pubkey",
+        "from_id",
+        "to_id",
+        "relation",
+        "quote",
+        "reason",
+    ],
+    "contradictions": ["id", "seq", "collection", "pubkey", "reason"],
+    "contradiction_claims": ["contradiction_id", "claim_id", "collection"],
+    "member_lists": ["id", "seq", "collection", "pubkey", "created_at", "members"],
+    "profiles": ["id", "seq", "pubkey", "created_at", "name", "about", "picture"],
+    "terms_signatures": ["id", "seq", "pubkey", "version", "sha256"],
+}
