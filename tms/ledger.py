@@ -8,6 +8,7 @@ everything or nothing.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from tms.rules import (
     Plan,
     Ref,
     Snapshot,
+    check_batch_shape,
     judge,
-    parse_batch,
+    parse_events,
     quoted_evidence_ids,
     referenced_ids,
 )
@@ -33,6 +35,8 @@ from tms.types import EventId, PubKey, Slug
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
+VERIFY_THREADS: Final = min(4, os.cpu_count() or 1)
+PARALLEL_FROM: Final = 64  # smaller batches are verified in one thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +64,7 @@ class Ledger:
     async def publish(self, events: object, *, now: int | None = None) -> PublishResult:
         """Store a batch of signed events, all or nothing (SPEC "Publishing")."""
         now = int(time.time()) if now is None else now
-        # Envelopes, signatures and schemas are CPU work: keep the event loop free meanwhile.
-        batch = await asyncio.to_thread(parse_batch, events, now)
+        batch = await _parse_off_loop(check_batch_shape(events), now)
         async with self.pool.acquire() as conn, conn.transaction():
             await _lock(conn, batch)
             snapshot = await _snapshot(conn, batch)
@@ -125,6 +128,25 @@ class Ledger:
             )
             async for row in cursor:
                 yield _line(row)
+
+
+async def _parse_off_loop(raw: list[object], now: int) -> list[Parsed]:
+    """Envelopes, signatures and schemas are CPU work: keep the event loop free meanwhile.
+    coincurve releases the GIL while it verifies, so a big batch is split across threads."""
+    if len(raw) < PARALLEL_FROM:
+        return await asyncio.to_thread(parse_events, raw, now)
+    size = -(-len(raw) // VERIFY_THREADS)
+    chunks = [(raw[i : i + size], i) for i in range(0, len(raw), size)]
+    results = await asyncio.gather(
+        *(asyncio.to_thread(parse_events, chunk, now, offset) for chunk, offset in chunks),
+        return_exceptions=True,
+    )
+    parsed: list[Parsed] = []
+    for result in results:  # in batch order, so the first error is the earliest event's
+        if isinstance(result, BaseException):
+            raise result
+        parsed.extend(result)
+    return parsed
 
 
 def _line(row: asyncpg.Record) -> str:

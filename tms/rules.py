@@ -65,16 +65,21 @@ class Parsed:
         return getattr(self.content, "collection", None)
 
 
-def parse_batch(raw: object, now: int) -> list[Parsed]:
-    """Check every envelope, signature and content schema. CPU-bound: run it off the loop."""
+def check_batch_shape(raw: object) -> list[object]:
     if not isinstance(raw, list):
         raise PublishError("events must be a list of signed events")
     if not raw:
         raise PublishError("events is empty: send at least one signed event")
     if len(raw) > MAX_BATCH:
         raise PublishError(f"at most {MAX_BATCH} events per batch; this one has {len(raw)}")
+    return raw
+
+
+def parse_events(raw: Sequence[object], now: int, offset: int = 0) -> list[Parsed]:
+    """Check every envelope, signature and content schema; `offset` is the position of
+    `raw[0]` in the whole batch, for the error message. CPU-bound: run it off the loop."""
     parsed = []
-    for position, obj in enumerate(raw):
+    for position, obj in enumerate(raw, start=offset):
         event_id = obj.get("id") if isinstance(obj, dict) else None
         label = _where(position, event_id if isinstance(event_id, str) else None)
         try:
@@ -90,6 +95,10 @@ def parse_batch(raw: object, now: int) -> list[Parsed]:
             raise PublishError(f"{label}: {exc}") from None
         parsed.append(Parsed(event, content))
     return parsed
+
+
+def parse_batch(raw: object, now: int) -> list[Parsed]:
+    return parse_events(check_batch_shape(raw), now)
 
 
 @dataclass(frozen=True, slots=True)
