@@ -1,0 +1,70 @@
+"""The database layer: migrations applied once, in order, recorded, and never silently edited."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from tms.db import DatabaseError, Migration, load_migrations, migrate, with_database
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_fresh_database_has_every_migration_recorded(db_url: str) -> None:
+    conn = await asyncpg.connect(db_url)
+    try:
+        rows = await conn.fetch("SELECT version, name, sha256 FROM schema_migrations ORDER BY 1")
+        assert [(r["version"], r["name"], r["sha256"]) for r in rows] == [
+            (m.version, m.name, m.sha256) for m in load_migrations()
+        ]
+        assert await migrate(conn) == []  # running again applies nothing
+    finally:
+        await conn.close()
+
+
+async def test_concurrent_start_ups_apply_each_migration_once(db_url: str) -> None:
+    version = len(load_migrations()) + 1
+    extra = [
+        *load_migrations(),
+        Migration(version, f"{version:03d}_probe.sql", "CREATE TABLE p();"),
+    ]
+    conns = [await asyncpg.connect(db_url) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(migrate(c, extra) for c in conns))
+        assert sorted(len(r) for r in results) == [0, 0, 1]
+    finally:
+        for c in conns:
+            await c.close()
+
+
+async def test_an_edited_migration_stops_start_up(db_url: str) -> None:
+    edited = load_migrations()
+    edited[0] = Migration(1, edited[0].name, edited[0].sql + "\n-- edited\n")
+    conn = await asyncpg.connect(db_url)
+    try:
+        with pytest.raises(DatabaseError, match="changed after it was applied"):
+            await migrate(conn, edited)
+        with pytest.raises(DatabaseError, match="which this version of TMS does not know"):
+            await migrate(conn, [])
+    finally:
+        await conn.close()
+
+
+def test_migration_files_are_numbered_without_gaps(tmp_path: Path) -> None:
+    assert [m.version for m in load_migrations()] == list(range(1, len(load_migrations()) + 1))
+    (tmp_path / "001_a.sql").write_text("SELECT 1;")
+    (tmp_path / "003_c.sql").write_text("SELECT 1;")
+    with pytest.raises(DatabaseError, match="without gaps"):
+        load_migrations(tmp_path)
+    (tmp_path / "2_b.sql").write_text("SELECT 1;")
+    with pytest.raises(DatabaseError, match=r"NNN_name\.sql"):
+        load_migrations(tmp_path)
+
+
+def test_with_database_keeps_the_socket_directory() -> None:
+    url = "postgresql://postgres:@/postgres?host=/tmp/x/postgres"
+    assert with_database(url, "tms") == "postgresql://postgres:@/tms?host=/tmp/x/postgres"
+    assert with_database("postgresql://u:p@h:5432/db", "t") == "postgresql://u:p@h:5432/t"
