@@ -8,7 +8,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from tests.conftest import sign
 from tms.db import DatabaseError, Migration, load_migrations, migrate, with_database
+from tms.events import SecretKey
+from tms.ledger import Ledger
+from tms.terms import current_terms
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +72,61 @@ def test_with_database_keeps_the_socket_directory() -> None:
     url = "postgresql://postgres:@/postgres?host=/tmp/x/postgres"
     assert with_database(url, "tms") == "postgresql://postgres:@/tms?host=/tmp/x/postgres"
     assert with_database("postgresql://u:p@h:5432/db", "t") == "postgresql://u:p@h:5432/t"
+
+
+async def test_every_typed_row_has_its_event(ledger: Ledger) -> None:
+    """The typed tables carry no foreign keys (see sql/001): the projection is checked here."""
+    key = SecretKey.generate()
+    terms = current_terms()
+    await ledger.approve([key.pubkey])
+    doc = sign(key, 4701, {"collection": "c", "text": "The sky is blue today."})
+    a = sign(key, 4702, {"collection": "c", "text": "The sky is blue."})
+    b = sign(key, 4702, {"collection": "c", "text": "The sky is green."})
+    batch = [
+        sign(key, 4706, {"version": terms.version, "sha256": terms.sha256}),
+        sign(key, 0, {"name": "tester"}),
+        doc,
+        a,
+        b,
+        sign(
+            key,
+            4703,
+            {
+                "collection": "c",
+                "from": doc.id,
+                "to": a.id,
+                "relation": "SUPPORTS",
+                "quote": "sky is blue",
+                "reason": "Says so.",
+            },
+        ),
+        sign(key, 4704, {"collection": "c", "claims": [a.id, b.id], "reason": "Colours."}),
+        sign(key, 4705, {"collection": "c", "members": []}),
+    ]
+    await ledger.publish([e.to_dict() for e in batch])
+    kinds = {
+        "profiles": 0,
+        "evidence": 4701,
+        "claims": 4702,
+        "links": 4703,
+        "contradictions": 4704,
+        "member_lists": 4705,
+        "terms_signatures": 4706,
+    }
+    for table, kind in kinds.items():
+        orphans = await ledger.pool.fetchval(
+            f"""SELECT count(*) FROM {table} t LEFT JOIN events e
+                ON e.id = t.id AND e.seq = t.seq AND e.kind = $1 AND e.pubkey = t.pubkey
+                WHERE e.id IS NULL""",
+            kind,
+        )
+        assert orphans == 0, table
+        expected = 2 if table == "claims" else 1
+        assert await ledger.pool.fetchval(f"SELECT count(*) FROM {table}") == expected, table
+    assert (
+        await ledger.pool.fetchval(
+            """SELECT count(*) FROM contradiction_claims cc JOIN claims c ON c.id = cc.claim_id
+           JOIN contradictions k ON k.id = cc.contradiction_id AND k.collection = c.collection"""
+        )
+        == 2
+    )
