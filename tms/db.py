@@ -169,8 +169,14 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
     """A pool on a migrated database."""
     try:
         pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size)
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise DatabaseError(f"cannot connect to the database: {exc}") from exc
-    async with pool.acquire() as conn:
-        await migrate(conn)
+    except (OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
+        raise DatabaseError(
+            f"cannot connect to the database: {' '.join(str(exc).split())}"
+        ) from exc
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn)
+    except BaseException:
+        await pool.close()
+        raise
     return pool

@@ -23,3 +23,13 @@ class InvalidEvent(TMSError):
 
 class InvalidKey(TMSError):
     """A key (nsec, npub or hex) that cannot be decoded or is not on the curve."""
+
+
+class FetchError(TMSError):
+    """A URL the fetcher refused or could not turn into evidence text: one line, shown as is."""
+
+
+class AuthError(TMSError):
+    """A request's credentials (a NIP-98 `Authorization` header) are missing or do not hold up.
+
+    The web layer answers 401 with this message and `WWW-Authenticate: Nostr`."""

@@ -182,10 +182,37 @@ def parse_content(kind: int, content: str) -> Content:
         raise InvalidEvent(
             "field 'content' is invalid: must be a JSON object serialized as a string", "content"
         )
+    for key, value in obj.items():
+        problem = _unstorable(key) or _unstorable(value)
+        if problem:
+            raise InvalidEvent(
+                f"field '{key}' is invalid in {name} content: {problem}", f"content.{key}"
+            )
     try:
         return SCHEMAS[kind].model_validate(obj)
     except ValidationError as exc:
         raise _translate(name, exc) from None
+
+
+def _unstorable(value: object) -> str | None:
+    """What JSON escapes can smuggle into a decoded string that no database text can hold:
+    `\\u0000`, and `\\ud800` without its pair (which is not Unicode at all)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "contains U+0000 (NUL), which cannot be stored"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "contains a lone UTF-16 surrogate"
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 def _translate(kind_name: str, exc: ValidationError) -> InvalidEvent:

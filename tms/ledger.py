@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections import deque
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -79,11 +80,14 @@ class Ledger:
 
     # --- operator --------------------------------------------------------------------------
 
-    async def approve(self, pubkeys: Sequence[PubKey]) -> None:
-        await self.pool.execute(
-            "INSERT INTO approvals (pubkey) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING",
+    async def approve(self, pubkeys: Sequence[PubKey]) -> list[PubKey]:
+        """Approve keys; returns those that were not approved before."""
+        rows = await self.pool.fetch(
+            """INSERT INTO approvals (pubkey) SELECT unnest($1::text[])
+               ON CONFLICT DO NOTHING RETURNING pubkey""",
             list(pubkeys),
         )
+        return [row["pubkey"] for row in rows]
 
     async def revoke(self, pubkeys: Sequence[PubKey]) -> list[PubKey]:
         rows = await self.pool.fetch(
@@ -99,6 +103,9 @@ class Ledger:
 
     # --- reading ---------------------------------------------------------------------------
 
+    async def collection_exists(self, slug: Slug) -> bool:
+        return bool(await self.pool.fetchval("SELECT 1 FROM collections WHERE slug = $1", slug))
+
     async def can_read(self, pubkey: PubKey, slug: Slug) -> bool:
         """Owner or current member. A missing collection and a closed one look the same."""
         row = await self.pool.fetchval(
@@ -109,25 +116,49 @@ class Ledger:
         )
         return bool(row)
 
-    async def export_lines(self, slug: Slug) -> AsyncIterator[str]:
+    async def export_lines(self, slug: Slug) -> AsyncGenerator[str, None]:
         """Every event of the collection, oldest first, one signed JSON line each, exactly as
-        stored; streamed from a cursor, so memory stays flat whatever the size.
+        stored; streamed from a cursor, so memory stays flat whatever the size. It holds a
+        pooled connection until exhausted or closed: callers close it (`aclosing`).
 
-        Alongside the collection's own events come the terms and profiles of the keys that
-        wrote in it, in ledger order: without them the file could not be published again
-        (every key signs the terms before its first write)."""
+        With the collection's own events come the terms and profiles of the keys that wrote in
+        it, so that the file can be published again as it is: every key signs the terms before
+        its first write. Those a key signed before its first event here (perhaps while it
+        belonged only to another collection) come right before that first event, after the
+        member list that let it in; later ones come in ledger order."""
         async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-            cursor = conn.cursor(
-                """SELECT id, pubkey, created_at, kind, tags, content, sig FROM events
-                   WHERE collection = $1
-                      OR (collection IS NULL AND pubkey IN
-                          (SELECT DISTINCT pubkey FROM events WHERE collection = $1))
-                   ORDER BY seq""",
-                slug,
-                prefetch=EXPORT_BATCH,
-            )
+            firsts = {
+                r["pubkey"]: r["first"]
+                for r in await conn.fetch(
+                    "SELECT pubkey, min(seq) AS first FROM events WHERE collection = $1 "
+                    "GROUP BY pubkey",
+                    slug,
+                )
+            }
+            prelude: dict[PubKey, list[asyncpg.Record]] = {}
+            later: deque[asyncpg.Record] = deque()
+            for row in await conn.fetch(_SQL_EXPORT_UNSCOPED, list(firsts)):
+                if row["seq"] < firsts[row["pubkey"]]:
+                    prelude.setdefault(row["pubkey"], []).append(row)
+                else:
+                    later.append(row)
+            cursor = conn.cursor(_SQL_EXPORT, slug, prefetch=EXPORT_BATCH)
             async for row in cursor:
+                while later and later[0]["seq"] < row["seq"]:
+                    yield _line(later.popleft())
+                for early in prelude.pop(row["pubkey"], ()):
+                    yield _line(early)
                 yield _line(row)
+            for row in later:
+                yield _line(row)
+
+
+_SQL_EXPORT: Final = """
+    SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
+    WHERE collection = $1 ORDER BY seq"""
+_SQL_EXPORT_UNSCOPED: Final = """
+    SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
+    WHERE collection IS NULL AND pubkey = ANY($1::text[]) ORDER BY seq"""
 
 
 async def _parse_off_loop(raw: list[object], now: int) -> list[Parsed]:
@@ -173,8 +204,10 @@ async def _snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
     ids = [p.event.id for p in batch]
     signers = sorted({p.event.pubkey for p in batch})
     slugs = sorted({p.collection for p in batch if p.collection is not None})
-    cited = sorted(referenced_ids(batch) - set(ids))
-    quoted = sorted(quoted_evidence_ids(batch) - set(ids))
+    # Batch ids stay in: an event re-sent in the batch may be stored already (and skipped),
+    # and the events after it may cite it.
+    cited = sorted(referenced_ids(batch))
+    quoted = sorted(quoted_evidence_ids(batch))
     terms = current_terms()
     s = Snapshot()
     s.stored_ids = {r["id"] for r in await conn.fetch(_SQL_STORED, ids)}

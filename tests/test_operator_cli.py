@@ -1,0 +1,212 @@
+"""The operator's `tms` commands as an operator runs them: the installed console script in a
+subprocess, on the test's own database (`TMS_DATABASE_URL`), or on an embedded PostgreSQL in a
+temporary data directory for `tms serve`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import anyio
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import sign
+from tms import nip19
+from tms.events import SecretKey
+from tms.ledger import Ledger
+from tms.terms import current_terms
+
+pytestmark = pytest.mark.anyio
+
+TMS = str(Path(sys.executable).parent / "tms")
+
+
+def environment(**values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    return {**env, **values}
+
+
+async def tms(db_url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return await anyio.run_process(
+        [TMS, *args], env=environment(TMS_DATABASE_URL=db_url), check=False
+    )
+
+
+def lines(output: bytes) -> list[str]:
+    return output.decode().splitlines()
+
+
+# --- approve, revoke, approved -----------------------------------------------------------------
+
+
+async def test_approve_by_npub_or_hex_then_list(db_url: str, ledger: Ledger) -> None:
+    a, b = SecretKey.generate(), SecretKey.generate()
+    npub_a, npub_b = nip19.npub_encode(a.pubkey), nip19.npub_encode(b.pubkey)
+    result = await tms(db_url, "approve", npub_a, b.pubkey.upper())
+    assert result.returncode == 0, result.stderr
+    assert lines(result.stdout) == [
+        f"approved {npub_a} {a.pubkey}",
+        f"approved {npub_b} {b.pubkey}",
+    ]
+    assert {pubkey for pubkey, _ in await ledger.approved()} == {a.pubkey, b.pubkey}
+
+    again = await tms(db_url, "approve", a.pubkey)
+    assert lines(again.stdout) == [f"approved {npub_a} {a.pubkey} (already approved)"]
+
+    listed = await tms(db_url, "approved")
+    assert listed.returncode == 0
+    rows = [line.split(" ") for line in lines(listed.stdout)]
+    assert sorted((npub, pubkey) for npub, pubkey, _ in rows) == sorted(
+        [(npub_a, a.pubkey), (npub_b, b.pubkey)]
+    )
+    for _, _, approved_at in rows:
+        assert datetime.fromisoformat(approved_at).tzinfo is not None
+
+
+async def test_approved_with_nobody_approved(db_url: str) -> None:
+    result = await tms(db_url, "approved")
+    assert (result.returncode, result.stdout) == (0, b"")
+    assert lines(result.stderr) == ["tms: no keys are approved (tms approve NPUB_OR_HEX...)"]
+
+
+async def test_revoke_says_which_keys_were_not_approved(db_url: str, ledger: Ledger) -> None:
+    a, b = SecretKey.generate(), SecretKey.generate()
+    await ledger.approve([a.pubkey])
+    result = await tms(db_url, "revoke", a.pubkey, nip19.npub_encode(b.pubkey))
+    assert result.returncode == 0, result.stderr
+    assert lines(result.stdout) == [
+        f"revoked {nip19.npub_encode(a.pubkey)} {a.pubkey}",
+        f"was not approved: {nip19.npub_encode(b.pubkey)} {b.pubkey}",
+    ]
+    assert await ledger.approved() == []
+
+
+@pytest.mark.parametrize("command", ["approve", "revoke"])
+async def test_one_bad_key_refuses_them_all(db_url: str, ledger: Ledger, command: str) -> None:
+    good = SecretKey.generate().pubkey
+    if command == "revoke":
+        await ledger.approve([good])
+    result = await tms(db_url, command, good, "npub1notakey")
+    assert result.returncode == 2
+    assert result.stdout == b""
+    [line] = lines(result.stderr)
+    assert line.startswith("tms: 'npub1notakey': ")
+    assert line.endswith(f"; nothing was {command}d")
+    assert [pubkey for pubkey, _ in await ledger.approved()] == (
+        [] if command == "approve" else [good]
+    )
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+async def test_export_writes_exactly_what_the_ledger_exports(db_url: str, ledger: Ledger) -> None:
+    owner = SecretKey.generate()
+    now = int(time.time())
+    await ledger.approve([owner.pubkey])
+    terms = current_terms()
+    events = [sign(owner, 4706, {"version": terms.version, "sha256": terms.sha256}, now)]
+    events += [
+        sign(owner, 4702, {"collection": "mcas", "text": f"Claim {i}: naïve “quotes”."}, now)
+        for i in range(50)
+    ]
+    events.append(sign(owner, 4702, {"collection": "other", "text": "Not in mcas."}, now))
+    await ledger.publish([event.to_dict() for event in events])
+
+    result = await tms(db_url, "export", "mcas")
+    assert result.returncode == 0, result.stderr
+    expected = "".join([f"{line}\n" async for line in ledger.export_lines("mcas")])
+    assert result.stdout == expected.encode()
+    assert len(lines(result.stdout)) == 51
+
+
+@pytest.mark.parametrize("slug", ["nope", "UPPER"])
+async def test_export_of_an_unknown_collection(db_url: str, slug: str) -> None:
+    result = await tms(db_url, "export", slug)
+    assert result.returncode == 1
+    assert result.stdout == b""
+    assert lines(result.stderr) == [f"tms: no such collection {slug!r}"]
+
+
+# --- a database that cannot be used ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["approved"], ["export", "mcas"], ["serve", "--port", "1"]])
+async def test_an_unreachable_database_is_one_line(args: list[str]) -> None:
+    result = await tms("postgresql://tms@127.0.0.1:1/tms", *args)
+    assert result.returncode == 1
+    assert result.stdout == b""
+    [line] = lines(result.stderr)
+    assert line.startswith("tms: cannot connect to the database: ")
+
+
+# --- tms serve on the embedded PostgreSQL --------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def postgres_processes(data_dir: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["name"] == "postgres" and any(str(data_dir) in arg for arg in cmdline):
+            found.append(proc)
+    return found
+
+
+def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    with (tmp_path / "out").open("wb") as out, (tmp_path / "err").open("wb") as err:
+        server = subprocess.Popen(
+            [TMS, "serve", "--port", str(port)],
+            env=environment(TMS_DATA_DIR=str(data_dir)),
+            stdout=out,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        with httpx.Client(timeout=2) as http:
+            while True:
+                assert server.poll() is None, (tmp_path / "err").read_text()
+                assert time.monotonic() < deadline, "no answer from /healthz within 60 s"
+                try:
+                    health = http.get(f"http://127.0.0.1:{port}/healthz")
+                except httpx.TransportError:
+                    time.sleep(0.1)
+                    continue
+                break
+        assert health.status_code == 200
+        assert health.json() == {"ok": True, "database": "reachable"}
+        assert postgres_processes(data_dir)
+
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+        output = (tmp_path / "out").read_text()
+        assert f"tms: serving on http://127.0.0.1:{port}\n" in output
+        assert f"tms: data: embedded PostgreSQL in {data_dir / 'postgres'}\n" in output
+        deadline = time.monotonic() + 10
+        while postgres_processes(data_dir) or (data_dir / "postgres" / "postmaster.pid").exists():
+            assert time.monotonic() < deadline, "the embedded PostgreSQL is still running"
+            time.sleep(0.1)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        for proc in postgres_processes(data_dir):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()

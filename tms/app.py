@@ -1,0 +1,248 @@
+"""The HTTP front door: a Starlette app over the ledger service.
+
+Routes (the whole table is `ROUTES` below):
+
+    GET /healthz                  {"ok": true, "database": "reachable"}, or 503 when it is not
+    GET /terms                    {"version", "sha256", "text"}: the terms every key signs
+    GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98)
+
+Handlers are thin: they authenticate, call the ledger, and shape the answer. Every answer is JSON
+`{"error": "..."}` when something is wrong: 401 (with `WWW-Authenticate: Nostr`) when the
+credentials do not hold up, one byte-identical 404 for a collection that does not exist, is not
+the caller's, or cannot be named so, 503 when the database is down, and a bare 500 (logged here,
+never a traceback on the wire) for anything unforeseen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing, asynccontextmanager
+from typing import Final
+
+import asyncpg
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from tms import db, nip98
+from tms.config import Settings
+from tms.db import DatabaseError
+from tms.errors import AuthError
+from tms.kinds import SLUG_PATTERN
+from tms.ledger import Ledger
+from tms.terms import current_terms
+from tms.types import PubKey, Slug
+
+log = logging.getLogger("tms.app")
+
+EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
+EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
+HEALTH_TIMEOUT_SECONDS: Final = 5.0
+POOL_CLOSE_SECONDS: Final = 10.0
+PRIVATE: Final = {"Cache-Control": "no-store"}
+
+# Errors that mean "the database cannot be reached right now", as opposed to a bug.
+DATABASE_DOWN: Final[tuple[type[Exception], ...]] = (
+    DatabaseError,
+    OSError,  # includes ConnectionRefusedError and TimeoutError
+    asyncpg.PostgresConnectionError,  # includes ConnectionDoesNotExistError
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.TooManyConnectionsError,
+)
+
+
+# --- handlers ----------------------------------------------------------------------------------
+
+
+async def healthz(request: Request) -> Response:
+    try:
+        async with _ledger(request).pool.acquire(timeout=HEALTH_TIMEOUT_SECONDS) as conn:
+            await conn.fetchval("SELECT 1", timeout=HEALTH_TIMEOUT_SECONDS)
+    except Exception as exc:  # whatever stops `SELECT 1` (asyncpg has several families) is "down"
+        log.warning("health check: database unreachable: %s", _one_line(exc))
+        return JSONResponse(
+            {"ok": False, "database": f"unreachable: {_one_line(exc)}"}, 503, headers=PRIVATE
+        )
+    return JSONResponse({"ok": True, "database": "reachable"}, headers=PRIVATE)
+
+
+async def terms(request: Request) -> Response:
+    return JSONResponse(current_terms().to_dict())
+
+
+async def export(request: Request) -> Response:
+    """Every event of the collection, oldest first, exactly as stored. Membership is checked
+    before the first byte goes out; the body then streams from a database cursor."""
+    pubkey = authenticate(request)
+    slug = request.path_params["slug"]
+    ledger = _ledger(request)
+    if not SLUG_PATTERN.fullmatch(slug) or not await ledger.can_read(pubkey, slug):
+        return no_such_collection()
+    headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{slug}.jsonl"'}
+    if request.method == "HEAD":
+        return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
+    return _ClosingStreamingResponse(
+        _export_body(ledger, slug), media_type=EXPORT_MEDIA_TYPE, headers=headers
+    )
+
+
+ROUTES: Final = [
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/terms", terms, methods=["GET"]),
+    # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
+    Route("/c/{slug:path}/export.jsonl", export, methods=["GET"]),
+]
+
+
+# --- authentication ----------------------------------------------------------------------------
+
+
+def authenticate(request: Request) -> PubKey:
+    """The caller's pubkey from a NIP-98 header, or `AuthError` (answered with a 401)."""
+    settings: Settings = request.app.state.settings
+    return nip98.check_authorization(
+        request.headers.get("authorization"),
+        url=request_url(request, settings.base_url),
+        method=request.method,
+        now=int(time.time()),
+    )
+
+
+def request_url(request: Request, base_url: str | None) -> str:
+    """The absolute URL a client signs in NIP-98's `u` tag: `TMS_BASE_URL` when the server sits
+    behind a proxy, else the scheme and Host the request names; then the path and query exactly
+    as the client sent them (still percent-encoded), so that a client signing the URL it requests
+    always matches."""
+    origin = base_url or f"{request.url.scheme}://{request.url.netloc}"
+    raw_path = request.scope.get("raw_path")
+    path = raw_path.decode("latin-1") if raw_path else request.url.path
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    return f"{origin}{path}" + (f"?{query}" if query else "")
+
+
+# --- responses ---------------------------------------------------------------------------------
+
+
+def error(message: str, status: int, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status, headers={**PRIVATE, **(headers or {})})
+
+
+def no_such_collection() -> JSONResponse:
+    """One answer for a collection that does not exist, is closed to the caller, or has a name
+    no collection can have: the same bytes, so none of them can be told apart."""
+    return error("no such collection", 404)
+
+
+async def _export_body(ledger: Ledger, slug: Slug) -> AsyncGenerator[bytes, None]:
+    chunk: list[bytes] = []
+    size = 0
+    lines = ledger.export_lines(slug)
+    async with aclosing(lines):
+        async for line in lines:
+            data = f"{line}\n".encode()
+            chunk.append(data)
+            size += len(data)
+            if size >= EXPORT_CHUNK_BYTES:
+                yield b"".join(chunk)
+                chunk, size = [], 0
+    if chunk:
+        yield b"".join(chunk)
+
+
+class _ClosingStreamingResponse(StreamingResponse):
+    """Closes its body when the response ends for any reason (a client that hangs up mid-export
+    included), so the export's cursor, transaction and pooled connection go back at once rather
+    than whenever the garbage collector gets to the generator."""
+
+    def __init__(
+        self, body: AsyncGenerator[bytes, None], *, media_type: str, headers: Mapping[str, str]
+    ) -> None:
+        super().__init__(body, media_type=media_type, headers=headers)
+        self._body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._body.aclose()
+
+
+async def _auth_failed(request: Request, exc: Exception) -> Response:
+    return error(str(exc), 401, headers={"WWW-Authenticate": "Nostr"})
+
+
+async def _database_down(request: Request, exc: Exception) -> Response:
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return error("database unavailable, try again shortly", 503)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return error("not found", 404)
+    return error(exc.detail.lower(), exc.status_code, headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error("internal error", 500)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+def _ledger(request: Request) -> Ledger:
+    ledger: Ledger = request.app.state.ledger
+    return ledger
+
+
+# --- the application ---------------------------------------------------------------------------
+
+
+def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> Starlette:
+    """The app. The database is `database_url` when given, else the one `settings` name (the
+    embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); its pool lives as long
+    as the app's lifespan."""
+    settings = Settings.from_env() if settings is None else settings
+    explicit_url = database_url
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        url = explicit_url if explicit_url is not None else await db.database_url(settings)
+        pool = await db.open_pool(url)
+        app.state.ledger = Ledger(pool)
+        try:
+            yield
+        finally:
+            await _close(pool)
+
+    app = Starlette(
+        routes=ROUTES,
+        lifespan=lifespan,
+        exception_handlers={
+            AuthError: _auth_failed,
+            HTTPException: _http_error,
+            **dict.fromkeys(DATABASE_DOWN, _database_down),
+            Exception: _internal_error,
+        },
+    )
+    app.state.settings = settings
+    return app
+
+
+async def _close(pool: asyncpg.Pool) -> None:
+    """Close the pool, waiting a little for connections still lent out (an export in flight)."""
+    try:
+        await asyncio.wait_for(pool.close(), POOL_CLOSE_SECONDS)
+    except TimeoutError:
+        log.warning("database connections still busy after %ss; closing them", POOL_CLOSE_SECONDS)
+        pool.terminate()

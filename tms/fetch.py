@@ -1,0 +1,463 @@
+"""Fetch a web page or document as evidence text, without opening a way into our network.
+
+`fetch_url(url)` downloads one URL and returns its text and title (`FetchResult`), ready to be
+signed as evidence; it stores nothing. The ledger service's `fetch_url` MCP tool, the web form's
+**Fetch** button and `tms fetch URL` all call it. Every refusal and failure is a one-line
+`FetchError`: "refused: ..." when our policy says no, "fetch failed: ..." when the other side
+or the network does, "no text could be extracted from ..." when the document has no text
+we can read (empty, scanned, or not really a PDF).
+
+The fetcher is the one place where the server talks to the outside world, so:
+
+1. Only `http` and `https` URLs, with no user name or password in them (we would never send
+   them, and they would end up in signed evidence), on any port but the Fetch standard's
+   blocked ones (`tms.addresses.BLOCKED_PORTS`: SMTP, SSH, IRC and such).
+2. We resolve the host ourselves (getaddrinfo, so `2130706433`, `0x7f.1` and `127.1` mean what
+   libc makes of them) and refuse it if *any* address it resolves to is not public
+   (`tms.addresses.classify`: loopback, private, link-local and cloud metadata, CGNAT,
+   unique-local, multicast, reserved, IPv4-mapped, ...). The connection then goes to an address
+   we checked, never through a second lookup, so DNS rebinding has no window; TLS still checks
+   the certificate against the host name, sent as SNI.
+3. Redirects are followed by us, at most `MAX_REDIRECTS`, each target checked again from step 1.
+4. The body is streamed: a Content-Length over `MAX_BYTES` is refused before reading, and
+   reading stops as soon as `MAX_BYTES` have arrived. We ask only for gzip and deflate and
+   inflate them ourselves in bounded steps, refusing past `MAX_BYTES` of decompressed data, so
+   a compression bomb never fills memory.
+5. `connect_timeout` (10 s) bounds each connection attempt and `total_timeout` (30 s) the whole
+   download, redirects included. Extraction (`tms.extract`) runs afterwards, off the event loop.
+6. No proxy from the environment, no cookies kept from one call to the next.
+
+`TMS_FETCH_ALLOW` is **for tests only**: comma-separated `host:port` pairs (IPv6 as `[::1]:8080`)
+exempted from the address policy of step 2, matched against the host exactly as the URL writes
+it (`127.0.0.1:8080` does not exempt `localhost:8080` or `2130706433:8080`). Empty by default;
+never set it on a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import socket
+import ssl
+import zlib
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from dataclasses import dataclass
+from importlib.metadata import version
+from ipaddress import ip_address
+from typing import Final
+
+import httpcore
+import httpx
+
+from tms.addresses import (
+    IPAddress,
+    classify,
+    describe,
+    normalize_host,
+    parse_exemptions,
+    port_refusal,
+)
+from tms.errors import FetchError
+from tms.extract import extract
+from tms.types import MAX_CONTENT_CHARS
+
+ALLOW_ENV: Final = "TMS_FETCH_ALLOW"
+MAX_BYTES: Final = 50 * 1024 * 1024  # 50 MB (MiB), downloaded and again once decompressed
+MAX_REDIRECTS: Final = 5
+CONNECT_TIMEOUT: Final = 10.0
+TOTAL_TIMEOUT: Final = 30.0
+REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+
+_HEADERS: Final = {
+    "User-Agent": f"TMS/{version('tms')} (evidence fetcher)",
+    "Accept": (
+        "text/html,application/xhtml+xml,application/pdf,text/plain;q=0.9,"
+        "text/markdown;q=0.9,*/*;q=0.1"
+    ),
+    "Accept-Encoding": "gzip, deflate",
+}
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """A fetched document: `url` is the final URL, after redirects.
+
+    `title` is the document's own title (HTML title, PDF metadata title, Markdown's first
+    heading); without one, the last segment of the URL's path, or else its host. It is never
+    empty. `text` is never blank and holds at most the `max_chars` given to `fetch_url`.
+    """
+
+    url: str
+    title: str
+    text: str
+
+    @property
+    def chars(self) -> int:
+        return len(self.text)
+
+    def to_dict(self) -> dict[str, str | int]:
+        """The result as SPEC shows it: `{"url", "title", "chars", "text"}`."""
+        return {"url": self.url, "title": self.title, "chars": self.chars, "text": self.text}
+
+
+async def fetch_url(
+    url: str,
+    *,
+    allow: str | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    total_timeout: float = TOTAL_TIMEOUT,
+    max_chars: int = MAX_CONTENT_CHARS,
+    ssl_context: ssl.SSLContext | None = None,
+) -> FetchResult:
+    """Download `url` and extract its text and title; raise FetchError with a one-line reason.
+
+    `allow` takes TMS_FETCH_ALLOW's format and replaces it (None reads the variable); it is for
+    tests. A text longer than `max_chars` (by default what one evidence event holds) is refused,
+    never cut: evidence is what a user vouches for, so they split the document themselves.
+    `ssl_context` replaces the default certificate authorities (certifi's bundle).
+    """
+    exempt = parse_exemptions(os.environ.get(ALLOW_ENV, "") if allow is None else allow)
+    transport = _VettedTransport(_VettedBackend(exempt), ssl_context or _default_tls())
+    async with httpx.AsyncClient(
+        transport=transport,
+        headers=_HEADERS,
+        timeout=httpx.Timeout(total_timeout, connect=connect_timeout),
+        follow_redirects=False,
+        trust_env=False,
+    ) as client:
+        try:
+            async with asyncio.timeout(total_timeout):
+                final, content_type, body = await _download(client, url.strip(), connect_timeout)
+        except (TimeoutError, httpcore.TimeoutException):
+            raise FetchError(
+                f"fetch failed: {_shown(url)} did not finish downloading within {total_timeout:g} s"
+            ) from None
+    extracted = await asyncio.to_thread(
+        extract, body, content_type, str(final), max_chars=max_chars
+    )
+    title = " ".join((extracted.title or "").split()) or _title_from(final)
+    return FetchResult(str(final), title, extracted.text)
+
+
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """certifi's authorities, verification on; built once (loading them takes a while)."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
+async def _download(
+    client: httpx.AsyncClient, url: str, connect_timeout: float
+) -> tuple[httpx.URL, str, bytes]:
+    """Follow redirects by hand, checking each hop; return (final URL, Content-Type, body)."""
+    current = _checked(url)
+    previous: httpx.URL | None = None
+    for _ in range(MAX_REDIRECTS + 1):
+        try:
+            async with client.stream("GET", current) as response:
+                if response.status_code in REDIRECT_STATUSES:
+                    location = response.headers.get("location", "").strip()
+                    if not location:
+                        raise FetchError(
+                            f"fetch failed: {_shown(current)} redirects "
+                            f"({response.status_code}) without saying where"
+                        )
+                    previous, current = current, _checked(location, base=current)
+                    continue
+                if not 200 <= response.status_code < 300:
+                    raise FetchError(
+                        f"fetch failed: {_shown(current)} answered {response.status_code} "
+                        f"{response.reason_phrase}".rstrip()
+                    )
+                body = await _read_body(response, current)
+                return current, response.headers.get("content-type", ""), body
+        except _AddressRefused as exc:
+            if previous is None:
+                raise
+            raise FetchError(f"{exc} (a redirect from {_shown(previous)})") from None
+        except httpcore.ConnectTimeout:
+            raise FetchError(
+                f"fetch failed: could not connect to {_authority(current)} within "
+                f"{connect_timeout:g} s"
+            ) from None
+        except httpcore.ConnectError as exc:
+            raise FetchError(
+                f"fetch failed: could not connect to {_authority(current)} ({_one_line(exc)})"
+            ) from None
+        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            raise FetchError(
+                f"fetch failed: {_shown(current)} broke off ({_one_line(exc)})"
+            ) from None
+    raise FetchError(f"refused: {_shown(url)} redirects more than {MAX_REDIRECTS} times")
+
+
+def _checked(url: str, base: httpx.URL | None = None) -> httpx.URL:
+    """Parse `url` (relative to `base`, for a redirect) and apply the URL-level rules."""
+    where = "" if base is None else f" (a redirect from {_shown(base)})"
+    try:
+        parsed = base.join(url) if base is not None else httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise FetchError(f"refused: {_shown(url)} is not a valid URL{where} ({exc})") from None
+    if parsed.scheme not in ("http", "https"):
+        raise FetchError(f"refused: {_shown(url)} is not an http or https URL{where}")
+    if not parsed.host:
+        raise FetchError(f"refused: {_shown(url)} has no host{where}")
+    if parsed.userinfo:
+        raise FetchError(f"refused: URLs with a user name or password are not fetched{where}")
+    reason = port_refusal(_port(parsed))
+    if reason is not None:
+        raise FetchError(f"refused: {_shown(parsed)}: {reason}{where}")
+    return parsed
+
+
+async def _read_body(response: httpx.Response, url: httpx.URL) -> bytes:
+    """Stream the body: at most MAX_BYTES on the wire and MAX_BYTES once decompressed."""
+    declared = response.headers.get("content-length", "").strip()
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BYTES:
+        raise FetchError(
+            f"refused: {_shown(url)} is {int(declared):,} bytes, more than the "
+            f"{MAX_BYTES:,}-byte (50 MB) limit"
+        )
+    inflater = _Inflater(response.headers.get("content-encoding", ""), url)
+    received = 0
+    parts: list[bytes] = []
+    async for chunk in response.aiter_raw():
+        received += len(chunk)
+        if received > MAX_BYTES:
+            raise FetchError(
+                f"refused: {_shown(url)} is larger than the 50 MB limit; stopped reading "
+                f"after {MAX_BYTES:,} bytes"
+            )
+        parts.append(inflater.feed(chunk))
+    parts.append(inflater.finish())
+    return b"".join(parts)
+
+
+class _Inflater:
+    """Undo a Content-Encoding (identity, gzip or deflate) with a cap on the output.
+
+    zlib is asked for at most the room left under the cap plus one byte per call, and input it
+    has not used yet waits in `unconsumed_tail`, so a small chunk of a compression bomb never
+    inflates past the cap in memory.
+    """
+
+    def __init__(self, header: str, url: httpx.URL) -> None:
+        codings = [c.strip().lower() for c in header.split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        coding = codings[0] if len(codings) == 1 else "" if codings else "identity"
+        coding = "gzip" if coding == "x-gzip" else coding
+        if coding not in ("identity", "gzip", "deflate"):
+            raise FetchError(
+                f"refused: {_shown(url)} is sent with content encoding {header.strip()!r}; "
+                "only gzip and deflate are supported"
+            )
+        self._url = url
+        self._coding = coding
+        self._total = 0  # bytes produced so far
+        self._zlib = self._decompressor()
+        self._started = False  # has zlib accepted any input yet (for deflate's fallback)
+        self._members = 0  # complete gzip members seen
+        self._done = False  # the stream ended; anything after it is ignored
+
+    def _decompressor(self, *, raw_deflate: bool = False) -> zlib._Decompress:
+        if self._coding == "gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return zlib.decompressobj(-zlib.MAX_WBITS if raw_deflate else zlib.MAX_WBITS)
+
+    def feed(self, data: bytes) -> bytes:
+        if self._coding == "identity":
+            self._count(len(data))
+            return data
+        out: list[bytes] = []
+        while data and not self._done:
+            try:
+                piece = self._zlib.decompress(data, MAX_BYTES - self._total + 1)
+            except zlib.error:
+                if self._coding == "deflate" and not self._started:
+                    # Some servers send raw deflate without the zlib wrapper; httpx reads it too.
+                    self._zlib = self._decompressor(raw_deflate=True)
+                    self._started = True
+                    continue
+                if self._members:
+                    self._done = True  # junk after a complete gzip member is ignored, as gzip does
+                    break
+                raise FetchError(
+                    f"fetch failed: {_shown(self._url)} sent a corrupt {self._coding} body"
+                ) from None
+            self._started = True
+            self._count(len(piece))
+            out.append(piece)
+            if self._zlib.eof:
+                self._members += 1
+                data = self._zlib.unused_data
+                if self._coding == "gzip":
+                    self._zlib = self._decompressor()  # another gzip member may follow
+                else:
+                    self._done = True  # bytes after a deflate stream are ignored
+            else:
+                data = self._zlib.unconsumed_tail
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        if self._coding == "identity" or self._done:
+            return b""
+        tail = self._zlib.flush()
+        self._count(len(tail))
+        return tail
+
+    def _count(self, size: int) -> None:
+        self._total += size
+        if self._total > MAX_BYTES:
+            raise FetchError(
+                f"refused: {_shown(self._url)} decompresses to more than the 50 MB limit "
+                f"({MAX_BYTES:,} bytes)"
+            )
+
+
+async def resolve(host: str, port: int) -> list[IPAddress]:
+    """Every address `host` resolves to, in the resolver's order (getaddrinfo, off the loop)."""
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        raise FetchError(f"fetch failed: cannot resolve {host} ({_one_line(exc)})") from None
+    addresses: list[IPAddress] = []
+    for info in infos:
+        address = ip_address(str(info[4][0]))
+        if address not in addresses:
+            addresses.append(address)
+    if not addresses:
+        raise FetchError(f"fetch failed: cannot resolve {host} (no addresses)")
+    return addresses
+
+
+class _AddressRefused(FetchError):
+    """The host resolves to an address the policy refuses."""
+
+
+class _VettedBackend(httpcore.AsyncNetworkBackend):
+    """Resolve, check every address, then connect to a checked one: no second DNS lookup."""
+
+    def __init__(self, exempt: frozenset[tuple[str, int]]) -> None:
+        self._exempt = exempt
+        self._network = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await resolve(host, port)
+        if (normalize_host(host), port) not in self._exempt:
+            for address in addresses:
+                label = classify(address)
+                if label is None:
+                    continue
+                if str(address) == normalize_host(host):  # the URL names the address itself
+                    raise _AddressRefused(f"refused: {host} is {describe(label)}")
+                raise _AddressRefused(f"refused: {host} resolves to {describe(label)} ({address})")
+        failure = httpcore.ConnectError(f"{host} has no address")
+        for address in addresses:
+            try:
+                return await self._network.connect_tcp(
+                    str(address),
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except httpcore.ConnectError as exc:
+                failure = exc  # try the next checked address
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise FetchError("refused: Unix sockets are never fetched")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _VettedTransport(httpx.AsyncBaseTransport):
+    """httpx's transport, minus proxies, over an httpcore pool that uses `_VettedBackend`."""
+
+    def __init__(self, backend: _VettedBackend, ssl_context: ssl.SSLContext) -> None:
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context, network_backend=backend, http1=True, http2=False
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._pool.handle_async_request(
+            httpcore.Request(
+                method=request.method,
+                url=httpcore.URL(
+                    scheme=request.url.raw_scheme,
+                    host=request.url.raw_host,
+                    port=request.url.port,
+                    target=request.url.raw_path,
+                ),
+                headers=request.headers.raw,
+                content=request.stream,
+                extensions=request.extensions,
+            )
+        )
+        assert isinstance(response.stream, AsyncIterable)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
+class _ResponseStream(httpx.AsyncByteStream):
+    def __init__(self, stream: AsyncIterable[bytes]) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self._stream:
+            yield part
+
+    async def aclose(self) -> None:
+        close = getattr(self._stream, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _title_from(url: httpx.URL) -> str:
+    segment = url.path.rstrip("/").rpartition("/")[2].strip()  # httpx decodes the path
+    return segment or url.host
+
+
+def _authority(url: httpx.URL) -> str:
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{host}:{_port(url)}"
+
+
+def _port(url: httpx.URL) -> int:
+    if url.port is not None:
+        return url.port
+    return 443 if url.scheme == "https" else 80
+
+
+def _shown(url: str | httpx.URL, limit: int = 200) -> str:
+    """A URL as an error message shows it: printable, on one line, at most `limit` chars."""
+    text = "".join(c if c.isprintable() else "\ufffd" for c in str(url))
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
