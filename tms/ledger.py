@@ -8,6 +8,7 @@ everything or nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections import deque
@@ -27,12 +28,13 @@ from tms.rules import (
     Snapshot,
     check_batch_shape,
     judge,
+    newer,
     parse_events,
     quoted_evidence_ids,
     referenced_ids,
 )
 from tms.terms import current_terms
-from tms.types import EventId, PubKey, Slug
+from tms.types import KIND_MEMBERS, EventId, PubKey, Slug
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
@@ -122,11 +124,13 @@ class Ledger:
         pooled connection until exhausted or closed: callers close it (`aclosing`).
 
         With the collection's own events come the terms and profiles of the keys that wrote in
-        it, so that the file can be published again as it is: every key signs the terms before
-        its first write. Those a key signed before its first event here (perhaps while it
-        belonged only to another collection) come right before that first event, after the
-        member list that let it in; later ones come in ledger order."""
+        it, so that the file can be published again as it is (every key signs the terms before
+        its first write). Those a key signed before its first event here, perhaps while it
+        belonged only to another collection, come right before that first event, after the
+        member list that let it in; later ones come in ledger order, while the key belongs to
+        this collection (one it signed after being removed would not be accepted on replay)."""
         async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+            owner = await conn.fetchval("SELECT owner FROM collections WHERE slug = $1", slug)
             firsts = {
                 r["pubkey"]: r["first"]
                 for r in await conn.fetch(
@@ -142,15 +146,39 @@ class Ledger:
                     prelude.setdefault(row["pubkey"], []).append(row)
                 else:
                     later.append(row)
+            members = _Membership(owner)
             cursor = conn.cursor(_SQL_EXPORT, slug, prefetch=EXPORT_BATCH)
             async for row in cursor:
                 while later and later[0]["seq"] < row["seq"]:
-                    yield _line(later.popleft())
+                    if members.includes(later[0]["pubkey"]):
+                        yield _line(later[0])
+                    later.popleft()
                 for early in prelude.pop(row["pubkey"], ()):
                     yield _line(early)
+                members.apply(row)
                 yield _line(row)
             for row in later:
-                yield _line(row)
+                if members.includes(row["pubkey"]):
+                    yield _line(row)
+
+
+class _Membership:
+    """Who belongs to one collection as its events stream by, by the replaceable rule."""
+
+    def __init__(self, owner: PubKey | None) -> None:
+        self.owner = owner
+        self.members: set[PubKey] = set()
+        self.head: tuple[int, EventId] | None = None
+
+    def apply(self, row: asyncpg.Record) -> None:
+        key = (row["created_at"], row["id"])
+        if row["kind"] != KIND_MEMBERS or (self.head is not None and not newer(key, self.head)):
+            return
+        self.head = key
+        self.members = set(json.loads(row["content"])["members"])
+
+    def includes(self, pubkey: PubKey) -> bool:
+        return pubkey == self.owner or pubkey in self.members
 
 
 _SQL_EXPORT: Final = """
@@ -216,7 +244,8 @@ async def _snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
         r["pubkey"]
         for r in await conn.fetch(_SQL_TERMS_SIGNED, signers, terms.version, terms.sha256)
     }
-    s.member_anywhere = {r["pubkey"] for r in await conn.fetch(_SQL_MEMBER_ANYWHERE, signers)}
+    for r in await conn.fetch(_SQL_BELONGS_TO, signers):
+        s.belongs_to.setdefault(r["pubkey"], set()).add(r["collection"])
     for r in await conn.fetch(_SQL_COLLECTIONS, slugs):
         s.owners[r["slug"]] = r["owner"]
         s.members[r["slug"]] = set(r["members"] or ())
@@ -232,9 +261,9 @@ _SQL_APPROVED: Final = "SELECT pubkey FROM approvals WHERE pubkey = ANY($1::text
 _SQL_TERMS_SIGNED: Final = """
     SELECT DISTINCT pubkey FROM terms_signatures
     WHERE pubkey = ANY($1::text[]) AND version = $2 AND sha256 = $3"""
-_SQL_MEMBER_ANYWHERE: Final = """
-    SELECT owner AS pubkey FROM collections WHERE owner = ANY($1::text[])
-    UNION SELECT pubkey FROM memberships WHERE pubkey = ANY($1::text[])"""
+_SQL_BELONGS_TO: Final = """
+    SELECT owner AS pubkey, slug AS collection FROM collections WHERE owner = ANY($1::text[])
+    UNION SELECT pubkey, collection FROM memberships WHERE pubkey = ANY($1::text[])"""
 _SQL_COLLECTIONS: Final = """
     SELECT c.slug, c.owner, h.list_id, h.created_at AS list_created_at,
            (SELECT array_agg(m.pubkey) FROM memberships m WHERE m.collection = c.slug) AS members

@@ -116,7 +116,8 @@ class Snapshot:
     stored_ids: set[EventId] = field(default_factory=set)
     approved: set[PubKey] = field(default_factory=set)
     terms_signed: set[PubKey] = field(default_factory=set)
-    member_anywhere: set[PubKey] = field(default_factory=set)  # owns or belongs to a collection
+    # The collections each signer owns or belongs to; empty (or absent): none.
+    belongs_to: dict[PubKey, set[Slug]] = field(default_factory=dict)
     owners: dict[Slug, PubKey] = field(default_factory=dict)
     members: dict[Slug, set[PubKey]] = field(default_factory=dict)  # current lists
     heads: dict[Slug, tuple[int, EventId]] = field(default_factory=dict)  # current list's key
@@ -136,6 +137,11 @@ class Plan:
     @property
     def collections(self) -> list[Slug]:
         return sorted({p.collection for p in self.accepted if p.collection is not None})
+
+
+def newer(key: tuple[int, EventId], head: tuple[int, EventId]) -> bool:
+    """NIP-01's replaceable rule on (created_at, id): the newest wins; ties go to the lowest id."""
+    return key[0] > head[0] or (key[0] == head[0] and key[1] < head[1])
 
 
 def referenced_ids(batch: Iterable[Parsed]) -> set[EventId]:
@@ -182,7 +188,7 @@ class _Judge:
         event, content = item.event, item.content
         signer = event.pubkey
         s = self.s
-        if signer not in s.approved and signer not in s.member_anywhere:
+        if signer not in s.approved and not s.belongs_to.get(signer):
             raise PublishError(
                 f"pubkey {signer} is not approved and is not a member of any collection"
             )
@@ -226,7 +232,7 @@ class _Judge:
                     "collections (check the slug for typos)"
                 )
             s.owners[slug] = signer
-            s.member_anywhere.add(signer)
+            s.belongs_to.setdefault(signer, set()).add(slug)
             self.plan.new_collections.append((slug, signer, creating_event))
         elif is_members:
             if signer != owner:
@@ -273,11 +279,15 @@ class _Judge:
     def _members(self, slug: Slug, event: Event, members: Members) -> None:
         key = (event.created_at, event.id)
         head = self.s.heads.get(slug)
-        # The replaceable rule: newest created_at wins, ties go to the lowest id.
-        if head is None or key[0] > head[0] or (key[0] == head[0] and key[1] < head[1]):
+        if head is None or newer(key, head):
+            old, new = self.s.members.get(slug, set()), set(members.members)
+            owner = self.s.owners[slug]
+            for pubkey in old - new - {owner}:
+                self.s.belongs_to.get(pubkey, set()).discard(slug)
+            for pubkey in new - old:
+                self.s.belongs_to.setdefault(pubkey, set()).add(slug)
             self.s.heads[slug] = key
-            self.s.members[slug] = set(members.members)
-            self.s.member_anywhere.update(members.members)
+            self.s.members[slug] = new
             self.plan.member_lists[slug] = (event.created_at, event.id, list(members.members))
 
 

@@ -1,0 +1,1109 @@
+"""Publishing against the real PostgreSQL: every rule of SPEC "Publishing", all or nothing.
+
+Every refused batch is checked three ways (see `publishing.refused`): the message holds SPEC's
+words, it names the failing event by position and id prefix, and no table gained or lost a row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from publishing import (
+    APPROVED,
+    LEDGER_TABLES,
+    MEMBER,
+    MEMBER2,
+    NOW,
+    OWNER,
+    OWNER2,
+    STRANGER,
+    T0,
+    TERMS,
+    Event,
+    claim,
+    contradiction,
+    counts,
+    evidence,
+    ids,
+    join,
+    link,
+    members,
+    open_collection,
+    profile,
+    publish,
+    refused,
+    signed,
+    terms,
+)
+
+from tms.events import FIELDS, SecretKey
+from tms.ledger import Ledger
+from tms.rules import MAX_BATCH, PublishError, parse_batch
+
+pytestmark = pytest.mark.anyio
+
+DOC = (
+    "Histamine intolerance is thought to result from reduced diamine oxidase (DAO) activity. "
+    "Serum DAO levels, however, correlate poorly with symptoms."
+)
+MISSING = "f" * 64  # an event id nobody stored
+
+
+async def owner_of(ledger: Ledger, slug: str) -> str | None:
+    return await ledger.pool.fetchval("SELECT owner FROM collections WHERE slug = $1", slug)
+
+
+async def stored_ids(ledger: Ledger) -> list[str]:
+    rows = await ledger.pool.fetch("SELECT id FROM events ORDER BY seq")
+    return [row["id"] for row in rows]
+
+
+# --- the result ------------------------------------------------------------------------------
+
+
+async def test_result_shape_order_and_retry(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    doc = evidence(OWNER, "beta", DOC, title="HIT review", url="https://example.org/hit")
+    hit = claim(OWNER, "beta", "Histamine intolerance results from reduced DAO activity.")
+    supports = link(OWNER, "beta", doc["id"], hit["id"], "reduced diamine oxidase (DAO) activity")
+    other = claim(OWNER, "alpha", "A claim in a second collection.")
+    batch = [terms(OWNER), profile(OWNER, "owner"), doc, hit, supports, other]
+
+    result = await publish(ledger, *batch)
+    assert set(result) == {"accepted", "skipped", "collections", "embedded"}
+    assert result["accepted"] == ids(batch)  # in batch order
+    assert result["skipped"] == []
+    assert result["collections"] == ["alpha", "beta"]  # the slugs written, sorted
+    assert isinstance(result["embedded"], int)
+    assert await stored_ids(ledger) == ids(batch)  # stored in batch order: "oldest first"
+
+    # The first event naming a collection created it; its signer owns it.
+    rows = await ledger.pool.fetch("SELECT slug, owner, created_by FROM collections ORDER BY slug")
+    assert [tuple(r) for r in rows] == [
+        ("alpha", OWNER.pubkey, other["id"]),
+        ("beta", OWNER.pubkey, doc["id"]),
+    ]
+
+    # Retrying is safe: what is stored is skipped (in batch order), the rest goes in.
+    extra = claim(OWNER, "alpha", "One more claim.")
+    again = await publish(ledger, *batch[:3], extra, *batch[3:])
+    assert again["accepted"] == [extra["id"]]
+    assert again["skipped"] == ids(batch)
+    assert again["collections"] == ["alpha"]
+    assert await stored_ids(ledger) == [*ids(batch), extra["id"]]
+
+    # Everything already stored: nothing accepted, nothing written, no collections.
+    before = await counts(ledger)
+    third = await publish(ledger, *batch)
+    assert (third["accepted"], third["skipped"], third["collections"]) == ([], ids(batch), [])
+    assert await counts(ledger) == before
+
+
+async def test_typed_rows_are_written_with_the_events(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await join(ledger, MEMBER)
+    doc = evidence(MEMBER, "lab", DOC, source="Example journal")
+    c1 = claim(MEMBER, "lab", "DAO activity explains HIT.")
+    c2 = claim(MEMBER, "lab", "DAO activity does not explain HIT.")
+    supports = link(MEMBER, "lab", doc["id"], c1["id"], "reduced diamine oxidase")
+    both = contradiction(MEMBER, "lab", [c1["id"], c2["id"]])
+    await publish(ledger, profile(MEMBER, "bot", about="agent"), doc, c1, c2, supports, both)
+    got = await counts(ledger)
+    assert {t: got[t] for t in LEDGER_TABLES} == {
+        "events": 9,  # owner: terms, members; member: terms, profile + 5 in "lab"
+        "collections": 1,
+        "evidence": 1,
+        "claims": 2,
+        "links": 1,
+        "contradictions": 1,
+        "contradiction_claims": 2,
+        "member_lists": 1,
+        "profiles": 1,
+        "terms_signatures": 2,
+    }
+    row = await ledger.pool.fetchrow("SELECT from_id, to_id, relation, quote FROM links")
+    assert tuple(row) == (doc["id"], c1["id"], "SUPPORTS", "reduced diamine oxidase")
+
+
+# --- the batch as a whole ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (None, "must be a list"),
+        ({"events": []}, "must be a list"),
+        ("[]", "must be a list"),
+        (7, "must be a list"),
+        ([], "is empty"),
+    ],
+)
+async def test_batch_must_be_a_non_empty_list(ledger: Ledger, raw: object, words: str) -> None:
+    await refused(ledger, raw, words)
+
+
+async def test_at_most_1000_events_per_batch(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    batch = [terms(OWNER)] + [claim(OWNER, "big", f"claim {i}") for i in range(MAX_BATCH)]
+    assert len(batch) == MAX_BATCH + 1
+    await refused(ledger, batch, "at most 1000 events per batch", "1001")
+    result = await publish(ledger, *batch[:MAX_BATCH])
+    assert len(result["accepted"]) == MAX_BATCH
+    assert (await counts(ledger))["events"] == MAX_BATCH
+
+
+async def test_duplicate_event_in_one_batch_is_stored_once(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    c = claim(OWNER, "lab", "Said twice.")
+    t = terms(OWNER)
+    result = await publish(ledger, t, c, dict(c), t)
+    assert result["accepted"] == [t["id"], c["id"]]
+    assert result["skipped"] == [c["id"], t["id"]]
+    assert await stored_ids(ledger) == [t["id"], c["id"]]
+
+
+# --- envelopes and content schemas (SPEC "Common errors") --------------------------------------
+
+
+def _tampered_content(e: Event) -> Event:
+    return {**e, "content": e["content"].replace("claim", "clam")}
+
+
+def _foreign_sig(e: Event) -> Event:
+    return {**e, "sig": claim(OWNER, "lab", "another")["sig"]}
+
+
+def _uppercase_id(e: Event) -> Event:
+    return {**e, "id": e["id"].upper()}
+
+
+def _extra_field(e: Event) -> Event:
+    return {**e, "relay": "wss://x"}
+
+
+def _no_sig(e: Event) -> Event:
+    return {k: v for k, v in e.items() if k != "sig"}
+
+
+def _float_time(e: Event) -> Event:
+    return {**e, "created_at": float(e["created_at"])}
+
+
+def _as_is(e: Event) -> Event:
+    return e
+
+
+A_CLAIM = {"collection": "lab", "text": "A claim."}
+LONG = "x" * 2_000_001
+
+ENVELOPE_CASES: list[Any] = [
+    pytest.param(4702, A_CLAIM, None, _tampered_content, ["id does not match"], id="id"),
+    pytest.param(4702, A_CLAIM, None, _foreign_sig, ["signature does not verify"], id="sig"),
+    pytest.param(4702, A_CLAIM, None, _uppercase_id, ["field 'id' is invalid"], id="hex"),
+    pytest.param(4702, A_CLAIM, None, _extra_field, ["unknown fields", "'relay'"], id="extra"),
+    pytest.param(4702, A_CLAIM, None, _no_sig, ["field 'sig' is missing"], id="missing"),
+    pytest.param(4702, A_CLAIM, None, _float_time, ["field 'created_at' is invalid"], id="t"),
+    pytest.param(4702, A_CLAIM, [["t", "x"]], _as_is, ["tags must be []"], id="tags"),
+    pytest.param(1, {"name": "x"}, None, _as_is, ["field 'kind' is invalid"], id="kind"),
+    pytest.param(
+        4707,
+        {"tool": "list_collections", "args": {}},
+        None,
+        _as_is,
+        ["kind 4707 requests are never stored"],
+        id="request",
+    ),
+    pytest.param(
+        4702, {**A_CLAIM, "score": 1}, None, _as_is, ["unknown fields", "'score'"], id="unknown"
+    ),
+    pytest.param(4702, {"collection": "lab"}, None, _as_is, ["'text' is missing"], id="no-text"),
+    pytest.param(
+        4702,
+        {"collection": "Lab", "text": "x"},
+        None,
+        _as_is,
+        ["'collection' is invalid"],
+        id="slug",
+    ),
+    pytest.param(
+        4702, {"collection": "lab", "text": " \n"}, None, _as_is, ["'text' is invalid"], id="blank"
+    ),
+    pytest.param(4702, "not json", None, _as_is, ["field 'content' is invalid"], id="not-json"),
+    pytest.param(4702, "[1, 2]", None, _as_is, ["field 'content' is invalid"], id="not-object"),
+    pytest.param(
+        4701,
+        json.dumps({"collection": "lab", "text": LONG}),
+        None,
+        _as_is,
+        ["field 'content' is invalid", "split longer documents"],
+        id="too-long",
+    ),
+    pytest.param(
+        4703,
+        {"collection": "lab", "from": "a" * 64, "to": "b" * 64, "relation": "SUPPORTS"},
+        None,
+        _as_is,
+        ["field 'quote' is missing"],
+        id="link-missing",
+    ),
+    pytest.param(
+        4703,
+        {
+            "collection": "lab",
+            "from": "a" * 64,
+            "to": "b" * 64,
+            "relation": "REFUTES",
+            "quote": "q",
+            "reason": "r",
+        },
+        None,
+        _as_is,
+        ["field 'relation' is invalid"],
+        id="relation",
+    ),
+    pytest.param(
+        4704,
+        {"collection": "lab", "claims": ["a" * 64], "reason": "r"},
+        None,
+        _as_is,
+        ["field 'claims' is invalid", "at least two"],
+        id="one-claim",
+    ),
+    pytest.param(
+        4704,
+        {"collection": "lab", "claims": ["a" * 64, "a" * 64], "reason": "r"},
+        None,
+        _as_is,
+        ["field 'claims' is invalid", "same id twice"],
+        id="same-claim",
+    ),
+    pytest.param(
+        4705,
+        {"collection": "lab", "members": ["npub1xyz"]},
+        None,
+        _as_is,
+        ["field 'members' is invalid"],
+        id="members",
+    ),
+    pytest.param(
+        4706, {"version": "1"}, None, _as_is, ["field 'sha256' is missing"], id="terms-missing"
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "content", "tags", "spoil", "words"), ENVELOPE_CASES)
+async def test_malformed_event_refuses_the_whole_batch(
+    ledger: Ledger,
+    kind: int,
+    content: dict[str, Any] | str,
+    tags: list[list[str]] | None,
+    spoil: Any,
+    words: list[str],
+) -> None:
+    """The bad event comes third, after two good ones: none of the three is stored."""
+    await ledger.approve([OWNER.pubkey])
+    bad = spoil(signed(OWNER, kind, content, tags=tags))
+    batch = [terms(OWNER), claim(OWNER, "lab", "A good claim.", created_at=T0 + 1), bad]
+    await refused(ledger, batch, *words, position=2)
+
+
+async def test_created_at_at_most_fifteen_minutes_ahead(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    await publish(ledger, terms(OWNER))
+    too_far = claim(OWNER, "lab", "From the future.", created_at=NOW + 901)
+    await refused(
+        ledger,
+        [too_far],
+        "field 'created_at' is invalid",
+        "901 s ahead of server time",
+        position=0,
+    )
+    just_in = claim(OWNER, "lab", "Just in time.", created_at=NOW + 900)
+    assert (await publish(ledger, just_in))["accepted"] == [just_in["id"]]
+    long_ago = claim(OWNER, "lab", "From long ago.", created_at=0)
+    assert (await publish(ledger, long_ago))["accepted"] == [long_ago["id"]]
+
+
+async def test_content_of_two_million_characters_is_stored(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    shell = json.dumps({"collection": "lab", "text": ""}, separators=(",", ":"))
+    text = "y" * (2_000_000 - len(shell))
+    doc = evidence(OWNER, "lab", text)
+    assert len(doc["content"]) == 2_000_000
+    assert (await publish(ledger, terms(OWNER), doc))["accepted"][1] == doc["id"]
+
+
+# --- who may write -----------------------------------------------------------------------------
+
+
+async def test_unknown_key_is_turned_away(ledger: Ledger) -> None:
+    words = f"pubkey {STRANGER.pubkey} is not approved and is not a member of any collection"
+    await refused(ledger, [terms(STRANGER)], words, position=0)
+    await refused(ledger, [terms(STRANGER), profile(STRANGER, "x")], words, position=0)
+    # A member list naming it elsewhere, in the same batch, comes first and lets it in.
+    await ledger.approve([OWNER.pubkey])
+    batch = [terms(OWNER), members(OWNER, "lab", [STRANGER.pubkey]), terms(STRANGER)]
+    assert (await publish(ledger, *batch))["accepted"] == ids(batch)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: [claim(OWNER, "lab", "No terms yet.")], id="no-terms"),
+        pytest.param(
+            lambda: [claim(OWNER, "lab", "Terms come too late."), terms(OWNER)], id="terms-later"
+        ),
+        pytest.param(lambda: [profile(OWNER, "owner"), terms(OWNER)], id="profile-first"),
+        pytest.param(lambda: [terms(OWNER, version="2")], id="wrong-version"),
+        pytest.param(lambda: [terms(OWNER, sha256="0" * 64)], id="wrong-sha256"),
+        pytest.param(
+            lambda: [terms(OWNER, version="1 ", sha256=TERMS.sha256)], id="version-spaces"
+        ),
+    ],
+)
+async def test_terms_must_be_signed_before_the_first_write(ledger: Ledger, make: Any) -> None:
+    await ledger.approve([OWNER.pubkey])
+    await refused(ledger, make(), "sign the current terms first", TERMS.sha256, position=0)
+
+
+async def test_another_keys_terms_do_not_count(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey, OWNER2.pubkey])
+    batch = [terms(OWNER2), claim(OWNER, "lab", "Whose terms?")]
+    await refused(ledger, batch, "sign the current terms first", position=1)
+
+
+async def test_terms_earlier_in_the_batch_or_before_it_count(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey, OWNER2.pubkey])
+    same_batch = [terms(OWNER), profile(OWNER, "owner"), claim(OWNER, "lab", "Fine.")]
+    assert (await publish(ledger, *same_batch))["accepted"] == ids(same_batch)
+    await publish(ledger, terms(OWNER2))
+    later = claim(OWNER2, "lab2", "Terms from an earlier batch count.")
+    assert (await publish(ledger, later))["accepted"] == [later["id"]]
+
+
+async def test_collection_is_owned_forever_by_its_creator(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey, APPROVED.pubkey])
+    first = claim(OWNER, "lab", "The first event naming lab.")
+    await publish(ledger, terms(OWNER), first, terms(APPROVED))
+    assert await owner_of(ledger, "lab") == OWNER.pubkey
+
+    # An approved key is no member of someone else's collection ...
+    await refused(
+        ledger,
+        [claim(APPROVED, "lab", "Let me in.")],
+        f"pubkey {APPROVED.pubkey} is not a member of collection 'lab'",
+        position=0,
+    )
+    # ... nor can it take the member list over, even naming itself.
+    await refused(
+        ledger,
+        [members(APPROVED, "lab", [APPROVED.pubkey])],
+        "only the owner of collection 'lab' changes its members",
+        position=0,
+    )
+    # Once added, it writes, but the list stays the owner's, and so does the collection.
+    await publish(ledger, members(OWNER, "lab", [APPROVED.pubkey]))
+    await publish(ledger, claim(APPROVED, "lab", "Now a member."))
+    await refused(
+        ledger,
+        [members(APPROVED, "lab", [APPROVED.pubkey], created_at=T0 + 5)],
+        "only the owner of collection 'lab' changes its members",
+        position=0,
+    )
+    assert await owner_of(ledger, "lab") == OWNER.pubkey
+
+
+async def test_member_list_can_create_the_collection(ledger: Ledger) -> None:
+    result = await open_collection(ledger, OWNER, "lab", [MEMBER])
+    assert result["collections"] == ["lab"]
+    assert await owner_of(ledger, "lab") == OWNER.pubkey
+    assert await ledger.can_read(OWNER.pubkey, "lab")
+    assert await ledger.can_read(MEMBER.pubkey, "lab")
+
+
+async def test_member_writes_without_approval_but_cannot_create(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    doc = evidence(MEMBER, "lab", DOC)
+    c = claim(MEMBER, "lab", "Reduced DAO activity causes HIT.")
+    batch = [
+        terms(MEMBER),
+        profile(MEMBER, "bot"),
+        doc,
+        c,
+        link(MEMBER, "lab", doc["id"], c["id"], "DAO"),
+    ]
+    assert (await publish(ledger, *batch))["accepted"] == ids(batch)
+    assert [pubkey for pubkey, _ in await ledger.approved()] == [OWNER.pubkey]  # MEMBER is not
+
+    await refused(
+        ledger,
+        [claim(MEMBER, "lab-2", "A new collection?")],
+        "collection 'lab-2' does not exist, and only approved pubkeys create collections",
+        position=0,
+    )
+    await refused(
+        ledger,
+        [members(MEMBER, "lab-2", [])],
+        "only approved pubkeys create collections",
+        position=0,
+    )
+    await refused(
+        ledger,
+        [members(MEMBER, "lab", [MEMBER.pubkey, MEMBER2.pubkey])],
+        "only the owner of collection 'lab' changes its members",
+        position=0,
+    )
+
+
+async def test_member_of_one_collection_is_no_member_of_another(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await open_collection(ledger, OWNER2, "other", [MEMBER2])
+    await join(ledger, MEMBER)
+    await refused(
+        ledger,
+        [claim(MEMBER, "other", "Wrong room.")],
+        f"pubkey {MEMBER.pubkey} is not a member of collection 'other'",
+        position=0,
+    )
+
+
+# --- member lists ------------------------------------------------------------------------------
+
+
+async def test_later_list_replaces_the_whole_list(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER, MEMBER2])
+    await publish(ledger, terms(MEMBER), terms(MEMBER2), claim(MEMBER, "lab", "In."))
+    await publish(ledger, members(OWNER, "lab", [MEMBER2.pubkey], created_at=T0 + 10))
+
+    # Removed from its only collection, MEMBER is now nobody at all.
+    for gone in (claim(MEMBER, "lab", "Still in?"), profile(MEMBER, "gone")):
+        await refused(
+            ledger, [gone], "is not approved and is not a member of any collection", position=0
+        )
+    assert (await publish(ledger, claim(MEMBER2, "lab", "Still in.")))["accepted"]
+    assert not await ledger.can_read(MEMBER.pubkey, "lab")
+    assert await ledger.can_read(MEMBER2.pubkey, "lab")
+
+    # Within one batch: the owner removes MEMBER2, whose next event in the batch is refused
+    # just as it would be in a batch of its own.
+    batch = [
+        members(OWNER, "lab", [], created_at=T0 + 20),
+        claim(MEMBER2, "lab", "Too late."),
+    ]
+    await refused(
+        ledger, batch, "is not approved and is not a member of any collection", position=1
+    )
+
+
+async def test_older_list_is_stored_but_does_not_replace_a_newer_one(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    newer = members(OWNER, "lab", [MEMBER.pubkey], created_at=T0 + 100)
+    older = members(OWNER, "lab", [MEMBER2.pubkey], created_at=T0 + 50)
+    oldest = members(OWNER, "lab", [MEMBER2.pubkey, MEMBER.pubkey], created_at=T0 + 10)
+    await publish(ledger, terms(OWNER), newer)
+    result = await publish(ledger, older, terms(MEMBER))  # older stored; MEMBER still in
+    assert result["accepted"] == [older["id"], terms(MEMBER)["id"]]
+    await publish(ledger, oldest)
+    assert await ledger.pool.fetchval("SELECT list_id FROM current_member_lists") == newer["id"]
+    assert await ledger.pool.fetchval("SELECT count(*) FROM member_lists") == 3
+    assert await ledger.can_read(MEMBER.pubkey, "lab")
+    assert not await ledger.can_read(MEMBER2.pubkey, "lab")
+    assert (await publish(ledger, claim(MEMBER, "lab", "Still a member.")))["accepted"]
+    # MEMBER2 was named only by lists that never became current: nobody.
+    await refused(
+        ledger,
+        [terms(MEMBER2)],
+        "is not approved and is not a member of any collection",
+        position=0,
+    )
+
+
+def _tied_lists(slug: str) -> tuple[Event, Event]:
+    """Two lists signed at the same second: (the one with the lower id, the other)."""
+    one = members(OWNER, slug, [MEMBER.pubkey], created_at=T0 + 10)
+    two = members(OWNER, slug, [MEMBER2.pubkey], created_at=T0 + 10)
+    low, high = sorted([one, two], key=lambda e: e["id"])
+    return low, high
+
+
+@pytest.mark.parametrize("order", ["low-first", "high-first", "one-batch"])
+async def test_tied_member_lists_go_to_the_lowest_id(ledger: Ledger, order: str) -> None:
+    await ledger.approve([OWNER.pubkey])
+    await publish(ledger, terms(OWNER), claim(OWNER, "lab", "Creates lab."))
+    low, high = _tied_lists("lab")
+    if order == "low-first":
+        await publish(ledger, low)
+        await publish(ledger, high)
+    elif order == "high-first":
+        await publish(ledger, high)
+        await publish(ledger, low)
+    else:
+        await publish(ledger, high, low)
+    assert await ledger.pool.fetchval("SELECT list_id FROM current_member_lists") == low["id"]
+    winner = json.loads(low["content"])["members"]
+    loser = json.loads(high["content"])["members"]
+    assert await ledger.can_read(winner[0], "lab")
+    assert not await ledger.can_read(loser[0], "lab")
+    rows = await ledger.pool.fetch("SELECT pubkey FROM memberships")
+    assert [r["pubkey"] for r in rows] == winner
+
+
+async def test_owner_is_always_a_member_even_when_left_out(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER])  # the list does not name the owner
+    await publish(ledger, members(OWNER, "lab", [], created_at=T0 + 10))
+    assert await ledger.can_read(OWNER.pubkey, "lab")
+    assert not await ledger.can_read(MEMBER.pubkey, "lab")
+    c = claim(OWNER, "lab", "The owner still writes.")
+    assert (await publish(ledger, c))["accepted"] == [c["id"]]
+    back = members(OWNER, "lab", [MEMBER.pubkey], created_at=T0 + 20)
+    assert (await publish(ledger, back))["accepted"] == [back["id"]]
+    assert await ledger.can_read(MEMBER.pubkey, "lab")
+
+
+# --- references --------------------------------------------------------------------------------
+
+
+async def test_references_to_every_allowed_target(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    doc = evidence(OWNER, "lab", DOC)
+    c1 = claim(OWNER, "lab", "DAO explains HIT.")
+    c2 = claim(OWNER, "lab", "DAO does not explain HIT.")
+    await publish(ledger, terms(OWNER), doc, c1)  # stored earlier
+    l1 = link(OWNER, "lab", doc["id"], c1["id"], "reduced diamine oxidase")  # stored refs
+    both = contradiction(OWNER, "lab", [c1["id"], c2["id"]])  # c2 is earlier in this batch
+    q = "correlate poorly with symptoms"
+    batch = [
+        c2,
+        l1,
+        both,
+        link(OWNER, "lab", doc["id"], l1["id"], q, relation="REBUTS"),  # onto a link
+        link(OWNER, "lab", doc["id"], both["id"], q),  # onto a contradiction
+        link(OWNER, "lab", doc["id"], doc["id"], q, relation="REBUTS"),  # onto evidence
+        link(OWNER, "lab", doc["id"], c2["id"], q, relation="QUALIFIES"),  # QUALIFIES a claim
+    ]
+    assert (await publish(ledger, *batch))["accepted"] == ids(batch)
+
+
+async def test_reference_errors(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab")
+    doc = evidence(OWNER, "lab", DOC)
+    c1 = claim(OWNER, "lab", "DAO explains HIT.")
+    c2 = claim(OWNER, "lab", "DAO does not explain HIT.")
+    l1 = link(OWNER, "lab", doc["id"], c1["id"], "reduced diamine oxidase")
+    both = contradiction(OWNER, "lab", [c1["id"], c2["id"]])
+    listed = members(OWNER, "lab", [MEMBER.pubkey], created_at=T0 + 1)
+    me = profile(OWNER, "owner")
+    await publish(ledger, doc, c1, c2, l1, both, listed, me)
+    q = "reduced diamine oxidase"
+
+    def ln(source: str, target: str, relation: str = "SUPPORTS") -> Event:
+        return link(OWNER, "lab", source, target, q, relation=relation)
+
+    cases: list[tuple[list[Event], list[str]]] = [
+        ([ln(c1["id"], c2["id"])], [f"from must be an evidence event; {c1['id']} is a claim"]),
+        ([ln(l1["id"], c2["id"])], ["from must be an evidence event", "is a link"]),
+        ([ln(MISSING, c1["id"])], [f"from {MISSING} does not exist in collection 'lab'"]),
+        ([ln(doc["id"], MISSING)], [f"to {MISSING} does not exist in collection 'lab'"]),
+        ([ln(doc["id"], me["id"])], [f"to {me['id']} does not exist in collection 'lab'"]),
+        ([ln(doc["id"], listed["id"])], ["to must be a claim, link, contradiction or evidence"]),
+        ([ln(doc["id"], l1["id"], "QUALIFIES")], ["QUALIFIES may only target a claim", "link"]),
+        ([ln(doc["id"], both["id"], "QUALIFIES")], ["QUALIFIES may only target a claim"]),
+        ([ln(doc["id"], doc["id"], "QUALIFIES")], ["QUALIFIES may only target a claim"]),
+        (
+            [contradiction(OWNER, "lab", [c1["id"], doc["id"]])],
+            [f"{doc['id']} is not a claim in collection 'lab'"],
+        ),
+        (
+            [contradiction(OWNER, "lab", [l1["id"], c1["id"]])],
+            [f"{l1['id']} is not a claim in collection 'lab'"],
+        ),
+        (
+            [contradiction(OWNER, "lab", [c1["id"], MISSING])],
+            [f"claim {MISSING} does not exist in collection 'lab'"],
+        ),
+    ]
+    for batch, words in cases:
+        await refused(ledger, batch, *words, position=0)
+
+    # Only *earlier* in the batch: a forward reference is a reference to nothing.
+    c3 = claim(OWNER, "lab", "Claimed after its link.")
+    forward = ln(doc["id"], c3["id"])
+    await refused(ledger, [forward, c3], "does not exist in collection 'lab'", position=0)
+    c4 = claim(OWNER, "lab", "Claimed after the contradiction.")
+    later = contradiction(OWNER, "lab", [c1["id"], c4["id"]])
+    await refused(ledger, [c2, later, c4], "does not exist in collection 'lab'", position=1)
+
+
+async def test_other_collections_events_read_exactly_like_missing_ones(ledger: Ledger) -> None:
+    """A member of "lab" learns nothing about "secret" by citing its events."""
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await open_collection(ledger, OWNER2, "secret")
+    secret_doc = evidence(OWNER2, "secret", DOC)
+    secret_claim = claim(OWNER2, "secret", "A secret claim.")
+    await publish(ledger, secret_doc, secret_claim)
+    doc = evidence(MEMBER, "lab", DOC)
+    mine = claim(MEMBER, "lab", "My claim.")
+    await publish(ledger, terms(MEMBER), doc, mine)
+
+    async def message(make: Any, cited: str) -> str:
+        bad = make(cited)
+        text = await refused(ledger, [bad], position=0)
+        return text.replace(bad["id"][:12], "<event>").replace(cited, "<cited>")
+
+    def as_target(cited: str) -> Event:
+        return link(MEMBER, "lab", doc["id"], cited, "DAO")
+
+    def as_source(cited: str) -> Event:
+        return link(MEMBER, "lab", cited, mine["id"], "DAO")
+
+    def as_claim(cited: str) -> Event:
+        return contradiction(MEMBER, "lab", [mine["id"], cited])
+
+    for make, cited in [
+        (as_target, secret_claim["id"]),
+        (as_source, secret_doc["id"]),
+        (as_claim, secret_claim["id"]),
+    ]:
+        assert await message(make, cited) == await message(make, MISSING)
+
+
+# --- quotes ------------------------------------------------------------------------------------
+
+
+QUOTED = (
+    "The \u201cDAO\u201d enzyme \u2014 as Smith\u2019s\u00a0review notes \u2014 is\n\n"
+    "\ufb01ne-tuned by diet, hista\u00admine and the  ATP\u2011ase."
+)
+
+
+FORGIVEN = [
+    "The \u201cDAO\u201d enzyme",  # exactly
+    'the "dao" ENZYME',  # straight quotes, case
+    "as smith's review notes",  # apostrophe, no-break space
+    "enzyme - as Smith",  # em dash to hyphen
+    "is fine-tuned by diet",  # line breaks and the fi ligature
+    "histamine and the ATP-ase",  # soft hyphen gone, two spaces, non-breaking hyphen
+    "  \tThe \u201cDAO\u201d  ",  # surrounding whitespace
+]
+
+
+async def test_quotes_found_after_normalization(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    doc = evidence(OWNER, "lab", QUOTED)
+    c = claim(OWNER, "lab", "Diet tunes DAO.")
+    links = [link(OWNER, "lab", doc["id"], c["id"], quote) for quote in FORGIVEN]
+    batch = [terms(OWNER), doc, c, *links]
+    assert (await publish(ledger, *batch))["accepted"] == ids(batch)
+    rows = await ledger.pool.fetch("SELECT quote FROM links ORDER BY seq")
+    assert [r["quote"] for r in rows] == FORGIVEN  # stored as signed, not normalized
+
+
+@pytest.mark.parametrize(
+    "quote",
+    [
+        "is fine-tuned by food",  # a changed word
+        "fine-tuned by diet.",  # punctuation the text does not have there ...
+        "The DAO enzyme",  # dropped quotation marks are not forgiven
+        "finetuned by diet",  # nor a dropped hyphen
+        "\u2014 \u2014",  # two dashes that never stand side by side
+    ],
+)
+async def test_quote_not_found_refuses_the_batch(ledger: Ledger, quote: str) -> None:
+    await ledger.approve([OWNER.pubkey])
+    doc = evidence(OWNER, "lab", QUOTED)
+    c = claim(OWNER, "lab", "Diet tunes DAO.")
+    good = link(OWNER, "lab", doc["id"], c["id"], "fine-tuned by diet")
+    bad = link(OWNER, "lab", doc["id"], c["id"], quote)
+    await refused(
+        ledger,
+        [terms(OWNER), doc, c, good, bad],
+        f"quote not found verbatim in evidence {doc['id']}",
+        position=4,
+    )
+
+
+async def test_quote_checked_against_stored_evidence_and_only_its_own(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    doc = evidence(OWNER, "lab", QUOTED)
+    other = evidence(OWNER, "lab", DOC)
+    c = claim(OWNER, "lab", "Diet tunes DAO.")
+    await publish(ledger, terms(OWNER), doc, other, c)
+    ok = link(OWNER, "lab", doc["id"], c["id"], "FINE-TUNED BY DIET")
+    assert (await publish(ledger, ok))["accepted"] == [ok["id"]]
+    # A quote from the other evidence is not in this one.
+    bad = link(OWNER, "lab", doc["id"], c["id"], "correlate poorly with symptoms")
+    await refused(ledger, [bad], "quote not found verbatim in evidence", position=0)
+
+
+# --- concurrency -------------------------------------------------------------------------------
+
+
+async def test_racing_creators_end_with_one_owner(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey, OWNER2.pubkey])
+    for round_ in range(3):
+        slug = f"race-{round_}"
+        a = [terms(OWNER)] + [claim(OWNER, slug, f"a {i}") for i in range(40)]
+        b = [terms(OWNER2)] + [claim(OWNER2, slug, f"b {i}") for i in range(40)]
+        results = await asyncio.gather(
+            ledger.publish(a, now=NOW), ledger.publish(b, now=NOW), return_exceptions=True
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        assert len(errors) == 1, results
+        assert isinstance(errors[0], PublishError), errors[0]
+        assert f"is not a member of collection '{slug}'" in str(errors[0])
+        winner = OWNER if results[1] is errors[0] else OWNER2 if results[0] is errors[0] else None
+        assert winner is not None
+        assert await owner_of(ledger, slug) == winner.pubkey
+        authors = await ledger.pool.fetch(
+            "SELECT DISTINCT pubkey FROM events WHERE collection = $1", slug
+        )
+        assert [r["pubkey"] for r in authors] == [winner.pubkey]
+        assert (
+            await ledger.pool.fetchval("SELECT count(*) FROM claims WHERE collection = $1", slug)
+            == 40
+        )
+
+
+async def test_same_batch_sent_twice_at_once_is_stored_once(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    for round_ in range(3):
+        slug = f"twice-{round_}"
+        doc = evidence(OWNER, slug, DOC)
+        batch = [terms(OWNER), doc, members(OWNER, slug, [MEMBER.pubkey])]
+        for i in range(40):  # 83 events: verified in several threads
+            c = claim(OWNER, slug, f"claim {i}")
+            batch += [c, link(OWNER, slug, doc["id"], c["id"], "DAO")]
+        first, second = await asyncio.gather(
+            ledger.publish(batch, now=NOW), ledger.publish(batch, now=NOW)
+        )
+        new = [e["id"] for e in batch if round_ == 0 or e["kind"] != 4706]
+        outcomes = sorted(
+            [(r.accepted, r.skipped) for r in (first, second)], key=lambda o: -len(o[0])
+        )
+        assert outcomes[0][0] == new
+        assert outcomes[1] == ([], ids(batch))
+    rows = await counts(ledger)
+    assert rows["events"] == 1 + 3 * 82
+    assert rows["collections"] == 3
+    assert rows["links"] == rows["claims"] == 120
+    assert rows["member_lists"] == rows["current_member_lists"] == 3
+
+
+# --- the database refuses edits ----------------------------------------------------------------
+
+
+UPDATABLE = {
+    "events": "content",
+    "collections": "owner",
+    "evidence": "text",
+    "claims": "text",
+    "links": "quote",
+    "contradictions": "reason",
+    "contradiction_claims": "collection",
+    "member_lists": "members",
+    "profiles": "name",
+    "terms_signatures": "version",
+}
+
+
+async def fill_every_ledger_table(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    doc = evidence(OWNER, "lab", DOC)
+    c1 = claim(OWNER, "lab", "DAO explains HIT.")
+    c2 = claim(OWNER, "lab", "DAO does not explain HIT.")
+    await publish(
+        ledger,
+        profile(OWNER, "owner"),
+        doc,
+        c1,
+        c2,
+        link(OWNER, "lab", doc["id"], c1["id"], "DAO"),
+        contradiction(OWNER, "lab", [c1["id"], c2["id"]]),
+    )
+    got = await counts(ledger)
+    assert all(got[table] > 0 for table in LEDGER_TABLES), got
+
+
+@pytest.mark.parametrize("verb", ["UPDATE", "DELETE", "TRUNCATE"])
+async def test_raw_sql_cannot_change_the_ledger(ledger: Ledger, verb: str) -> None:
+    await fill_every_ledger_table(ledger)
+    before = await counts(ledger)
+    assert set(UPDATABLE) == set(LEDGER_TABLES)
+    for table, column in UPDATABLE.items():
+        statements = {
+            "UPDATE": [f"UPDATE {table} SET {column} = {column}"],
+            "DELETE": [f"DELETE FROM {table}"],
+            "TRUNCATE": [f"TRUNCATE {table} CASCADE", f"TRUNCATE {table}"],
+        }[verb]
+        for statement in statements:
+            with pytest.raises(asyncpg.PostgresError) as caught:
+                await ledger.pool.execute(statement)
+            if not statement.endswith(f"TRUNCATE {table}"):
+                assert "append-only" in str(caught.value), (statement, caught.value)
+    with pytest.raises(asyncpg.PostgresError, match="append-only"):
+        await ledger.pool.execute(f"TRUNCATE {', '.join(LEDGER_TABLES)} CASCADE")
+    assert await counts(ledger) == before
+
+
+async def test_plain_truncate_names_the_append_only_rule_where_nothing_references(
+    ledger: Ledger,
+) -> None:
+    """Tables nothing references reach the trigger even without CASCADE."""
+    await fill_every_ledger_table(ledger)
+    for table in ("links", "contradiction_claims", "profiles", "terms_signatures"):
+        with pytest.raises(asyncpg.PostgresError, match="append-only"):
+            await ledger.pool.execute(f"TRUNCATE {table}")
+
+
+# --- regressions: re-sent events, unstorable strings, positions in big batches -----------------
+
+
+async def test_resent_stored_event_can_be_referenced(ledger: Ledger) -> None:
+    """A client retrying a larger batch re-sends events it already stored; the new events
+    after them may cite them (and quote the re-sent evidence)."""
+    await ledger.approve([OWNER.pubkey])
+    doc = evidence(OWNER, "lab", DOC)
+    c1 = claim(OWNER, "lab", "DAO explains HIT.")
+    await publish(ledger, terms(OWNER), doc, c1)
+    c2 = claim(OWNER, "lab", "DAO does not explain HIT.")
+    supports = link(OWNER, "lab", doc["id"], c2["id"], "reduced diamine oxidase")
+    both = contradiction(OWNER, "lab", [c1["id"], c2["id"]])
+    result = await publish(ledger, terms(OWNER), doc, c1, c2, supports, both)
+    assert result["skipped"] == [terms(OWNER)["id"], doc["id"], c1["id"]]
+    assert result["accepted"] == [c2["id"], supports["id"], both["id"]]
+    # The quote is still checked against the re-sent evidence's text.
+    bad = link(OWNER, "lab", doc["id"], c1["id"], "increased diamine oxidase")
+    await refused(ledger, [doc, bad], "quote not found verbatim in evidence", position=1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "content", "words"),
+    [
+        pytest.param(
+            4702,
+            '{"collection":"lab","text":"a\\u0000b"}',
+            ["field 'text' is invalid", "U+0000"],
+            id="nul-claim-text",
+        ),
+        pytest.param(
+            0, '{"name":"bot\\u0000"}', ["field 'name' is invalid", "U+0000"], id="nul-name"
+        ),
+        pytest.param(
+            0,
+            '{"name":"bot","x":{"y":["\\u0000"]}}',
+            ["field 'x' is invalid", "U+0000"],
+            id="nul-nested-extra",
+        ),
+        pytest.param(
+            4702,
+            '{"collection":"lab","text":"a\\ud800b"}',
+            ["field 'text' is invalid", "lone UTF-16 surrogate"],
+            id="lone-surrogate",
+        ),
+        pytest.param(
+            4701,
+            '{"collection":"lab","text":"t","title":"\\udc00"}',
+            ["field 'title' is invalid", "lone UTF-16 surrogate"],
+            id="lone-low-surrogate",
+        ),
+    ],
+)
+async def test_unstorable_escapes_in_content_are_refused(
+    ledger: Ledger, kind: int, content: str, words: list[str]
+) -> None:
+    """JSON escapes that decode to NUL or half a surrogate pair: a PublishError naming the
+    field, not a database error."""
+    await ledger.approve([OWNER.pubkey])
+    await refused(ledger, [terms(OWNER), signed(OWNER, kind, content)], *words, position=1)
+
+
+async def test_a_surrogate_pair_escape_is_fine(ledger: Ledger) -> None:
+    await ledger.approve([OWNER.pubkey])
+    c = signed(OWNER, 4702, '{"collection":"lab","text":"\\ud83e\\uddea test tube"}')
+    assert (await publish(ledger, terms(OWNER), c))["accepted"][1] == c["id"]
+    text = await ledger.pool.fetchval("SELECT text FROM claims")
+    assert text == "\U0001f9ea test tube"
+
+
+async def test_positions_are_exact_in_big_batches(ledger: Ledger) -> None:
+    """Big batches are verified in several threads; the error still names the earliest bad
+    event by its position in the whole batch."""
+    await ledger.approve([OWNER.pubkey])
+    doc = evidence(OWNER, "lab", DOC)
+    good = [terms(OWNER), doc] + [claim(OWNER, "lab", f"claim {i}") for i in range(298)]
+
+    def spoiled(position: int) -> Event:
+        return {**good[position], "sig": good[position - 1]["sig"]}
+
+    for positions in ([150], [299], [63, 64, 250], [2, 299]):
+        batch = list(good)
+        for position in positions:
+            batch[position] = spoiled(position)
+        await refused(ledger, batch, "signature does not verify", position=min(positions))
+    # The same for a rule broken deep in the batch, judged after parsing.
+    batch = list(good)
+    batch[277] = link(OWNER, "lab", doc["id"], good[276]["id"], "no such words")
+    await refused(ledger, batch, "quote not found verbatim in evidence", position=277)
+    assert len((await publish(ledger, *good))["accepted"]) == len(good)
+
+
+async def test_member_removed_earlier_in_the_batch_is_nobody_for_the_rest_of_it(
+    ledger: Ledger,
+) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await join(ledger, MEMBER)
+    removal = members(OWNER, "lab", [], created_at=T0 + 10)
+    late = profile(MEMBER, "still here?")
+    # In two batches: refused (see test_later_list_replaces_the_whole_list).
+    # In one batch it must be refused the same way.
+    await refused(
+        ledger,
+        [removal, late],
+        "is not approved and is not a member of any collection",
+        position=1,
+    )
+
+
+# --- junk never raises anything but PublishError -----------------------------------------------
+
+SETUP = [
+    terms(OWNER),
+    evidence(OWNER, "lab", DOC),
+    claim(OWNER, "lab", "DAO explains HIT."),
+]
+PLAUSIBLE_STRINGS = [
+    "lab",
+    "other",
+    "Lab",
+    "",
+    " ",
+    "SUPPORTS",
+    "QUALIFIES",
+    "REBUTS",
+    "1",
+    TERMS.sha256,
+    OWNER.pubkey,
+    STRANGER.pubkey,
+    MISSING,
+    "reduced diamine oxidase",
+    *ids(SETUP),
+]
+CONTENT_KEYS = [
+    "collection",
+    "text",
+    "url",
+    "title",
+    "source",
+    "from",
+    "to",
+    "relation",
+    "quote",
+    "reason",
+    "claims",
+    "members",
+    "version",
+    "sha256",
+    "name",
+    "about",
+    "picture",
+    "tool",
+    "args",
+]
+
+
+def _json_values(text: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**70), max_value=2**70)
+        | st.floats()
+        | text
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+        max_leaves=8,
+    )
+
+
+def junk_strategies() -> st.SearchStrategy[object]:
+    """Junk JSON: non-lists, lists of junk, signed events with random kinds, content and tags,
+    some with one envelope field spoiled. Strings hold anything, NUL and lone surrogates
+    included (raw where the envelope allows it, escaped inside signed content)."""
+    signable = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12) | st.sampled_from(
+        PLAUSIBLE_STRINGS
+    )
+    anything = st.text(max_size=12) | signable
+    values = _json_values(anything)
+    signable_values = _json_values(signable)
+    content_dicts = st.dictionaries(
+        st.sampled_from(CONTENT_KEYS) | signable, signable_values, max_size=6
+    )
+    contents = (
+        content_dicts.map(lambda obj: json.dumps(obj, ensure_ascii=False))
+        | content_dicts.map(json.dumps)
+        | st.dictionaries(signable, values, max_size=3).map(json.dumps)  # escaped surrogates
+        | signable
+    )
+    signers = st.sampled_from([OWNER, STRANGER])
+
+    @st.composite
+    def signed_events(draw: st.DrawFn) -> object:
+        signer: SecretKey = draw(signers)
+        kind = draw(st.sampled_from([0, 4701, 4702, 4703, 4704, 4705, 4706, 4707, 1]))
+        content = draw(contents)
+        tags = draw(st.just([]) | st.lists(st.lists(signable, max_size=2), max_size=2))
+        created_at = draw(st.integers(min_value=0, max_value=NOW + 2000))
+        event = signer.sign(kind, content, created_at, tags).to_dict()
+        if draw(st.booleans()):  # spoil one envelope field
+            field = draw(st.sampled_from(FIELDS))
+            if draw(st.booleans()):
+                event[field] = draw(values)
+            else:
+                del event[field]
+        return event
+
+    event_like = st.dictionaries(st.sampled_from(FIELDS) | anything, values, max_size=8)
+    items = signed_events() | event_like | values
+    return (
+        values.filter(lambda v: not isinstance(v, list))
+        | st.lists(items, max_size=5)
+        | st.lists(signed_events(), min_size=1, max_size=4)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(junk_strategies())
+def test_parse_batch_raises_only_publish_error(raw: object) -> None:
+    try:
+        parsed = parse_batch(raw, NOW)
+    except PublishError as exc:
+        assert str(exc)
+    else:
+        assert isinstance(raw, list) and len(parsed) == len(raw)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(raw=junk_strategies())
+async def test_publish_raises_only_publish_error(ledger: Ledger, raw: object) -> None:
+    await ledger.approve([OWNER.pubkey])
+    await publish(ledger, *SETUP)
+    before = await counts(ledger)
+    try:
+        result = await ledger.publish(raw, now=NOW)
+    except PublishError as exc:
+        assert str(exc)
+        assert await counts(ledger) == before
+    else:
+        assert isinstance(raw, list)
+        assert len(result.accepted) + len(result.skipped) == len(raw)
