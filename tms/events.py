@@ -265,6 +265,7 @@ class SecretKey:
         return Event(event_id, self.pubkey, created_at, kind, tag_list, content, sig)
 
 
-def dumps_content(content: Mapping[str, Any]) -> str:
-    """How we serialize a content object before signing: compact, UTF-8, like JSON.stringify."""
-    return _COMPACT.encode(content)
+def compact_json(value: Any) -> str:
+    """JSON as `JSON.stringify` writes it: compact, UTF-8. How we serialize content before
+    signing, and tags for storage."""
+    return _COMPACT.encode(value)

@@ -19,7 +19,7 @@ from typing import Any, Final
 import asyncpg
 
 from tms.db import Connection, Pool
-from tms.events import Event
+from tms.events import Event, compact_json
 from tms.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
 from tms.rules import (
     Parsed,
@@ -209,14 +209,10 @@ async def _parse_off_loop(raw: list[object], now: int) -> list[Parsed]:
 
 
 def _line(row: asyncpg.Record) -> str:
-    # The stored tags are already compact JSON; splice them in rather than parse and re-dump.
-    event = Event(
-        row["id"], row["pubkey"], row["created_at"], row["kind"], [], row["content"], row["sig"]
-    )
-    line = event.to_json()
-    if row["tags"] != "[]":
-        line = line.replace(',"tags":[],', f',"tags":{row["tags"]},', 1)
-    return line
+    tags = [] if row["tags"] == "[]" else json.loads(row["tags"])  # only profiles carry tags
+    return Event(
+        row["id"], row["pubkey"], row["created_at"], row["kind"], tags, row["content"], row["sig"]
+    ).to_json()
 
 
 async def _lock(conn: Connection, batch: Sequence[Parsed]) -> None:
@@ -289,7 +285,7 @@ async def _write(conn: Connection, plan: Plan) -> None:
         [e.pubkey for e in events],
         [e.created_at for e in events],
         [e.kind for e in events],
-        [_tags_json(e) for e in events],
+        [compact_json(e.tags) for e in events],
         [e.content for e in events],
         [e.sig for e in events],
         [p.collection for p in accepted],
@@ -317,15 +313,6 @@ async def _write(conn: Connection, plan: Plan) -> None:
             slug,
             members,
         )
-
-
-def _tags_json(event: Event) -> str:
-    if not event.tags:
-        return "[]"
-    line = event.to_json()
-    start = line.index(',"tags":') + len(',"tags":')
-    end = line.index(',"content":', start)
-    return line[start:end]
 
 
 async def _write_typed(conn: Connection, accepted: Sequence[Parsed], seq: dict[str, int]) -> None:

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from tms import nip19
 from tms.errors import TMSError
-from tms.events import Event, SecretKey, check_text, dumps_content, loads_strict
+from tms.events import Event, SecretKey, check_text, compact_json, loads_strict
 from tms.keys import parse_secret
 from tms.kinds import validate_content
 from tms.types import KIND_REQUEST
@@ -61,7 +61,7 @@ def _key_lines(key: SecretKey, *, secret: bool) -> list[str]:
 
 def _sign(kind: int, content: dict[str, Any]) -> Event:
     key = _key_from_env()
-    text = dumps_content(content)
+    text = compact_json(content)
     check_text(text, "content")
     event = key.sign(kind, text, int(time.time()))
     validate_content(event)  # refuse to sign what the ledger would refuse
