@@ -6,6 +6,7 @@ hashlib, json and coincurve, the way any Nostr library would.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
@@ -294,3 +295,22 @@ async def test_export_reads_one_snapshot(ledger: Ledger) -> None:
     assert (await export(ledger, "lab"))[-1] == json.dumps(
         late, separators=(",", ":"), ensure_ascii=False
     )
+
+
+async def test_slow_exports_never_hold_up_publishing(ledger: Ledger, db_url: str) -> None:
+    """Downloads that stall keep their connections; with a pool of their own (as the server
+    runs), publishing goes on meanwhile."""
+    await build_lab(ledger)
+    export_pool = await open_pool(db_url, min_size=0, max_size=2)
+    try:
+        split = Ledger(ledger.pool, export_pool=export_pool)
+        stalled = [split.export_lines("lab") for _ in range(2)]
+        for stream in stalled:
+            await anext(stream)  # each now holds an export connection, mid-download
+        late = claim(OWNER, "lab", "Published while two exports stall.", created_at=NOW - 1)
+        result = await asyncio.wait_for(publish(split, late), timeout=30)
+        assert result["accepted"] == [late["id"]]
+        for stream in stalled:
+            await stream.aclose()
+    finally:
+        await export_pool.close()

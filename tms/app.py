@@ -45,6 +45,7 @@ EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event p
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
 HEALTH_TIMEOUT_SECONDS: Final = 5.0
 POOL_CLOSE_SECONDS: Final = 10.0
+EXPORT_CONNECTIONS: Final = 4  # downloads in flight at once; more wait for one to finish
 PRIVATE: Final = {"Cache-Control": "no-store"}
 
 # Errors that mean "the database cannot be reached right now", as opposed to a bug.
@@ -219,11 +220,18 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         url = explicit_url if explicit_url is not None else await db.database_url(settings)
         pool = await db.open_pool(url)
-        app.state.ledger = Ledger(pool)
+        try:
+            # Exports hold a connection for as long as the download lasts: give them their own
+            # few, so that slow downloaders queue behind each other and never block publishing.
+            export_pool = await db.open_pool(url, min_size=0, max_size=EXPORT_CONNECTIONS)
+        except BaseException:
+            await pool.close()
+            raise
+        app.state.ledger = Ledger(pool, export_pool=export_pool)
         try:
             yield
         finally:
-            await _close(pool)
+            await asyncio.gather(_close(export_pool), _close(pool))
 
     app = Starlette(
         routes=ROUTES,

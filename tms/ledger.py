@@ -59,8 +59,9 @@ class PublishResult:
 
 
 class Ledger:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, export_pool: Pool | None = None) -> None:
         self.pool = pool
+        self.export_pool = pool if export_pool is None else export_pool
 
     # --- publishing ------------------------------------------------------------------------
 
@@ -129,7 +130,10 @@ class Ledger:
         belonged only to another collection, come right before that first event, after the
         member list that let it in; later ones come in ledger order, while the key belongs to
         this collection (one it signed after being removed would not be accepted on replay)."""
-        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        async with (
+            self.export_pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read"),
+        ):
             owner = await conn.fetchval("SELECT owner FROM collections WHERE slug = $1", slug)
             firsts = {
                 r["pubkey"]: r["first"]
