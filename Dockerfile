@@ -6,7 +6,7 @@
 #   docker exec tms uv run --no-dev tms approve npub1...
 FROM python:3.11-slim
 
-COPY --from=ghcr.io/astral-sh/uv:0.13.9 /uv /uvx /bin/
+RUN pip install --no-cache-dir uv==0.13.9
 
 ENV UV_COMPILE_BYTECODE=1 \
     UV_LINK_MODE=copy \
@@ -22,7 +22,6 @@ RUN uv sync --locked --no-dev --no-install-project
 # Then the project itself (installed editable: the sql/ migrations stay beside the package).
 COPY tms ./tms
 COPY sql ./sql
-COPY static ./static
 RUN uv sync --locked --no-dev
 
 RUN useradd --system --user-group --uid 10001 --home-dir /data --no-create-home tms \
