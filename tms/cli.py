@@ -142,17 +142,10 @@ async def _usable_database(settings: Settings) -> str:
 async def _open_pool(settings: Settings, *, max_size: int) -> tuple[str, Pool]:
     """The database the server uses: `TMS_DATABASE_URL`, else the embedded PostgreSQL in
     `TMS_DATA_DIR` (started if no other process has it running). Failures are `DatabaseError`."""
-    import asyncpg
+    from tms.db import database_url, open_pool
 
-    from tms.db import DatabaseError, database_url, open_pool
-
-    try:
-        url = await database_url(settings)
-        return url, await open_pool(url, min_size=1, max_size=max_size)
-    except TMSError:
-        raise
-    except (OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
-        raise DatabaseError(f"cannot use the database: {' '.join(str(exc).split())}") from exc
+    url = await database_url(settings)
+    return url, await open_pool(url, min_size=1, max_size=max_size)
 
 
 @asynccontextmanager

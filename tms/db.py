@@ -144,7 +144,11 @@ def with_database(url: str, database: str) -> str:
 
 
 async def ensure_database(server_url: str, database: str) -> None:
-    conn = await asyncpg.connect(server_url)
+    try:
+        conn = await asyncpg.connect(server_url)
+    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
+        reason = " ".join(str(exc).split())
+        raise DatabaseError(f"cannot connect to the embedded database: {reason}") from exc
     try:
         exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
         if not exists:
@@ -176,7 +180,10 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
     try:
         async with pool.acquire() as conn:
             await migrate(conn)
-    except BaseException:
+    except BaseException as exc:
         await pool.close()
+        if isinstance(exc, (OSError, asyncpg.InterfaceError, asyncpg.PostgresError)):
+            reason = " ".join(str(exc).split())
+            raise DatabaseError(f"cannot migrate the database: {reason}") from exc
         raise
     return pool

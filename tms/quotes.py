@@ -143,9 +143,6 @@ class PreparedText:
 
     __slots__ = ("_haystack", "_normalized")
 
-    _normalized: str
-    _haystack: str | bytes
-
     def __init__(self, text: str) -> None:
         normalized = normalize(text)
         haystack: str | bytes = normalized
@@ -160,14 +157,8 @@ class PreparedText:
             encoded = normalized.encode("utf-8", "surrogatepass")
             if len(encoded) < 2 * len(normalized):
                 haystack = encoded
-        object.__setattr__(self, "_normalized", normalized)
-        object.__setattr__(self, "_haystack", haystack)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
+        self._normalized = normalized
+        self._haystack = haystack
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {len(self._normalized)} normalized characters>"
