@@ -31,7 +31,9 @@ from tms.quotes import PreparedText
 from tms.terms import current_terms
 from tms.types import (
     KIND_CLAIM,
+    KIND_CONTRADICTION,
     KIND_EVIDENCE,
+    KIND_LINK,
     KIND_NAMES,
     KIND_REQUEST,
     EventId,
@@ -40,7 +42,7 @@ from tms.types import (
 )
 
 MAX_BATCH: Final = 1000
-LINK_TARGETS: Final = frozenset({KIND_CLAIM, 4703, 4704, KIND_EVIDENCE})
+LINK_TARGETS: Final = frozenset({KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION, KIND_EVIDENCE})
 
 
 class PublishError(TMSError):
