@@ -34,7 +34,7 @@ from tms.rules import (
     referenced_ids,
 )
 from tms.terms import current_terms
-from tms.types import KIND_MEMBERS, EventId, PubKey, Slug
+from tms.types import EMBEDDED_KINDS, KIND_MEMBERS, EventId, PubKey, Slug
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
@@ -301,6 +301,14 @@ async def _write(conn: Connection, plan: Plan) -> None:
             plan.new_collections,
         )
     await _write_typed(conn, accepted, seq)
+    searchable = [e.id for e in events if e.kind in EMBEDDED_KINDS]
+    if searchable:  # their vectors are computed after commit (tms.embedder)
+        await conn.execute(
+            "INSERT INTO embedding_queue (event_id, seq) SELECT u.id, u.seq "
+            "FROM unnest($1::text[], $2::bigint[]) AS u(id, seq)",
+            searchable,
+            [seq[i] for i in searchable],
+        )
     for slug, (created_at, list_id, members) in plan.member_lists.items():
         await conn.execute(
             """INSERT INTO current_member_lists (collection, list_id, created_at)

@@ -34,5 +34,8 @@ KIND_NAMES: Final[dict[int, str]] = {
 
 RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
 
+# Kinds whose text gets a vector for search (claims, evidence, contradiction reasons).
+EMBEDDED_KINDS: Final = frozenset({KIND_EVIDENCE, KIND_CLAIM, KIND_CONTRADICTION})
+
 MAX_CONTENT_CHARS: Final = 2_000_000
 MAX_FUTURE_SECONDS: Final = 15 * 60  # a stored event may be this far ahead of server time
