@@ -5,6 +5,7 @@ Routes (the whole table is `ROUTES` below):
     GET /healthz                  {"ok": true, "database": "reachable"}, or 503 when it is not
     GET /terms                    {"version", "sha256", "text"}: the terms every key signs
     GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98)
+    POST /mcp                     the MCP endpoint: tools and prompts (tms.mcp_server)
 
 Handlers are thin: they authenticate, call the ledger, and shape the answer. Every answer is JSON
 `{"error": "..."}` when something is wrong: 401 (with `WWW-Authenticate: Nostr`) when the
@@ -15,7 +16,6 @@ never a traceback on the wire) for anything unforeseen.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -30,12 +30,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from tms import db, nip98
+from tms import nip98
 from tms.config import Settings
 from tms.db import DatabaseError
 from tms.errors import AuthError
 from tms.kinds import SLUG_PATTERN
 from tms.ledger import Ledger
+from tms.mcp_server import build_server, http_endpoint
+from tms.runtime import open_runtime
 from tms.terms import current_terms
 from tms.types import PubKey, Slug
 
@@ -44,8 +46,6 @@ log = logging.getLogger("tms.app")
 EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
 HEALTH_TIMEOUT_SECONDS: Final = 5.0
-POOL_CLOSE_SECONDS: Final = 10.0
-EXPORT_CONNECTIONS: Final = 4  # downloads in flight at once; more wait for one to finish
 PRIVATE: Final = {"Cache-Control": "no-store"}
 
 # Errors that mean "the database cannot be reached right now", as opposed to a bug.
@@ -94,8 +94,16 @@ async def export(request: Request) -> Response:
     )
 
 
+class _MCPEndpoint:
+    """`/mcp`: the MCP endpoint (streamable HTTP, stateless, JSON), built by the lifespan."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await scope["app"].state.mcp(scope, receive, send)
+
+
 ROUTES: Final = [
     Route("/healthz", healthz, methods=["GET"]),
+    Route("/mcp", _MCPEndpoint()),
     Route("/terms", terms, methods=["GET"]),
     # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
     Route("/c/{slug:path}/export.jsonl", export, methods=["GET"]),
@@ -211,27 +219,18 @@ def _ledger(request: Request) -> Ledger:
 
 def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> Starlette:
     """The app. The database is `database_url` when given, else the one `settings` name (the
-    embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); its pool lives as long
-    as the app's lifespan."""
+    embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); the pools, the model
+    and the MCP session manager live as long as the app's lifespan."""
     settings = Settings.from_env() if settings is None else settings
-    explicit_url = database_url
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        url = explicit_url if explicit_url is not None else await db.database_url(settings)
-        pool = await db.open_pool(url)
-        try:
-            # Exports hold a connection for as long as the download lasts: give them their own
-            # few, so that slow downloaders queue behind each other and never block publishing.
-            export_pool = await db.open_pool(url, min_size=0, max_size=EXPORT_CONNECTIONS)
-        except BaseException:
-            await pool.close()
-            raise
-        app.state.ledger = Ledger(pool, export_pool=export_pool)
-        try:
-            yield
-        finally:
-            await asyncio.gather(_close(export_pool), _close(pool))
+        async with open_runtime(settings, database_url) as runtime:
+            endpoint, manager = http_endpoint(build_server(runtime.tools()))
+            app.state.ledger = runtime.ledger
+            app.state.mcp = endpoint
+            async with manager.run():
+                yield
 
     app = Starlette(
         routes=ROUTES,
@@ -245,12 +244,3 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     )
     app.state.settings = settings
     return app
-
-
-async def _close(pool: asyncpg.Pool) -> None:
-    """Close the pool, waiting a little for connections still lent out (an export in flight)."""
-    try:
-        await asyncio.wait_for(pool.close(), POOL_CLOSE_SECONDS)
-    except TimeoutError:
-        log.warning("database connections still busy after %ss; closing them", POOL_CLOSE_SECONDS)
-        pool.terminate()

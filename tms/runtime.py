@@ -1,0 +1,87 @@
+"""The running service, assembled once for every front door (the HTTP app and `tms stdio`):
+database pools, the embedding model, the vector catch-up and the tools over them.
+
+Start-up fails loudly on a misconfiguration (a database that cannot be reached, a model file
+whose checksum is wrong) rather than serving half a product.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Final
+
+import asyncpg
+
+from tms import db
+from tms.config import Settings
+from tms.embedding import Embedder, EmbeddingConfig
+from tms.events import SecretKey
+from tms.ledger import Ledger
+from tms.reads import Reads
+from tms.request_log import RequestLog
+from tms.tools import Services, Tools
+from tms.vectors import Vectors
+
+log = logging.getLogger("tms.runtime")
+
+EXPORT_CONNECTIONS: Final = 4  # downloads in flight at once; more wait for one to finish
+POOL_CLOSE_SECONDS: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    ledger: Ledger
+    services: Services
+
+    def tools(self, signer: SecretKey | None = None) -> Tools:
+        return Tools(self.services, signer=signer)
+
+
+@functools.cache
+def load_embedder(config: EmbeddingConfig) -> Embedder:
+    """One model per process: loading costs a second or two and the session is shareable."""
+    return Embedder.load(config)
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: Settings, database_url: str | None = None
+) -> AsyncIterator[Runtime]:
+    url = database_url if database_url is not None else await db.database_url(settings)
+    embedding = settings.embedding
+    embedder = await asyncio.to_thread(load_embedder, embedding) if embedding.enabled else None
+    pool = await db.open_pool(url)
+    vectors: Vectors | None = None
+    try:
+        # Exports hold a connection for as long as the download lasts: give them their own
+        # few, so that slow downloaders queue behind each other and never block publishing.
+        export_pool = await db.open_pool(url, min_size=0, max_size=EXPORT_CONNECTIONS)
+        try:
+            reads = Reads(pool)
+            if embedder is not None:
+                await reads.ensure_vector_index(embedder.model_id, embedder.dims)
+                vectors = Vectors(pool, embedder, wait_seconds=settings.embed_wait)
+                await vectors.start()
+            ledger = Ledger(pool, export_pool=export_pool, vectors=vectors)
+            services = Services(ledger, reads, RequestLog(pool), vectors)
+            yield Runtime(ledger, services)
+        finally:
+            if vectors is not None:
+                await vectors.close()
+            await close_pool(export_pool)
+    finally:
+        await close_pool(pool)
+
+
+async def close_pool(pool: asyncpg.Pool) -> None:
+    """Close the pool, waiting a little for connections still lent out (an export in flight)."""
+    try:
+        await asyncio.wait_for(pool.close(), POOL_CLOSE_SECONDS)
+    except TimeoutError:
+        log.warning("database connections still busy after %ss; closing them", POOL_CLOSE_SECONDS)
+        pool.terminate()

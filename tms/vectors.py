@@ -1,0 +1,198 @@
+"""Vectors for search: computed after a publish commits, and caught up in the background.
+
+Every claim, evidence and contradiction enters `embedding_queue` in its publish transaction.
+Vectors are made outside it, so a slow or broken model never holds a batch back or loses one:
+
+- `embed_published` embeds the claims and contradictions just stored (what search reads), chunk
+  by chunk, until done or until the wait budget (`TMS_EMBED_WAIT`) is spent; `publish` reports
+  how many it embedded;
+- a background task empties the rest of the queue: evidence, what a publish left over, what
+  failed earlier, and at start-up every event without a vector from the current model (so a changed
+  model is re-embedded by the same path).
+
+Queue rows are taken with `FOR UPDATE SKIP LOCKED`, so a publish, the background task and other
+server processes never embed the same event at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from tms.db import Connection, Pool
+from tms.embedding import Embedder, embedding_text
+from tms.kinds import Claim, Content, Contradiction, Evidence
+from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Slug
+
+log = logging.getLogger("tms.vectors")
+
+CHUNK: Final = 64  # events embedded per model call and per transaction
+EVIDENCE_PREFIX_CHARS: Final = 4000  # read from the database; the model sees 256 tokens anyway
+RETRY_SECONDS: Final = 30.0  # after a failed catch-up round
+
+
+class Vectors:
+    def __init__(self, pool: Pool, embedder: Embedder, *, wait_seconds: float) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.wait_seconds = wait_seconds
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def model(self) -> str:
+        return self.embedder.model_id
+
+    @property
+    def dims(self) -> int:
+        return self.embedder.dims
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Queue every event that lacks a vector from this model (all of them, after a model
+        change), then start catching up in the background."""
+        await self.pool.execute(_SQL_ENQUEUE_MISSING, self.model)
+        self._task = asyncio.create_task(self._catch_up_forever(), name="tms-vectors")
+        self._wake.set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    # --- work --------------------------------------------------------------------------------
+
+    async def embed_published(self, ids: Sequence[EventId]) -> int:
+        """Embed these just-published events until done or the wait budget is spent; return
+        how many this call embedded. What is left stays queued for the background task."""
+        deadline = time.monotonic() + self.wait_seconds
+        done = 0
+        try:
+            for start in range(0, len(ids), CHUNK):
+                if time.monotonic() >= deadline:
+                    break
+                done += await self._embed_chunk(list(ids[start : start + CHUNK]))
+        finally:
+            self._wake.set()
+        return done
+
+    async def query(self, text: str) -> list[float]:
+        vectors = await asyncio.to_thread(self.embedder.embed, [text])
+        return vectors[0]
+
+    async def pending_claims(self, collection: Slug) -> int:
+        """Claims of the collection still waiting for a vector (missing from vector search)."""
+        count = await self.pool.fetchval(
+            """SELECT count(*) FROM embedding_queue q JOIN claims c ON c.id = q.event_id
+               WHERE c.collection = $1""",
+            collection,
+        )
+        return int(count or 0)
+
+    async def _catch_up_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                while await self._embed_chunk(None):
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the model or the database failed: retry later
+                log.warning("embedding catch-up failed, retrying in %ss: %s", RETRY_SECONDS, exc)
+                with contextlib.suppress(TimeoutError):  # or sooner, when a publish wakes us
+                    await asyncio.wait_for(self._wake.wait(), RETRY_SECONDS)
+                self._wake.set()
+
+    async def _embed_chunk(self, ids: list[EventId] | None) -> int:
+        """Embed one chunk of queued events (these ids, or the oldest queued) in one
+        transaction; returns how many got a vector."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if ids is None:
+                taken = await conn.fetch(_SQL_TAKE_OLDEST, CHUNK)
+            else:
+                taken = await conn.fetch(_SQL_TAKE_IDS, ids)
+            if not taken:
+                return 0
+            taken_ids = [r["event_id"] for r in taken]
+            rows = await conn.fetch(_SQL_TEXTS, taken_ids, EVIDENCE_PREFIX_CHARS)
+            texts = [embedding_text(r["kind"], _content(r)) for r in rows]
+            vectors = await asyncio.to_thread(self.embedder.embed, texts) if texts else []
+            await _store(conn, self.model, rows, vectors)
+            await conn.execute(
+                "DELETE FROM embedding_queue WHERE event_id = ANY($1::text[])", taken_ids
+            )
+            return len(rows)
+
+
+async def _store(
+    conn: Connection, model: str, rows: Sequence[Any], vectors: Sequence[Sequence[float]]
+) -> None:
+    if not rows:
+        return
+    ids = [r["id"] for r in rows]
+    await conn.execute(
+        "DELETE FROM embeddings WHERE event_id = ANY($1::text[]) AND model <> $2", ids, model
+    )
+    await conn.execute(
+        """INSERT INTO embeddings (event_id, model, collection, kind, embedding)
+           SELECT u.id, $2, u.collection, u.kind, u.embedding::vector
+           FROM unnest($1::text[], $3::text[], $4::int[], $5::text[])
+                AS u(id, collection, kind, embedding)
+           ON CONFLICT (event_id, model) DO NOTHING""",
+        ids,
+        model,
+        [r["collection"] for r in rows],
+        [r["kind"] for r in rows],
+        [_vector_literal(v) for v in vectors],
+    )
+
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(f"{x:.8g}" for x in vector) + "]"
+
+
+def _content(row: Any) -> Content:
+    """The typed content `embedding_text` reads, rebuilt from the typed tables (already
+    validated when published, so no validation here)."""
+    kind = row["kind"]
+    if kind == KIND_CLAIM:
+        return Claim.model_construct(collection=row["collection"], text=row["text"])
+    if kind == KIND_EVIDENCE:
+        return Evidence.model_construct(
+            collection=row["collection"], text=row["text"], title=row["title"]
+        )
+    return Contradiction.model_construct(
+        collection=row["collection"], claims=[], reason=row["text"]
+    )
+
+
+_SQL_TAKE_OLDEST: Final = """
+    SELECT event_id FROM embedding_queue ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED"""
+_SQL_TAKE_IDS: Final = """
+    SELECT event_id FROM embedding_queue WHERE event_id = ANY($1::text[])
+    ORDER BY seq FOR UPDATE SKIP LOCKED"""
+_SQL_TEXTS: Final = f"""
+    SELECT id, collection, {KIND_CLAIM} AS kind, text, NULL::text AS title
+    FROM claims WHERE id = ANY($1::text[])
+    UNION ALL
+    SELECT id, collection, {KIND_EVIDENCE}, left(text, $2), title
+    FROM evidence WHERE id = ANY($1::text[])
+    UNION ALL
+    SELECT id, collection, {KIND_CONTRADICTION}, reason, NULL
+    FROM contradictions WHERE id = ANY($1::text[])"""
+_SQL_ENQUEUE_MISSING: Final = """
+    INSERT INTO embedding_queue (event_id, seq)
+    SELECT t.id, t.seq FROM (
+        SELECT id, seq FROM claims
+        UNION ALL SELECT id, seq FROM evidence
+        UNION ALL SELECT id, seq FROM contradictions
+    ) AS t
+    WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.event_id = t.id AND e.model = $1)
+    ON CONFLICT (event_id) DO NOTHING"""
