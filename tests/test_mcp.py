@@ -13,7 +13,17 @@ from typing import Any
 import asyncpg
 import jsonschema
 import pytest
-from mcp_helpers import Caller, Live, fresh_database, live_server, request, sign, terms_event
+from mcp_helpers import (
+    HEADERS,
+    Caller,
+    Live,
+    compact,
+    fresh_database,
+    live_server,
+    request,
+    sign,
+    terms_event,
+)
 
 from tms.events import SecretKey
 
@@ -446,3 +456,26 @@ def test_a_member_of_another_collection_cannot_read_this_one(world: World, calle
     assert "not a member of collection" in caller.tool_error(
         world.other, "get_links", collection=SLUG
     )
+
+
+def test_a_full_size_evidence_document_goes_through(world: World, caller: Caller) -> None:
+    envelope = len(compact({"collection": SLUG, "title": "Big", "text": ""}))
+    size = 2_000_000 - envelope  # the content string, JSON and all, is exactly at the limit
+    text = ("Ünïcödé evidence text, repeated to the limit. " * 50_000)[:size]
+    doc = sign(world.owner, 4701, {"collection": SLUG, "title": "Big", "text": text})
+    assert len(doc["content"]) == 2_000_000
+    assert caller.publish(doc)["accepted"] == [doc["id"]]
+    event = caller.tool(world.member, "get_event", id=doc["id"], offset=size - 10)["result"]
+    assert event["chars"] == size and event["content"]["text"] == text[-10:]
+
+
+def test_a_body_over_the_limit_is_refused_with_a_clear_error(caller: Caller) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "publish", "arguments": {"events": ["x" * (65 * 1024 * 1024)]}},
+    }
+    response = caller.http.post(caller.live.mcp, json=body, headers=HEADERS)
+    assert response.status_code == 413
+    assert "too large" in response.text.lower()

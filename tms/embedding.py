@@ -19,10 +19,15 @@ Why it is put together this way:
 - No offline flag is set: given `specific_model_path`, fastembed returns that folder before any
   hub call (the tests load the model with sockets refused), and HF_HUB_OFFLINE would change the
   whole process, which may legitimately fetch another model.
-- One lock around the model: one call already keeps every thread it is given busy, so two at
-  once would only fight over the same cores. Texts are sorted by length before batching because
-  fastembed pads a batch to its longest text, and padding is paid for in full; a text's vector
-  does not depend on the batch it is in (up to float rounding).
+- Threads run whole batches, each on one onnxruntime thread, through one shared session
+  (`InferenceSession.run` is thread-safe; the weights are in memory once). For texts of claim
+  length the matrices are small, and splitting each product over two threads costs a fifth more
+  CPU than running two batches side by side (measured on 2 cores; see `BATCH_SIZE`).
+- One lock around a call: a call already keeps every thread busy, so two calls at once would only
+  fight over the same cores. Texts are sorted by length before batching because fastembed pads a
+  batch to its longest text and padding is paid for in full; the longest go first so the last
+  batch to finish is a short one. A text's vector does not depend on its batch (with one thread
+  per run, onnxruntime computes every row the same way; the tests check it).
 - fastembed is imported by `load`, not here: the import alone takes about two seconds, which
   every CLI command would otherwise pay with embedding off or unused.
 
@@ -45,6 +50,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -52,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
+from numpy.typing import NDArray
 
 from tms.errors import TMSError
 from tms.kinds import Claim, Contradiction, Evidence
@@ -72,7 +79,9 @@ TOKENIZER_FILES: Final = (
 )
 TEXT_CHARS: Final = 4000  # of each embedded field; see the module docstring
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
-BATCH_SIZE: Final = 32  # texts per onnxruntime call, measured in bench/embedding.py
+# Texts per onnxruntime call. On 2 cores, 1,000 claims of 10-30 words cost the same CPU time from
+# 4 to 32 texts a call and more above 64 (bigger activations fall out of the cache).
+BATCH_SIZE: Final = 16
 
 
 class EmbeddingError(TMSError):
@@ -92,7 +101,7 @@ class EmbeddingConfig:
     enabled: bool
     model: str
     model_dir: Path | None  # the model's files, instead of the packaged ones or a download
-    threads: int  # onnxruntime threads per call
+    threads: int  # batches run at once, each on one onnxruntime thread
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EmbeddingConfig:
@@ -129,9 +138,12 @@ class Embedder:
     model_id: str  # stored with every vector: fastembed's spelling of the model's name
     dims: int
 
-    def __init__(self, model: TextEmbedding, model_id: str, dims: int) -> None:
+    def __init__(self, model: TextEmbedding, model_id: str, dims: int, threads: int) -> None:
         self._model = model
         self._lock = threading.Lock()
+        self._pool = (
+            ThreadPoolExecutor(threads, thread_name_prefix="tms-embed") if threads > 1 else None
+        )
         self.model_id = model_id
         self.dims = dims
 
@@ -146,22 +158,22 @@ class Embedder:
             if model_id == DEFAULT_MODEL and config.model_dir is None:
                 with tempfile.TemporaryDirectory(prefix="tms-embed-") as folder:
                     _assemble(Path(folder))
-                    model = _open(TextEmbedding, model_id, Path(folder), config.threads)
+                    model = _open(TextEmbedding, model_id, Path(folder))
             elif config.model_dir is not None:
                 if not config.model_dir.is_dir():
                     raise EmbeddingError(f"TMS_EMBED_MODEL_DIR {config.model_dir} is not a folder")
                 if model_id == DEFAULT_MODEL:
                     _check_sha256(config.model_dir / MODEL_FILE)
-                model = _open(TextEmbedding, model_id, config.model_dir, config.threads)
+                model = _open(TextEmbedding, model_id, config.model_dir)
             else:  # another model, fetched (or taken from its cache) by fastembed
-                model = TextEmbedding(model_id, threads=config.threads)
+                model = TextEmbedding(model_id, threads=1)
         except EmbeddingError as exc:
             raise EmbeddingError(f"cannot load the embedding model {model_id}: {exc}") from None
         except Exception as exc:  # fastembed, onnxruntime, tokenizers or the file system
             raise EmbeddingError(
                 f"cannot load the embedding model {model_id}: {_one_line(exc)}"
             ) from exc
-        return cls(model, model_id, dims)
+        return cls(model, model_id, dims, config.threads)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit-length vectors, one per text, in order."""
@@ -169,12 +181,16 @@ class Embedder:
             raise TypeError("embed takes a sequence of texts, not one text")
         if not texts:
             return []
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        ordered = [texts[i] for i in order]
+        batches = [ordered[i : i + BATCH_SIZE] for i in range(0, len(ordered), BATCH_SIZE)]
         try:
             with self._lock:
-                batch = np.stack(
-                    list(self._model.embed([texts[i] for i in order], batch_size=BATCH_SIZE))
-                )
+                if self._pool is None or len(batches) == 1:
+                    parts = [self._embed_batch(b) for b in batches]
+                else:
+                    parts = list(self._pool.map(self._embed_batch, batches))
+            batch = np.concatenate(parts)
         except Exception as exc:
             raise EmbeddingError(f"embedding failed: {_one_line(exc)}") from exc
         if batch.shape != (len(texts), self.dims):
@@ -186,6 +202,9 @@ class Embedder:
         vectors[order] = batch
         result: list[list[float]] = vectors.tolist()
         return result
+
+    def _embed_batch(self, texts: list[str]) -> NDArray[np.float32]:
+        return np.stack(list(self._model.embed(texts, batch_size=len(texts))), dtype=np.float32)
 
 
 def embedding_text(kind: int, content: object) -> str:
@@ -209,14 +228,12 @@ def _describe(text_embedding: type[TextEmbedding], name: str) -> tuple[str, int]
     raise EmbeddingError(f"TMS_EMBED_MODEL {name!r} is not a text model fastembed knows")
 
 
-def _open(
-    text_embedding: type[TextEmbedding], model_id: str, folder: Path, threads: int
-) -> TextEmbedding:
+def _open(text_embedding: type[TextEmbedding], model_id: str, folder: Path) -> TextEmbedding:
     # cache_dir: fastembed creates it even when it does not use it; keep it out of /tmp
     return text_embedding(
         model_id,
         cache_dir=str(folder),
-        threads=threads,
+        threads=1,  # per run: Embedder runs batches side by side instead
         specific_model_path=str(folder),
         local_files_only=True,
     )

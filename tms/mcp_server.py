@@ -23,6 +23,10 @@ from tms.tools import TOOLS, Tool, Tools
 
 log = logging.getLogger("tms.mcp")
 
+# A publish may carry events of 2,000,000 characters each (up to 24 MB as escaped JSON); the
+# SDK's default of 4 MiB would refuse even one full-size document.
+MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+
 INSTRUCTIONS: Final = (
     "TMS is a private, append-only evidence ledger. Every record is a Nostr event signed by its "
     "author. `publish` takes signed events; every other tool takes one signed kind 4707 "
@@ -107,7 +111,9 @@ def http_endpoint(
     lifespan must enter. Stateless with JSON responses: any POST stands alone, no session or
     initialize step. No DNS-rebinding host check: nothing here rides on ambient credentials
     (no cookies, no tokens), every call carries its own signature."""
-    manager = StreamableHTTPSessionManager(app=server, json_response=True, stateless=True)
+    manager = StreamableHTTPSessionManager(
+        app=server, json_response=True, stateless=True, max_request_body_size=MAX_BODY_BYTES
+    )
     return StreamableHTTPASGIApp(manager), manager
 
 
