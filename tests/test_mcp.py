@@ -479,3 +479,12 @@ def test_a_body_over_the_limit_is_refused_with_a_clear_error(caller: Caller) -> 
     response = caller.http.post(caller.live.mcp, json=body, headers=HEADERS)
     assert response.status_code == 413
     assert "too large" in response.text.lower()
+
+
+def test_fetch_url_is_for_keys_that_may_use_the_service(world: World, caller: Caller) -> None:
+    stranger = caller.tool_error(world.stranger, "fetch_url", url="https://example.org/")
+    assert "is not approved and is not a member of any collection" in stranger
+    internal = caller.tool_error(world.member, "fetch_url", url="http://127.0.0.1:8080/")
+    assert "127.0.0.1 is a loopback address" in internal
+    metadata = caller.tool_error(world.member, "fetch_url", url="http://169.254.169.254/latest")
+    assert "link-local" in metadata

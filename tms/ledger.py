@@ -140,6 +140,17 @@ class Ledger:
     async def collection_exists(self, slug: Slug) -> bool:
         return bool(await self.pool.fetchval("SELECT 1 FROM collections WHERE slug = $1", slug))
 
+    async def may_use(self, pubkey: PubKey) -> bool:
+        """Approved by the operator, or owner or member of some collection: who may publish,
+        and who may use the service's own resources (fetching)."""
+        row = await self.pool.fetchval(
+            """SELECT EXISTS (SELECT 1 FROM approvals WHERE pubkey = $1)
+                   OR EXISTS (SELECT 1 FROM collections WHERE owner = $1)
+                   OR EXISTS (SELECT 1 FROM memberships WHERE pubkey = $1)""",
+            pubkey,
+        )
+        return bool(row)
+
     async def can_read(self, pubkey: PubKey, slug: Slug) -> bool:
         """Owner or current member. A missing collection and a closed one look the same."""
         row = await self.pool.fetchval(

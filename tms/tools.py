@@ -161,6 +161,8 @@ async def _check_proof(services: Services, caller: PubKey, args: s.CheckProofArg
 
 
 async def _fetch_url(services: Services, caller: PubKey, args: s.FetchUrlArgs) -> Any:
+    if not await services.ledger.may_use(caller):  # not an open proxy for any key at all
+        raise ToolError(f"pubkey {caller} is not approved and is not a member of any collection")
     return (await fetch_url(args.url, allow=services.fetch_allow)).to_dict()
 
 
@@ -286,8 +288,9 @@ TOOLS: Final[dict[str, Tool]] = {
         Tool(
             "fetch_url",
             "Download a public web page, plain text or PDF and return its full text and title, "
-            "ready to sign as evidence (kind 4701). Stores nothing. http(s) only, no internal "
-            "addresses, at most 50 MB downloaded and 2,000,000 characters of text." + _SIGNED,
+            "ready to sign as evidence (kind 4701). Stores nothing. For keys approved or in a "
+            "collection. http(s) only, no internal addresses, at most 50 MB downloaded and "
+            "2,000,000 characters of text." + _SIGNED,
             s.FetchUrlArgs,
             s.FetchResult,
             _fetch_url,
