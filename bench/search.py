@@ -71,7 +71,7 @@ TARGET_VECTOR_MS: Final = 40.0  # p50
 # --- claim texts ---------------------------------------------------------------------------------
 
 SUBJECTS: Final = [
-    s.strip()
+    " ".join(s.split())
     for s in """vitamin D supplementation, daily low-dose aspirin, intermittent fasting,
     a Mediterranean diet, regular aerobic exercise, melatonin before bed, omega-3 fatty acids,
     high-dose zinc lozenges, cognitive behavioural therapy, low-dose naltrexone,
@@ -90,7 +90,7 @@ SUBJECTS: Final = [
     loading""".split(",")
 ]
 VERBS: Final = [
-    v.strip()
+    " ".join(v.split())
     for v in """reduces, increases, does not affect, modestly improves, worsens,
     is associated with lower, is associated with higher, has no measurable effect on, predicts,
     roughly doubles, roughly halves, slightly raises, substantially lowers,
@@ -99,7 +99,7 @@ VERBS: Final = [
     cannot explain, reliably reduces, inconsistently improves""".split(",")
 ]
 OUTCOMES: Final = [
-    o.strip()
+    " ".join(o.split())
     for o in """all-cause mortality, systolic blood pressure, LDL cholesterol,
     migraine frequency, sleep quality, depressive symptoms, reading scores, youth employment,
     housing supply, carbon emissions, traffic congestion, serum DAO activity,
@@ -116,7 +116,7 @@ OUTCOMES: Final = [
     lactate threshold, sprint performance, reaction time""".split(",")
 ]
 POPULATIONS: Final = [
-    p.strip()
+    " ".join(p.split())
     for p in """in adults over 65, in children under twelve, in postmenopausal women,
     in elite athletes, in patients with type 2 diabetes, among night-shift workers,
     in low-income households, in large cities, in rural areas, among current smokers,
@@ -127,7 +127,7 @@ POPULATIONS: Final = [
     in coastal regions, in northern countries""".split(",")
 ]
 QUALIFIERS: Final = [
-    q.strip()
+    " ".join(q.split())
     for q in """after twelve weeks, over five years of follow-up, at doses above 2000 IU a day,
     compared with placebo, according to a 2019 meta-analysis, but only in the first year,
     when combined with dietary changes, with a small effect size, independent of body mass

@@ -488,3 +488,23 @@ def test_fetch_url_is_for_keys_that_may_use_the_service(world: World, caller: Ca
     assert "127.0.0.1 is a loopback address" in internal
     metadata = caller.tool_error(world.member, "fetch_url", url="http://169.254.169.254/latest")
     assert "link-local" in metadata
+
+
+def test_only_post_is_served(caller: Caller) -> None:
+    for method in ("GET", "DELETE", "PUT"):
+        response = caller.http.request(method, caller.live.mcp, headers=HEADERS)
+        assert response.status_code == 405
+        assert response.headers["allow"] == "POST"
+        assert "stateless" in response.json()["error"]
+
+
+def test_prompt_errors_are_json_rpc_errors(caller: Caller) -> None:
+    for params, fragment in [
+        ({"name": "nope", "arguments": {"collection": SLUG}}, "unknown prompt 'nope'"),
+        ({"name": "briefing", "arguments": {}}, "needs `collection`"),
+        ({"name": "claims_pass", "arguments": {"collection": "Not A Slug"}}, "must be a slug"),
+    ]:
+        body = {"jsonrpc": "2.0", "id": 9, "method": "prompts/get", "params": params}
+        reply = caller.http.post(caller.live.mcp, json=body, headers=HEADERS).json()
+        assert reply["error"]["code"] == -32602
+        assert fragment in reply["error"]["message"]

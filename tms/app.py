@@ -95,9 +95,16 @@ async def export(request: Request) -> Response:
 
 
 class _MCPEndpoint:
-    """`/mcp`: the MCP endpoint (streamable HTTP, stateless, JSON), built by the lifespan."""
+    """`/mcp`: the MCP endpoint (streamable HTTP, stateless, JSON), built by the lifespan.
+    Stateless, it has no server-to-client stream to GET and no session to DELETE: those get a
+    405 here rather than the SDK's idle event stream, which would hold a connection forever."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            message = "the MCP endpoint is stateless: send each JSON-RPC request as a POST"
+            response = error(message, 405, headers={"Allow": "POST"})
+            await response(scope, receive, send)
+            return
         await scope["app"].state.mcp(scope, receive, send)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Final
 import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from tms.errors import TMSError
@@ -79,17 +80,23 @@ def build_server(tools: Tools) -> Server[Any]:
     async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         entry = PROMPTS.get(params.name)
         if entry is None:
-            raise ValueError(f"unknown prompt '{params.name[:64]}'; prompts/list names them")
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"unknown prompt '{params.name[:64]}'; prompts/list names them",
+            )
         collection = (params.arguments or {}).get("collection", "").strip()
-        if not collection:
-            raise ValueError(f"prompt '{params.name}' needs the argument `collection`")
         description, render = entry
+        try:
+            text = render(collection)
+        except ValueError as exc:  # not a slug
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"prompt '{params.name}' needs `collection`, a collection's slug: {exc}",
+            ) from None
         return types.GetPromptResult(
             description=description,
             messages=[
-                types.PromptMessage(
-                    role="user", content=types.TextContent(type="text", text=render(collection))
-                )
+                types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
             ],
         )
 
