@@ -508,3 +508,99 @@ def test_prompt_errors_are_json_rpc_errors(caller: Caller) -> None:
         reply = caller.http.post(caller.live.mcp, json=body, headers=HEADERS).json()
         assert reply["error"]["code"] == -32602
         assert fragment in reply["error"]["message"]
+
+
+def test_every_publish_error_row_of_spec_through_mcp(world: World, caller: Caller) -> None:
+    """SPEC's "Common errors" rows that `publish` produces, each through /mcp, each storing
+    nothing."""
+    o, m = world.owner, world.member
+    fresh = SecretKey.generate()  # approved, but has not signed the terms
+    asyncio.run(_approve(caller.live.database_url, fresh))
+    link = dict(world.link)
+    content = {"collection": SLUG, "from": world.doc["id"], "reason": "r", "quote": "DAO"}
+    cases: list[tuple[list[dict[str, Any]], str]] = [
+        ([sign(fresh, 4702, {"collection": SLUG, "text": "x"})], "sign the current terms first"),
+        (
+            [sign(world.other, 4702, {"collection": SLUG, "text": "x"})],
+            "not a member of collection",
+        ),
+        (
+            [sign(m, 4702, {"collection": "brand-new", "text": "x"})],
+            "only approved pubkeys create collections",
+        ),
+        (
+            [sign(m, 4705, {"collection": SLUG, "members": []})],
+            f"only the owner of collection '{SLUG}' changes its members",
+        ),
+        (
+            [
+                sign(
+                    o,
+                    4703,
+                    {
+                        **content,
+                        "quote": "not in the text",
+                        "to": world.claim["id"],
+                        "relation": "SUPPORTS",
+                    },
+                )
+            ],
+            "quote not found verbatim in evidence",
+        ),
+        (
+            [
+                sign(
+                    o,
+                    4703,
+                    {
+                        **content,
+                        "from": world.claim["id"],
+                        "to": world.claim["id"],
+                        "relation": "SUPPORTS",
+                    },
+                )
+            ],
+            "from must be an evidence event",
+        ),
+        (
+            [
+                sign(
+                    o,
+                    4704,
+                    {
+                        "collection": SLUG,
+                        "claims": [world.claim["id"], world.doc["id"]],
+                        "reason": "r",
+                    },
+                )
+            ],
+            f"is not a claim in collection '{SLUG}'",
+        ),
+        (
+            [sign(o, 4703, {**content, "to": "ab" * 32, "relation": "SUPPORTS"})],
+            "does not exist",
+        ),
+        (
+            [sign(o, 4703, {**content, "to": world.link["id"], "relation": "QUALIFIES"})],
+            "QUALIFIES may only target a claim",
+        ),
+        ([{**link, "content": link["content"] + " "}], "id does not match"),
+        ([{**link, "sig": link["sig"][::-1]}], "signature does not verify"),
+        ([sign(o, 4702, {"collection": SLUG, "text": "x", "extra": 1})], "unknown fields"),
+        ([sign(o, 4702, {"collection": SLUG})], "is missing"),
+        ([sign(o, 4702, {"collection": SLUG, "text": 5})], "field 'text' is invalid"),
+        (
+            [
+                o.sign(
+                    4702, compact({"collection": SLUG, "text": "x"}), int(time.time()), [["t", "x"]]
+                ).to_dict()
+            ],
+            "tags must be []",
+        ),
+    ]
+    before = caller.tool(o, "list_collections")["result"]
+    for events, fragment in cases:
+        message = caller.error("publish", {"events": events})
+        assert fragment in message, (fragment, message)
+        assert message.startswith("events[0]"), message
+    assert caller.tool(o, "list_collections")["result"] == before
