@@ -24,10 +24,13 @@ Why it is put together this way:
   length the matrices are small, and splitting each product over two threads costs a fifth more
   CPU than running two batches side by side (measured on 2 cores; see `BATCH_SIZE`).
 - One lock around a call: a call already keeps every thread busy, so two calls at once would only
-  fight over the same cores. Texts are sorted by length before batching because fastembed pads a
-  batch to its longest text and padding is paid for in full; the longest go first so the last
-  batch to finish is a short one. A text's vector does not depend on its batch (with one thread
-  per run, onnxruntime computes every row the same way; the tests check it).
+  fight over the same cores.
+- Texts are sorted longest first and cut into batches of bounded padded size (`BATCH_SIZE`,
+  `BATCH_CHARS`): fastembed pads a batch to its longest text and the padding is computed in
+  full, so one evidence in a batch of claims would make every claim cost as much as the evidence
+  (40 claims and one long text: 2 s in fixed batches of 16, 0.3 s so). Longest first, so the last
+  batch to finish is a short one. A text's vector does not depend on its batch: with one thread
+  per run onnxruntime computes every row the same way (the tests check it).
 - fastembed is imported by `load`, not here: the import alone takes about two seconds, which
   every CLI command would otherwise pay with embedding off or unused.
 
@@ -36,8 +39,8 @@ of its text (the title says what the document is about in few words; the text fi
 the window), and a contradiction's reason. Each text is cut to `TEXT_CHARS` characters. The model
 reads at most 256 tokens, about 1,000-1,500 characters of English prose, but the tokenizer reads
 all of its input before truncating (two seconds for a 2,000,000-character evidence); 4,000 leaves
-room for whitespace, markup and short tokens. Cutting each field on its own prefix also makes the
-text a function of the first 4,000 characters, so a vector made from a database prefix of that
+room for whitespace, markup and short tokens. Cutting each field on its own also makes the text a
+function of each field's first 4,000 characters, so a vector made from a database prefix of that
 length equals one made from the full content.
 """
 
@@ -79,9 +82,12 @@ TOKENIZER_FILES: Final = (
 )
 TEXT_CHARS: Final = 4000  # of each embedded field; see the module docstring
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
-# Texts per onnxruntime call. On 2 cores, 1,000 claims of 10-30 words cost the same CPU time from
-# 4 to 32 texts a call and more above 64 (bigger activations fall out of the cache).
+# A batch is at most BATCH_SIZE texts, and at most BATCH_CHARS characters once padded to its
+# longest text (as the model pays for it). Measured on 2 cores: 1,000 claims of 10-30 words cost
+# about the same CPU time at 4 to 32 texts a call, more at 64 and above (the activations fall out
+# of the cache), and a text the model reads in full (256 tokens) is cheapest alone.
 BATCH_SIZE: Final = 16
+BATCH_CHARS: Final = 2000
 
 
 class EmbeddingError(TMSError):
@@ -182,8 +188,7 @@ class Embedder:
         if not texts:
             return []
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
-        ordered = [texts[i] for i in order]
-        batches = [ordered[i : i + BATCH_SIZE] for i in range(0, len(ordered), BATCH_SIZE)]
+        batches = _batches([texts[i] for i in order])
         try:
             with self._lock:
                 if self._pool is None or len(batches) == 1:
@@ -205,6 +210,19 @@ class Embedder:
 
     def _embed_batch(self, texts: list[str]) -> NDArray[np.float32]:
         return np.stack(list(self._model.embed(texts, batch_size=len(texts))), dtype=np.float32)
+
+
+def _batches(texts: list[str]) -> list[list[str]]:
+    """Consecutive runs of `texts` (longest first) that respect BATCH_SIZE and BATCH_CHARS."""
+    batches: list[list[str]] = []
+    for text in texts:
+        if batches and len(batches[-1]) < BATCH_SIZE:
+            batch = batches[-1]
+            if (len(batch) + 1) * len(batch[0]) <= BATCH_CHARS:
+                batch.append(text)
+                continue
+        batches.append([text])
+    return batches
 
 
 def embedding_text(kind: int, content: object) -> str:

@@ -24,14 +24,13 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from tms.db import Connection, Pool
-from tms.embedding import Embedder, embedding_text
+from tms.embedding import TEXT_CHARS, Embedder, embedding_text
 from tms.kinds import Claim, Content, Contradiction, Evidence
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Slug
 
 log = logging.getLogger("tms.vectors")
 
 CHUNK: Final = 64  # events embedded per model call and per transaction
-EVIDENCE_PREFIX_CHARS: Final = 4000  # read from the database; the model sees 256 tokens anyway
 RETRY_SECONDS: Final = 30.0  # after a failed catch-up round
 
 
@@ -121,7 +120,8 @@ class Vectors:
             if not taken:
                 return 0
             taken_ids = [r["event_id"] for r in taken]
-            rows = await conn.fetch(_SQL_TEXTS, taken_ids, EVIDENCE_PREFIX_CHARS)
+            # no more than `embedding_text` reads: the vector is the same as from the whole text
+            rows = await conn.fetch(_SQL_TEXTS, taken_ids, TEXT_CHARS)
             texts = [embedding_text(r["kind"], _content(r)) for r in rows]
             vectors = await asyncio.to_thread(self.embedder.embed, texts) if texts else []
             await _store(conn, self.model, rows, vectors)
