@@ -137,7 +137,17 @@ QUALIFIERS: Final = [
     with wide confidence intervals, in two independent replications,
     relative to usual care""".split(",")
 ]
-STOP: Final = {"a", "an", "the", "of", "in", "on", "to", "and", "with", "but", "by", "for"}
+# PostgreSQL's English stop words (tsearch_data/english.stop): a query made only of these, or a
+# lone `-word` after one, would match nothing or everything, which no real query aims at.
+STOP: Final = set(
+    """i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+    she her hers herself it its itself they them their theirs themselves what which who whom this
+    that these those am is are was were be been being have has had having do does did doing a an
+    the and but if or because as until while of at by for with about against between into through
+    during before after above below to from up down in out on off over under again further then
+    once here there when where why how all any both each few more most other some such no nor not
+    only own same so than too very s t can will just don should now""".split()
+)
 
 
 def claim_text(rng: random.Random) -> str:
@@ -390,7 +400,7 @@ class Timings:
     def line(self, label: str) -> str:
         total, call = self.total_ms, self.call_ms
         return (
-            f"  {label:<34} p50 {pct(total, 0.5):6.1f}  p95 {pct(total, 0.95):6.1f}  "
+            f"  {label:<40} p50 {pct(total, 0.5):6.1f}  p95 {pct(total, 0.95):6.1f}  "
             f"mean {statistics.fmean(total):6.1f} ms   (round trip p50 {pct(call, 0.5):6.1f}, "
             f"signing mean {statistics.fmean(self.sign_ms):4.2f})"
         )
@@ -545,8 +555,8 @@ def phase_publish(client: Client, corpus: Corpus, claims: int, summary: Summary)
         f"slowest {max(seconds) * 1000:.0f} ms)"
     )
     print(
-        f"  first {tenth} batches {first / sum(seconds[:tenth]):10,.0f} events/s, "
-        f"last {tenth} batches {last / sum(seconds[-tenth:]):10,.0f} events/s"
+        f"  {f'first tenth ({tenth} batches)':<35} {first / sum(seconds[:tenth]):10,.0f} events/s"
+        f"   last tenth {last / sum(seconds[-tenth:]):,.0f} events/s"
     )
     summary.add(
         "publish, TMS_EMBED=off",
@@ -640,7 +650,7 @@ def phase_search(
         client.tools_list()
         if i >= WARM_UP:
             floor.append((time.perf_counter() - start) * 1000)
-    print(f"  {'tools/list (unsigned floor)':<34} p50 {pct(floor, 0.5):6.1f} ms")
+    print(f"  {'tools/list (unsigned floor)':<40} p50 {pct(floor, 0.5):6.1f} ms")
     ids = rng.sample(corpus.claim_ids, 50)
     got = timed_requests(client, key, "get_event", [{"id": i} for i in ids])
     print(got.line("get_event (signed floor)"))
@@ -672,6 +682,8 @@ def phase_search(
         f"{sum(m == 0 for m in matches)} queries match none; "
         f"{sum(h == SEARCH_LIMIT for h in hits)} returned a full page"
     )
+    broad = sorted(zip(matches, keyword_texts, strict=True), reverse=True)[:3]
+    print("    broadest: " + "; ".join(f"{t!r} {m:,}" for m, t in broad))
 
     notes: list[str] = []
 

@@ -179,13 +179,13 @@ _SQL_TAKE_IDS: Final = """
     SELECT event_id FROM embedding_queue WHERE event_id = ANY($1::text[])
     ORDER BY seq FOR UPDATE SKIP LOCKED"""
 _SQL_TEXTS: Final = f"""
-    SELECT id, collection, {KIND_CLAIM} AS kind, text, NULL::text AS title
+    SELECT id, collection, {KIND_CLAIM} AS kind, left(text, $2) AS text, NULL::text AS title
     FROM claims WHERE id = ANY($1::text[])
     UNION ALL
-    SELECT id, collection, {KIND_EVIDENCE}, left(text, $2), title
+    SELECT id, collection, {KIND_EVIDENCE}, left(text, $2), left(title, $2)
     FROM evidence WHERE id = ANY($1::text[])
     UNION ALL
-    SELECT id, collection, {KIND_CONTRADICTION}, reason, NULL
+    SELECT id, collection, {KIND_CONTRADICTION}, left(reason, $2), NULL
     FROM contradictions WHERE id = ANY($1::text[])"""
 _SQL_ENQUEUE_MISSING: Final = """
     INSERT INTO embedding_queue (event_id, seq)
