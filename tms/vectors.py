@@ -30,7 +30,11 @@ from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Sl
 
 log = logging.getLogger("tms.vectors")
 
-CHUNK: Final = 64  # events embedded per model call and per transaction
+CHUNK: Final = 32  # events per transaction; also the longest a search query waits for the model
+# Chunks in flight at once. The model runs one chunk at a time (the embedder's lock); with two
+# lanes, one chunk's vectors are stored (the HNSW index upkeep costs about a third of the model's
+# time) while the next is being embedded, so the model never waits on the database.
+LANES: Final = 2
 RETRY_SECONDS: Final = 30.0  # after a failed catch-up round
 
 
@@ -71,15 +75,20 @@ class Vectors:
         """Embed these just-published events until done or the wait budget is spent; return
         how many this call embedded. What is left stays queued for the background task."""
         deadline = time.monotonic() + self.wait_seconds
-        done = 0
-        try:
-            for start in range(0, len(ids), CHUNK):
+        chunks = iter([list(ids[i : i + CHUNK]) for i in range(0, len(ids), CHUNK)])
+
+        async def lane() -> int:
+            done = 0
+            for chunk in chunks:  # shared: each lane takes the next chunk
                 if time.monotonic() >= deadline:
                     break
-                done += await self._embed_chunk(list(ids[start : start + CHUNK]))
+                done += await self._embed_chunk(chunk)
+            return done
+
+        try:
+            return sum(await asyncio.gather(*(lane() for _ in range(LANES))))
         finally:
             self._wake.set()
-        return done
 
     async def query(self, text: str) -> list[float]:
         vectors = await asyncio.to_thread(self.embedder.embed, [text])
@@ -99,8 +108,7 @@ class Vectors:
             await self._wake.wait()
             self._wake.clear()
             try:
-                while await self._embed_chunk(None):
-                    pass
+                await asyncio.gather(*(self._catch_up_lane() for _ in range(LANES)))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the model or the database failed: retry later
@@ -108,6 +116,10 @@ class Vectors:
                 with contextlib.suppress(TimeoutError):  # or sooner, when a publish wakes us
                     await asyncio.wait_for(self._wake.wait(), RETRY_SECONDS)
                 self._wake.set()
+
+    async def _catch_up_lane(self) -> None:
+        while await self._embed_chunk(None):
+            pass
 
     async def _embed_chunk(self, ids: list[EventId] | None) -> int:
         """Embed one chunk of queued events (these ids, or the oldest queued) in one
