@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import jsonschema
@@ -604,3 +605,29 @@ def test_every_publish_error_row_of_spec_through_mcp(world: World, caller: Calle
         assert fragment in message, (fragment, message)
         assert message.startswith("events[0]"), message
     assert caller.tool(o, "list_collections")["result"] == before
+
+
+def test_a_database_outage_is_a_clear_tool_error_then_recovers(
+    world: World, caller: Caller, pg_server_url: str
+) -> None:
+    name = urlsplit(caller.live.database_url).path.lstrip("/")
+
+    async def allow(allowed: bool) -> None:
+        admin = await asyncpg.connect(pg_server_url)
+        try:
+            await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allowed).lower()}')
+            if not allowed:
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+                    name,
+                )
+        finally:
+            await admin.close()
+
+    asyncio.run(allow(False))
+    try:
+        message = caller.tool_error(world.owner, "list_claims", collection=SLUG)
+        assert message == "database unavailable, try again shortly"
+    finally:
+        asyncio.run(allow(True))
+    assert caller.tool(world.owner, "list_claims", collection=SLUG)["result"]

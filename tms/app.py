@@ -22,7 +22,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
 from typing import Final
 
-import asyncpg
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -32,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from tms import nip98
 from tms.config import Settings
-from tms.db import DatabaseError
+from tms.db import DATABASE_DOWN
 from tms.errors import AuthError
 from tms.kinds import SLUG_PATTERN
 from tms.ledger import Ledger
@@ -47,16 +46,6 @@ EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event p
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
 HEALTH_TIMEOUT_SECONDS: Final = 5.0
 PRIVATE: Final = {"Cache-Control": "no-store"}
-
-# Errors that mean "the database cannot be reached right now", as opposed to a bug.
-DATABASE_DOWN: Final[tuple[type[Exception], ...]] = (
-    DatabaseError,
-    OSError,  # includes ConnectionRefusedError and TimeoutError
-    asyncpg.PostgresConnectionError,  # includes ConnectionDoesNotExistError
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-    asyncpg.TooManyConnectionsError,
-)
 
 
 # --- handlers ----------------------------------------------------------------------------------

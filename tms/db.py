@@ -35,6 +35,20 @@ class DatabaseError(TMSError):
     """The database cannot be reached or is not in a state this version of TMS can use."""
 
 
+# Errors that mean "the database cannot be reached right now", as opposed to a bug: every front
+# door answers them with "database unavailable, try again shortly".
+DATABASE_DOWN: Final[tuple[type[Exception], ...]] = (
+    DatabaseError,
+    OSError,  # includes ConnectionRefusedError and TimeoutError
+    asyncpg.PostgresConnectionError,  # includes ConnectionDoesNotExistError
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.ObjectNotInPrerequisiteStateError,  # e.g. a database not accepting connections
+    asyncpg.exceptions.InternalClientError,  # a pooled connection the server terminated
+)
+
+
 def sql_dir() -> Path:
     """`sql/` beside the package in a checkout, or inside it in an installed wheel."""
     here = Path(__file__).resolve().parent

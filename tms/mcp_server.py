@@ -18,6 +18,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
+from tms.db import DATABASE_DOWN
 from tms.errors import TMSError
 from tms.prompts import COLLECTION_ARGUMENT, PROMPTS
 from tms.tools import TOOLS, Tool, Tools
@@ -51,6 +52,9 @@ def build_server(tools: Tools) -> Server[Any]:
             result = await tools.call(params.name, params.arguments or {})
         except TMSError as exc:
             return _error(str(exc))
+        except DATABASE_DOWN as exc:
+            log.warning("tool %s: database unavailable: %s", params.name, exc)
+            return _error("database unavailable, try again shortly")
         except Exception:  # a bug: the caller gets a generic message, the log the details
             log.exception("tool %s failed", params.name)
             return _error("internal error; the server's log has the details")
