@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tms.events import SecretKey
 from tms.signed_requests import RequestError, check_request, request_from_arguments
-from tms.tools import TOOLS, ToolError, _parse_args
+from tms.tools import TOOLS, ToolError, parse_args
 
 KEY = SecretKey(b"\x07" * 32)
 NOW = 1_800_000_000
@@ -132,7 +132,7 @@ def test_any_arguments_either_validate_or_get_a_clear_error(
     args: dict[str, Any], tool: str
 ) -> None:
     try:
-        parsed = _parse_args(TOOLS[tool], args)
+        parsed = parse_args(TOOLS[tool], args)
     except ToolError as exc:
         message = str(exc)
         assert f"{tool} args" in message

@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from tms import tool_schemas as s
-from tms.errors import InvalidEvent, TMSError
+from tms.errors import TMSError
 from tms.events import SecretKey, compact_json
 from tms.fetch import fetch_url
 from tms.kinds import translate_error
@@ -317,7 +317,7 @@ class Tools:
             raise ToolError(f"unknown tool '{name[:64]}'; tools/list names them all")
         if not tool.signed:
             published: dict[str, Any] = await tool.run(
-                self.services, "", _parse_args(tool, arguments)
+                self.services, "", parse_args(tool, arguments)
             )
             return published
         now = int(time.time())
@@ -327,16 +327,15 @@ class Tools:
         else:
             request = request_from_arguments(name, arguments)
         signed = check_request(request, name, now)
-        args = _parse_args(tool, signed.args)
+        args = parse_args(tool, signed.args)
         await self.services.requests.use(signed, now)
         result = await tool.run(self.services, signed.pubkey, args)
         return {"result": result} if tool.wrapped else result
 
 
-def _parse_args(tool: Tool, arguments: Mapping[str, Any]) -> Any:
+def parse_args(tool: Tool, arguments: Mapping[str, Any]) -> Any:
+    """The tool's typed arguments, or a `ToolError` in the content schemas' words."""
     try:
         return tool.args.model_validate(dict(arguments))
     except ValidationError as exc:
         raise ToolError(str(translate_error(f"{tool.name} args", exc))) from None
-    except InvalidEvent as exc:  # pragma: no cover - validators raise pydantic errors
-        raise ToolError(str(exc)) from None
