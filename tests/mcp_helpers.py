@@ -4,7 +4,6 @@ database, plus a JSON-RPC caller that signs requests the way SPEC's snippets do.
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import threading
 import time
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import httpx
 import uvicorn
+from publishing import compact
 
 from tms.app import create_app
 from tms.config import Settings
@@ -95,8 +95,20 @@ def live_server(database_url: str, config: Settings | None = None) -> Iterator[L
         thread.join(30)
 
 
-def compact(content: Mapping[str, Any]) -> str:
-    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+def approve(database_url: str, *keys: SecretKey) -> None:
+    """The operator approves these keys (as `tms approve` does)."""
+
+    async def run() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.executemany(
+                "INSERT INTO approvals (pubkey) VALUES ($1) ON CONFLICT DO NOTHING",
+                [(k.pubkey,) for k in keys],
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
 
 
 def sign(

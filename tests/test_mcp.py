@@ -18,6 +18,7 @@ from mcp_helpers import (
     HEADERS,
     Caller,
     Live,
+    approve,
     compact,
     fresh_database,
     live_server,
@@ -47,17 +48,6 @@ TOOL_NAMES = {
 }
 
 
-async def _approve(database_url: str, *keys: SecretKey) -> None:
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.executemany(
-            "INSERT INTO approvals (pubkey) VALUES ($1) ON CONFLICT DO NOTHING",
-            [(k.pubkey,) for k in keys],
-        )
-    finally:
-        await conn.close()
-
-
 class World:
     """One collection with evidence, two claims, a link and a contradiction, published through
     `/mcp` by its owner; a member; and a stranger who belongs nowhere."""
@@ -68,7 +58,7 @@ class World:
         self.member = SecretKey.generate()
         self.other = SecretKey.generate()  # owns another collection
         self.stranger = SecretKey.generate()
-        asyncio.run(_approve(caller.live.database_url, self.owner, self.other))
+        approve(caller.live.database_url, self.owner, self.other)
         o = self.owner
         self.setup = caller.publish(
             terms_event(o),
@@ -516,7 +506,7 @@ def test_every_publish_error_row_of_spec_through_mcp(world: World, caller: Calle
     nothing."""
     o, m = world.owner, world.member
     fresh = SecretKey.generate()  # approved, but has not signed the terms
-    asyncio.run(_approve(caller.live.database_url, fresh))
+    approve(caller.live.database_url, fresh)
     link = dict(world.link)
     content = {"collection": SLUG, "from": world.doc["id"], "reason": "r", "quote": "DAO"}
     cases: list[tuple[list[dict[str, Any]], str]] = [

@@ -3,7 +3,6 @@ stdio (`tms stdio` as a subprocess, signing with TMS_NSEC)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -11,11 +10,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp_helpers import Caller, Live, fresh_database, live_server, request, sign, terms_event
+from mcp_helpers import (
+    Caller,
+    Live,
+    approve,
+    fresh_database,
+    live_server,
+    request,
+    sign,
+    terms_event,
+)
 
 from tms import nip19
 from tms.events import SecretKey
@@ -23,14 +30,6 @@ from tms.events import SecretKey
 pytestmark = pytest.mark.anyio
 
 SLUG = "sdk"
-
-
-async def _approve(database_url: str, key: SecretKey) -> None:
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute("INSERT INTO approvals (pubkey) VALUES ($1)", key.pubkey)
-    finally:
-        await conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +40,7 @@ def owner() -> SecretKey:
 @pytest.fixture(scope="module")
 def live(pg_server_url: str, template_url: str, owner: SecretKey) -> Iterator[Live]:
     database = fresh_database(pg_server_url, template_url)
-    asyncio.run(_approve(database, owner))
+    approve(database, owner)
     with live_server(database) as server:
         caller = Caller(server)
         caller.publish(

@@ -32,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 from tms import nip98
 from tms.config import Settings
 from tms.db import DATABASE_DOWN
-from tms.errors import AuthError
+from tms.errors import AuthError, one_line
 from tms.kinds import SLUG_PATTERN
 from tms.ledger import Ledger
 from tms.mcp_server import build_server, http_endpoint
@@ -56,9 +56,9 @@ async def healthz(request: Request) -> Response:
         async with _ledger(request).pool.acquire(timeout=HEALTH_TIMEOUT_SECONDS) as conn:
             await conn.fetchval("SELECT 1", timeout=HEALTH_TIMEOUT_SECONDS)
     except Exception as exc:  # whatever stops `SELECT 1` (asyncpg has several families) is "down"
-        log.warning("health check: database unreachable: %s", _one_line(exc))
+        log.warning("health check: database unreachable: %s", one_line(exc, 300))
         return JSONResponse(
-            {"ok": False, "database": f"unreachable: {_one_line(exc)}"}, 503, headers=PRIVATE
+            {"ok": False, "database": f"unreachable: {one_line(exc, 300)}"}, 503, headers=PRIVATE
         )
     return JSONResponse({"ok": True, "database": "reachable"}, headers=PRIVATE)
 
@@ -198,11 +198,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return error("internal error", 500)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:300]
 
 
 def _ledger(request: Request) -> Ledger:

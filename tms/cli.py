@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tms import nip19
 from tms.config import Settings
-from tms.errors import TMSError
+from tms.errors import TMSError, one_line
 from tms.events import Event, SecretKey
 from tms.kinds import validate_content
 from tms.types import PubKey
@@ -198,7 +198,7 @@ def _operator(command: Coroutine[Any, Any, int]) -> int:
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # lost mid-command
-        print(f"tms: database error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"tms: database error: {one_line(exc)}", file=sys.stderr)
     return 1
 
 

@@ -20,7 +20,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from tms.config import Settings
-from tms.errors import TMSError
+from tms.errors import TMSError, one_line
 
 DATABASE_NAME: Final = "tms"
 _MIGRATION_LOCK: Final = 0x746D73_6D6967  # "tms" "mig": one advisory lock id for migrations
@@ -161,8 +161,7 @@ async def ensure_database(server_url: str, database: str) -> None:
     try:
         conn = await asyncpg.connect(server_url)
     except (OSError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
-        reason = " ".join(str(exc).split())
-        raise DatabaseError(f"cannot connect to the embedded database: {reason}") from exc
+        raise DatabaseError(f"cannot connect to the embedded database: {one_line(exc)}") from exc
     try:
         exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
         if not exists:
@@ -188,16 +187,13 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
     try:
         pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size)
     except (OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
-        raise DatabaseError(
-            f"cannot connect to the database: {' '.join(str(exc).split())}"
-        ) from exc
+        raise DatabaseError(f"cannot connect to the database: {one_line(exc)}") from exc
     try:
         async with pool.acquire() as conn:
             await migrate(conn)
     except BaseException as exc:
         await pool.close()
         if isinstance(exc, (OSError, asyncpg.InterfaceError, asyncpg.PostgresError)):
-            reason = " ".join(str(exc).split())
-            raise DatabaseError(f"cannot migrate the database: {reason}") from exc
+            raise DatabaseError(f"cannot migrate the database: {one_line(exc)}") from exc
         raise
     return pool

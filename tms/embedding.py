@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from tms.errors import TMSError
+from tms.errors import TMSError, one_line
 from tms.kinds import Claim, Contradiction, Evidence
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE
 
@@ -158,7 +158,7 @@ class Embedder:
         try:
             from fastembed import TextEmbedding
         except ImportError as exc:
-            raise EmbeddingError(f"cannot load the embedding model: {_one_line(exc)}") from None
+            raise EmbeddingError(f"cannot load the embedding model: {one_line(exc, 500)}") from None
         model_id, dims = _describe(TextEmbedding, config.model)
         try:
             if model_id == DEFAULT_MODEL and config.model_dir is None:
@@ -177,7 +177,7 @@ class Embedder:
             raise EmbeddingError(f"cannot load the embedding model {model_id}: {exc}") from None
         except Exception as exc:  # fastembed, onnxruntime, tokenizers or the file system
             raise EmbeddingError(
-                f"cannot load the embedding model {model_id}: {_one_line(exc)}"
+                f"cannot load the embedding model {model_id}: {one_line(exc, 500)}"
             ) from exc
         return cls(model, model_id, dims, config.threads)
 
@@ -197,7 +197,7 @@ class Embedder:
                     parts = list(self._pool.map(self._embed_batch, batches))
             batch = np.concatenate(parts)
         except Exception as exc:
-            raise EmbeddingError(f"embedding failed: {_one_line(exc)}") from exc
+            raise EmbeddingError(f"embedding failed: {one_line(exc, 500)}") from exc
         if batch.shape != (len(texts), self.dims):
             raise EmbeddingError(
                 f"embedding failed: the model returned shape {batch.shape}, "
@@ -292,14 +292,9 @@ def _check_sha256(path: Path) -> None:
             while chunk := file.read(1 << 20):
                 digest.update(chunk)
     except OSError as exc:
-        raise EmbeddingError(f"cannot read the model file {path}: {_one_line(exc)}") from None
+        raise EmbeddingError(f"cannot read the model file {path}: {one_line(exc, 500)}") from None
     if digest.hexdigest() != MODEL_SHA256:
         raise EmbeddingError(
             f"{path} is not the pinned int8 export of {DEFAULT_MODEL} "
             f"(sha256 {digest.hexdigest()}, expected {MODEL_SHA256})"
         )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 500 else text[:497] + "..."

@@ -5,6 +5,13 @@ of SPEC.md's "Common errors" table. Nothing here imports anything but the standa
 """
 
 
+def one_line(exc: BaseException, limit: int | None = None) -> str:
+    """An exception's message for a log line or a user: whitespace runs folded, never empty,
+    cut to `limit` characters (the last one an ellipsis) when given."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
 class TMSError(Exception):
     """Base of every error a user may see; its message is shown verbatim."""
 

@@ -58,7 +58,7 @@ from tms.addresses import (
     parse_exemptions,
     port_refusal,
 )
-from tms.errors import FetchError
+from tms.errors import FetchError, one_line
 from tms.extract import extract
 from tms.types import MAX_CONTENT_CHARS
 
@@ -182,11 +182,11 @@ async def _download(
             ) from None
         except httpcore.ConnectError as exc:
             raise FetchError(
-                f"fetch failed: could not connect to {_authority(current)} ({_one_line(exc)})"
+                f"fetch failed: could not connect to {_authority(current)} ({one_line(exc)})"
             ) from None
         except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
             raise FetchError(
-                f"fetch failed: {_shown(current)} broke off ({_one_line(exc)})"
+                f"fetch failed: {_shown(current)} broke off ({one_line(exc)})"
             ) from None
     raise FetchError(f"refused: {_shown(url)} redirects more than {MAX_REDIRECTS} times")
 
@@ -322,7 +322,7 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
             host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
         )
     except (socket.gaierror, UnicodeError) as exc:
-        raise FetchError(f"fetch failed: cannot resolve {host} ({_one_line(exc)})") from None
+        raise FetchError(f"fetch failed: cannot resolve {host} ({one_line(exc)})") from None
     addresses: list[IPAddress] = []
     for info in infos:
         address = ip_address(str(info[4][0]))
@@ -456,8 +456,3 @@ def _shown(url: str | httpx.URL, limit: int = 200) -> str:
     """A URL as an error message shows it: printable, on one line, at most `limit` chars."""
     text = "".join(c if c.isprintable() else "\ufffd" for c in str(url))
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import asyncpg
 
 from tms.db import Connection, Pool
+from tms.errors import one_line
 from tms.events import Event, compact_json
 from tms.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
 from tms.rules import (
@@ -109,7 +110,7 @@ class Ledger:
             return await self.vectors.embed_published(searchable), None
         except Exception as exc:
             log.warning("embedding after publish failed: %s", exc)
-            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            reason = one_line(exc, 300)
             return 0, f"embedding failed ({reason}); the events are stored, vectors come later"
 
     # --- operator --------------------------------------------------------------------------

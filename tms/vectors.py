@@ -26,6 +26,7 @@ from typing import Any, Final
 from tms.db import Connection, Pool
 from tms.embedding import TEXT_CHARS, Embedder, embedding_text
 from tms.kinds import Claim, Content, Contradiction, Evidence
+from tms.reads import vector_literal
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Slug
 
 log = logging.getLogger("tms.vectors")
@@ -162,12 +163,8 @@ async def _store(
         model,
         [r["collection"] for r in rows],
         [r["kind"] for r in rows],
-        [_vector_literal(v) for v in vectors],
+        [vector_literal(v, len(v)) for v in vectors],
     )
-
-
-def _vector_literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(f"{x:.8g}" for x in vector) + "]"
 
 
 def _content(row: Any) -> Content:
