@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from coincurve import PublicKeyXOnly
 
-from tms.events import Event, SecretKey
-from tms.proofs import check_proof, cited_event_ids
-from tms.quotes import PreparedText
+from tms.nostr.events import Event, SecretKey
+from tms.rules.proofs import check_proof, cited_event_ids
+from tms.rules.quotes import PreparedText
 
 WORDS = (
     "histamine intolerance diamine oxidase activity serum plasma mast cell review trial cohort "

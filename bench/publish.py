@@ -21,11 +21,11 @@ from pathlib import Path
 
 from coincurve import PublicKeyXOnly
 
-from tms import db
 from tms.config import Settings
-from tms.events import Event, SecretKey
-from tms.ledger import Ledger
-from tms.terms import current_terms
+from tms.ledger.service import Ledger
+from tms.nostr.events import Event, SecretKey
+from tms.rules.terms import current_terms
+from tms.store import database as db
 
 WORDS = (
     "histamine intolerance diamine oxidase activity serum plasma mast cell review trial cohort "

@@ -47,10 +47,10 @@ import asyncpg
 import httpx
 
 from tms.config import Settings
-from tms.db import DATABASE_NAME, with_database
-from tms.events import SecretKey
-from tms.reads import Reads
-from tms.terms import current_terms
+from tms.ledger.reads import Reads
+from tms.nostr.events import SecretKey
+from tms.rules.terms import current_terms
+from tms.store.database import DATABASE_NAME, with_database
 
 COLLECTION: Final = "bench"
 BATCH: Final = 1000
@@ -734,8 +734,8 @@ def phase_search(
 
 def breakdown(db: Database, keyword_texts: Sequence[str], vector_texts: Sequence[str]) -> None:
     """The server's parts of a search, timed in this process on the same database: the SQL
-    behind each method (`tms.reads`, as the server calls it) and the query's embedding."""
-    from tms.embedding import Embedder
+    behind each method (`tms.ledger.reads`, as the server calls it) and the query's embedding."""
+    from tms.search.model import Embedder
 
     settings = Settings.from_env({"TMS_DATA_DIR": "/nonexistent"})
     embedder = Embedder.load(settings.embedding)

@@ -15,9 +15,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tms.db import migrate, open_pool, with_database
-from tms.events import Event, SecretKey
-from tms.ledger import Ledger
+from tms.ledger.service import Ledger
+from tms.nostr.events import Event, SecretKey
+from tms.store.database import migrate, open_pool, with_database
 
 
 def sign(

@@ -20,11 +20,11 @@ import httpx
 import uvicorn
 from publishing import compact
 
-from tms.app import create_app
 from tms.config import Settings
-from tms.db import with_database
-from tms.events import SecretKey
-from tms.terms import current_terms
+from tms.nostr.events import SecretKey
+from tms.rules.terms import current_terms
+from tms.store.database import with_database
+from tms.web.app import create_app
 
 HEADERS: Final = {"Accept": "application/json, text/event-stream"}
 TERMS: Final = current_terms()

@@ -8,10 +8,10 @@ from typing import Any, Final
 
 import pytest
 
-from tms.events import SecretKey
-from tms.ledger import Ledger
-from tms.rules import PublishError
-from tms.terms import current_terms
+from tms.ledger.service import Ledger
+from tms.nostr.events import SecretKey
+from tms.rules.publish import PublishError
+from tms.rules.terms import current_terms
 
 T0: Final = 1_790_000_000  # default created_at of every signed event here
 NOW: Final = T0 + 3600  # the server clock every publish in these tests is judged against

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tms.addresses import (
+from tms.errors import FetchError
+from tms.fetch.addresses import (
     NAT64,
     IPAddress,
     classify,
@@ -18,7 +19,6 @@ from tms.addresses import (
     parse_exemptions,
     port_refusal,
 )
-from tms.errors import FetchError
 
 CASES = {
     # IPv4

@@ -18,13 +18,13 @@ import pytest
 import uvicorn
 
 from tests.conftest import sign
-from tms.app import create_app
 from tms.config import Settings
-from tms.events import Event, SecretKey
-from tms.kinds import validate_content
-from tms.ledger import Ledger
-from tms.nip98 import authorization_header
-from tms.terms import current_terms
+from tms.ledger.service import Ledger
+from tms.nostr.events import Event, SecretKey
+from tms.nostr.nip98 import authorization_header
+from tms.rules.kinds import validate_content
+from tms.rules.terms import current_terms
+from tms.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 

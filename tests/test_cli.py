@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tms import nip19
-from tms.events import Event, SecretKey
-from tms.kinds import validate_content
+from tms.nostr import nip19
+from tms.nostr.events import Event, SecretKey
+from tms.rules.kinds import validate_content
 
 BIN = Path(sys.executable).parent
 KEY = SecretKey(bytes.fromhex("6e" * 32))

@@ -9,10 +9,10 @@ import asyncpg
 import pytest
 
 from tests.conftest import sign
-from tms.db import DatabaseError, Migration, load_migrations, migrate, with_database
-from tms.events import SecretKey
-from tms.ledger import Ledger
-from tms.terms import current_terms
+from tms.ledger.service import Ledger
+from tms.nostr.events import SecretKey
+from tms.rules.terms import current_terms
+from tms.store.database import DatabaseError, Migration, load_migrations, migrate, with_database
 
 pytestmark = pytest.mark.anyio
 

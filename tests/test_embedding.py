@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tms.embedding import (
+from tms.rules.kinds import Claim, Contradiction, Evidence, Link
+from tms.search.model import (
     DEFAULT_MODEL,
     MODEL_SHA256,
     TEXT_CHARS,
@@ -25,11 +26,10 @@ from tms.embedding import (
     EmbeddingError,
     embedding_text,
 )
-from tms.kinds import Claim, Contradiction, Evidence, Link
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK
 
 REFERENCE = Path(__file__).parent / "assets" / "minilm_reference.json"
-SHIPPED = resources.files("tms") / "models" / "all-MiniLM-L6-v2"
+SHIPPED = resources.files("tms.search") / "models" / "all-MiniLM-L6-v2"
 
 
 @pytest.fixture(scope="module")

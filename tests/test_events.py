@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import sign
 from tms.errors import InvalidEvent
-from tms.events import Event, SecretKey, compute_id, parse_and_verify
+from tms.nostr.events import Event, SecretKey, compute_id, parse_and_verify
 
 KEY = SecretKey(bytes.fromhex("3b" * 32))
 unicode_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=200)

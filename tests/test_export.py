@@ -1,6 +1,6 @@
 """Export: every event of a collection, oldest first, exactly as signed, and re-publishable.
 
-Each exported line is checked twice: with tms.events, and independently with nothing but
+Each exported line is checked twice: with tms.nostr.events, and independently with nothing but
 hashlib, json and coincurve, the way any Nostr library would.
 """
 
@@ -36,10 +36,10 @@ from publishing import (
     terms,
 )
 
-from tms.db import open_pool, with_database
-from tms.events import Event as EnvelopeEvent
-from tms.ledger import Ledger
-from tms.rules import MAX_BATCH
+from tms.ledger.service import Ledger
+from tms.nostr.events import Event as EnvelopeEvent
+from tms.rules.publish import MAX_BATCH
+from tms.store.database import open_pool, with_database
 
 pytestmark = pytest.mark.anyio
 

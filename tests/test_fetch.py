@@ -28,7 +28,7 @@ from fetch_routes import (
 from fetch_site import Site
 
 from tms.errors import FetchError
-from tms.fetch import ALLOW_ENV, MAX_BYTES, FetchResult, fetch_url
+from tms.fetch.client import ALLOW_ENV, MAX_BYTES, FetchResult, fetch_url
 
 
 @pytest.fixture(scope="module")

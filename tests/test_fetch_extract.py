@@ -11,9 +11,9 @@ import httpx
 import pytest
 from pdf_maker import make_pdf
 
-from tms import fetch as fetch_module
 from tms.errors import FetchError
-from tms.extract import decode, extract, media_type
+from tms.fetch import client as fetch_module
+from tms.fetch.extract import decode, extract, media_type
 
 URL = "https://example.org/doc"
 

@@ -20,10 +20,10 @@ import trustme
 from fetch_routes import PLAIN_TEXT, ROUTES
 from fetch_site import Site
 
-from tms import fetch as fetch_module
-from tms.addresses import IPAddress
 from tms.errors import FetchError
-from tms.fetch import fetch_url
+from tms.fetch import client as fetch_module
+from tms.fetch.addresses import IPAddress
+from tms.fetch.client import fetch_url
 
 
 @pytest.fixture(scope="module")

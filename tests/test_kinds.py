@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import sign
 from tms.errors import InvalidEvent
-from tms.events import SecretKey
-from tms.kinds import Claim, Link, Members, Profile, check_created_at, validate_content
+from tms.nostr.events import SecretKey
+from tms.rules.kinds import Claim, Link, Members, Profile, check_created_at, validate_content
 
 KEY = SecretKey(bytes.fromhex("4c" * 32))
 A, B = "a" * 64, "b" * 64

@@ -27,7 +27,7 @@ from mcp_helpers import (
     terms_event,
 )
 
-from tms.events import SecretKey
+from tms.nostr.events import SecretKey
 
 SLUG = "mcas"
 DOC_TEXT = (

@@ -24,8 +24,8 @@ from mcp_helpers import (
     terms_event,
 )
 
-from tms import nip19
-from tms.events import SecretKey
+from tms.nostr import nip19
+from tms.nostr.events import SecretKey
 
 pytestmark = pytest.mark.anyio
 

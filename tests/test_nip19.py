@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tms import nip19
 from tms.errors import InvalidKey
-from tms.keys import parse_pubkey, parse_secret
+from tms.nostr import nip19
+from tms.nostr.keys import parse_pubkey, parse_secret
 
 # The examples printed in NIP-19 itself.
 NIP19_PUBKEY = "7e7e9c42a91bfef19fa929e5fda1b72e0ebc1a4c1141673e2794234d86addf4e"

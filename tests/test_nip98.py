@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tms.errors import AuthError
-from tms.events import Event, SecretKey
-from tms.nip98 import MAX_HEADER_BYTES, authorization_header, check_authorization
+from tms.nostr.events import Event, SecretKey
+from tms.nostr.nip98 import MAX_HEADER_BYTES, authorization_header, check_authorization
 
 KEY = SecretKey(bytes.fromhex("5c" * 32))
 URL = "https://tms.example.org/c/mcas/export.jsonl"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tms import keys, nip19
-from tms.events import Event, SecretKey, compute_id
+from tms.nostr import keys, nip19
+from tms.nostr.events import Event, SecretKey, compute_id
 
 VECTORS_PATH = Path(__file__).parent / "assets" / "nostr_tools_vectors.json"
 VECTORS: dict[str, Any] = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))

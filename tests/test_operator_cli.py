@@ -20,10 +20,10 @@ import psutil
 import pytest
 
 from tests.conftest import sign
-from tms import nip19
-from tms.events import SecretKey
-from tms.ledger import Ledger
-from tms.terms import current_terms
+from tms.ledger.service import Ledger
+from tms.nostr import nip19
+from tms.nostr.events import SecretKey
+from tms.rules.terms import current_terms
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,7 @@ from typing import Any
 
 import pytest
 
-from tms.events import Event, SecretKey, compact_json
-from tms.kinds import parse_content
-from tms.prompts import (
+from tms.mcp.prompts import (
     BRIEFING_DESCRIPTION,
     CLAIMS_PASS_DESCRIPTION,
     COLLECTION_ARGUMENT,
@@ -22,8 +20,10 @@ from tms.prompts import (
     briefing,
     claims_pass,
 )
-from tms.proofs import check_proof
-from tms.terms import current_terms
+from tms.nostr.events import Event, SecretKey, compact_json
+from tms.rules.kinds import parse_content
+from tms.rules.proofs import check_proof
+from tms.rules.terms import current_terms
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tms.events import Event, SecretKey
-from tms.proofs import (
+from tms.nostr.events import Event, SecretKey
+from tms.rules.proofs import (
     MAX_CITED_EVENTS,
     MAX_FROM,
     MAX_PROBLEMS,

@@ -42,9 +42,9 @@ from publishing import (
     terms,
 )
 
-from tms.events import FIELDS, SecretKey
-from tms.ledger import Ledger
-from tms.rules import MAX_BATCH, PublishError, parse_batch
+from tms.ledger.service import Ledger
+from tms.nostr.events import FIELDS, SecretKey
+from tms.rules.publish import MAX_BATCH, PublishError, parse_batch
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tms.quotes import (
+from tms.rules.quotes import (
     CHARACTER_MAP,
     DASHES,
     DOUBLE_QUOTES,

@@ -36,15 +36,15 @@ from publishing import (
     terms,
 )
 
-from tms.events import Event as Envelope
-from tms.ledger import Ledger
-from tms.reads import (
+from tms.ledger.reads import (
     Reads,
     _claims_vector_sql,
     sql_literal,
     vector_index_name,
     vector_literal,
 )
+from tms.ledger.service import Ledger
+from tms.nostr.events import Event as Envelope
 
 pytestmark = pytest.mark.anyio
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tms.events import SecretKey
-from tms.signed_requests import RequestError, check_request, request_from_arguments
-from tms.tools import TOOLS, ToolError, parse_args
+from tms.mcp.tools import TOOLS, ToolError, parse_args
+from tms.nostr.events import SecretKey
+from tms.rules.requests import RequestError, check_request, request_from_arguments
 
 KEY = SecretKey(b"\x07" * 32)
 NOW = 1_800_000_000

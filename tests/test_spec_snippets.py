@@ -36,10 +36,10 @@ import pytest
 
 from tests.conftest import TEMPLATE, _admin, sign
 from tests.fetch_site import Handler, Site
-from tms.db import open_pool, with_database
-from tms.events import Event, SecretKey
-from tms.ledger import Ledger
-from tms.terms import current_terms
+from tms.ledger.service import Ledger
+from tms.nostr.events import Event, SecretKey
+from tms.rules.terms import current_terms
+from tms.store.database import open_pool, with_database
 
 TESTS: Final = Path(__file__).parent
 ASSETS: Final = TESTS / "assets"

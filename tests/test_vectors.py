@@ -14,14 +14,14 @@ import pytest
 from publishing import OWNER, compact, open_collection
 
 from tms.config import Settings
-from tms.db import Pool, open_pool
-from tms.events import SecretKey
-from tms.ledger import Ledger
-from tms.reads import Reads
-from tms.request_log import RequestLog
+from tms.ledger.reads import Reads
+from tms.ledger.request_log import RequestLog
+from tms.ledger.service import Ledger
+from tms.mcp.tools import Services, Tools
+from tms.nostr.events import SecretKey
 from tms.runtime import load_embedder
-from tms.tools import Services, Tools
-from tms.vectors import Vectors
+from tms.search.vectors import Vectors
+from tms.store.database import Pool, open_pool
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from tms.errors import TMSError
 
 if TYPE_CHECKING:
-    from tms.embedding import EmbeddingConfig
+    from tms.search.model import EmbeddingConfig
 
 
 class ConfigError(TMSError):
@@ -34,7 +34,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        from tms.embedding import EmbeddingConfig  # its module loads the model's libraries
+        from tms.search.model import EmbeddingConfig  # its module loads the model's libraries
 
         env = os.environ if env is None else env
         port_text = env.get("TMS_PORT", "8000")

@@ -17,15 +17,15 @@ from typing import Final
 
 import asyncpg
 
-from tms import db
 from tms.config import Settings
-from tms.embedding import Embedder, EmbeddingConfig
-from tms.events import SecretKey
-from tms.ledger import Ledger
-from tms.reads import Reads
-from tms.request_log import RequestLog
-from tms.tools import Services, Tools
-from tms.vectors import Vectors
+from tms.ledger.reads import Reads
+from tms.ledger.request_log import RequestLog
+from tms.ledger.service import Ledger
+from tms.mcp.tools import Services, Tools
+from tms.nostr.events import SecretKey
+from tms.search.model import Embedder, EmbeddingConfig
+from tms.search.vectors import Vectors
+from tms.store import database as db
 
 log = logging.getLogger("tms.runtime")
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tms.kinds import CollectionSlug, EventIdField, NonBlank
+from tms.rules.kinds import CollectionSlug, EventIdField, NonBlank
 
 MAX_LIMIT = 200
 MAX_EVIDENCE_LIMIT = 500

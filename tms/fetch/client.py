@@ -24,7 +24,8 @@ The fetcher is the one place where the server talks to the outside world, so:
    inflate them ourselves in bounded steps, refusing past `MAX_BYTES` of decompressed data, so
    a compression bomb never fills memory.
 5. `connect_timeout` (10 s) bounds each connection attempt and `total_timeout` (30 s) the whole
-   download, redirects included. Extraction (`tms.extract`) runs afterwards, off the event loop.
+   download, redirects included. Extraction (`tms.fetch.extract`) runs afterwards, off the
+   event loop.
 6. No proxy from the environment, no cookies kept from one call to the next.
 
 `TMS_FETCH_ALLOW` is **for tests only**: comma-separated `host:port` pairs (IPv6 as `[::1]:8080`)
@@ -50,7 +51,8 @@ from typing import Final
 import httpcore
 import httpx
 
-from tms.addresses import (
+from tms.errors import FetchError, one_line
+from tms.fetch.addresses import (
     IPAddress,
     classify,
     describe,
@@ -58,8 +60,7 @@ from tms.addresses import (
     parse_exemptions,
     port_refusal,
 )
-from tms.errors import FetchError, one_line
-from tms.extract import extract
+from tms.fetch.extract import extract
 from tms.types import MAX_CONTENT_CHARS
 
 ALLOW_ENV: Final = "TMS_FETCH_ALLOW"

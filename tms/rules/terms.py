@@ -27,5 +27,5 @@ class Terms:
 
 @cache
 def current_terms() -> Terms:
-    data = files("tms").joinpath("terms.txt").read_bytes()
+    data = files("tms.rules").joinpath("terms.txt").read_bytes()
     return Terms(TERMS_VERSION, hashlib.sha256(data).hexdigest(), data.decode("utf-8"))

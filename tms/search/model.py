@@ -64,7 +64,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tms.errors import TMSError, one_line
-from tms.kinds import Claim, Contradiction, Evidence
+from tms.rules.kinds import Claim, Contradiction, Evidence
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE
 
 if TYPE_CHECKING:
@@ -266,7 +266,7 @@ def _assemble(folder: Path) -> None:
         )
     _place(resources.files(MODEL_WHEEL) / MODEL_FILE, folder / MODEL_FILE)
     _check_sha256(folder / MODEL_FILE)
-    shipped = resources.files("tms") / "models" / "all-MiniLM-L6-v2"
+    shipped = resources.files("tms.search") / "models" / "all-MiniLM-L6-v2"
     for name in TOKENIZER_FILES:
         _place(shipped / name, folder / name)
 

@@ -13,8 +13,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import PydanticCustomError
 
 from tms.errors import InvalidEvent
-from tms.events import Event, is_hex64, loads_strict
-from tms.keys import is_valid_pubkey
+from tms.nostr.events import Event, is_hex64, loads_strict
+from tms.nostr.keys import is_valid_pubkey
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,

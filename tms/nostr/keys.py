@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from coincurve import PublicKeyXOnly
 
-from tms import nip19
 from tms.errors import InvalidKey
-from tms.events import SecretKey, is_hex64
+from tms.nostr import nip19
+from tms.nostr.events import SecretKey, is_hex64
 from tms.types import PubKey
 
 

@@ -1,6 +1,6 @@
 """Signed requests (kind 4707): how a bot proves who is calling a tool, with no bearer token.
 
-The checks, in SPEC's order (single use is the store's job, see `tms.request_log`):
+The checks, in SPEC's order (single use is the store's job, see `tms.ledger.request_log`):
 
 1. the envelope is NIP-01 and the signature verifies;
 2. it is a kind 4707 event whose content is `{"tool": ..., "args": {...}}`;
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tms.errors import InvalidEvent, TMSError
-from tms.events import Event
-from tms.kinds import Request, validate_content
+from tms.nostr.events import Event
+from tms.rules.kinds import Request, validate_content
 from tms.types import KIND_REQUEST, EventId, PubKey, Sig
 
 REQUEST_WINDOW_SECONDS: Final = 60

@@ -5,7 +5,7 @@ Routes (the whole table is `ROUTES` below):
     GET /healthz                  {"ok": true, "database": "reachable"}, or 503 when it is not
     GET /terms                    {"version", "sha256", "text"}: the terms every key signs
     GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98)
-    POST /mcp                     the MCP endpoint: tools and prompts (tms.mcp_server)
+    POST /mcp                     the MCP endpoint: tools and prompts (tms.mcp.server)
 
 Handlers are thin: they authenticate, call the ledger, and shape the answer. Every answer is JSON
 `{"error": "..."}` when something is wrong: 401 (with `WWW-Authenticate: Nostr`) when the
@@ -29,18 +29,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from tms import nip98
 from tms.config import Settings
-from tms.db import DATABASE_DOWN
 from tms.errors import AuthError, one_line
-from tms.kinds import SLUG_PATTERN
-from tms.ledger import Ledger
-from tms.mcp_server import build_server, http_endpoint
+from tms.ledger.service import Ledger
+from tms.mcp.server import build_server, http_endpoint
+from tms.nostr import nip98
+from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.terms import current_terms
 from tms.runtime import open_runtime
-from tms.terms import current_terms
+from tms.store.database import DATABASE_DOWN
 from tms.types import PubKey, Slug
 
-log = logging.getLogger("tms.app")
+log = logging.getLogger("tms.web.app")
 
 EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size

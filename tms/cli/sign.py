@@ -14,11 +14,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from tms import nip19
 from tms.errors import TMSError
-from tms.events import Event, SecretKey, check_text, compact_json, loads_strict
-from tms.keys import parse_secret
-from tms.kinds import validate_content
+from tms.nostr import nip19
+from tms.nostr.events import Event, SecretKey, check_text, compact_json, loads_strict
+from tms.nostr.keys import parse_secret
+from tms.rules.kinds import validate_content
 from tms.types import KIND_REQUEST
 
 USAGE_EXIT = 2

@@ -25,7 +25,7 @@ import binascii
 from typing import Final
 
 from tms.errors import AuthError, InvalidEvent
-from tms.events import Event
+from tms.nostr.events import Event
 from tms.types import PubKey
 
 KIND_HTTP_AUTH: Final = 27235

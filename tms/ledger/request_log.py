@@ -18,8 +18,8 @@ import hashlib
 import time
 from typing import Final
 
-from tms.db import Pool
-from tms.signed_requests import REQUEST_WINDOW_SECONDS, RequestError, SignedRequest
+from tms.rules.requests import REQUEST_WINDOW_SECONDS, RequestError, SignedRequest
+from tms.store.database import Pool
 
 PRUNE_EVERY_SECONDS: Final = 60
 KEEP_SECONDS: Final = 2 * REQUEST_WINDOW_SECONDS + 60

@@ -2,7 +2,7 @@
 server, over streamable HTTP (stateless, JSON responses) at `/mcp`, or over stdio.
 
 The low-level server rather than `MCPServer`'s decorators: arguments arrive signed inside a
-`request` and are validated by `tms.tools` with SPEC's messages, so the schemas are written
+`request` and are validated by `tms.mcp.tools` with SPEC's messages, so the schemas are written
 from our models and every failure is an `isError` result carrying exactly our message.
 """
 
@@ -18,10 +18,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from tms.db import DATABASE_DOWN
 from tms.errors import TMSError
-from tms.prompts import COLLECTION_ARGUMENT, PROMPTS
-from tms.tools import TOOLS, Tool, Tools
+from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS
+from tms.mcp.tools import TOOLS, Tool, Tools
+from tms.store.database import DATABASE_DOWN
 
 log = logging.getLogger("tms.mcp")
 

@@ -26,16 +26,16 @@ from contextlib import aclosing, asynccontextmanager
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tms import nip19
 from tms.config import Settings
 from tms.errors import TMSError, one_line
-from tms.events import Event, SecretKey
-from tms.kinds import validate_content
+from tms.nostr import nip19
+from tms.nostr.events import Event, SecretKey
+from tms.rules.kinds import validate_content
 from tms.types import PubKey
 
 if TYPE_CHECKING:
-    from tms.db import Pool
-    from tms.ledger import Ledger
+    from tms.ledger.service import Ledger
+    from tms.store.database import Pool
 
 
 def verify_lines(lines: Iterable[str], out: TextIO) -> tuple[int, int]:
@@ -73,7 +73,7 @@ def _verify(path: str) -> int:
 
 
 def _fetch(url: str) -> int:
-    from tms.fetch import fetch_url  # here, not above: its libraries take a second to import
+    from tms.fetch.client import fetch_url  # here, not above: its libraries take a second to import
 
     try:
         result = asyncio.run(fetch_url(url))
@@ -98,7 +98,7 @@ def _serve(host: str | None, port: int | None) -> int:
     (the embedded PostgreSQL stops with the last process using it)."""
     import uvicorn
 
-    from tms.app import create_app
+    from tms.web.app import create_app
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
     # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
@@ -133,7 +133,7 @@ def _stdio() -> int:
     """MCP over stdin and stdout against the server's database. stdout carries the protocol
     only: the SDK points fd 1 at stderr while serving, and the database and model are opened
     inside that, so nothing they print can corrupt the stream."""
-    from tms.keys import parse_secret
+    from tms.nostr.keys import parse_secret
 
     try:
         settings = Settings.from_env()
@@ -151,7 +151,7 @@ def _stdio() -> int:
 async def _serve_stdio(settings: Settings, signer: SecretKey | None) -> None:
     from mcp.server.stdio import stdio_server
 
-    from tms.mcp_server import build_server
+    from tms.mcp.server import build_server
     from tms.runtime import open_runtime
 
     async with stdio_server() as (read_stream, write_stream), open_runtime(settings) as runtime:
@@ -173,7 +173,7 @@ async def _usable_database(settings: Settings) -> str:
 async def _open_pool(settings: Settings, *, max_size: int) -> tuple[str, Pool]:
     """The database the server uses: `TMS_DATABASE_URL`, else the embedded PostgreSQL in
     `TMS_DATA_DIR` (started if no other process has it running). Failures are `DatabaseError`."""
-    from tms.db import database_url, open_pool
+    from tms.store.database import database_url, open_pool
 
     url = await database_url(settings)
     return url, await open_pool(url, min_size=1, max_size=max_size)
@@ -181,7 +181,7 @@ async def _open_pool(settings: Settings, *, max_size: int) -> tuple[str, Pool]:
 
 @asynccontextmanager
 async def _ledger() -> AsyncIterator[Ledger]:
-    from tms.ledger import Ledger
+    from tms.ledger.service import Ledger
 
     _, pool = await _open_pool(Settings.from_env(), max_size=2)
     try:
@@ -205,7 +205,7 @@ def _operator(command: Coroutine[Any, Any, int]) -> int:
 def _pubkeys(texts: Sequence[str], done: str) -> list[PubKey] | None:
     """Every key parsed, duplicates dropped; or None, after one line on stderr naming the first
     bad one (so that nothing is `done` unless every key is good)."""
-    from tms.keys import parse_pubkey
+    from tms.nostr.keys import parse_pubkey
 
     keys = []
     for text in texts:
@@ -247,7 +247,7 @@ async def _approved() -> int:
 
 async def _export(slug: str) -> int:
     """The collection's JSON Lines on stdout, streamed from one consistent snapshot."""
-    from tms.kinds import SLUG_PATTERN
+    from tms.rules.kinds import SLUG_PATTERN
 
     out = sys.stdout.buffer
     try:

@@ -16,20 +16,20 @@ from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tms import tool_schemas as s
 from tms.errors import TMSError
-from tms.events import SecretKey, compact_json
-from tms.fetch import fetch_url
-from tms.kinds import translate_error
-from tms.ledger import Ledger
-from tms.proofs import check_proof, cited_event_ids
-from tms.reads import Reads
-from tms.request_log import RequestLog
-from tms.signed_requests import check_request, request_from_arguments
+from tms.fetch.client import fetch_url
+from tms.ledger.reads import Reads
+from tms.ledger.request_log import RequestLog
+from tms.ledger.service import Ledger
+from tms.mcp import schemas as s
+from tms.nostr.events import SecretKey, compact_json
+from tms.rules.kinds import translate_error
+from tms.rules.proofs import check_proof, cited_event_ids
+from tms.rules.requests import check_request, request_from_arguments
+from tms.search.vectors import Vectors
 from tms.types import KIND_REQUEST, PubKey, Slug
-from tms.vectors import Vectors
 
-log = logging.getLogger("tms.tools")
+log = logging.getLogger("tms.mcp.tools")
 
 A = TypeVar("A", bound=BaseModel)
 

@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg
 
-from tms.db import Connection, Pool
 from tms.errors import one_line
-from tms.events import Event, compact_json
-from tms.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
-from tms.rules import (
+from tms.nostr.events import Event, compact_json
+from tms.rules.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
+from tms.rules.publish import (
     Parsed,
     Plan,
     Ref,
@@ -35,13 +34,14 @@ from tms.rules import (
     quoted_evidence_ids,
     referenced_ids,
 )
-from tms.terms import current_terms
+from tms.rules.terms import current_terms
+from tms.store.database import Connection, Pool
 from tms.types import EMBEDDED_AT_PUBLISH, EMBEDDED_KINDS, KIND_MEMBERS, EventId, PubKey, Slug
 
 if TYPE_CHECKING:
-    from tms.vectors import Vectors
+    from tms.search.vectors import Vectors
 
-log = logging.getLogger("tms.ledger")
+log = logging.getLogger("tms.ledger.service")
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export

@@ -57,7 +57,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.events import Event, is_hex64
+from tms.nostr.events import Event, is_hex64
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from string import Template
 from typing import Any, Final
 
-from tms.kinds import SLUG_PATTERN
-from tms.terms import current_terms
+from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.terms import current_terms
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import InvalidEvent, TMSError
-from tms.events import Event
-from tms.kinds import (
+from tms.nostr.events import Event
+from tms.rules.kinds import (
     Content,
     Contradiction,
     Evidence,
@@ -27,8 +27,8 @@ from tms.kinds import (
     check_created_at,
     validate_content,
 )
-from tms.quotes import PreparedText
-from tms.terms import current_terms
+from tms.rules.quotes import PreparedText
+from tms.rules.terms import current_terms
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,

@@ -26,8 +26,8 @@ from typing import Any, Final
 
 import asyncpg
 
-from tms.db import Connection, Pool
-from tms.events import Event
+from tms.nostr.events import Event
+from tms.store.database import Connection, Pool
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,

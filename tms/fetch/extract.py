@@ -1,6 +1,6 @@
 """Turn a downloaded body into evidence text: HTML, plain text, Markdown and PDF.
 
-Pure CPU work on bytes already in memory (the network side is `tms.fetch`); call it off the
+Pure CPU work on bytes already in memory (the network side is `tms.fetch.client`); call it off the
 event loop. Every failure is a one-line `FetchError`.
 
 - **HTML** (`text/html`, `application/xhtml+xml`): trafilatura keeps the main text and drops

@@ -51,7 +51,7 @@ DATABASE_DOWN: Final[tuple[type[Exception], ...]] = (
 
 def sql_dir() -> Path:
     """`sql/` beside the package in a checkout, or inside it in an installed wheel."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the `tms` package
     for candidate in (here / "sql", here.parent / "sql"):
         if candidate.is_dir():
             return candidate

@@ -23,13 +23,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from tms.db import Connection, Pool
-from tms.embedding import TEXT_CHARS, Embedder, embedding_text
-from tms.kinds import Claim, Content, Contradiction, Evidence
-from tms.reads import vector_literal
+from tms.ledger.reads import vector_literal
+from tms.rules.kinds import Claim, Content, Contradiction, Evidence
+from tms.search.model import TEXT_CHARS, Embedder, embedding_text
+from tms.store.database import Connection, Pool
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Slug
 
-log = logging.getLogger("tms.vectors")
+log = logging.getLogger("tms.search.vectors")
 
 CHUNK: Final = 32  # events per transaction; also the longest a search query waits for the model
 # Chunks in flight at once. The model runs one chunk at a time (the embedder's lock); with two
