@@ -821,7 +821,7 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                     sign(
                         corpus.key,
                         4706,
-                        {"version": terms.version, "sha256": terms.sha256},
+                        {"version": terms["version"], "sha256": terms["sha256"]},
                         corpus.tick(),
                     )
                 ]

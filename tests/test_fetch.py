@@ -28,7 +28,8 @@ from fetch_routes import (
 from fetch_site import Site
 
 from tms.errors import FetchError
-from tms.fetch.client import ALLOW_ENV, MAX_BYTES, FetchResult, fetch_url
+from tms.fetch.client import ALLOW_ENV, MAX_BYTES, fetch_url
+from tms.results import FetchResult
 
 
 @pytest.fixture(scope="module")
@@ -54,36 +55,36 @@ def refusal(site: Site, path: str, **options: Any) -> str:
 
 def test_article_keeps_the_article_and_drops_the_chrome(site: Site) -> None:
     result = fetch(site, "/article")
-    assert result.text.split("\n") == ARTICLE_LINES  # one paragraph per line, nothing else
+    assert result["text"].split("\n") == ARTICLE_LINES  # one paragraph per line, nothing else
     for words in BOILERPLATE:
-        assert words not in result.text
-    assert result.title == ARTICLE_TITLE
-    assert result.url == site.url("/article")
-    assert result.to_dict() == {
+        assert words not in result["text"]
+    assert result["title"] == ARTICLE_TITLE
+    assert result["url"] == site.url("/article")
+    assert result == {
         "url": site.url("/article"),
         "title": ARTICLE_TITLE,
-        "chars": len(result.text),
-        "text": result.text,
+        "chars": len(result["text"]),
+        "text": result["text"],
     }
 
 
 def test_plain_text_comes_back_as_is_titled_by_its_file_name(site: Site) -> None:
     result = fetch(site, "/notes.txt")
-    assert result.text == PLAIN_TEXT
-    assert result.title == "notes.txt"
-    assert result.chars == len(PLAIN_TEXT)
+    assert result["text"] == PLAIN_TEXT
+    assert result["title"] == "notes.txt"
+    assert result["chars"] == len(PLAIN_TEXT)
 
 
 def test_markdown_comes_back_as_is_titled_by_its_first_heading(site: Site) -> None:
     result = fetch(site, "/notes.md")
-    assert result.text == MARKDOWN
-    assert result.title == "Field notes"
+    assert result["text"] == MARKDOWN
+    assert result["title"] == "Field notes"
 
 
 def test_pdf_text_pages_and_metadata_title(site: Site) -> None:
     result = fetch(site, "/papers/paper.pdf")
-    assert result.title == PDF_TITLE
-    first, second = result.text.split("\n\n")
+    assert result["title"] == PDF_TITLE
+    first, second = result["text"].split("\n\n")
     assert first.split("\n") == [
         "Permafrost and carbon",
         # the hyphen that split "percent" across lines became a soft hyphen
@@ -94,31 +95,31 @@ def test_pdf_text_pages_and_metadata_title(site: Site) -> None:
 
 def test_pdf_without_a_title_is_named_after_its_file(site: Site) -> None:
     result = fetch(site, "/papers/untitled.pdf")
-    assert result.title == "untitled.pdf"
-    assert result.text == "Only a page of text, and no title in the metadata."
+    assert result["title"] == "untitled.pdf"
+    assert result["text"] == "Only a page of text, and no title in the metadata."
 
 
 def test_pdf_served_as_octet_stream_is_recognised(site: Site) -> None:
-    assert fetch(site, "/download").title == PDF_TITLE
+    assert fetch(site, "/download")["title"] == PDF_TITLE
 
 
 def test_declared_windows_1251(site: Site) -> None:
-    assert fetch(site, "/cp1251.txt").text == RUSSIAN
+    assert fetch(site, "/cp1251.txt")["text"] == RUSSIAN
 
 
 def test_charset_declared_only_in_meta(site: Site) -> None:
     result = fetch(site, "/latin1-meta")
-    assert result.text.split("\n")[1:] == FRENCH_PARAGRAPHS  # after the <h1>
-    assert result.title == FRENCH_TITLE  # its \u2019 was byte 0x92: read as windows-1252
+    assert result["text"].split("\n")[1:] == FRENCH_PARAGRAPHS  # after the <h1>
+    assert result["title"] == FRENCH_TITLE  # its \u2019 was byte 0x92: read as windows-1252
 
 
 def test_undeclared_legacy_charset_is_guessed(site: Site) -> None:
-    assert fetch(site, "/undeclared.txt").text.split("\n")[:3] == FRENCH_PARAGRAPHS
+    assert fetch(site, "/undeclared.txt")["text"].split("\n")[:3] == FRENCH_PARAGRAPHS
 
 
 @pytest.mark.parametrize("path", ["/gzip", "/deflate", "/raw-deflate"])
 def test_compressed_bodies_are_inflated(site: Site, path: str) -> None:
-    assert fetch(site, path).text.split("\n") == ARTICLE_LINES
+    assert fetch(site, path)["text"].split("\n") == ARTICLE_LINES
 
 
 def test_unsupported_content_type_is_refused(site: Site) -> None:
@@ -145,7 +146,7 @@ def test_text_longer_than_an_evidence_is_refused_not_cut(site: Site) -> None:
         f"refused: the text of {site.url('/long.txt')} is 9,000 characters, more than the "
         "8,000 characters one evidence holds; split the document and record its parts"
     )
-    assert fetch(site, "/long.txt", max_chars=9000).chars == 9000
+    assert fetch(site, "/long.txt", max_chars=9000)["chars"] == 9000
 
 
 # --- HTTP answers ---------------------------------------------------------------------------
@@ -171,9 +172,9 @@ def test_redirect_without_location(site: Site) -> None:
 
 def test_redirect_chain_reports_the_final_url(site: Site) -> None:
     result = fetch(site, "/chain/3")
-    assert result.url == site.url("/chain/0")
-    assert result.text == "End of the chain.\n"
-    assert fetch(site, "/chain/5").url == site.url("/chain/0")  # five redirects: the limit
+    assert result["url"] == site.url("/chain/0")
+    assert result["text"] == "End of the chain.\n"
+    assert fetch(site, "/chain/5")["url"] == site.url("/chain/0")  # five redirects: the limit
 
 
 def test_more_than_five_redirects_are_refused(site: Site) -> None:
@@ -240,4 +241,4 @@ def test_the_allow_list_comes_from_the_environment(
 ) -> None:
     monkeypatch.setenv(ALLOW_ENV, f" localhost:1, {site.allow} ")
     result = asyncio.run(fetch_url(site.url("/notes.txt")))
-    assert result.text == PLAIN_TEXT
+    assert result["text"] == PLAIN_TEXT

@@ -1,6 +1,6 @@
 """Fetch a web page or document as evidence text, without opening a way into our network.
 
-`fetch_url(url)` downloads one URL and returns its text and title (`FetchResult`), ready to be
+`fetch_url(url)` downloads one URL and returns its text and title (a `FetchResult`), ready to be
 signed as evidence; it stores nothing. The ledger service's `fetch_url` MCP tool, the web form's
 **Fetch** button and `tms fetch URL` all call it. Every refusal and failure is a one-line
 `FetchError`: "refused: ..." when our policy says no, "fetch failed: ..." when the other side
@@ -43,7 +43,6 @@ import socket
 import ssl
 import zlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from dataclasses import dataclass
 from importlib.metadata import version
 from ipaddress import ip_address
 from typing import Final
@@ -61,6 +60,7 @@ from tms.fetch.addresses import (
     port_refusal,
 )
 from tms.fetch.extract import extract
+from tms.results import FetchResult
 from tms.types import MAX_CONTENT_CHARS
 
 ALLOW_ENV: Final = "TMS_FETCH_ALLOW"
@@ -80,28 +80,6 @@ _HEADERS: Final = {
 }
 
 
-@dataclass(frozen=True)
-class FetchResult:
-    """A fetched document: `url` is the final URL, after redirects.
-
-    `title` is the document's own title (HTML title, PDF metadata title, Markdown's first
-    heading); without one, the last segment of the URL's path, or else its host. It is never
-    empty. `text` is never blank and holds at most the `max_chars` given to `fetch_url`.
-    """
-
-    url: str
-    title: str
-    text: str
-
-    @property
-    def chars(self) -> int:
-        return len(self.text)
-
-    def to_dict(self) -> dict[str, str | int]:
-        """The result as SPEC shows it: `{"url", "title", "chars", "text"}`."""
-        return {"url": self.url, "title": self.title, "chars": self.chars, "text": self.text}
-
-
 async def fetch_url(
     url: str,
     *,
@@ -117,6 +95,11 @@ async def fetch_url(
     tests. A text longer than `max_chars` (by default what one evidence event holds) is refused,
     never cut: evidence is what a user vouches for, so they split the document themselves.
     `ssl_context` replaces the default certificate authorities (certifi's bundle).
+
+    `url` in the result is the final URL, after redirects. `title` is the document's own title
+    (HTML title, PDF metadata title, Markdown's first heading); without one, the last segment of
+    the URL's path, or else its host: never empty. `text` is never blank and holds at most
+    `max_chars` characters.
     """
     exempt = parse_exemptions(os.environ.get(ALLOW_ENV, "") if allow is None else allow)
     transport = _VettedTransport(_VettedBackend(exempt), ssl_context or _default_tls())
@@ -138,7 +121,7 @@ async def fetch_url(
         extract, body, content_type, str(final), max_chars=max_chars
     )
     title = " ".join((extracted.title or "").split()) or _title_from(final)
-    return FetchResult(str(final), title, extracted.text)
+    return {"url": str(final), "title": title, "chars": len(extracted.text), "text": extracted.text}
 
 
 @functools.cache

@@ -107,7 +107,7 @@ def _proof_block(proof: dict[str, Any]) -> str:
 
 def _terms_content() -> dict[str, str]:
     terms = current_terms()
-    return {"version": terms.version, "sha256": terms.sha256}
+    return {"version": terms["version"], "sha256": terms["sha256"]}
 
 
 _SIGNING: Final = """\

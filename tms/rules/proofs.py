@@ -18,13 +18,15 @@ The rules (SPEC):
 
 The caller is an async database service, so look-ups are batched::
 
-    ids = cited_event_ids(proof)                      # pure, never raises, bounded
-    found = await events_of_collection(collection, ids)  # {id: Event}, this collection only
-    result = check_proof(proof, found)                # pure, never raises
+    ids = cited_event_ids(proof)                  # pure, never raises, bounded
+    found = await reads.cited(collection, ids)    # {id: Cited}, this collection only
+    result = check_proof(proof, found)            # pure, never raises
 
-`found` holds only the events of the caller's collection; an id that is missing and an id of
-another collection's event are both simply absent, and both are reported the same way: "not an
-event in this collection". Nothing about any other collection can appear in the result.
+`found` holds only the events of the caller's collection, and of each only what the tree prints
+(`Cited`): a proof citing a hundred 2-million-character documents reads their titles, not their
+texts. An id that is missing and an id of another collection's event are both simply absent, and
+both are reported the same way: "not an event in this collection". Nothing about any other
+collection can appear in the result.
 
 Decisions the SPEC leaves open:
 
@@ -51,13 +53,13 @@ Decisions the SPEC leaves open:
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.nostr.events import Event, is_hex64
+from tms.nostr.events import is_hex64
+from tms.results import ProofResult
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,
@@ -75,6 +77,9 @@ MAX_PROBLEMS: Final = 100  # problems listed; the rest are counted in one last l
 MAX_TEXT_CHARS: Final = 300  # texts (say, claim text, quote, ...) are trimmed to this in the tree
 MAX_TREE_DEPTH: Final = 40  # indentation levels; deeper lines are marked with their depth
 MAX_TREE_CHARS: Final = 200_000  # the tree stops (with a note) once it is about this long
+# Characters of each cited text worth reading: `_clip` looks at four times its limit, and one
+# more tells it the text went on.
+CITED_TEXT_CHARS: Final = MAX_TEXT_CHARS * 4 + 1
 
 RULE_1: Final = "rule 1"
 RULE_1_ORDER: Final = "rule 1: premises come before the steps that use them"
@@ -86,22 +91,22 @@ _SHOWN_JUNK_CHARS: Final = 40
 _SPACES = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
 
 
-@dataclass(frozen=True)
-class ProofResult:
-    """The verdict on a proof: `ok` is true exactly when `problems` is empty."""
+@dataclass(frozen=True, slots=True)
+class Cited:
+    """What the tree prints of a cited event: its kind and the fields of its line. Texts may
+    arrive cut to `CITED_TEXT_CHARS`, since the tree shows no more of them."""
 
-    ok: bool
-    problems: list[str]
-    root: str | None
-    tree: str
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "problems": list(self.problems),
-            "root": self.root,
-            "tree": self.tree,
-        }
+    kind: int
+    text: str | None = None  # a claim's
+    title: str | None = None  # an evidence's, with its url and source
+    url: str | None = None
+    source: str | None = None
+    relation: str | None = None  # a link's, with its ends and quote
+    from_: str | None = None
+    to: str | None = None
+    quote: str | None = None
+    reason: str | None = None  # a contradiction's, with how many claims it names
+    claims: int | None = None
 
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -178,7 +183,7 @@ class _Parsed:
 
 
 def _parse(
-    proof: object, problems: _Problems, events: Mapping[EventId, Event] | None = None
+    proof: object, problems: _Problems, events: Mapping[EventId, Cited] | None = None
 ) -> _Parsed:
     """Read the proof, reporting shape problems and rule-1 problems as it goes. Without
     `events` every event id counts as found (that is how `cited_event_ids` collects them)."""
@@ -253,7 +258,7 @@ def _classify(
     position: int,
     target: int | None,
     event_ids: Mapping[EventId, None],
-    events: Mapping[EventId, Event] | None,
+    events: Mapping[EventId, Cited] | None,
 ) -> int:
     """What the entry of the step at `position` is, given `target = index.get(entry)` and the
     event ids taken so far (all of them, once parsing is done)."""
@@ -359,7 +364,7 @@ def cited_event_ids(proof: object) -> set[EventId]:
     return set(_parse(proof, _Problems()).event_ids)
 
 
-def check_proof(proof: object, events: Mapping[EventId, Event]) -> ProofResult:
+def check_proof(proof: object, events: Mapping[EventId, Cited]) -> ProofResult:
     """Check a proof against rules 1-3. `events` holds the cited events that belong to this
     collection (see `cited_event_ids`); any other id is "not an event in this collection".
     Never raises, whatever `proof` is."""
@@ -402,13 +407,13 @@ def check_proof(proof: object, events: Mapping[EventId, Event]) -> ProofResult:
             )
 
     tree = _tree(parsed, events, root)
-    return ProofResult(problems.count == 0, problems.listed(), root, tree)
+    return {"ok": problems.count == 0, "problems": problems.listed(), "root": root, "tree": tree}
 
 
 # --- the tree -----------------------------------------------------------------------------------
 
 
-def _tree(parsed: _Parsed, events: Mapping[EventId, Event], root: str | None) -> str:
+def _tree(parsed: _Parsed, events: Mapping[EventId, Cited], root: str | None) -> str:
     out = _Lines()
     if parsed.question is not None:
         out.add(0, f"Question: {_clip(parsed.question)}")
@@ -494,48 +499,50 @@ def _bad_ref_line(kind: int, entry: str, target: int, steps: list[_Step]) -> str
     return f"{_q(_clip(entry, _SHOWN_JUNK_CHARS))}: (neither an event id nor an earlier step)"
 
 
-def _event_lines(event_id: EventId, event: Event) -> list[str]:
+def _event_lines(event_id: EventId, event: Cited) -> list[str]:
     """An event of this collection as one or two lines: what a reader needs beside the answer."""
-    content = _content(event)
-    kind = event.kind
-    head = f"{KIND_NAMES.get(kind, f'kind {kind}')} {_short(event_id)}"
-    if content is None and kind in (KIND_CLAIM, KIND_LINK, KIND_EVIDENCE, KIND_CONTRADICTION):
-        return [f"{head}: (content unreadable)"]
-    if kind == KIND_CLAIM:
-        return [f"{head}: {_field(content, 'text') or '(no text)'}"]
-    if kind == KIND_EVIDENCE:
-        title = _field(content, "title") or _field(content, "url") or "untitled"
-        source = _field(content, "source")
-        return [f"{head}: {_dq(title)}" + (f" (source: {source})" if source else "")]
-    if kind == KIND_LINK:
-        relation = _field(content, "relation", 20) or "?"
-        ends = [_ref_id(content, name) for name in ("from", "to")]
-        quote = _field(content, "quote")
-        line = f"{head}: {ends[0]} {relation} {ends[1]}"
-        return [line, f"quote: {_dq(quote)}"] if quote else [line]
-    if kind == KIND_CONTRADICTION:
-        claims = content.get("claims") if content is not None else None
-        count = f"{len(claims)} claims" if isinstance(claims, list) else "claims unreadable"
-        return [f"{head} ({count}): {_field(content, 'reason') or '(no reason)'}"]
-    return [head]
+    head = f"{KIND_NAMES.get(event.kind, f'kind {event.kind}')} {_short(event_id)}"
+    render = _RENDER.get(event.kind)
+    return [head] if render is None else render(head, event)
 
 
-def _content(event: Event) -> dict[str, object] | None:
-    try:
-        content: object = json.loads(event.content)
-    except (ValueError, RecursionError):
-        return None
-    return content if isinstance(content, dict) else None
+def _claim_lines(head: str, claim: Cited) -> list[str]:
+    return [f"{head}: {_text(claim.text) or '(no text)'}"]
 
 
-def _field(content: dict[str, object] | None, name: str, limit: int = MAX_TEXT_CHARS) -> str:
-    value = content.get(name) if content is not None else None
-    return _clip(value, limit) if isinstance(value, str) else ""
+def _evidence_lines(head: str, evidence: Cited) -> list[str]:
+    title = _text(evidence.title) or _text(evidence.url) or "untitled"
+    source = _text(evidence.source)
+    return [f"{head}: {_dq(title)}" + (f" (source: {source})" if source else "")]
 
 
-def _ref_id(content: dict[str, object] | None, name: str) -> str:
-    value = content.get(name) if content is not None else None
-    return _short(value) if isinstance(value, str) and is_hex64(value) else "?"
+def _link_lines(head: str, link: Cited) -> list[str]:
+    relation = _text(link.relation, 20) or "?"
+    line = f"{head}: {_ref_id(link.from_)} {relation} {_ref_id(link.to)}"
+    quote = _text(link.quote)
+    return [line, f"quote: {_dq(quote)}"] if quote else [line]
+
+
+def _contradiction_lines(head: str, contradiction: Cited) -> list[str]:
+    count = f"{contradiction.claims} claims" if contradiction.claims is not None else "claims"
+    return [f"{head} ({count}): {_text(contradiction.reason) or '(no reason)'}"]
+
+
+# How each kind is printed in the tree; other kinds (a member list) show their head only.
+_RENDER: Final[dict[int, Callable[[str, Cited], list[str]]]] = {
+    KIND_CLAIM: _claim_lines,
+    KIND_EVIDENCE: _evidence_lines,
+    KIND_LINK: _link_lines,
+    KIND_CONTRADICTION: _contradiction_lines,
+}
+
+
+def _text(value: str | None, limit: int = MAX_TEXT_CHARS) -> str:
+    return _clip(value, limit) if value else ""
+
+
+def _ref_id(value: str | None) -> str:
+    return _short(value) if value is not None and is_hex64(value) else "?"
 
 
 # --- text helpers -------------------------------------------------------------------------------

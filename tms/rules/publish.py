@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.errors import InvalidEvent, TMSError
+from tms.errors import InvalidEvent, PublishError
 from tms.nostr.events import Event
 from tms.rules.kinds import (
     Content,
@@ -43,10 +43,6 @@ from tms.types import (
 
 MAX_BATCH: Final = 1000
 LINK_TARGETS: Final = frozenset({KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION, KIND_EVIDENCE})
-
-
-class PublishError(TMSError):
-    """A batch refused as a whole. The message names the failing event when there is one."""
 
 
 def short(event_id: str) -> str:
@@ -169,7 +165,7 @@ class _Judge:
         self.texts: dict[EventId, str] = dict(snapshot.evidence_texts)
         self.prepared: dict[EventId, PreparedText] = {}
         terms = current_terms()
-        self.terms = (terms.version, terms.sha256)
+        self.terms = (terms["version"], terms["sha256"])
 
     def judge(self, batch: Sequence[Parsed]) -> Plan:
         seen: set[EventId] = set()
