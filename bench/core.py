@@ -21,7 +21,8 @@ from collections.abc import Callable
 from coincurve import PublicKeyXOnly
 
 from tms.nostr.events import Event, SecretKey
-from tms.rules.proofs import Cited, check_proof, cited_event_ids
+from tms.rules.cited import Cited
+from tms.rules.proofs import check_proof, cited_event_ids
 from tms.rules.quotes import PreparedText
 from tms.types import KIND_CLAIM
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tms.nostr.events import Event
-from tms.rules.proofs import CITED_TEXT_CHARS, Cited
+from tms.rules.cited import CITED_TEXT_CHARS, Cited
 from tms.types import KIND_CONTRADICTION
 
 

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from proof_events import cited
 
 from tms.nostr.events import Event, SecretKey
+from tms.rules.cited import MAX_TEXT_CHARS
 from tms.rules.proofs import (
     MAX_CITED_EVENTS,
     MAX_FROM,
     MAX_PROBLEMS,
     MAX_STEPS,
-    MAX_TEXT_CHARS,
     MAX_TREE_CHARS,
     ProofResult,
     check_proof,

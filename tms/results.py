@@ -1,7 +1,7 @@
 """Every result shape a user receives, defined once.
 
 The ledger, search, fetcher and proof checker build these dicts; the MCP server publishes their
-JSON Schemas as `outputSchema` (`tms.mcp.schemas`), and the web pages read the same keys. Typed
+JSON Schemas as `outputSchema` (`tms.mcp.schemas`), and every other door reads the same keys. Typed
 dicts rather than models: results are built per row on hot paths, where a dict costs nothing and
 mypy still checks every key. SPEC's "What each tool returns" table is the contract.
 """

@@ -21,7 +21,8 @@ from publishing import (
 from tms.ledger.reads import Reads
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event
-from tms.rules.proofs import CITED_TEXT_CHARS, Cited, check_proof
+from tms.rules.cited import CITED_TEXT_CHARS, Cited
+from tms.rules.proofs import check_proof
 
 pytestmark = pytest.mark.anyio
 

@@ -1,8 +1,7 @@
 """Fetch a web page or document as evidence text, without opening a way into our network.
 
 `fetch_url(url)` downloads one URL and returns its text and title (a `FetchResult`), ready to be
-signed as evidence; it stores nothing. The ledger service's `fetch_url` MCP tool, the web form's
-**Fetch** button and `tms fetch URL` all call it. Every refusal and failure is a one-line
+signed as evidence; it stores nothing. The `fetch_url` MCP tool and `tms fetch URL` call it. Every refusal and failure is a one-line
 `FetchError`: "refused: ..." when our policy says no, "fetch failed: ..." when the other side
 or the network does, "no text could be extracted from ..." when the document has no text
 we can read (empty, scanned, or not really a PDF).
@@ -11,10 +10,10 @@ The fetcher is the one place where the server talks to the outside world, so:
 
 1. Only `http` and `https` URLs, with no user name or password in them (we would never send
    them, and they would end up in signed evidence), on any port but the Fetch standard's
-   blocked ones (`tms.addresses.BLOCKED_PORTS`: SMTP, SSH, IRC and such).
+   blocked ones (`tms.fetch.addresses.BLOCKED_PORTS`: SMTP, SSH, IRC and such).
 2. We resolve the host ourselves (getaddrinfo, so `2130706433`, `0x7f.1` and `127.1` mean what
    libc makes of them) and refuse it if *any* address it resolves to is not public
-   (`tms.addresses.classify`: loopback, private, link-local and cloud metadata, CGNAT,
+   (`tms.fetch.addresses.classify`: loopback, private, link-local and cloud metadata, CGNAT,
    unique-local, multicast, reserved, IPv4-mapped, ...). The connection then goes to an address
    we checked, never through a second lookup, so DNS rebinding has no window; TLS still checks
    the certificate against the host name, sent as SNI.

@@ -1,11 +1,11 @@
-"""The read side of the ledger: every listing and look-up behind the read tools and the pages.
+"""The read side of the ledger: every listing and look-up behind the read tools.
 
 The caller has already asked `tms.ledger.access` whether the key may read the collection it
 names; every statement here still filters on that one collection, so no query can return another
 collection's rows whatever ids it is handed. Searching by text is `tms.search`'s job.
 
 Each method's SQL sits in the method, and results come out in SPEC's shapes through
-`tms.ledger.pages`. Only what cannot be ranked otherwise reads the whole collection, once:
+`tms.ledger.rows`. Only what cannot be ranked otherwise reads the whole collection, once:
 list_claims' count sorts (one aggregate over its links).
 """
 
@@ -15,8 +15,8 @@ import json
 from collections.abc import Collection
 from typing import Any, Final
 
-from tms.ledger import pages
-from tms.ledger.pages import limited, page_size
+from tms.ledger import rows
+from tms.ledger.rows import limited, page_size
 from tms.results import (
     ClaimSummary,
     CollectionInfo,
@@ -25,7 +25,7 @@ from tms.results import (
     EvidenceSummary,
     LinkInfo,
 )
-from tms.rules.proofs import CITED_TEXT_CHARS, Cited
+from tms.rules.cited import CITED_TEXT_CHARS, Cited
 from tms.store.database import Pool
 from tms.types import (
     KIND_CLAIM,
@@ -119,7 +119,7 @@ class Reads:
             )
             if row is None:
                 return None
-            names = await pages.authors(conn, [row["pubkey"]])
+            names = await rows.authors(conn, [row["pubkey"]])
         content = json.loads(row["content"])
         result: EventInfo = {
             "id": row["id"],
@@ -220,13 +220,13 @@ class Reads:
                     ),
                     collection,
                 )
-                counts = await pages.claim_counts(conn, collection, [r["id"] for r in rows])
+                counts = await rows.claim_counts(conn, collection, [r["id"] for r in rows])
             else:
                 async with conn.transaction():
                     await conn.execute(_SQL_AGGREGATE_SETTINGS)
                     rows = await conn.fetch(_claims_sorted_sql(sort, limit), collection)
-                counts = {r["id"]: {name: r[name] for name in pages.COUNT_NAMES} for r in rows}
-            names = await pages.authors(conn, (r["pubkey"] for r in rows))
+                counts = {r["id"]: {name: r[name] for name in rows.COUNT_NAMES} for r in rows}
+            names = await rows.authors(conn, (r["pubkey"] for r in rows))
         return [
             {
                 "id": r["id"],
@@ -269,8 +269,8 @@ class Reads:
             FROM page l JOIN events e ON e.seq = l.seq ORDER BY l.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, *args)
-            names = await pages.authors(conn, (r["pubkey"] for r in rows))
-        return [pages.link(r, names) for r in rows]
+            names = await rows.authors(conn, (r["pubkey"] for r in rows))
+        return [rows.link(r, names) for r in rows]
 
     async def list_evidence(
         self, collection: Slug, ungrounded_only: bool, source: str | None, limit: int
@@ -300,7 +300,7 @@ class Reads:
             ORDER BY p.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, *args)
-            names = await pages.authors(conn, (r["pubkey"] for r in rows))
+            names = await rows.authors(conn, (r["pubkey"] for r in rows))
         return [
             {
                 "id": r["id"],
@@ -330,11 +330,11 @@ class Reads:
                 JOIN contradictions c ON c.id = cc.contradiction_id
                 WHERE cc.collection = $1 AND cc.claim_id = $2 AND c.collection = $1
                 ORDER BY c.seq LIMIT {page_size(limit)})
-            SELECT {pages.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
+            SELECT {rows.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
             ORDER BY c.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, collection, claim_id)
-            return await pages.contradictions(conn, collection, rows)
+            return await rows.contradictions(conn, collection, rows)
 
     async def list_contradictions(self, collection: Slug, limit: int) -> list[ContradictionInfo]:
         """Newest first: with nothing to search for, the latest findings matter most."""
@@ -342,11 +342,11 @@ class Reads:
             WITH page AS (
                 SELECT * FROM contradictions WHERE collection = $1
                 ORDER BY seq DESC LIMIT {page_size(limit)})
-            SELECT {pages.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
+            SELECT {rows.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
             ORDER BY c.seq DESC"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, collection)
-            return await pages.contradictions(conn, collection, rows)
+            return await rows.contradictions(conn, collection, rows)
 
 
 def _claims_sorted_sql(sort: str, limit: int) -> str:

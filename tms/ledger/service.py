@@ -1,7 +1,6 @@
 """The ledger service: the one place where batches are made permanent.
 
-The MCP tools, the web pages and the CLI all publish through `Ledger.publish`, so each rule is
-written once. Publishing is one transaction: lock what the batch touches, read a snapshot, let
+Every door publishes through `Ledger.publish`, so each rule is written once. Publishing is one transaction: lock what the batch touches, read a snapshot, let
 `tms.rules.publish.judge` decide, write everything or nothing (`tms.ledger.writes`). Vectors for
 search are made after commit, by whatever `AfterPublish` the runtime hands in.
 """

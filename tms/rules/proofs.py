@@ -53,19 +53,14 @@ Decisions the SPEC leaves open:
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from tms.nostr.events import is_hex64
 from tms.results import ProofResult
+from tms.rules.cited import Cited, clip, event_lines, short
 from tms.types import (
-    KIND_CLAIM,
-    KIND_CONTRADICTION,
-    KIND_EVIDENCE,
-    KIND_LINK,
-    KIND_NAMES,
     EventId,
 )
 
@@ -74,39 +69,15 @@ MAX_FROM: Final = 100  # `from` entries checked per step; more is a problem
 MAX_CITED_EVENTS: Final = 10_000  # distinct event ids looked up per proof; more is a problem
 MAX_STEP_ID_CHARS: Final = 64  # a longer step id is a problem
 MAX_PROBLEMS: Final = 100  # problems listed; the rest are counted in one last line
-MAX_TEXT_CHARS: Final = 300  # texts (say, claim text, quote, ...) are trimmed to this in the tree
 MAX_TREE_DEPTH: Final = 40  # indentation levels; deeper lines are marked with their depth
 MAX_TREE_CHARS: Final = 200_000  # the tree stops (with a note) once it is about this long
-# Characters of each cited text worth reading: `_clip` looks at four times its limit, and one
-# more tells it the text went on.
-CITED_TEXT_CHARS: Final = MAX_TEXT_CHARS * 4 + 1
 
 RULE_1: Final = "rule 1"
 RULE_1_ORDER: Final = "rule 1: premises come before the steps that use them"
 RULE_2: Final = "rule 2"
 RULE_3: Final = "rule 3"
 
-_SHORT_ID_CHARS: Final = 12
 _SHOWN_JUNK_CHARS: Final = 40
-_SPACES = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
-
-
-@dataclass(frozen=True, slots=True)
-class Cited:
-    """What the tree prints of a cited event: its kind and the fields of its line. Texts may
-    arrive cut to `CITED_TEXT_CHARS`, since the tree shows no more of them."""
-
-    kind: int
-    text: str | None = None  # a claim's
-    title: str | None = None  # an evidence's, with its url and source
-    url: str | None = None
-    source: str | None = None
-    relation: str | None = None  # a link's, with its ends and quote
-    from_: str | None = None
-    to: str | None = None
-    quote: str | None = None
-    reason: str | None = None  # a contradiction's, with how many claims it names
-    claims: int | None = None
 
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -142,9 +113,9 @@ class _Step:
     @property
     def tree_name(self) -> str:
         if self.id is not None:
-            return _clip(self.id)
+            return clip(self.id)
         if self.name is not None:
-            return f"#{self.number} ({_clip(self.name)}, duplicate id)"
+            return f"#{self.number} ({clip(self.name)}, duplicate id)"
         return f"#{self.number}"
 
 
@@ -340,16 +311,16 @@ def _rule_1_problem(
         return f"{step.label} cites {later}, which comes after it ({RULE_1_ORDER})"
     if kind == _MISSING:
         return (
-            f"{step.label} cites {_q(_short(entry))}, which is not an event in this "
+            f"{step.label} cites {_q(short(entry))}, which is not an event in this "
             f"collection ({RULE_1})"
         )
     if kind == _OVER:
         return (
-            f"{step.label} cites {_q(_short(entry))}, beyond the limit of {MAX_CITED_EVENTS} "
+            f"{step.label} cites {_q(short(entry))}, beyond the limit of {MAX_CITED_EVENTS} "
             "distinct events per proof; it was not checked"
         )
     return (
-        f"{step.label} cites {_q(_clip(entry, _SHOWN_JUNK_CHARS))}, which is neither an "
+        f"{step.label} cites {_q(clip(entry, _SHOWN_JUNK_CHARS))}, which is neither an "
         f"event id nor the id of an earlier step ({RULE_1})"
     )
 
@@ -416,7 +387,7 @@ def check_proof(proof: object, events: Mapping[EventId, Cited]) -> ProofResult:
 def _tree(parsed: _Parsed, events: Mapping[EventId, Cited], root: str | None) -> str:
     out = _Lines()
     if parsed.question is not None:
-        out.add(0, f"Question: {_clip(parsed.question)}")
+        out.add(0, f"Question: {clip(parsed.question)}")
     steps, index, event_ids = parsed.steps, parsed.index, parsed.event_ids
     if not steps:
         out.add(0, "(no steps)")
@@ -446,7 +417,7 @@ def _tree(parsed: _Parsed, events: Mapping[EventId, Cited], root: str | None) ->
             continue
         shown.add(item)
         mark = "[gap] " if step.gap else ""
-        say = _clip(step.say) if step.say is not None else "(no say)"
+        say = clip(step.say) if step.say is not None else "(no say)"
         out.add(depth, f"{step.tree_name}: {mark}{say}")
         children: list[tuple[int, int | list[str]]] = []
         for entry in step.entries:
@@ -458,7 +429,7 @@ def _tree(parsed: _Parsed, events: Mapping[EventId, Cited], root: str | None) ->
             elif kind == _EVENT:
                 lines = expanded.get(entry)
                 if lines is None:
-                    lines = expanded[entry] = _event_lines(entry, events[entry])
+                    lines = expanded[entry] = event_lines(entry, events[entry])
                 children.append((depth + 1, lines))
             else:
                 children.append((depth + 1, [_bad_ref_line(kind, entry, target, steps)]))
@@ -493,79 +464,17 @@ def _bad_ref_line(kind: int, entry: str, target: int, steps: list[_Step]) -> str
     if kind in (_SELF, _LATER):
         return f"{steps[target].tree_name}: (cited out of order; not followed)"
     if kind == _MISSING:
-        return f"{_short(entry)}: (not an event in this collection)"
+        return f"{short(entry)}: (not an event in this collection)"
     if kind == _OVER:
-        return f"{_short(entry)}: (not checked: too many events cited)"
-    return f"{_q(_clip(entry, _SHOWN_JUNK_CHARS))}: (neither an event id nor an earlier step)"
-
-
-def _event_lines(event_id: EventId, event: Cited) -> list[str]:
-    """An event of this collection as one or two lines: what a reader needs beside the answer."""
-    head = f"{KIND_NAMES.get(event.kind, f'kind {event.kind}')} {_short(event_id)}"
-    render = _RENDER.get(event.kind)
-    return [head] if render is None else render(head, event)
-
-
-def _claim_lines(head: str, claim: Cited) -> list[str]:
-    return [f"{head}: {_text(claim.text) or '(no text)'}"]
-
-
-def _evidence_lines(head: str, evidence: Cited) -> list[str]:
-    title = _text(evidence.title) or _text(evidence.url) or "untitled"
-    source = _text(evidence.source)
-    return [f"{head}: {_dq(title)}" + (f" (source: {source})" if source else "")]
-
-
-def _link_lines(head: str, link: Cited) -> list[str]:
-    relation = _text(link.relation, 20) or "?"
-    line = f"{head}: {_ref_id(link.from_)} {relation} {_ref_id(link.to)}"
-    quote = _text(link.quote)
-    return [line, f"quote: {_dq(quote)}"] if quote else [line]
-
-
-def _contradiction_lines(head: str, contradiction: Cited) -> list[str]:
-    count = f"{contradiction.claims} claims" if contradiction.claims is not None else "claims"
-    return [f"{head} ({count}): {_text(contradiction.reason) or '(no reason)'}"]
-
-
-# How each kind is printed in the tree; other kinds (a member list) show their head only.
-_RENDER: Final[dict[int, Callable[[str, Cited], list[str]]]] = {
-    KIND_CLAIM: _claim_lines,
-    KIND_EVIDENCE: _evidence_lines,
-    KIND_LINK: _link_lines,
-    KIND_CONTRADICTION: _contradiction_lines,
-}
-
-
-def _text(value: str | None, limit: int = MAX_TEXT_CHARS) -> str:
-    return _clip(value, limit) if value else ""
-
-
-def _ref_id(value: str | None) -> str:
-    return _short(value) if value is not None and is_hex64(value) else "?"
+        return f"{short(entry)}: (not checked: too many events cited)"
+    return f"{_q(clip(entry, _SHOWN_JUNK_CHARS))}: (neither an event id nor an earlier step)"
 
 
 # --- text helpers -------------------------------------------------------------------------------
 
 
-def _clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
-    """One line, at most `limit` characters (plus an ellipsis when cut)."""
-    flat = _SPACES.sub(" ", text[: limit * 4]).strip()
-    if len(flat) <= limit and len(text) <= limit * 4:
-        return flat
-    return flat[:limit].rstrip() + "…"
-
-
-def _short(event_id: str) -> str:
-    return event_id[:_SHORT_ID_CHARS] + "…"
-
-
 def _q(text: str) -> str:
-    return f"'{_clip(text, MAX_STEP_ID_CHARS)}'"
-
-
-def _dq(text: str) -> str:
-    return f'"{text}"'
+    return f"'{clip(text, MAX_STEP_ID_CHARS)}'"
 
 
 def _names(steps: list[_Step], limit: int = 10) -> str:
