@@ -1,10 +1,10 @@
 """Fetch a web page or document as evidence text, without opening a way into our network.
 
 `fetch_url(url)` downloads one URL and returns its text and title (a `FetchResult`), ready to be
-signed as evidence; it stores nothing. The `fetch_url` MCP tool and `tms fetch URL` call it. Every refusal and failure is a one-line
-`FetchError`: "refused: ..." when our policy says no, "fetch failed: ..." when the other side
-or the network does, "no text could be extracted from ..." when the document has no text
-we can read (empty, scanned, or not really a PDF).
+signed as evidence; it stores nothing. The `fetch_url` MCP tool and `tms fetch URL` call it.
+Every refusal and failure is a one-line `FetchError`: "refused: ..." when our policy says no,
+"fetch failed: ..." when the other side or the network does, "no text could be extracted
+from ..." when the document has no text we can read (empty, scanned, or not really a PDF).
 
 The fetcher is the one place where the server talks to the outside world, so:
 

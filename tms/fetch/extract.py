@@ -199,7 +199,7 @@ def _pdf(body: bytes, url: str, max_chars: int) -> Extracted:
                     page.close()
                 text = _clean(text).translate(_PDF_HYPHENS).strip("\n")
                 if text.strip():
-                    rows.append(text)
+                    pages.append(text)
                     total += len(text) + 2  # with the blank line that separates pages
                     _check_length(total - 2, url, max_chars, partial=True)
         except pdfium.PdfiumError as exc:

@@ -5,7 +5,7 @@ names; every statement here still filters on that one collection, so no query ca
 collection's rows whatever ids it is handed. Searching by text is `tms.search`'s job.
 
 Each method's SQL sits in the method, and results come out in SPEC's shapes through
-`tms.ledger.rows`. Only what cannot be ranked otherwise reads the whole collection, once:
+`tms.ledger.records`. Only what cannot be ranked otherwise reads the whole collection, once:
 list_claims' count sorts (one aggregate over its links).
 """
 
@@ -15,8 +15,8 @@ import json
 from collections.abc import Collection
 from typing import Any, Final
 
-from tms.ledger import rows
-from tms.ledger.rows import limited, page_size
+from tms.ledger import records
+from tms.ledger.records import limited, page_size
 from tms.results import (
     ClaimSummary,
     CollectionInfo,
@@ -119,7 +119,7 @@ class Reads:
             )
             if row is None:
                 return None
-            names = await rows.authors(conn, [row["pubkey"]])
+            names = await records.authors(conn, [row["pubkey"]])
         content = json.loads(row["content"])
         result: EventInfo = {
             "id": row["id"],
@@ -220,13 +220,13 @@ class Reads:
                     ),
                     collection,
                 )
-                counts = await rows.claim_counts(conn, collection, [r["id"] for r in rows])
+                counts = await records.claim_counts(conn, collection, [r["id"] for r in rows])
             else:
                 async with conn.transaction():
                     await conn.execute(_SQL_AGGREGATE_SETTINGS)
                     rows = await conn.fetch(_claims_sorted_sql(sort, limit), collection)
-                counts = {r["id"]: {name: r[name] for name in rows.COUNT_NAMES} for r in rows}
-            names = await rows.authors(conn, (r["pubkey"] for r in rows))
+                counts = {r["id"]: {name: r[name] for name in records.COUNT_NAMES} for r in rows}
+            names = await records.authors(conn, (r["pubkey"] for r in rows))
         return [
             {
                 "id": r["id"],
@@ -269,8 +269,8 @@ class Reads:
             FROM page l JOIN events e ON e.seq = l.seq ORDER BY l.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, *args)
-            names = await rows.authors(conn, (r["pubkey"] for r in rows))
-        return [rows.link(r, names) for r in rows]
+            names = await records.authors(conn, (r["pubkey"] for r in rows))
+        return [records.link(r, names) for r in rows]
 
     async def list_evidence(
         self, collection: Slug, ungrounded_only: bool, source: str | None, limit: int
@@ -300,7 +300,7 @@ class Reads:
             ORDER BY p.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, *args)
-            names = await rows.authors(conn, (r["pubkey"] for r in rows))
+            names = await records.authors(conn, (r["pubkey"] for r in rows))
         return [
             {
                 "id": r["id"],
@@ -330,11 +330,11 @@ class Reads:
                 JOIN contradictions c ON c.id = cc.contradiction_id
                 WHERE cc.collection = $1 AND cc.claim_id = $2 AND c.collection = $1
                 ORDER BY c.seq LIMIT {page_size(limit)})
-            SELECT {rows.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
+            SELECT {records.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
             ORDER BY c.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, collection, claim_id)
-            return await rows.contradictions(conn, collection, rows)
+            return await records.contradictions(conn, collection, rows)
 
     async def list_contradictions(self, collection: Slug, limit: int) -> list[ContradictionInfo]:
         """Newest first: with nothing to search for, the latest findings matter most."""
@@ -342,11 +342,11 @@ class Reads:
             WITH page AS (
                 SELECT * FROM contradictions WHERE collection = $1
                 ORDER BY seq DESC LIMIT {page_size(limit)})
-            SELECT {rows.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
+            SELECT {records.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
             ORDER BY c.seq DESC"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, collection)
-            return await rows.contradictions(conn, collection, rows)
+            return await records.contradictions(conn, collection, rows)
 
 
 def _claims_sorted_sql(sort: str, limit: int) -> str:

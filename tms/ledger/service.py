@@ -1,8 +1,9 @@
 """The ledger service: the one place where batches are made permanent.
 
-Every door publishes through `Ledger.publish`, so each rule is written once. Publishing is one transaction: lock what the batch touches, read a snapshot, let
-`tms.rules.publish.judge` decide, write everything or nothing (`tms.ledger.writes`). Vectors for
-search are made after commit, by whatever `AfterPublish` the runtime hands in.
+Every door publishes through `Ledger.publish`, so each rule is written once. Publishing is one
+transaction: lock what the batch touches, read a snapshot, let `tms.rules.publish.judge` decide,
+write everything or nothing (`tms.ledger.writes`). Vectors for search are made after commit, by
+whatever `AfterPublish` the runtime hands in.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Final, Literal
 
 from tms.errors import one_line
-from tms.ledger import rows
-from tms.ledger.rows import CONTRADICTION_COLUMNS, limited, page_size
+from tms.ledger import records
+from tms.ledger.records import CONTRADICTION_COLUMNS, limited, page_size
 from tms.results import ClaimHit, ContradictionInfo, SearchClaimsResult
 from tms.search.pgvector import HnswTuning, sql_literal, vector_literal
 from tms.search.vectors import Vectors
@@ -144,7 +144,7 @@ class Search:
         `ts_rank` first, then newest, then id. A query of stop words only matches nothing."""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(limited(_SQL_CLAIMS_KEYWORD, limit), collection, text)
-            return await rows.claim_hits(conn, collection, rows, "rank")
+            return await records.claim_hits(conn, collection, rows, "rank")
 
     async def claims_near(
         self, collection: Slug, vector: Sequence[float], model: str, dims: int, limit: int
@@ -169,7 +169,7 @@ class Search:
                 rows = await conn.fetch(
                     _claims_vector_sql(literal, dims, limit, indexed=False), collection, query
                 )
-            return await rows.claim_hits(conn, collection, rows, "distance")
+            return await records.claim_hits(conn, collection, rows, "distance")
 
     async def contradictions_by_keyword(
         self, collection: Slug, text: str, limit: int
@@ -182,7 +182,7 @@ class Search:
         sql = limited(_SQL_CONTRADICTIONS_KEYWORD, limit)
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, collection, text, REASON_INDEXED_CHARS)
-            return await rows.contradictions(conn, collection, rows, "rank")
+            return await records.contradictions(conn, collection, rows, "rank")
 
     async def contradictions_near(
         self, collection: Slug, vector: Sequence[float], model: str, dims: int, limit: int
@@ -194,7 +194,7 @@ class Search:
         sql = limited(_SQL_CONTRADICTIONS_VECTOR, limit)
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, collection, vector_literal(vector, dims), model)
-            return await rows.contradictions(conn, collection, rows, "distance")
+            return await records.contradictions(conn, collection, rows, "distance")
 
     async def _query_vector(self, text: str) -> tuple[list[float] | None, str | None]:
         """The query's vector, or None and the note saying why keyword search answers instead."""

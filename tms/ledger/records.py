@@ -1,4 +1,4 @@
-"""Rows made whole: database rows as SPEC's result shapes, with their per-record extras.
+"""Records made whole: database rows as SPEC's result shapes, with their per-record extras.
 
 Every list the reads and the search return goes through here. The extras (the signer's profile
 name, the links pointing at each record, the contradictions a claim belongs to, a claim's link
