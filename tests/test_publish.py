@@ -445,7 +445,9 @@ async def test_member_writes_without_approval_but_cannot_create(ledger: Ledger) 
     await refused(
         ledger,
         [claim(MEMBER, "lab-2", "A new collection?")],
-        "collection 'lab-2' does not exist, and only approved pubkeys create collections",
+        f"pubkey {MEMBER.pubkey} is not a member of collection 'lab-2' (or no such collection: "
+        "check the slug for typos, or ask its owner to add your key); only approved pubkeys "
+        "create collections",
         position=0,
     )
     await refused(

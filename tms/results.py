@@ -34,6 +34,16 @@ class PublishResult(TypedDict):
     accepted: list[str]
     skipped: Annotated[list[str], Field(description="Ids already stored, so not stored again.")]
     collections: list[str]
+    superseded: NotRequired[
+        Annotated[
+            list[str],
+            Field(
+                description="Present when some are: member lists and profiles stored by this "
+                "call that are not current, because a newer one stands (newest created_at "
+                "wins, ties to the lowest id)."
+            ),
+        ]
+    ]
     embedded: NotRequired[Annotated[int, Field(description="Vectors this call computed.")]]
     embedding_error: NotRequired[
         Annotated[

@@ -12,8 +12,9 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
-from typing import Final, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, Protocol
 
 from tms.errors import one_line
 from tms.ledger import writes
@@ -25,6 +26,7 @@ from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
 log = logging.getLogger(__name__)
 
 VERIFY_THREADS: Final = min(4, os.cpu_count() or 1)
+QUOTE_THREADS: Final = 2  # evidence texts normalized at once, across all publishes
 PARALLEL_FROM: Final = 64  # smaller batches are verified in one thread
 
 
@@ -48,6 +50,7 @@ class Ledger:
         async with self.pool.acquire() as conn, conn.transaction():
             await writes.lock(conn, batch)
             snapshot = await writes.snapshot(conn, batch)
+            snapshot.quotes = await writes.quotes(conn, batch, _off_loop(_QUOTES))
             plan = judge(batch, snapshot)
             if plan.accepted:
                 await writes.write(conn, plan)
@@ -56,6 +59,8 @@ class Ledger:
             "skipped": plan.skipped,
             "collections": plan.collections,
         }
+        if plan.superseded:  # only then: the usual answer stays exactly SPEC's
+            result["superseded"] = plan.superseded
         embedded, error = await self._embed(plan)
         if error is None:
             result["embedded"] = embedded
@@ -105,18 +110,33 @@ class Ledger:
         return bool(await self.pool.fetchval("SELECT 1 FROM collections WHERE slug = $1", slug))
 
 
+# Separate pools for separate jobs: signature checks never queue behind quote matching, and
+# neither shares asyncio's default pool with anything else (fetching has worker processes).
+_VERIFY: Final = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="tms-verify")
+_QUOTES: Final = ThreadPoolExecutor(QUOTE_THREADS, thread_name_prefix="tms-quotes")
+
+
+def _off_loop(pool: ThreadPoolExecutor) -> Callable[..., Awaitable[Any]]:
+    def run(function: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        return asyncio.get_running_loop().run_in_executor(pool, function, *args)
+
+    return run
+
+
 async def _parse_off_loop(raw: list[object], now: int) -> list[Parsed]:
     """Envelopes, signatures and schemas are CPU work: keep the event loop free meanwhile.
     coincurve releases the GIL while it verifies, so a big batch is split across threads."""
+    run = _off_loop(_VERIFY)
     if len(raw) < PARALLEL_FROM:
-        return await asyncio.to_thread(parse_events, raw, now)
+        parsed: list[Parsed] = await run(parse_events, raw, now)
+        return parsed
     size = -(-len(raw) // VERIFY_THREADS)
     chunks = [(raw[i : i + size], i) for i in range(0, len(raw), size)]
     results = await asyncio.gather(
-        *(asyncio.to_thread(parse_events, chunk, now, offset) for chunk, offset in chunks),
+        *(run(parse_events, chunk, now, offset) for chunk, offset in chunks),
         return_exceptions=True,
     )
-    parsed: list[Parsed] = []
+    parsed = []
     for result in results:  # in batch order, so the first error is the earliest event's
         if isinstance(result, BaseException):
             raise result

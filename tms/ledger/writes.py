@@ -7,15 +7,24 @@ each step sits next to the step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from tms.nostr.events import Event, compact_json
 from tms.rules.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
-from tms.rules.publish import Parsed, Plan, Ref, Snapshot, quoted_evidence_ids, referenced_ids
+from tms.rules.publish import (
+    Parsed,
+    Plan,
+    Ref,
+    Snapshot,
+    batch_texts,
+    quotes_by_evidence,
+    quotes_found,
+    referenced_ids,
+)
 from tms.rules.terms import current_terms
 from tms.store.database import Connection
-from tms.types import EMBEDDED_KINDS
+from tms.types import EMBEDDED_KINDS, EventId
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 
@@ -32,7 +41,13 @@ _SQL_COLLECTIONS: Final = """
     FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
     WHERE c.slug = ANY($1::text[])"""
 _SQL_REFS: Final = "SELECT id, kind, collection FROM events WHERE id = ANY($1::text[])"
-_SQL_TEXTS: Final = "SELECT id, text FROM evidence WHERE id = ANY($1::text[])"
+_SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
+_SQL_PROFILES: Final = """
+    SELECT DISTINCT ON (pubkey) pubkey, created_at, id FROM profiles
+    WHERE pubkey = ANY($1::text[])
+    ORDER BY pubkey, created_at DESC, id"""
+
+OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
 
 
 async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
@@ -52,7 +67,6 @@ async def snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
     # Batch ids stay in: an event re-sent in the batch may be stored already (and skipped),
     # and the events after it may cite it.
     cited = sorted(referenced_ids(batch))
-    quoted = sorted(quoted_evidence_ids(batch))
     terms = current_terms()
     s = Snapshot()
     s.stored_ids = {r["id"] for r in await conn.fetch(_SQL_STORED, ids)}
@@ -69,8 +83,25 @@ async def snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
         if r["list_id"] is not None:
             s.heads[r["slug"]] = (r["list_created_at"], r["list_id"])
     s.refs = {r["id"]: Ref(r["kind"], r["collection"]) for r in await conn.fetch(_SQL_REFS, cited)}
-    s.evidence_texts = {r["id"]: r["text"] for r in await conn.fetch(_SQL_TEXTS, quoted)}
+    s.profiles = {
+        r["pubkey"]: (r["created_at"], r["id"]) for r in await conn.fetch(_SQL_PROFILES, signers)
+    }
     return s
+
+
+async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dict[EventId, bool]:
+    """`Snapshot.quotes`: every link's quote looked for in its evidence, one evidence at a time
+    (read, normalized off the event loop by `run`, then let go), so memory stays bounded by
+    the largest document, not by how many the batch quotes."""
+    own = batch_texts(batch)
+    found: dict[EventId, bool] = {}
+    for evidence_id, quoted in quotes_by_evidence(batch).items():
+        text = own.get(evidence_id)
+        if text is None:
+            text = await conn.fetchval(_SQL_TEXT, evidence_id)
+        if text is not None:
+            found.update(await run(quotes_found, text, quoted))
+    return found
 
 
 async def write(conn: Connection, plan: Plan) -> None:
