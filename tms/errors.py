@@ -14,6 +14,20 @@ def one_line(exc: BaseException, limit: int | None = None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
+def shown(value: object, limit: int = 64) -> str:
+    """Client input quoted in a message: at most `limit` characters, and always encodable (a lone
+    surrogate becomes `\\udxxx`), so that no door fails to send the refusal it quotes."""
+    text = str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return sendable(text)
+
+
+def sendable(message: str) -> str:
+    """The guard every door applies to a message before sending it: text that UTF-8 can carry."""
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class TMSError(Exception):
     """Base of every error a user may see; its message is shown verbatim."""
 
@@ -85,7 +99,7 @@ class ConfigError(TMSError):
     """A `TMS_*` variable holds a value we cannot use."""
 
 
-# What every door says when the database cannot be reached (tms.store.database.DATABASE_DOWN).
+# What every door says when the database cannot be used (tms.store.database.is_database_down).
 DATABASE_UNAVAILABLE = "database unavailable, try again shortly"
 
 

@@ -193,13 +193,15 @@ async def _ledger() -> AsyncIterator[Ledger]:
 def _operator(command: Coroutine[Any, Any, int]) -> int:
     """Run an operator command; a refusal or a database that cannot be used is one line on
     stderr and exit 1, in the words every other door uses."""
-    from tms.store.database import DATABASE_DOWN
+    from tms.store.database import is_database_down
 
     try:
         return asyncio.run(command)
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
-    except DATABASE_DOWN as exc:  # lost mid-command
+    except Exception as exc:
+        if not is_database_down(exc):  # lost mid-command: one line; anything else is a bug
+            raise
         print(f"tms: {DATABASE_UNAVAILABLE} ({one_line(exc, 300)})", file=sys.stderr)
     return 1
 

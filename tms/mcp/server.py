@@ -18,11 +18,11 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from tms.errors import DATABASE_UNAVAILABLE, TMSError
+from tms.errors import DATABASE_UNAVAILABLE, TMSError, one_line, sendable
 from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS
 from tms.mcp.schemas import output_schema
 from tms.mcp.tools import TOOLS, Tool, Tools
-from tms.store.database import DATABASE_DOWN
+from tms.store.database import is_database_down
 
 log = logging.getLogger("tms.mcp")
 
@@ -53,11 +53,11 @@ def build_server(tools: Tools) -> Server[Any]:
             result = await tools.call(params.name, params.arguments or {})
         except TMSError as exc:
             return _error(str(exc))
-        except DATABASE_DOWN as exc:
-            log.warning("tool %s: database unavailable: %s", params.name, exc)
-            return _error(DATABASE_UNAVAILABLE)
-        except Exception:  # a bug: the caller gets a generic message, the log the details
-            log.exception("tool %s failed", params.name)
+        except Exception as exc:
+            if is_database_down(exc):
+                log.warning("tool %s: database unavailable: %s", params.name, one_line(exc))
+                return _error(DATABASE_UNAVAILABLE)
+            log.exception("tool %s failed", params.name)  # a bug: details for the log only
             return _error("internal error; the server's log has the details")
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
         return types.CallToolResult(
@@ -184,7 +184,7 @@ def _describe_args(model: type[BaseModel]) -> str:
 
 def _error(message: str) -> types.CallToolResult:
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=message)], is_error=True
+        content=[types.TextContent(type="text", text=sendable(message))], is_error=True
     )
 
 

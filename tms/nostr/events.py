@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from coincurve import PrivateKey, PublicKeyXOnly
 
-from tms.errors import InvalidEvent, InvalidKey
+from tms.errors import InvalidEvent, InvalidKey, shown
 from tms.types import EventId, Kind, PubKey, Sig
 
 FIELDS: Final = ("id", "pubkey", "created_at", "kind", "tags", "content", "sig")
@@ -149,8 +149,8 @@ class Event:
             missing = next(name for name in FIELDS if name not in obj)
             raise InvalidEvent(f"field '{missing}' is missing", missing) from None
         if len(obj) != len(FIELDS):
-            unknown = sorted(str(name) for name in obj if name not in FIELDS)
-            names = ", ".join(f"'{name}'" for name in unknown)
+            unknown = sorted(shown(name) for name in obj if name not in FIELDS)
+            names = ", ".join(f"'{name}'" for name in unknown[:10])
             raise InvalidEvent(f"unknown fields in event: {names}", unknown[0])
         if not is_hex64(event_id):
             raise InvalidEvent(_hex_message("id", 64), "id")

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from tms.errors import InvalidEvent
+from tms.errors import InvalidEvent, shown
 from tms.nostr.events import Event, is_hex64, loads_strict
 from tms.nostr.keys import is_valid_pubkey
 from tms.types import (
@@ -193,7 +193,8 @@ def parse_content(kind: int, content: str) -> Content:
         problem = _unstorable(key) or _unstorable(value)
         if problem:
             raise InvalidEvent(
-                f"field '{key}' is invalid in {name} content: {problem}", f"content.{key}"
+                f"field '{shown(key)}' is invalid in {name} content: {problem}",
+                f"content.{shown(key)}",
             )
     try:
         return SCHEMAS[kind].model_validate(obj)
@@ -226,12 +227,12 @@ def translate_error(where: str, exc: ValidationError) -> InvalidEvent:
     """Pydantic's first error in SPEC's phrasing; `where` is what was validated ("claim
     content", "search_claims args")."""
     errors = exc.errors()
-    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
+    unknown = [shown(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
     if unknown:
-        names = ", ".join(f"'{field}'" for field in unknown)
+        names = ", ".join(f"'{field}'" for field in unknown[:10])
         return InvalidEvent(f"unknown fields in {where}: {names}", f"content.{unknown[0]}")
     error = errors[0]
-    field = str(error["loc"][0]) if error["loc"] else "content"
+    field = shown(error["loc"][0]) if error["loc"] else "content"
     if error["type"] == "missing":
         return InvalidEvent(f"field '{field}' is missing from {where}", f"content.{field}")
     if error["type"] == "literal_error":

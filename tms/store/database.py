@@ -42,7 +42,21 @@ DATABASE_DOWN: Final[tuple[type[Exception], ...]] = (
     asyncpg.TooManyConnectionsError,
     asyncpg.ObjectNotInPrerequisiteStateError,  # e.g. a database not accepting connections
     asyncpg.exceptions.InternalClientError,  # a pooled connection the server terminated
+    asyncpg.InterfaceError,  # "connection is closed", at a transaction's end among others
 )
+# The InterfaceErrors that are our own mistakes (bad arguments to a query), not an outage.
+_NOT_DOWN: Final[tuple[type[Exception], ...]] = (
+    asyncpg.exceptions.DataError,
+    asyncpg.exceptions.ClientConfigurationError,
+    asyncpg.exceptions.UnsupportedClientFeatureError,
+    asyncpg.exceptions.UnsupportedServerFeatureError,
+)
+
+
+def is_database_down(exc: BaseException) -> bool:
+    """Whether an exception means the database cannot be used right now (every door answers
+    "database unavailable, try again shortly"), rather than a bug."""
+    return isinstance(exc, DATABASE_DOWN) and not isinstance(exc, _NOT_DOWN)
 
 
 def sql_dir() -> Path:

@@ -30,13 +30,13 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings
-from tms.errors import DATABASE_UNAVAILABLE, AuthError, one_line
+from tms.errors import DATABASE_UNAVAILABLE, AuthError, one_line, sendable
 from tms.ledger.export import Exporter
 from tms.mcp.server import build_server, http_endpoint
 from tms.nostr import nip98
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime, open_runtime
-from tms.store.database import DATABASE_DOWN
+from tms.store.database import is_database_down
 from tms.types import PubKey, Slug
 
 log = logging.getLogger("tms.web.app")
@@ -135,7 +135,9 @@ def request_url(request: Request, base_url: str | None) -> str:
 
 
 def error(message: str, status: int, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status, headers={**PRIVATE, **(headers or {})})
+    return JSONResponse(
+        {"error": sendable(message)}, status, headers={**PRIVATE, **(headers or {})}
+    )
 
 
 def no_such_collection() -> JSONResponse:
@@ -182,11 +184,6 @@ async def _auth_failed(request: Request, exc: Exception) -> Response:
     return error(str(exc), 401, headers={"WWW-Authenticate": "Nostr"})
 
 
-async def _database_down(request: Request, exc: Exception) -> Response:
-    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
-    return error(DATABASE_UNAVAILABLE, 503)
-
-
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
@@ -195,6 +192,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
+    if is_database_down(exc):
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        return error(DATABASE_UNAVAILABLE, 503)
     log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return error("internal error", 500)
 
@@ -228,7 +228,6 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
         exception_handlers={
             AuthError: _auth_failed,
             HTTPException: _http_error,
-            **dict.fromkeys(DATABASE_DOWN, _database_down),
             Exception: _internal_error,
         },
     )
