@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from tms.errors import DATABASE_UNAVAILABLE, TMSError, one_line, sendable
+from tms.mcp.http import MAX_BODY
 from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS
 from tms.mcp.schemas import output_schema
 from tms.mcp.tools import TOOLS, Tool, Tools
@@ -26,9 +27,6 @@ from tms.store.database import is_database_down
 
 log = logging.getLogger("tms.mcp")
 
-# A publish may carry events of 2,000,000 characters each (up to 24 MB as escaped JSON); the
-# SDK's default of 4 MiB would refuse even one full-size document.
-MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 
 INSTRUCTIONS: Final = (
     "TMS is a private, append-only evidence ledger. Every record is a Nostr event signed by its "
@@ -124,7 +122,7 @@ def http_endpoint(
     initialize step. No DNS-rebinding host check: nothing here rides on ambient credentials
     (no cookies, no tokens), every call carries its own signature."""
     manager = StreamableHTTPSessionManager(
-        app=server, json_response=True, stateless=True, max_request_body_size=MAX_BODY_BYTES
+        app=server, json_response=True, stateless=True, max_request_body_size=MAX_BODY
     )
     return StreamableHTTPASGIApp(manager), manager
 

@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from json.encoder import encode_basestring as _encode_string
 from typing import Any, Final
 
@@ -25,6 +26,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX128 = re.compile(r"[0-9a-f]{128}")
 MAX_CREATED_AT: Final = 2**53 - 1  # beyond this JSON.stringify no longer round-trips integers
 MAX_KIND: Final = 65535
+MAX_TAGS: Final = 10_000  # arrays in one envelope read from text (tags are the only ones)
 
 # Parsing a public key costs about a quarter of a verification; batches mostly come from a few
 # authors, so keep the parsed points of recent ones.
@@ -97,6 +99,48 @@ def loads_strict(text: str | bytes) -> Any:
     return _STRICT_DECODER.decode(text)
 
 
+_STRUCTURE: Final = re.compile(r'["\[{,]')
+
+
+def loads_bounded(text: str | bytes, *, max_containers: int, max_values: int) -> Any:
+    """`loads_strict`, after making sure the text holds at most `max_containers` arrays and
+    objects and about `max_values` values, so its cost is bounded by its shape as well as its
+    size: `[[],[],...]` is cheap to send and dear to build (two million empty lists from 6 MB).
+
+    Counting the characters first is exact enough for almost every text (a bracket or comma in
+    a string only overcounts); only a text over the limits by that count is scanned properly,
+    skipping strings in C, and refused at the first count past a limit."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    containers = text.count("[") + text.count("{")
+    if containers > max_containers or text.count(",") > max_values:
+        _check_shape(text, max_containers, max_values)
+    return _STRICT_DECODER.decode(text)
+
+
+def _check_shape(text: str, max_containers: int, max_values: int) -> None:
+    containers = values = 0
+    position = 0
+    search = _STRUCTURE.search
+    while (found := search(text, position)) is not None:
+        char = found.group()
+        if char == '"':
+            try:
+                position = scanstring(text, found.end())[1]
+            except ValueError:
+                return  # not JSON after all: the parser says where
+            continue
+        position = found.end()
+        if char == ",":
+            values += 1
+            if values > max_values:
+                raise ValueError(f"more than {max_values:,} values")
+        else:
+            containers += 1
+            if containers > max_containers:
+                raise ValueError(f"more than {max_containers:,} arrays and objects")
+
+
 def _public_key(pubkey: PubKey) -> PublicKeyXOnly:
     key = _KEY_CACHE.get(pubkey)
     if key is None:
@@ -127,7 +171,7 @@ class Event:
     @classmethod
     def from_json(cls, text: str | bytes) -> Event:
         try:
-            obj = loads_strict(text)
+            obj = loads_bounded(text, max_containers=MAX_TAGS, max_values=MAX_TAGS * 10)
         except (ValueError, RecursionError) as exc:
             raise InvalidEvent(f"event is not valid JSON: {exc}") from None
         return cls.from_dict(obj)

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import PydanticCustomError
 
 from tms.errors import InvalidEvent, shown
-from tms.nostr.events import Event, is_hex64, loads_strict
+from tms.nostr.events import Event, is_hex64, loads_bounded
 from tms.nostr.keys import is_valid_pubkey
 from tms.types import (
     KIND_CLAIM,
@@ -30,6 +30,10 @@ from tms.types import (
 )
 
 SLUG_PATTERN: Final = re.compile(r"[a-z0-9_-]{1,64}")
+# The shape a content's JSON may have: far beyond any kind's fields (a proof of 1,000 steps in a
+# request's args is about 2,000 arrays and objects), far below what makes parsing costly.
+MAX_CONTENT_CONTAINERS: Final = 20_000
+MAX_CONTENT_VALUES: Final = 200_000
 
 
 def _not_blank(value: str) -> str:
@@ -179,7 +183,9 @@ def parse_content(kind: int, content: str) -> Content:
             "content",
         )
     try:
-        obj = loads_strict(content)
+        obj = loads_bounded(
+            content, max_containers=MAX_CONTENT_CONTAINERS, max_values=MAX_CONTENT_VALUES
+        )
     except (ValueError, RecursionError) as exc:
         raise InvalidEvent(
             f"field 'content' is invalid: not a JSON object serialized as a string ({exc})",

@@ -32,6 +32,7 @@ from starlette.types import Receive, Scope, Send
 from tms.config import Settings
 from tms.errors import DATABASE_UNAVAILABLE, AuthError, one_line, sendable
 from tms.ledger.export import Exporter
+from tms.mcp.http import McpFront
 from tms.mcp.server import build_server, http_endpoint
 from tms.nostr import nip98
 from tms.rules.terms import current_terms
@@ -82,23 +83,17 @@ async def export(request: Request) -> Response:
     )
 
 
-class _MCPEndpoint:
-    """`/mcp`: the MCP endpoint (streamable HTTP, stateless, JSON), built by the lifespan.
-    Stateless, it has no server-to-client stream to GET and no session to DELETE: those get a
-    405 here rather than the SDK's idle event stream, which would hold a connection forever."""
+class _MCP:
+    """`/mcp`: the MCP endpoint (`tms.mcp.http`), built by the lifespan. An instance, so that
+    the route passes it every method (it answers the ones it does not serve itself)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST":
-            message = "the MCP endpoint is stateless: send each JSON-RPC request as a POST"
-            response = error(message, 405, headers={"Allow": "POST"})
-            await response(scope, receive, send)
-            return
         await scope["app"].state.mcp(scope, receive, send)
 
 
 ROUTES: Final = [
     Route("/healthz", healthz, methods=["GET"]),
-    Route("/mcp", _MCPEndpoint()),
+    Route("/mcp", _MCP()),
     Route("/terms", terms, methods=["GET"]),
     # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
     Route("/c/{slug:path}/export.jsonl", export, methods=["GET"]),
@@ -217,10 +212,14 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with open_runtime(settings, database_url) as runtime:
             endpoint, manager = http_endpoint(build_server(runtime.tools()))
+            front = McpFront(endpoint)
             app.state.runtime = runtime
-            app.state.mcp = endpoint
-            async with manager.run():
-                yield
+            app.state.mcp = front
+            try:
+                async with manager.run():
+                    yield
+            finally:
+                await front.close()
 
     app = Starlette(
         routes=ROUTES,
