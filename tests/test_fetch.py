@@ -28,7 +28,7 @@ from fetch_routes import (
 from fetch_site import Site
 
 from tms.errors import FetchError
-from tms.fetch.client import ALLOW_ENV, MAX_BYTES, FetchResult, fetch_url
+from tms.fetch.client import ALLOW_ENV, MAX_BYTES, FetchResult, evidence_chars, fetch_url
 
 
 @pytest.fixture(scope="module")
@@ -143,9 +143,16 @@ def test_nothing_to_extract_is_an_error_not_empty_evidence(site: Site, path: str
 def test_text_longer_than_an_evidence_is_refused_not_cut(site: Site) -> None:
     assert refusal(site, "/long.txt", max_chars=8000) == (
         f"refused: the text of {site.url('/long.txt')} is 9,000 characters, more than the "
-        "8,000 characters one evidence holds; split the document and record its parts"
+        "8,000 characters one evidence holds; save the document, split it by pages or sections "
+        "into parts that fit, and publish each part as its own evidence"
     )
-    assert fetch(site, "/long.txt", max_chars=9000).chars == 9000
+    # The limit is on the evidence content: the text, its url and title, a 64-character slug.
+    content = evidence_chars("evidence " * 1000, site.url("/long.txt"), "long.txt")
+    assert fetch(site, "/long.txt", max_chars=content).chars == 9000
+    assert refusal(site, "/long.txt", max_chars=content - 1).startswith(
+        f"refused: the text of {site.url('/long.txt')} is 9,000 characters and {content:,} as "
+        "evidence content"
+    )
 
 
 # --- HTTP answers ---------------------------------------------------------------------------

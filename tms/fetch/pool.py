@@ -1,0 +1,464 @@
+"""Run `tms.fetch.extract` in worker processes, so a hostile document cannot hurt the server.
+
+Extraction is pure CPU work on bytes already downloaded, and some documents make it slow
+(megabytes of tiny nested elements keep trafilatura busy for minutes), memory-hungry, or crash
+PDFium outright. In the server's process it would hold the GIL, fill the default thread pool,
+keep its memory after the caller gave up and take the server down with it on a segfault. So:
+
+- Extraction runs in at most `workers` worker processes (`tms.fetch.worker`: fresh interpreters
+  that import only the extractor, at a lower CPU priority than the server). Callers queue for a
+  free one for at most the extraction time limit, then get "busy, try again".
+- Each extraction is bounded in time (`ExtractLimits.seconds`) and in memory
+  (`ExtractLimits.memory_bytes`, the worker's whole address space). Past the time limit the
+  worker is killed (SIGKILL); a worker that dies (a crash, the memory limit hit in C code) costs
+  that one extraction. Either way a fresh worker takes its place at once.
+- When the caller goes away (its task is cancelled: a client that hung up, a server shutting
+  down), the worker is killed then and there, so no extraction outlives its request.
+- A worker that ran out of memory, hit an unexpected error, or kept more than 256 MB after a job
+  is replaced too, so the memory one huge page needed goes back to the system.
+
+The pool belongs to no event loop (its processes and sockets are plain; waiting uses futures of
+the caller's loop), so one pool serves successive `asyncio.run` calls, as tests make. The
+server uses the process-wide pool `default_pool()` (sized by `TMS_FETCH_EXTRACT_WORKERS`) and
+calls `await shutdown()` when it stops; an `atexit` hook kills any worker still running, and a
+worker whose server is gone sees its socket close and exits by itself.
+
+Settings, read on every fetch (`ExtractLimits.from_env`) except the worker count:
+
+- `TMS_FETCH_EXTRACT_SECONDS` (default 20): the time one extraction may take; also the longest
+  a fetch waits for a free worker.
+- `TMS_FETCH_EXTRACT_MEMORY_MB` (default 1024): a worker's address space during extraction, in
+  MiB.
+- `TMS_FETCH_EXTRACT_WORKERS` (default 2): how many extractions run at once, read when the
+  process-wide pool starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from tms.errors import FetchError, one_line
+from tms.fetch.extract import Extracted
+from tms.fetch.worker import FRAME, MAX_HEADER, READY, encode
+
+SECONDS_ENV: Final = "TMS_FETCH_EXTRACT_SECONDS"
+MEMORY_ENV: Final = "TMS_FETCH_EXTRACT_MEMORY_MB"
+WORKERS_ENV: Final = "TMS_FETCH_EXTRACT_WORKERS"
+DEFAULT_SECONDS: Final = 20.0
+DEFAULT_MEMORY_MB: Final = 1024
+DEFAULT_WORKERS: Final = 2
+START_SECONDS: Final = 60.0  # a worker imports its libraries in well under a second when idle
+REAP_SECONDS: Final = 2.0  # how long to wait for a dead worker's exit status
+MiB: Final = 1024 * 1024
+
+# What a worker may see of the server's environment: enough to run Python, nothing else.
+_ENV_KEPT: Final = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "VIRTUAL_ENV")
+_ENV_PREFIXES: Final = ("LC_", "PYTHON")
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractLimits:
+    """How long one extraction may run and how much memory its worker may use."""
+
+    seconds: float = DEFAULT_SECONDS
+    memory_bytes: int = DEFAULT_MEMORY_MB * MiB
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ExtractLimits:
+        """Read TMS_FETCH_EXTRACT_SECONDS and TMS_FETCH_EXTRACT_MEMORY_MB; FetchError if bad."""
+        env = os.environ if env is None else env
+        seconds = _number(env, SECONDS_ENV, DEFAULT_SECONDS, 0.01, 3600, "seconds")
+        megabytes = _number(env, MEMORY_ENV, DEFAULT_MEMORY_MB, 64, 1 << 20, "MiB")
+        return cls(seconds=seconds, memory_bytes=int(megabytes * MiB))
+
+
+def workers_from_env(env: Mapping[str, str] | None = None) -> int:
+    """TMS_FETCH_EXTRACT_WORKERS: how many extractions run at once (1 to 64; default 2)."""
+    env = os.environ if env is None else env
+    return int(_number(env, WORKERS_ENV, DEFAULT_WORKERS, 1, 64, "a whole number", whole=True))
+
+
+def _number(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    low: float,
+    high: float,
+    unit: str,
+    *,
+    whole: bool = False,
+) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(int(text)) if whole else float(text)
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high:  # NaN fails too
+        raise FetchError(f"{name} must be {unit} from {low:g} to {high:g}, got {text!r}")
+    return value
+
+
+class _WorkerDied(Exception):
+    """The worker's socket closed in the middle of a job."""
+
+
+class _Worker:
+    """One worker process and the server's end of its socket."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tms.fetch.worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=_worker_env(),
+                close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self.socket = ours
+        self.ready = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def start(self) -> None:
+        """Wait for the worker's "ready" (it has loaded its libraries)."""
+        header, _ = await self._receive(0)
+        if header != READY:
+            raise _WorkerDied("the worker did not say it was ready")
+        self.ready = True
+
+    async def run(self, header: dict[str, Any], body: bytes, max_text: int) -> tuple[Any, bytes]:
+        """Send one job, return the worker's reply header and payload."""
+        loop = asyncio.get_running_loop()
+        head, payload = encode(header, body)
+        try:
+            await loop.sock_sendall(self.socket, head)
+            await loop.sock_sendall(self.socket, payload)
+        except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died first
+            raise _WorkerDied(str(exc)) from None
+        return await self._receive(max_text)
+
+    async def _receive(self, max_payload: int) -> tuple[Any, bytes]:
+        lengths = await self._exactly(FRAME.size)
+        head_size, payload_size = FRAME.unpack(lengths)
+        if head_size > MAX_HEADER or payload_size > max_payload:
+            raise _WorkerDied(f"the worker sent a frame of {head_size}+{payload_size} bytes")
+        head = await self._exactly(head_size)
+        payload = await self._exactly(payload_size)
+        try:
+            return json.loads(head.decode("utf-8")), bytes(payload)
+        except ValueError:
+            raise _WorkerDied("the worker sent a header that is not JSON") from None
+
+    async def _exactly(self, size: int) -> bytearray:
+        loop = asyncio.get_running_loop()
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        got = 0
+        while got < size:
+            try:
+                n = await loop.sock_recv_into(self.socket, view[got:])
+            except OSError as exc:
+                raise _WorkerDied(str(exc)) from None
+            if n == 0:
+                raise _WorkerDied("the worker closed its socket")
+            got += n
+        return buffer
+
+    def kill(self) -> None:
+        """SIGKILL the process; our socket stays open until `discard`, so that a coroutine
+        waiting on it sees it close rather than wait on a closed descriptor."""
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+
+    def discard(self) -> None:
+        """Kill the process and close our socket (no coroutine may be using it)."""
+        self.kill()
+        self.socket.close()
+
+    def reap(self) -> bool:
+        """True once the process has exited and its status was collected."""
+        return self.process.poll() is not None
+
+    async def exit_status(self) -> int | None:
+        """The exit status of a worker whose socket closed, waiting briefly for it."""
+        deadline = time.monotonic() + REAP_SECONDS
+        while self.process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return self.process.returncode
+
+
+def _worker_env() -> dict[str, str]:
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name in _ENV_KEPT or name.startswith(_ENV_PREFIXES)
+    }
+
+
+class ExtractionPool:
+    """At most `workers` extractions at once, each in its own process; see the module doc.
+
+    `await pool.extract(body, content_type, url, max_chars=..., limits=...)` returns what
+    `tms.fetch.extract.extract` would, or raises a one-line FetchError. `await pool.aclose()`
+    (or `async with ExtractionPool() as pool:`) stops every worker; `close()` does it at once.
+    """
+
+    def __init__(self, workers: int = DEFAULT_WORKERS) -> None:
+        if workers < 1:
+            raise ValueError("an extraction pool needs at least one worker")
+        self.size = workers
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self._dying: list[_Worker] = []  # killed, exit status not collected yet
+        self._waiters: collections.deque[asyncio.Future[_Worker]] = collections.deque()
+        self._closed = False
+        _POOLS.add(self)
+
+    async def __aenter__(self) -> ExtractionPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def pids(self) -> list[int]:
+        """The process ids of the live workers, busy ones first (for tests and diagnostics)."""
+        return [w.pid for w in self._busy] + [w.pid for w in self._idle]
+
+    async def extract(
+        self,
+        body: bytes,
+        content_type: str,
+        url: str,
+        *,
+        max_chars: int,
+        limits: ExtractLimits | None = None,
+    ) -> Extracted:
+        limits = limits or ExtractLimits()
+        worker = await self._acquire(limits.seconds)
+        healthy = False
+        try:
+            if not worker.ready:
+                try:
+                    async with asyncio.timeout(START_SECONDS):
+                        await worker.start()
+                except (TimeoutError, _WorkerDied):
+                    raise FetchError(
+                        "fetch failed: the text extractor could not start; see the server's log"
+                    ) from None
+            job = {
+                "content_type": content_type,
+                "url": url,
+                "max_chars": max_chars,
+                "memory_bytes": limits.memory_bytes,
+            }
+            try:
+                async with asyncio.timeout(limits.seconds):
+                    reply, payload = await worker.run(job, body, 4 * max_chars)
+            except TimeoutError:
+                raise FetchError(
+                    f"no text could be extracted from {url}: extraction took longer than "
+                    f"{limits.seconds:g} s; the page is too large or too complex to extract"
+                ) from None
+            except _WorkerDied:
+                raise await self._death(worker, url) from None
+            healthy = isinstance(reply, dict) and reply.get("retire") is False
+            return self._result(reply, payload, url, limits)
+        finally:
+            self._release(worker, healthy=healthy)
+
+    def _result(self, reply: Any, payload: bytes, url: str, limits: ExtractLimits) -> Extracted:
+        if not isinstance(reply, dict):
+            raise FetchError(f"no text could be extracted from {url}: the extractor misbehaved")
+        why, error, title = reply.get("why"), reply.get("error"), reply.get("title")
+        if why == "refused" and isinstance(error, str):
+            raise FetchError(error)
+        if why == "memory":
+            raise FetchError(
+                f"no text could be extracted from {url}: extraction ran out of memory "
+                f"(its limit is {limits.memory_bytes // MiB:,} MiB); the page is too large or "
+                "too complex to extract"
+            )
+        if why == "failed":
+            raise FetchError(
+                f"no text could be extracted from {url}: the extractor failed ({error})"
+            )
+        if why is not None or not (title is None or isinstance(title, str)):
+            raise FetchError(f"no text could be extracted from {url}: the extractor misbehaved")
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FetchError(
+                f"no text could be extracted from {url}: the extractor misbehaved"
+            ) from None
+        return Extracted(text, title)
+
+    async def _death(self, worker: _Worker, url: str) -> FetchError:
+        if self._closed:
+            return FetchError("fetch failed: the server is shutting down")
+        worker.kill()  # it may be alive, its socket closed by a bug or a hostile document
+        status = await worker.exit_status()
+        how = ""
+        if status is not None and status < 0:
+            try:
+                how = f" ({signal.Signals(-status).name})"
+            except ValueError:
+                how = f" (signal {-status})"
+        elif status:
+            how = f" (exit status {status})"
+        return FetchError(
+            f"no text could be extracted from {url}: the extractor crashed on this document{how}"
+        )
+
+    async def _acquire(self, seconds: float) -> _Worker:
+        if self._closed:
+            raise FetchError("fetch failed: the server is shutting down")
+        self._reap()
+        if self._idle:
+            worker = self._idle.pop()
+        elif len(self._busy) < self.size:
+            worker = _spawn()
+        else:
+            return await self._wait(seconds)
+        self._busy.add(worker)
+        return worker
+
+    async def _wait(self, seconds: float) -> _Worker:
+        """Queue for a worker that `_release` hands over, for at most `seconds`."""
+        waiter: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(seconds):
+                return await waiter
+        except BaseException as exc:
+            if waiter.done() and not waiter.cancelled():
+                self._release(waiter.result(), healthy=True)  # handed one just as we gave up
+            else:
+                waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            if isinstance(exc, TimeoutError):
+                raise FetchError(
+                    f"fetch failed: every text extractor stayed busy for {seconds:g} s; "
+                    "try again in a minute"
+                ) from None
+            raise
+
+    def _release(self, worker: _Worker, *, healthy: bool) -> None:
+        """Take a worker back from a caller: to the next waiter, or idle; or replace it."""
+        self._busy.discard(worker)
+        if not healthy or self._closed:
+            worker.discard()
+            self._dying.append(worker)
+            if self._closed:
+                return
+            try:
+                worker = _spawn()  # a replacement, warming up while nobody needs it yet
+            except FetchError:
+                return  # the next caller tries again, and says why
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                self._busy.add(worker)
+                waiter.set_result(worker)
+                return
+        self._idle.append(worker)
+
+    def _reap(self) -> None:
+        self._dying = [w for w in self._dying if not w.reap()]
+
+    def close(self) -> None:
+        """Kill every worker now; extractions in flight fail with "shutting down"."""
+        self._closed = True
+        for worker in self._idle:
+            worker.discard()
+            self._dying.append(worker)
+        self._idle.clear()
+        for worker in self._busy:
+            worker.kill()  # its caller sees the socket close, then discards it
+        for waiter in self._waiters:
+            waiter.cancel()
+        self._waiters.clear()
+        self._reap()
+
+    async def aclose(self) -> None:
+        """Kill every worker and wait (briefly) until each has exited."""
+        self.close()
+        deadline = time.monotonic() + REAP_SECONDS
+        while (self._dying or self._busy) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            self._reap()
+
+    def _close_at_exit(self) -> None:
+        self.close()
+        for worker in [*self._busy, *self._dying]:
+            worker.discard()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.process.wait(REAP_SECONDS)
+        self._busy.clear()
+        self._dying.clear()
+
+
+def _spawn() -> _Worker:
+    try:
+        return _Worker()
+    except OSError as exc:
+        raise FetchError(
+            f"fetch failed: the text extractor could not start ({one_line(exc)})"
+        ) from None
+
+
+_POOLS: Final[weakref.WeakSet[ExtractionPool]] = weakref.WeakSet()
+_default: ExtractionPool | None = None
+
+
+def default_pool() -> ExtractionPool:
+    """The process-wide pool, started on first use with TMS_FETCH_EXTRACT_WORKERS workers."""
+    global _default
+    if _default is None or _default.closed:
+        _default = ExtractionPool(workers_from_env())
+    return _default
+
+
+async def shutdown() -> None:
+    """Stop the process-wide pool's workers (a later fetch starts a new pool)."""
+    global _default
+    pool, _default = _default, None
+    if pool is not None:
+        await pool.aclose()
+
+
+@atexit.register
+def _close_all() -> None:
+    for pool in list(_POOLS):
+        pool._close_at_exit()
