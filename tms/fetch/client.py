@@ -26,7 +26,7 @@ The fetcher is the one place where the server talks to the outside world, so:
 5. `connect_timeout` (10 s) bounds each connection attempt and `total_timeout` (30 s) the whole
    download, redirects included. Extraction (`tms.fetch.extract`) runs afterwards in a worker
    process of `tms.fetch.pool` (by default the process-wide `default_pool()`), bounded in time
-   (TMS_FETCH_EXTRACT_SECONDS, 20 s) and memory (TMS_FETCH_EXTRACT_MEMORY_MB, 1024), and
+   (TMS_FETCH_EXTRACT_SECONDS, 20 s) and memory (TMS_FETCH_EXTRACT_MEMORY_MB, 1024 MiB), and
    stopped when the caller goes away: a hostile page can cost one worker, never the server.
 6. No proxy from the environment, no cookies kept from one call to the next.
 
@@ -76,7 +76,7 @@ from tms.fetch.addresses import (
     port_refusal,
 )
 from tms.fetch.extract import short_title
-from tms.fetch.pool import ExtractionPool, ExtractLimits, default_pool
+from tms.fetch.pool import ExtractionPool, default_pool, extract_seconds_from_env
 from tms.types import MAX_CONTENT_CHARS
 
 ALLOW_ENV: Final = "TMS_FETCH_ALLOW"
@@ -137,11 +137,11 @@ async def fetch_url(
     (by default what one evidence event holds) is refused, never cut: evidence is what a user
     vouches for, so they split the document themselves. `ssl_context` replaces the default
     certificate authorities (certifi's bundle). `pool` runs the extraction (None: the
-    process-wide `default_pool()`); its limits come from TMS_FETCH_EXTRACT_SECONDS and
-    TMS_FETCH_EXTRACT_MEMORY_MB, read on every call. Cancelling the call stops the extraction.
+    process-wide `default_pool()`) within TMS_FETCH_EXTRACT_SECONDS, read on every call.
+    Cancelling the call stops the extraction.
     """
     exempt = parse_exemptions(os.environ.get(ALLOW_ENV, "") if allow is None else allow)
-    limits = ExtractLimits.from_env()
+    extract_seconds = extract_seconds_from_env()
     transport = _VettedTransport(_VettedBackend(exempt), ssl_context or _default_tls())
     async with httpx.AsyncClient(
         transport=transport,
@@ -158,7 +158,7 @@ async def fetch_url(
                 f"fetch failed: {_shown(url)} did not finish downloading within {total_timeout:g} s"
             ) from None
     extracted = await (pool or default_pool()).extract(
-        body, content_type, str(final), max_chars=max_chars, limits=limits
+        body, content_type, str(final), max_chars=max_chars, seconds=extract_seconds
     )
     del body
     title = short_title(extracted.title) or short_title(_title_from(final)) or final.host

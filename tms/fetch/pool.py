@@ -1,36 +1,38 @@
 """Run `tms.fetch.extract` in worker processes, so a hostile document cannot hurt the server.
 
 Extraction is pure CPU work on bytes already downloaded, and some documents make it slow
-(megabytes of tiny nested elements keep trafilatura busy for minutes), memory-hungry, or crash
-PDFium outright. In the server's process it would hold the GIL, fill the default thread pool,
-keep its memory after the caller gave up and take the server down with it on a segfault. So:
+(megabytes of tiny elements keep trafilatura busy for minutes), memory-hungry, or crash PDFium
+outright. In the server's process it held the GIL, filled the default thread pool that publish's
+signature checks share, kept running and kept its memory after the caller gave up, and a
+segfault would take the server down with it. So:
 
 - Extraction runs in at most `workers` worker processes (`tms.fetch.worker`: fresh interpreters
   that import only the extractor, at a lower CPU priority than the server). Callers queue for a
   free one for at most the extraction time limit, then get "busy, try again".
-- Each extraction is bounded in time (`ExtractLimits.seconds`) and in memory
-  (`ExtractLimits.memory_bytes`, the worker's whole address space). Past the time limit the
-  worker is killed (SIGKILL); a worker that dies (a crash, the memory limit hit in C code) costs
-  that one extraction. Either way a fresh worker takes its place at once.
+- Each extraction is bounded in time (`seconds`, per call) and memory (`memory_bytes`, per pool:
+  the pool kills a worker whose resident memory passes it, checking every `WATCH_SECONDS`; the
+  worker caps its own address space at twice that). A worker past either limit, or that dies (a
+  segfault in PDFium), costs that one extraction, with a one-line `FetchError` saying which.
+  A fresh worker takes its place at once, so the pool stays whole.
 - When the caller goes away (its task is cancelled: a client that hung up, a server shutting
-  down), the worker is killed then and there, so no extraction outlives its request.
-- A worker that ran out of memory, hit an unexpected error, or kept more than 256 MB after a job
-  is replaced too, so the memory one huge page needed goes back to the system.
+  down), its worker is killed then and there: no extraction outlives its request.
+- A worker that ran out of memory, hit an unexpected error, or is left big by a job is replaced
+  too, so the memory one huge page needed goes back to the system.
 
-The pool belongs to no event loop (its processes and sockets are plain; waiting uses futures of
-the caller's loop), so one pool serves successive `asyncio.run` calls, as tests make. The
-server uses the process-wide pool `default_pool()` (sized by `TMS_FETCH_EXTRACT_WORKERS`) and
-calls `await shutdown()` when it stops; an `atexit` hook kills any worker still running, and a
-worker whose server is gone sees its socket close and exits by itself.
+The pool belongs to no event loop: its processes and sockets are plain, and waiting uses futures
+and tasks of the caller's loop, so one pool serves successive `asyncio.run` calls too. Every
+front door shares the process-wide `default_pool()`; the server calls `await shutdown()` when it
+stops. An `atexit` hook kills whatever workers are left, and a worker whose server died sees its
+socket close and exits by itself.
 
-Settings, read on every fetch (`ExtractLimits.from_env`) except the worker count:
+Settings (bad values raise FetchError):
 
-- `TMS_FETCH_EXTRACT_SECONDS` (default 20): the time one extraction may take; also the longest
-  a fetch waits for a free worker.
-- `TMS_FETCH_EXTRACT_MEMORY_MB` (default 1024): a worker's address space during extraction, in
-  MiB.
-- `TMS_FETCH_EXTRACT_WORKERS` (default 2): how many extractions run at once, read when the
-  process-wide pool starts.
+- `TMS_FETCH_EXTRACT_SECONDS` (default 20): how long one extraction may take, and the longest a
+  fetch waits for a free worker; read on every fetch (`extract_seconds_from_env`).
+- `TMS_FETCH_EXTRACT_MEMORY_MB` (default 1024, at least 64): the memory one worker may use, in
+  MiB; read when the process-wide pool starts (`ExtractionPool.from_env`).
+- `TMS_FETCH_EXTRACT_WORKERS` (default 2, 1 to 64): how many extractions run at once; read when
+  the process-wide pool starts.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ import sys
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from tms.errors import FetchError, one_line
@@ -61,35 +62,20 @@ WORKERS_ENV: Final = "TMS_FETCH_EXTRACT_WORKERS"
 DEFAULT_SECONDS: Final = 20.0
 DEFAULT_MEMORY_MB: Final = 1024
 DEFAULT_WORKERS: Final = 2
-START_SECONDS: Final = 60.0  # a worker imports its libraries in well under a second when idle
-REAP_SECONDS: Final = 2.0  # how long to wait for a dead worker's exit status
 MiB: Final = 1024 * 1024
+START_SECONDS: Final = 60.0  # a worker starts in under a second; this is for a swamped machine
+WATCH_SECONDS: Final = 0.02  # how often a busy worker's memory is looked at
+REAP_SECONDS: Final = 2.0  # how long to wait for a dead worker's exit status
 
 # What a worker may see of the server's environment: enough to run Python, nothing else.
 _ENV_KEPT: Final = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "VIRTUAL_ENV")
 _ENV_PREFIXES: Final = ("LC_", "PYTHON")
 
 
-@dataclass(frozen=True, slots=True)
-class ExtractLimits:
-    """How long one extraction may run and how much memory its worker may use."""
-
-    seconds: float = DEFAULT_SECONDS
-    memory_bytes: int = DEFAULT_MEMORY_MB * MiB
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ExtractLimits:
-        """Read TMS_FETCH_EXTRACT_SECONDS and TMS_FETCH_EXTRACT_MEMORY_MB; FetchError if bad."""
-        env = os.environ if env is None else env
-        seconds = _number(env, SECONDS_ENV, DEFAULT_SECONDS, 0.01, 3600, "seconds")
-        megabytes = _number(env, MEMORY_ENV, DEFAULT_MEMORY_MB, 64, 1 << 20, "MiB")
-        return cls(seconds=seconds, memory_bytes=int(megabytes * MiB))
-
-
-def workers_from_env(env: Mapping[str, str] | None = None) -> int:
-    """TMS_FETCH_EXTRACT_WORKERS: how many extractions run at once (1 to 64; default 2)."""
+def extract_seconds_from_env(env: Mapping[str, str] | None = None) -> float:
+    """TMS_FETCH_EXTRACT_SECONDS: how long one extraction may take (default 20)."""
     env = os.environ if env is None else env
-    return int(_number(env, WORKERS_ENV, DEFAULT_WORKERS, 1, 64, "a whole number", whole=True))
+    return _number(env, SECONDS_ENV, DEFAULT_SECONDS, 0.01, 3600, "seconds")
 
 
 def _number(
@@ -121,11 +107,17 @@ class _WorkerDied(Exception):
 class _Worker:
     """One worker process and the server's end of its socket."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_bytes: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tms.fetch.worker", str(theirs.fileno())],
+                [
+                    sys.executable,
+                    "-m",
+                    "tms.fetch.worker",
+                    str(theirs.fileno()),
+                    str(memory_bytes),
+                ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -140,6 +132,7 @@ class _Worker:
         ours.setblocking(False)
         self.socket = ours
         self.ready = False
+        self.over_memory = False  # killed by `watch` for passing the memory limit
 
     @property
     def pid(self) -> int:
@@ -162,6 +155,22 @@ class _Worker:
         except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died first
             raise _WorkerDied(str(exc)) from None
         return await self._receive(max_text)
+
+    async def watch(self, memory_bytes: int) -> None:
+        """Kill the worker if its resident memory passes `memory_bytes` (runs until cancelled)."""
+        statm = f"/proc/{self.pid}/statm"
+        page = os.sysconf("SC_PAGE_SIZE")
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            try:
+                with open(statm, "rb") as file:
+                    resident = int(file.read().split()[1]) * page
+            except (OSError, ValueError, IndexError):
+                return  # gone, or no /proc here: the worker's own address-space cap still holds
+            if resident > memory_bytes:
+                self.over_memory = True
+                self.kill()
+                return
 
     async def _receive(self, max_payload: int) -> tuple[Any, bytes]:
         lengths = await self._exactly(FRAME.size)
@@ -191,8 +200,8 @@ class _Worker:
         return buffer
 
     def kill(self) -> None:
-        """SIGKILL the process; our socket stays open until `discard`, so that a coroutine
-        waiting on it sees it close rather than wait on a closed descriptor."""
+        """SIGKILL the process. Our socket stays open until `discard`, so that a coroutine
+        reading it sees it close rather than wait on a closed descriptor."""
         if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
@@ -202,7 +211,7 @@ class _Worker:
         self.kill()
         self.socket.close()
 
-    def reap(self) -> bool:
+    def reaped(self) -> bool:
         """True once the process has exited and its status was collected."""
         return self.process.poll() is not None
 
@@ -225,21 +234,32 @@ def _worker_env() -> dict[str, str]:
 class ExtractionPool:
     """At most `workers` extractions at once, each in its own process; see the module doc.
 
-    `await pool.extract(body, content_type, url, max_chars=..., limits=...)` returns what
+    `await pool.extract(body, content_type, url, max_chars=..., seconds=...)` returns what
     `tms.fetch.extract.extract` would, or raises a one-line FetchError. `await pool.aclose()`
     (or `async with ExtractionPool() as pool:`) stops every worker; `close()` does it at once.
     """
 
-    def __init__(self, workers: int = DEFAULT_WORKERS) -> None:
+    def __init__(
+        self, workers: int = DEFAULT_WORKERS, memory_bytes: int = DEFAULT_MEMORY_MB * MiB
+    ) -> None:
         if workers < 1:
             raise ValueError("an extraction pool needs at least one worker")
         self.size = workers
+        self.memory_bytes = memory_bytes
         self._idle: list[_Worker] = []
         self._busy: set[_Worker] = set()
         self._dying: list[_Worker] = []  # killed, exit status not collected yet
         self._waiters: collections.deque[asyncio.Future[_Worker]] = collections.deque()
         self._closed = False
         _POOLS.add(self)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ExtractionPool:
+        """A pool sized by TMS_FETCH_EXTRACT_WORKERS and TMS_FETCH_EXTRACT_MEMORY_MB."""
+        env = os.environ if env is None else env
+        workers = _number(env, WORKERS_ENV, DEFAULT_WORKERS, 1, 64, "a whole number", whole=True)
+        megabytes = _number(env, MEMORY_ENV, DEFAULT_MEMORY_MB, 64, 1 << 20, "MiB")
+        return cls(int(workers), int(megabytes * MiB))
 
     async def __aenter__(self) -> ExtractionPool:
         return self
@@ -262,10 +282,9 @@ class ExtractionPool:
         url: str,
         *,
         max_chars: int,
-        limits: ExtractLimits | None = None,
+        seconds: float = DEFAULT_SECONDS,
     ) -> Extracted:
-        limits = limits or ExtractLimits()
-        worker = await self._acquire(limits.seconds)
+        worker = await self._acquire(seconds)
         healthy = False
         try:
             if not worker.ready:
@@ -276,57 +295,58 @@ class ExtractionPool:
                     raise FetchError(
                         "fetch failed: the text extractor could not start; see the server's log"
                     ) from None
-            job = {
-                "content_type": content_type,
-                "url": url,
-                "max_chars": max_chars,
-                "memory_bytes": limits.memory_bytes,
-            }
+            job = {"content_type": content_type, "url": url, "max_chars": max_chars}
+            watch = asyncio.ensure_future(worker.watch(self.memory_bytes))
             try:
-                async with asyncio.timeout(limits.seconds):
+                async with asyncio.timeout(seconds):
                     reply, payload = await worker.run(job, body, 4 * max_chars)
             except TimeoutError:
                 raise FetchError(
                     f"no text could be extracted from {url}: extraction took longer than "
-                    f"{limits.seconds:g} s; the page is too large or too complex to extract"
+                    f"{seconds:g} s; the page is too large or too complex to extract"
                 ) from None
             except _WorkerDied:
                 raise await self._death(worker, url) from None
+            finally:
+                watch.cancel()
             healthy = isinstance(reply, dict) and reply.get("retire") is False
-            return self._result(reply, payload, url, limits)
+            return self._result(reply, payload, url)
         finally:
             self._release(worker, healthy=healthy)
 
-    def _result(self, reply: Any, payload: bytes, url: str, limits: ExtractLimits) -> Extracted:
+    def _out_of_memory(self, url: str) -> FetchError:
+        return FetchError(
+            f"no text could be extracted from {url}: extraction ran out of memory (more than "
+            f"{self.memory_bytes / MiB:,.0f} MiB); the page is too large or too complex to extract"
+        )
+
+    def _result(self, reply: Any, payload: bytes, url: str) -> Extracted:
+        misbehaved = FetchError(f"no text could be extracted from {url}: the extractor misbehaved")
         if not isinstance(reply, dict):
-            raise FetchError(f"no text could be extracted from {url}: the extractor misbehaved")
+            raise misbehaved
         why, error, title = reply.get("why"), reply.get("error"), reply.get("title")
         if why == "refused" and isinstance(error, str):
             raise FetchError(error)
         if why == "memory":
-            raise FetchError(
-                f"no text could be extracted from {url}: extraction ran out of memory "
-                f"(its limit is {limits.memory_bytes // MiB:,} MiB); the page is too large or "
-                "too complex to extract"
-            )
+            raise self._out_of_memory(url)
         if why == "failed":
             raise FetchError(
                 f"no text could be extracted from {url}: the extractor failed ({error})"
             )
         if why is not None or not (title is None or isinstance(title, str)):
-            raise FetchError(f"no text could be extracted from {url}: the extractor misbehaved")
+            raise misbehaved
         try:
-            text = payload.decode("utf-8")
+            return Extracted(payload.decode("utf-8"), title)
         except UnicodeDecodeError:
-            raise FetchError(
-                f"no text could be extracted from {url}: the extractor misbehaved"
-            ) from None
-        return Extracted(text, title)
+            raise misbehaved from None
 
     async def _death(self, worker: _Worker, url: str) -> FetchError:
+        """The error for a worker that died during a job: killed for its memory, or crashed."""
         if self._closed:
             return FetchError("fetch failed: the server is shutting down")
-        worker.kill()  # it may be alive, its socket closed by a bug or a hostile document
+        if worker.over_memory:
+            return self._out_of_memory(url)
+        worker.kill()  # it may still be alive, having closed its socket
         status = await worker.exit_status()
         how = ""
         if status is not None and status < 0:
@@ -347,7 +367,7 @@ class ExtractionPool:
         if self._idle:
             worker = self._idle.pop()
         elif len(self._busy) < self.size:
-            worker = _spawn()
+            worker = self._spawn()
         else:
             return await self._wait(seconds)
         self._busy.add(worker)
@@ -374,6 +394,14 @@ class ExtractionPool:
                 ) from None
             raise
 
+    def _spawn(self) -> _Worker:
+        try:
+            return _Worker(self.memory_bytes)
+        except OSError as exc:
+            raise FetchError(
+                f"fetch failed: the text extractor could not start ({one_line(exc)})"
+            ) from None
+
     def _release(self, worker: _Worker, *, healthy: bool) -> None:
         """Take a worker back from a caller: to the next waiter, or idle; or replace it."""
         self._busy.discard(worker)
@@ -383,7 +411,7 @@ class ExtractionPool:
             if self._closed:
                 return
             try:
-                worker = _spawn()  # a replacement, warming up while nobody needs it yet
+                worker = self._spawn()  # a replacement, warming up while nobody needs it yet
             except FetchError:
                 return  # the next caller tries again, and says why
         while self._waiters:
@@ -395,7 +423,7 @@ class ExtractionPool:
         self._idle.append(worker)
 
     def _reap(self) -> None:
-        self._dying = [w for w in self._dying if not w.reap()]
+        self._dying = [w for w in self._dying if not w.reaped()]
 
     def close(self) -> None:
         """Kill every worker now; extractions in flight fail with "shutting down"."""
@@ -429,29 +457,20 @@ class ExtractionPool:
         self._dying.clear()
 
 
-def _spawn() -> _Worker:
-    try:
-        return _Worker()
-    except OSError as exc:
-        raise FetchError(
-            f"fetch failed: the text extractor could not start ({one_line(exc)})"
-        ) from None
-
-
 _POOLS: Final[weakref.WeakSet[ExtractionPool]] = weakref.WeakSet()
 _default: ExtractionPool | None = None
 
 
 def default_pool() -> ExtractionPool:
-    """The process-wide pool, started on first use with TMS_FETCH_EXTRACT_WORKERS workers."""
+    """The process-wide pool, started on first use (`ExtractionPool.from_env`)."""
     global _default
     if _default is None or _default.closed:
-        _default = ExtractionPool(workers_from_env())
+        _default = ExtractionPool.from_env()
     return _default
 
 
 async def shutdown() -> None:
-    """Stop the process-wide pool's workers (a later fetch starts a new pool)."""
+    """Stop the process-wide pool's workers; a later fetch starts a new pool."""
     global _default
     pool, _default = _default, None
     if pool is not None:

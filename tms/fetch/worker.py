@@ -1,24 +1,29 @@
-"""The extraction worker: `python -m tms.fetch.worker FD`, started by `tms.fetch.pool`.
+"""The extraction worker: `python -m tms.fetch.worker FD MEMORY_BYTES`, started by
+`tms.fetch.pool`.
 
 A worker is a fresh interpreter, not a fork of the server: it inherits no memory, threads,
 event loop or database connection, no file descriptor but its end of a socket pair (FD), and an
-environment stripped to locale, paths and Python's own variables (no `TMS_*` secret reaches
-the process that parses hostile documents). It imports only `tms.fetch.extract` and its
-libraries, lowers its CPU priority (`NICE`) so the server always comes first, disables core
-dumps, says it is ready, then serves one job at a time until its socket closes:
+environment stripped to locale, paths and Python's own variables (no `TMS_*` secret reaches the
+process that parses hostile documents). It imports only `tms.fetch.extract` and its libraries,
+lowers its CPU priority (`NICE`) so the server always comes first, disables core dumps, warms
+trafilatura up, says it is ready, then serves one job at a time until its socket closes:
 
-    job    header {"content_type", "url", "max_chars", "memory_bytes"}, payload: the body
+    job    header {"content_type", "url", "max_chars"}, payload: the body
     reply  header {"title", "error", "why", "retire"}, payload: the text, UTF-8
 
 Each message is a frame: 12 bytes (the header's length, u32, and the payload's, u64, both
 big-endian), the header as JSON, then the payload. JSON, never pickle: the server must not run
 whatever a worker that a hostile document took over might send it.
 
-During a job the worker's address space is capped at `memory_bytes` (RLIMIT_AS, its ~60 MB of
-code and libraries included); running out is reported as `why: "memory"`. A `FetchError`
-comes back as `why: "refused"` with its message, anything else as `why: "failed"`. `retire`
-asks the pool to replace this worker: after running out of memory, after an unexpected error,
-or when the job left it holding more than `RETIRE_RSS` bytes of memory.
+Memory: the pool kills a worker whose resident memory passes MEMORY_BYTES (it watches from the
+outside, so a parser stuck in C code cannot hide). Inside, the address space is capped at twice
+that (RLIMIT_AS) for what grows faster than the pool looks. Where that cap bites, libxml2 and
+PDFium may not say so (a parse just stops early), so a job whose peak address space came within
+a quarter of MEMORY_BYTES of the cap is reported as out of memory whatever it returned
+(`why: "memory"`), as is a MemoryError. A `FetchError` comes back as `why: "refused"` with its
+message, anything else as `why: "failed"`. `retire` asks the pool for a fresh worker instead of
+this one: after running out of memory or an unexpected error, or when the job left this process
+bigger than `RETIRE_RSS` resident or MEMORY_BYTES of address space.
 """
 
 from __future__ import annotations
@@ -82,26 +87,24 @@ def _send(sock: socket.socket, header: dict[str, Any], payload: bytes = b"") -> 
     sock.sendall(body)
 
 
-def _rss() -> int:
-    """The bytes this process holds in memory now (Linux), or 0 when that cannot be read."""
+def _status(field: str) -> int:
+    """A size from /proc/self/status in bytes (VmPeak, VmRSS), or 0 where there is none."""
     try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return 0
+        pass
+    return 0
 
 
-def _job(header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+def _job(header: dict[str, Any], body: bytes, memory_bytes: int) -> tuple[dict[str, Any], bytes]:
     from tms.errors import FetchError, one_line
     from tms.fetch.extract import extract
 
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = int(header["memory_bytes"])
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
     reply: dict[str, Any] = {"title": None, "error": None, "why": None, "retire": False}
     text = b""
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     try:
         result = extract(
             body, str(header["content_type"]), str(header["url"]), max_chars=header["max_chars"]
@@ -116,9 +119,11 @@ def _job(header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
         traceback.print_exc(file=sys.stderr)
         reply.update(error=f"{type(exc).__name__}: {one_line(exc, 300)}", why="failed")
         reply["retire"] = True
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))  # room to reply, whatever happened
-    if _rss() > RETIRE_RSS:
+    peak = _status("VmPeak")
+    if peak >= 2 * memory_bytes - memory_bytes // 4:
+        reply.update(title=None, error=None, why="memory", retire=True)  # it may have been cut
+        text = b""
+    if peak > memory_bytes or _status("VmRSS") > RETIRE_RSS:
         reply["retire"] = True  # give the memory back to the system rather than keep it idle
     return reply, text
 
@@ -126,6 +131,7 @@ def _job(header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[1]))
     sock.setblocking(True)
+    memory_bytes = int(argv[2])
     os.nice(NICE)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     import logging
@@ -137,12 +143,15 @@ def main(argv: list[str]) -> int:
     # Load the libraries, and let trafilatura set itself up (a quarter of a second, once),
     # before saying "ready": the first caller should not pay for it.
     extract(_WARM_UP, "text/html", "http://localhost/", max_chars=1000)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = 2 * memory_bytes if hard == resource.RLIM_INFINITY else min(2 * memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     _send(sock, READY)
     while True:
         job = _receive(sock)
         if job is None:
             return 0  # the pool closed our socket, or the server is gone
-        reply, text = _job(*job)
+        reply, text = _job(*job, memory_bytes)
         del job
         _send(sock, reply, text)
         if reply["retire"]:
