@@ -272,8 +272,12 @@ class ExtractionPool:
         return self._closed
 
     def pids(self) -> list[int]:
-        """The process ids of the live workers, busy ones first (for tests and diagnostics)."""
-        return [w.pid for w in self._busy] + [w.pid for w in self._idle]
+        """The process ids of the live workers (for tests and diagnostics)."""
+        return self.busy_pids() + [w.pid for w in self._idle]
+
+    def busy_pids(self) -> list[int]:
+        """The process ids of the workers lent out to callers."""
+        return [w.pid for w in self._busy]
 
     async def extract(
         self,
