@@ -46,7 +46,10 @@ from tms.nostr import nip19
 from tms.nostr.events import SecretKey
 from tms.rules.terms import current_terms
 
-HEADERS: Final = {"Accept": "application/json, text/event-stream"}
+HEADERS: Final = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+}
 COLLECTION: Final = "bench"
 TARGET_P99_MS: Final = 100.0
 PASSED_ON: Final = (
@@ -165,8 +168,8 @@ class Server:
             return "(no log)"
 
     def memory(self) -> tuple[int, int, int]:
-        """Resident bytes of the server process and of its child processes, and how many
-        children it has (the extraction workers)."""
+        """Resident bytes of the server process and of its live child processes, and how many
+        of those it has (the extraction workers)."""
         assert self.proc is not None
         own = _rss(self.proc.pid)
         children = [pid for pid in _pids() if _ppid(pid) == self.proc.pid]
@@ -188,10 +191,12 @@ def _pids() -> list[int]:
 
 
 def _ppid(pid: int) -> int:
+    """The parent of a live process (-1 for a zombie or a process gone)."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
     except (OSError, ValueError, IndexError):
         return -1
+    return -1 if state in ("Z", "X") else int(ppid)
 
 
 def _rss(pid: int) -> int:
@@ -214,14 +219,9 @@ def compact(value: object) -> str:
 class Signer:
     def __init__(self) -> None:
         self.key = SecretKey.generate()
-        self._lock = threading.Lock()
-        self._last = 0
 
     def sign(self, kind: int, content: dict[str, Any]) -> dict[str, Any]:
-        with self._lock:  # distinct, increasing created_at: no two claims alike
-            self._last = max(self._last + 1, int(time.time()))
-            when = self._last
-        return self.key.sign(kind, compact(content), when).to_dict()
+        return self.key.sign(kind, compact(content), int(time.time())).to_dict()
 
     def request(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         return self.sign(4707, {"tool": tool, "args": args})

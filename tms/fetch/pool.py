@@ -412,6 +412,7 @@ class ExtractionPool:
         if not healthy or self._closed:
             worker.discard()
             self._dying.append(worker)
+            self._reap_soon()
             if self._closed:
                 return
             try:
@@ -428,6 +429,14 @@ class ExtractionPool:
 
     def _reap(self) -> None:
         self._dying = [w for w in self._dying if not w.reaped()]
+
+    def _reap_soon(self, delay: float = 0.05) -> None:
+        """Collect killed workers' exit status shortly, and again until none is left: a
+        SIGKILLed process takes a moment to go, and should not linger as a zombie."""
+        self._reap()
+        if self._dying and delay < REAP_SECONDS:
+            with contextlib.suppress(RuntimeError):  # no running loop: the next call reaps
+                asyncio.get_running_loop().call_later(delay, self._reap_soon, delay * 2)
 
     def close(self) -> None:
         """Kill every worker now; extractions in flight fail with "shutting down"."""
