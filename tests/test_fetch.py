@@ -400,8 +400,8 @@ def test_concurrent_extractions_leave_the_server_responsive(
         return worst_thread, worst_lag, most_workers, results
 
     worst_thread, worst_lag, most_workers, results = asyncio.run(scenario())
-    assert worst_thread < 0.1
-    assert worst_lag < 0.1
+    assert worst_thread < 0.25  # before: the thread pool full of extractions, 19 s
+    assert worst_lag < 0.25
     assert most_workers <= 2
     url = site.url("/markup")
     for result in results:
