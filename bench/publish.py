@@ -22,6 +22,7 @@ from pathlib import Path
 from coincurve import PublicKeyXOnly
 
 from tms.config import Settings
+from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
 from tms.rules.terms import current_terms
@@ -138,7 +139,7 @@ async def export(ledger: Ledger, key: SecretKey, total: int, now: int) -> None:
         peak = before = rss_mib()
         count = 0
         start = time.perf_counter()
-        async for _line in ledger.export_lines("bench"):
+        async for _line in Exporter(ledger.pool).lines("bench"):
             count += 1
             if count % 1000 == 0:
                 peak = max(peak, rss_mib())
@@ -164,7 +165,10 @@ async def main(ns: argparse.Namespace) -> None:
         await ledger.publish(
             [
                 sign(
-                    key, 4706, {"version": terms.version, "sha256": terms.sha256}, now - 10_000
+                    key,
+                    4706,
+                    {"version": terms["version"], "sha256": terms["sha256"]},
+                    now - 10_000,
                 ).to_dict()
             ]
         )

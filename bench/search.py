@@ -47,9 +47,9 @@ import asyncpg
 import httpx
 
 from tms.config import Settings
-from tms.ledger.reads import Reads
 from tms.nostr.events import SecretKey
 from tms.rules.terms import current_terms
+from tms.search.search import Search
 from tms.store.database import DATABASE_NAME, with_database
 
 COLLECTION: Final = "bench"
@@ -734,24 +734,22 @@ def phase_search(
 
 def breakdown(db: Database, keyword_texts: Sequence[str], vector_texts: Sequence[str]) -> None:
     """The server's parts of a search, timed in this process on the same database: the SQL
-    behind each method (`tms.ledger.reads`, as the server calls it) and the query's embedding."""
+    behind each method (`tms.search.search`, as the server calls it) and the query's embedding."""
     from tms.search.model import Embedder
 
     settings = Settings.from_env({"TMS_DATA_DIR": "/nonexistent"})
     embedder = Embedder.load(settings.embedding)
-    reads = Reads(db.pool)
+    search = Search(db.pool, None)
 
     def embed(text: str) -> list[float]:
         return embedder.embed([text])[0]
 
     def keyword_sql(text: str) -> object:
-        return db.runner.run(reads.search_claims_keyword(COLLECTION, text, SEARCH_LIMIT))
+        return db.runner.run(search.claims_by_keyword(COLLECTION, text, SEARCH_LIMIT))
 
     def vector_sql(vector: list[float]) -> object:
         return db.runner.run(
-            reads.search_claims_vector(
-                COLLECTION, vector, embedder.model_id, embedder.dims, SEARCH_LIMIT
-            )
+            search.claims_near(COLLECTION, vector, embedder.model_id, embedder.dims, SEARCH_LIMIT)
         )
 
     embed_ms = timed_each(embed, vector_texts)
@@ -760,9 +758,9 @@ def breakdown(db: Database, keyword_texts: Sequence[str], vector_texts: Sequence
     vector_ms = timed_each(vector_sql, vectors)
     print("  breakdown, timed in this process on the same database (no HTTP, no signature):")
     for label, values in (
-        ("keyword: Reads.search_claims_keyword", keyword_ms),
+        ("keyword: Search.claims_by_keyword", keyword_ms),
         ("vector: embed the query", embed_ms),
-        ("vector: Reads.search_claims_vector", vector_ms),
+        ("vector: Search.claims_near", vector_ms),
     ):
         print(
             f"    {label:<38} p50 {pct(values, 0.5):6.1f}  p95 {pct(values, 0.95):6.1f}  "
@@ -821,7 +819,7 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                     sign(
                         corpus.key,
                         4706,
-                        {"version": terms.version, "sha256": terms.sha256},
+                        {"version": terms["version"], "sha256": terms["sha256"]},
                         corpus.tick(),
                     )
                 ]

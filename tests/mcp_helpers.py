@@ -172,7 +172,7 @@ class Caller:
 
 
 def terms_event(key: SecretKey) -> dict[str, Any]:
-    return sign(key, 4706, {"version": TERMS.version, "sha256": TERMS.sha256})
+    return sign(key, 4706, {"version": TERMS["version"], "sha256": TERMS["sha256"]})
 
 
 def here() -> Path:

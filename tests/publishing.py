@@ -74,7 +74,7 @@ def terms(
     sha256: str | None = None,
     created_at: int = T0,
 ) -> Event:
-    content = {"version": version or TERMS.version, "sha256": sha256 or TERMS.sha256}
+    content = {"version": version or TERMS["version"], "sha256": sha256 or TERMS["sha256"]}
     return signed(signer, 4706, content, created_at=created_at)
 
 
@@ -141,7 +141,7 @@ def where(position: int, event: Event) -> str:
 
 
 async def publish(ledger: Ledger, *events: Event, now: int = NOW) -> dict[str, Any]:
-    return (await ledger.publish(list(events), now=now)).to_dict()
+    return await ledger.publish(list(events), now=now)
 
 
 async def counts(ledger: Ledger) -> dict[str, int]:

@@ -19,6 +19,8 @@ import uvicorn
 
 from tests.conftest import sign
 from tms.config import Settings
+from tms.ledger.access import Access
+from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
 from tms.nostr.nip98 import authorization_header
@@ -51,7 +53,7 @@ class World:
 
 def terms_event(key: SecretKey, now: int) -> Event:
     terms = current_terms()
-    return sign(key, 4706, {"version": terms.version, "sha256": terms.sha256}, now)
+    return sign(key, 4706, {"version": terms["version"], "sha256": terms["sha256"]}, now)
 
 
 async def publish(ledger: Ledger, events: list[Event]) -> None:
@@ -98,7 +100,7 @@ async def client(db_url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def expected_lines(ledger: Ledger, slug: str) -> list[str]:
-    return [line async for line in ledger.export_lines(slug)]
+    return [line async for line in Exporter(ledger.pool).lines(slug)]
 
 
 # --- /healthz and /terms -----------------------------------------------------------------------
@@ -140,7 +142,7 @@ async def test_terms_are_served_with_the_hash_of_their_text(client: httpx.AsyncC
     assert set(body) == {"version", "sha256", "text"}
     assert body["version"] == "1"
     assert body["sha256"] == hashlib.sha256(body["text"].encode("utf-8")).hexdigest()
-    assert body == current_terms().to_dict()
+    assert body == current_terms()
 
 
 # --- export ------------------------------------------------------------------------------------
@@ -276,10 +278,10 @@ async def test_unknown_routes_and_methods_answer_json(client: httpx.AsyncClient)
 async def test_an_unforeseen_error_is_a_bare_500(
     db_url: str, world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(self: Ledger, pubkey: str, slug: str) -> bool:
+    async def broken(self: Access, pubkey: str, slug: str) -> bool:
         raise RuntimeError("secret detail")
 
-    monkeypatch.setattr(Ledger, "can_read", broken)
+    monkeypatch.setattr(Access, "can_read", broken)
     app = create_app(SETTINGS, database_url=db_url)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with (

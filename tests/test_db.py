@@ -83,7 +83,7 @@ async def test_every_typed_row_has_its_event(ledger: Ledger) -> None:
     a = sign(key, 4702, {"collection": "c", "text": "The sky is blue."})
     b = sign(key, 4702, {"collection": "c", "text": "The sky is green."})
     batch = [
-        sign(key, 4706, {"version": terms.version, "sha256": terms.sha256}),
+        sign(key, 4706, {"version": terms["version"], "sha256": terms["sha256"]}),
         sign(key, 0, {"name": "tester"}),
         doc,
         a,

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from tms.rules.kinds import Claim, Contradiction, Evidence, Link
 from tms.search.model import (
     DEFAULT_MODEL,
     MODEL_SHA256,
@@ -26,7 +25,6 @@ from tms.search.model import (
     EmbeddingError,
     embedding_text,
 )
-from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK
 
 REFERENCE = Path(__file__).parent / "assets" / "minilm_reference.json"
 SHIPPED = resources.files("tms.search") / "models" / "all-MiniLM-L6-v2"
@@ -244,50 +242,22 @@ def test_shipped_tokenizer_files() -> None:
 # --- what gets embedded ---
 
 
-def test_embedding_text_of_a_claim() -> None:
-    claim = Claim(collection="c", text="Histamine intolerance results from reduced DAO activity.")
-    assert embedding_text(KIND_CLAIM, claim) == claim.text
+def test_embedding_text_is_the_text_after_its_title() -> None:
+    claim = "Histamine intolerance results from reduced DAO activity."
+    assert embedding_text(claim) == claim
+    assert (
+        embedding_text("Body of the paper.", "A Study of DAO")
+        == "A Study of DAO\nBody of the paper."
+    )
+    assert embedding_text("Body of the paper.", None) == "Body of the paper."
+    assert embedding_text("Body of the paper.", "  ") == "Body of the paper."
 
 
-def test_embedding_text_of_evidence() -> None:
-    evidence = Evidence(collection="c", text="Body of the paper.", title="A Study of DAO")
-    assert embedding_text(KIND_EVIDENCE, evidence) == "A Study of DAO\nBody of the paper."
-    untitled = Evidence(collection="c", text="Body of the paper.")
-    assert embedding_text(KIND_EVIDENCE, untitled) == "Body of the paper."
-    blank_title = Evidence(collection="c", text="Body of the paper.", title="  ")
-    assert embedding_text(KIND_EVIDENCE, blank_title) == "Body of the paper."
-
-
-def test_embedding_text_cuts_long_text() -> None:
+def test_embedding_text_cuts_each_field() -> None:
     text = "word " * 100_000
-    evidence = Evidence(collection="c", text=text, title="Title")
-    cut = embedding_text(KIND_EVIDENCE, evidence)
+    cut = embedding_text(text, "Title")
     assert cut == "Title\n" + text[:TEXT_CHARS]
-    # what the database hands over (a prefix of that length) gives the same text
-    prefix = Evidence.model_construct(collection="c", text=text[:TEXT_CHARS], title="Title")
-    assert embedding_text(KIND_EVIDENCE, prefix) == cut
-    assert embedding_text(KIND_CLAIM, Claim(collection="c", text=text)) == text[:TEXT_CHARS]
-
-
-def test_embedding_text_of_a_contradiction() -> None:
-    contradiction = Contradiction(
-        collection="c", claims=["a" * 64, "b" * 64], reason="Both cannot hold in the same cohort."
-    )
-    assert embedding_text(KIND_CONTRADICTION, contradiction) == contradiction.reason
-
-
-def test_embedding_text_refuses_other_kinds() -> None:
-    link = Link.model_validate(
-        {
-            "collection": "c",
-            "from": "a" * 64,
-            "to": "b" * 64,
-            "relation": "SUPPORTS",
-            "quote": "q",
-            "reason": "r",
-        }
-    )
-    with pytest.raises(ValueError, match="gets no vector"):
-        embedding_text(KIND_LINK, link)
-    with pytest.raises(ValueError, match="gets no vector"):
-        embedding_text(KIND_CLAIM, Evidence(collection="c", text="not a claim"))
+    # what the database hands over (each field's prefix of that length) gives the same text
+    assert embedding_text(text[:TEXT_CHARS], "Title") == cut
+    assert embedding_text(text) == text[:TEXT_CHARS]
+    assert embedding_text("body", "T" * (TEXT_CHARS + 10)) == "T" * TEXT_CHARS + "\nbody"

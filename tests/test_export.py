@@ -36,6 +36,8 @@ from publishing import (
     terms,
 )
 
+from tms.ledger.access import Access
+from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event as EnvelopeEvent
 from tms.rules.publish import MAX_BATCH
@@ -72,7 +74,7 @@ def verify_independently(line: str) -> dict[str, Any]:
 
 
 async def export(ledger: Ledger, slug: str) -> list[str]:
-    return [line async for line in ledger.export_lines(slug)]
+    return [line async for line in Exporter(ledger.pool).lines(slug)]
 
 
 def as_file(lines: list[str]) -> bytes:
@@ -232,8 +234,8 @@ async def test_round_trip_reproduces_the_export_byte_for_byte(
     assert again["accepted"] == [] and again["skipped"] == ids(events[:MAX_BATCH])
     assert as_file(await export(second_ledger, "lab")) == first
     # The new database agrees on who may read lab.
-    assert await second_ledger.can_read(MEMBER.pubkey, "lab")
-    assert not await second_ledger.can_read(MEMBER2.pubkey, "lab")
+    assert await Access(second_ledger.pool).can_read(MEMBER.pubkey, "lab")
+    assert not await Access(second_ledger.pool).can_read(MEMBER2.pubkey, "lab")
 
 
 async def test_round_trip_when_a_member_signed_terms_in_another_collection_first(
@@ -286,7 +288,7 @@ async def test_export_reads_one_snapshot(ledger: Ledger) -> None:
     """Events published while an export streams do not appear in it half way."""
     await build_lab(ledger)
     before = await export(ledger, "lab")
-    stream = ledger.export_lines("lab")
+    stream = Exporter(ledger.pool).lines("lab")
     head = [await anext(stream)]
     late = claim(OWNER, "lab", "Published mid-export.", created_at=NOW - 1)
     await publish(ledger, late)
@@ -303,12 +305,12 @@ async def test_slow_exports_never_hold_up_publishing(ledger: Ledger, db_url: str
     await build_lab(ledger)
     export_pool = await open_pool(db_url, min_size=0, max_size=2)
     try:
-        split = Ledger(ledger.pool, export_pool=export_pool)
-        stalled = [split.export_lines("lab") for _ in range(2)]
+        split = Exporter(export_pool)
+        stalled = [split.lines("lab") for _ in range(2)]
         for stream in stalled:
             await anext(stream)  # each now holds an export connection, mid-download
         late = claim(OWNER, "lab", "Published while two exports stall.", created_at=NOW - 1)
-        result = await asyncio.wait_for(publish(split, late), timeout=30)
+        result = await asyncio.wait_for(publish(ledger, late), timeout=30)
         assert result["accepted"] == [late["id"]]
         for stream in stalled:
             await stream.aclose()

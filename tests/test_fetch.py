@@ -32,7 +32,7 @@ from fetch_routes import (
 from fetch_site import Route, Site
 
 from tms.errors import FetchError, InvalidEvent
-from tms.fetch.client import ALLOW_ENV, MAX_BYTES, FetchResult, evidence_chars, fetch_url
+from tms.fetch.client import ALLOW_ENV, MAX_BYTES, evidence_chars, fetch_url
 from tms.fetch.pool import (
     MEMORY_ENV,
     SECONDS_ENV,
@@ -41,6 +41,7 @@ from tms.fetch.pool import (
     default_pool,
     shutdown,
 )
+from tms.results import FetchResult
 from tms.rules.kinds import parse_content
 from tms.types import KIND_EVIDENCE, MAX_CONTENT_CHARS
 
@@ -68,36 +69,36 @@ def refusal(site: Site, path: str, **options: Any) -> str:
 
 def test_article_keeps_the_article_and_drops_the_chrome(site: Site) -> None:
     result = fetch(site, "/article")
-    assert result.text.split("\n") == ARTICLE_LINES  # one paragraph per line, nothing else
+    assert result["text"].split("\n") == ARTICLE_LINES  # one paragraph per line, nothing else
     for words in BOILERPLATE:
-        assert words not in result.text
-    assert result.title == ARTICLE_TITLE
-    assert result.url == site.url("/article")
-    assert result.to_dict() == {
+        assert words not in result["text"]
+    assert result["title"] == ARTICLE_TITLE
+    assert result["url"] == site.url("/article")
+    assert result == {
         "url": site.url("/article"),
         "title": ARTICLE_TITLE,
-        "chars": len(result.text),
-        "text": result.text,
+        "chars": len(result["text"]),
+        "text": result["text"],
     }
 
 
 def test_plain_text_comes_back_as_is_titled_by_its_file_name(site: Site) -> None:
     result = fetch(site, "/notes.txt")
-    assert result.text == PLAIN_TEXT
-    assert result.title == "notes.txt"
-    assert result.chars == len(PLAIN_TEXT)
+    assert result["text"] == PLAIN_TEXT
+    assert result["title"] == "notes.txt"
+    assert result["chars"] == len(PLAIN_TEXT)
 
 
 def test_markdown_comes_back_as_is_titled_by_its_first_heading(site: Site) -> None:
     result = fetch(site, "/notes.md")
-    assert result.text == MARKDOWN
-    assert result.title == "Field notes"
+    assert result["text"] == MARKDOWN
+    assert result["title"] == "Field notes"
 
 
 def test_pdf_text_pages_and_metadata_title(site: Site) -> None:
     result = fetch(site, "/papers/paper.pdf")
-    assert result.title == PDF_TITLE
-    first, second = result.text.split("\n\n")
+    assert result["title"] == PDF_TITLE
+    first, second = result["text"].split("\n\n")
     assert first.split("\n") == [
         "Permafrost and carbon",
         # the hyphen that split "percent" across lines became a soft hyphen
@@ -108,31 +109,31 @@ def test_pdf_text_pages_and_metadata_title(site: Site) -> None:
 
 def test_pdf_without_a_title_is_named_after_its_file(site: Site) -> None:
     result = fetch(site, "/papers/untitled.pdf")
-    assert result.title == "untitled.pdf"
-    assert result.text == "Only a page of text, and no title in the metadata."
+    assert result["title"] == "untitled.pdf"
+    assert result["text"] == "Only a page of text, and no title in the metadata."
 
 
 def test_pdf_served_as_octet_stream_is_recognised(site: Site) -> None:
-    assert fetch(site, "/download").title == PDF_TITLE
+    assert fetch(site, "/download")["title"] == PDF_TITLE
 
 
 def test_declared_windows_1251(site: Site) -> None:
-    assert fetch(site, "/cp1251.txt").text == RUSSIAN
+    assert fetch(site, "/cp1251.txt")["text"] == RUSSIAN
 
 
 def test_charset_declared_only_in_meta(site: Site) -> None:
     result = fetch(site, "/latin1-meta")
-    assert result.text.split("\n")[1:] == FRENCH_PARAGRAPHS  # after the <h1>
-    assert result.title == FRENCH_TITLE  # its \u2019 was byte 0x92: read as windows-1252
+    assert result["text"].split("\n")[1:] == FRENCH_PARAGRAPHS  # after the <h1>
+    assert result["title"] == FRENCH_TITLE  # its \u2019 was byte 0x92: read as windows-1252
 
 
 def test_undeclared_legacy_charset_is_guessed(site: Site) -> None:
-    assert fetch(site, "/undeclared.txt").text.split("\n")[:3] == FRENCH_PARAGRAPHS
+    assert fetch(site, "/undeclared.txt")["text"].split("\n")[:3] == FRENCH_PARAGRAPHS
 
 
 @pytest.mark.parametrize("path", ["/gzip", "/deflate", "/raw-deflate"])
 def test_compressed_bodies_are_inflated(site: Site, path: str) -> None:
-    assert fetch(site, path).text.split("\n") == ARTICLE_LINES
+    assert fetch(site, path)["text"].split("\n") == ARTICLE_LINES
 
 
 def test_unsupported_content_type_is_refused(site: Site) -> None:
@@ -162,7 +163,7 @@ def test_text_longer_than_an_evidence_is_refused_not_cut(site: Site) -> None:
     )
     # The limit is on the evidence content: the text, its url and title, a 64-character slug.
     content = evidence_chars("evidence " * 1000, site.url("/long.txt"), "long.txt")
-    assert fetch(site, "/long.txt", max_chars=content).chars == 9000
+    assert fetch(site, "/long.txt", max_chars=content)["chars"] == 9000
     assert refusal(site, "/long.txt", max_chars=content - 1).startswith(
         f"refused: the text of {site.url('/long.txt')} is 9,000 characters and {content:,} as "
         "evidence content"
@@ -192,9 +193,9 @@ def test_redirect_without_location(site: Site) -> None:
 
 def test_redirect_chain_reports_the_final_url(site: Site) -> None:
     result = fetch(site, "/chain/3")
-    assert result.url == site.url("/chain/0")
-    assert result.text == "End of the chain.\n"
-    assert fetch(site, "/chain/5").url == site.url("/chain/0")  # five redirects: the limit
+    assert result["url"] == site.url("/chain/0")
+    assert result["text"] == "End of the chain.\n"
+    assert fetch(site, "/chain/5")["url"] == site.url("/chain/0")  # five redirects: the limit
 
 
 def test_more_than_five_redirects_are_refused(site: Site) -> None:
@@ -261,7 +262,7 @@ def test_the_allow_list_comes_from_the_environment(
 ) -> None:
     monkeypatch.setenv(ALLOW_ENV, f" localhost:1, {site.allow} ")
     result = asyncio.run(fetch_url(site.url("/notes.txt")))
-    assert result.text == PLAIN_TEXT
+    assert result["text"] == PLAIN_TEXT
 
 
 # --- extraction in worker processes -----------------------------------------------------------
@@ -312,7 +313,7 @@ async def _extracting(site: Site, path: str) -> tuple[asyncio.Task[FetchResult],
 def test_extraction_past_its_time_limit_is_stopped(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert fetch(site, "/article").title == ARTICLE_TITLE  # a warm pool
+    assert fetch(site, "/article")["title"] == ARTICLE_TITLE  # a warm pool
     before = set(default_pool().pids())
     monkeypatch.setenv(SECONDS_ENV, "0.5")
     started = time.monotonic()
@@ -325,7 +326,7 @@ def test_extraction_past_its_time_limit_is_stopped(
     assert len(killed) == 1 and _wait_gone(killed.pop())  # its worker, and only it
     assert len(default_pool().pids()) == len(before)  # replaced already
     monkeypatch.delenv(SECONDS_ENV)
-    assert fetch(site, "/article").title == ARTICLE_TITLE
+    assert fetch(site, "/article")["title"] == ARTICLE_TITLE
 
 
 def test_extraction_past_its_memory_limit_is_stopped(
@@ -336,7 +337,7 @@ def test_extraction_past_its_memory_limit_is_stopped(
         f"no text could be extracted from {site.url('/markup')}: extraction ran out of memory "
         "(more than 100 MiB); the page is too large or too complex to extract"
     )
-    assert fetch(site, "/article").title == ARTICLE_TITLE  # the pool is whole again
+    assert fetch(site, "/article")["title"] == ARTICLE_TITLE  # the pool is whole again
 
 
 def test_a_cancelled_fetch_stops_its_extraction(site: Site) -> None:
@@ -352,7 +353,7 @@ def test_a_cancelled_fetch_stops_its_extraction(site: Site) -> None:
     pid, cpu = asyncio.run(scenario())
     assert not Path(f"/proc/{pid}").exists()  # killed when its caller went away, and reaped
     assert cpu < 0.2  # and nothing carries on extracting here either
-    assert fetch(site, "/article").title == ARTICLE_TITLE
+    assert fetch(site, "/article")["title"] == ARTICLE_TITLE
 
 
 def test_a_worker_that_dies_costs_one_extraction_and_is_replaced(site: Site) -> None:
@@ -369,7 +370,7 @@ def test_a_worker_that_dies_costs_one_extraction_and_is_replaced(site: Site) -> 
         "the extractor crashed on this document (SIGSEGV)"
     )
     assert _gone(pid) and pid not in default_pool().pids()
-    assert fetch(site, "/papers/paper.pdf").title == PDF_TITLE
+    assert fetch(site, "/papers/paper.pdf")["title"] == PDF_TITLE
 
 
 def test_concurrent_extractions_leave_the_server_responsive(
@@ -448,12 +449,12 @@ def test_workers_are_fresh_interpreters_that_see_no_secrets(
 
 
 def test_shutdown_stops_the_workers_and_a_later_fetch_starts_afresh(site: Site) -> None:
-    assert fetch(site, "/article").title == ARTICLE_TITLE
+    assert fetch(site, "/article")["title"] == ARTICLE_TITLE
     pids = default_pool().pids()
     assert pids
     asyncio.run(shutdown())
     assert all(_wait_gone(pid) for pid in pids)
-    assert fetch(site, "/article").title == ARTICLE_TITLE
+    assert fetch(site, "/article")["title"] == ARTICLE_TITLE
     assert not set(pids) & set(default_pool().pids())
 
 
@@ -521,8 +522,8 @@ def test_a_text_that_fills_an_evidence_exactly_is_returned_one_more_is_refused(
     served["body"] = text.encode()
     options = {} if limit == MAX_CONTENT_CHARS else {"max_chars": limit}
     result = fetch(site, "/doc.txt", **options)
-    assert result.text == text
-    content = spec_content(result.text, result.url, result.title)
+    assert result["text"] == text
+    content = spec_content(result["text"], result["url"], result["title"])
     assert len(content) == limit
     if limit == MAX_CONTENT_CHARS:
         parse_content(KIND_EVIDENCE, content)  # what publish checks: it holds
@@ -578,5 +579,5 @@ def test_an_endless_title_is_cut(doc_site: tuple[Site, dict[str, bytes]]) -> Non
     served["body"] = ("# " + "Long title " * 1000 + "\n\nThe text.\n").encode()
     site.routes["/doc.md"] = lambda h: h.reply(200, served["body"], "text/markdown")
     result = fetch(site, "/doc.md")
-    assert len(result.title) == 1000
-    assert result.title == ("Long title " * 100)[:999] + "\u2026"
+    assert len(result["title"]) == 1000
+    assert result["title"] == ("Long title " * 100)[:999] + "\u2026"

@@ -319,7 +319,7 @@ def test_https_checks_the_certificate_against_the_host_name(
         allow = f"localhost:{secure.port},127.0.0.1:{secure.port}"
         url = secure.url("/notes.txt", host="localhost")
         result = asyncio.run(fetch_url(url, allow=allow, ssl_context=client))
-        assert result.text == PLAIN_TEXT
+        assert result["text"] == PLAIN_TEXT
         assert connections[-1] == ("127.0.0.1", secure.port)  # the address, not the name
         # The same server by address: its certificate names localhost only.
         assert "certificate verify failed" in refusal(

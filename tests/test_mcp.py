@@ -28,6 +28,7 @@ from mcp_helpers import (
 )
 
 from tms.nostr.events import SecretKey
+from tms.nostr.nip98 import authorization_header
 
 SLUG = "mcas"
 DOC_TEXT = (
@@ -447,6 +448,48 @@ def test_a_member_of_another_collection_cannot_read_this_one(world: World, calle
     assert "not a member of collection" in caller.tool_error(
         world.other, "get_links", collection=SLUG
     )
+
+
+def test_every_door_answers_outsiders_exactly_as_a_missing_collection(
+    world: World, caller: Caller
+) -> None:
+    """The access rule is asked by every door: each read tool and the HTTP export give a key of
+    another collection and a stranger exactly what a collection that does not exist gives."""
+    missing = "no-such-collection"
+    tools: list[tuple[str, dict[str, Any]]] = [
+        ("search_claims", {"text": "DAO", "method": "keyword"}),
+        ("list_claims", {}),
+        ("get_links", {}),
+        ("list_evidence", {}),
+        ("search_contradictions", {}),
+        ("search_contradictions", {"text": "serum"}),
+        ("search_contradictions", {"claim": world.claim["id"]}),
+        ("check_proof", {"proof": {"steps": []}}),
+    ]
+    for outsider in (world.other, world.stranger):
+        for name, args in tools:
+            closed = caller.tool_error(outsider, name, collection=SLUG, **args)
+            absent = caller.tool_error(outsider, name, collection=missing, **args)
+            assert closed == absent.replace(missing, SLUG), (name, closed, absent)
+            assert closed.startswith(f"not a member of collection '{SLUG}' (or no such")
+        for event in (world.doc, world.claim, world.link, world.contradiction):
+            assert caller.tool(outsider, "get_event", id=event["id"]) == {"result": None}
+        listed = caller.tool(outsider, "list_collections")["result"]
+        assert SLUG not in [c["slug"] for c in listed]
+        answers = []
+        for slug in (SLUG, missing):
+            url = f"{caller.live.url}/c/{slug}/export.jsonl"
+            event = outsider.sign(27235, "", int(time.time()), [["u", url], ["method", "GET"]])
+            response = caller.http.get(url, headers={"Authorization": authorization_header(event)})
+            answers.append(
+                (response.status_code, response.content, response.headers["content-type"])
+            )
+        assert answers[0] == answers[1] and answers[0][0] == 404
+    # ...while a member passes every door.
+    for name, args in tools:
+        assert not caller.raw(
+            name, {"request": request(world.member, name, collection=SLUG, **args)}
+        ).get("isError")
 
 
 def test_a_full_size_evidence_document_goes_through(world: World, caller: Caller) -> None:

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from tests.conftest import sign
+from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
@@ -114,7 +115,7 @@ async def test_export_writes_exactly_what_the_ledger_exports(db_url: str, ledger
     now = int(time.time())
     await ledger.approve([owner.pubkey])
     terms = current_terms()
-    events = [sign(owner, 4706, {"version": terms.version, "sha256": terms.sha256}, now)]
+    events = [sign(owner, 4706, {"version": terms["version"], "sha256": terms["sha256"]}, now)]
     events += [
         sign(owner, 4702, {"collection": "mcas", "text": f"Claim {i}: naïve “quotes”."}, now)
         for i in range(50)
@@ -124,7 +125,7 @@ async def test_export_writes_exactly_what_the_ledger_exports(db_url: str, ledger
 
     result = await tms(db_url, "export", "mcas")
     assert result.returncode == 0, result.stderr
-    expected = "".join([f"{line}\n" async for line in ledger.export_lines("mcas")])
+    expected = "".join([f"{line}\n" async for line in Exporter(ledger.pool).lines("mcas")])
     assert result.stdout == expected.encode()
     assert len(lines(result.stdout)) == 51
 

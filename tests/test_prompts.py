@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from proof_events import cited
 
 from tms.mcp.prompts import (
     BRIEFING_DESCRIPTION,
@@ -251,7 +252,7 @@ def test_claims_pass_event_shapes_are_valid_content() -> None:
         if "collection" in content:
             assert content["collection"] == SLUG
     terms = next(event["content"] for event in events if event["kind"] == KIND_TERMS)
-    assert terms == {"version": current_terms().version, "sha256": current_terms().sha256}
+    assert terms == {"version": current_terms()["version"], "sha256": current_terms()["sha256"]}
 
 
 def test_briefing_embeds_the_example_proof() -> None:
@@ -291,14 +292,14 @@ def test_example_proof_passes_check_proof_with_real_events() -> None:
     assert used and {f"<{name} id>" for name in used} <= set(by_placeholder)
 
     # As printed, the placeholders are not events: rule 1 catches them.
-    assert not check_proof(EXAMPLE_PROOF, {}).ok
+    assert not check_proof(EXAMPLE_PROOF, {})["ok"]
 
     proof = fill_ids(EXAMPLE_PROOF, {name: event.id for name, event in by_placeholder.items()})
     events = {event.id: event for event in by_placeholder.values()}
-    result = check_proof(proof, events)
-    assert result.problems == []
-    assert result.ok and result.root == "root" == proof["steps"][-1]["id"]
-    assert claim.id[:12] in result.tree and "Reduced DAO activity causes HIT." in result.tree
+    result = check_proof(proof, cited(events.values()))
+    assert result["problems"] == []
+    assert result["ok"] and result["root"] == "root" == proof["steps"][-1]["id"]
+    assert claim.id[:12] in result["tree"] and "Reduced DAO activity causes HIT." in result["tree"]
     for step in proof["steps"]:
         assert step["say"].count(". ") == 0 and step["say"].endswith(".")  # one sentence
 
@@ -308,13 +309,13 @@ def test_example_proof_each_rule_matters() -> None:
     claim = sign(KIND_CLAIM, {"collection": SLUG, "text": "A claim."})
     ids = {"<claim id>": claim.id, "<link id>": claim.id, "<contradiction id>": claim.id}
     proof = fill_ids(EXAMPLE_PROOF, ids)
-    assert check_proof(proof, {claim.id: claim}).ok
+    assert check_proof(proof, cited([claim]))["ok"]
 
     no_gap = json.loads(json.dumps(proof))
     for step in no_gap["steps"]:
         step.pop("gap", None)
-    assert any("rule 3" in p for p in check_proof(no_gap, {claim.id: claim}).problems)
+    assert any("rule 3" in p for p in check_proof(no_gap, cited([claim]))["problems"])
 
     loose = json.loads(json.dumps(proof))
     loose["steps"].insert(0, {"id": "extra", "say": "Unused.", "from": [claim.id]})
-    assert any("rule 2" in p for p in check_proof(loose, {claim.id: claim}).problems)
+    assert any("rule 2" in p for p in check_proof(loose, cited([claim]))["problems"])

@@ -8,7 +8,7 @@ import json
 import math
 import random
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -36,15 +36,16 @@ from publishing import (
     terms,
 )
 
-from tms.ledger.reads import (
-    Reads,
-    _claims_vector_sql,
+from tms.ledger.access import Access
+from tms.ledger.reads import Reads
+from tms.ledger.service import Ledger
+from tms.search.pgvector import (
+    ensure_vector_index,
     sql_literal,
     vector_index_name,
     vector_literal,
 )
-from tms.ledger.service import Ledger
-from tms.nostr.events import Event as Envelope
+from tms.search.search import Search, _claims_vector_sql
 
 pytestmark = pytest.mark.anyio
 
@@ -78,6 +79,11 @@ DOC_TEXT: Final = (
 @pytest.fixture
 async def reads(ledger: Ledger) -> Reads:
     return Reads(ledger.pool)
+
+
+@pytest.fixture
+async def search(ledger: Ledger) -> Search:
+    return Search(ledger.pool, None)
 
 
 def iso(value: str) -> datetime:
@@ -199,14 +205,14 @@ async def build_world(ledger: Ledger) -> World:
 
 async def test_collections_of_each_key(ledger: Ledger, reads: Reads) -> None:
     world = await build_world(ledger)
-    assert await reads.readable_collections(OWNER.pubkey) == ["lab"]
-    assert await reads.readable_collections(MEMBER2.pubkey) == ["lab"]
-    assert await reads.readable_collections(STRANGER.pubkey) == []
+    assert await Access(reads.pool).readable(OWNER.pubkey) == ["lab"]
+    assert await Access(reads.pool).readable(MEMBER2.pubkey) == ["lab"]
+    assert await Access(reads.pool).readable(STRANGER.pubkey) == []
     assert await reads.list_collections(STRANGER.pubkey) == []
 
     # MEMBER joins "other" too; its collections come oldest first, whatever the slugs.
     await publish(ledger, members(OWNER2, "other", [MEMBER.pubkey], created_at=T0 + 5))
-    assert await reads.readable_collections(MEMBER.pubkey) == ["lab", "other"]
+    assert await Access(reads.pool).readable(MEMBER.pubkey) == ["lab", "other"]
     listed = await reads.list_collections(MEMBER.pubkey)
     assert [c["slug"] for c in listed] == ["lab", "other"]
     lab, other = listed
@@ -240,7 +246,7 @@ async def test_collections_of_each_key(ledger: Ledger, reads: Reads) -> None:
 
     # Removed from lab: gone from both answers at once.
     await publish(ledger, members(OWNER, "lab", [MEMBER2.pubkey], created_at=T0 + 9))
-    assert await reads.readable_collections(MEMBER.pubkey) == ["other"]
+    assert await Access(reads.pool).readable(MEMBER.pubkey) == ["other"]
     assert [c["slug"] for c in await reads.list_collections(MEMBER.pubkey)] == ["other"]
     assert [c["slug"] for c in await reads.list_collections(OWNER.pubkey)] == ["lab"]
 
@@ -335,7 +341,7 @@ async def test_get_event_counts_characters_not_bytes(ledger: Ledger, reads: Read
 
 
 async def test_author_is_the_current_profile_by_the_replaceable_rule(
-    ledger: Ledger, reads: Reads
+    ledger: Ledger, reads: Reads, search: Search
 ) -> None:
     await open_collection(ledger, OWNER, "lab", [MEMBER])
     await join(ledger, MEMBER)
@@ -361,16 +367,18 @@ async def test_author_is_the_current_profile_by_the_replaceable_rule(
     # The same rule everywhere an author appears.
     listed = await reads.list_claims("lab", "recent", 10)
     assert [c["author"] for c in listed] == [expected]
-    hits = await reads.search_claims_keyword("lab", "profile", 10)
+    hits = await search.claims_by_keyword("lab", "profile", 10)
     assert [h["author"] for h in hits] == [expected]
 
 
 # --- search_claims (keyword) ------------------------------------------------------------------
 
 
-async def test_keyword_search_shape_rank_and_ties(ledger: Ledger, reads: Reads) -> None:
+async def test_keyword_search_shape_rank_and_ties(
+    ledger: Ledger, reads: Reads, search: Search
+) -> None:
     world = await build_world(ledger)
-    hits = await reads.search_claims_keyword("lab", "histamine", 10)
+    hits = await search.claims_by_keyword("lab", "histamine", 10)
     # c5 says it three times; c1, c3 and c4 once each, tied on rank: newest first.
     assert [h["id"] for h in hits] == [cid(world, n) for n in (5, 4, 3, 1)]
     assert hits[0]["rank"] > hits[1]["rank"] == hits[2]["rank"] == hits[3]["rank"] > 0
@@ -380,17 +388,17 @@ async def test_keyword_search_shape_rank_and_ties(ledger: Ledger, reads: Reads) 
         iso(hit["received_at"])
     json.dumps(hits)
     assert hits[0]["author"] == "owner" and hits[1]["author"] == "bot"
-    assert [h["id"] for h in await reads.search_claims_keyword("lab", "histamine", 2)] == [
+    assert [h["id"] for h in await search.claims_by_keyword("lab", "histamine", 2)] == [
         cid(world, 5),
         cid(world, 4),
     ]
 
 
-async def test_keyword_search_web_syntax(ledger: Ledger, reads: Reads) -> None:
+async def test_keyword_search_web_syntax(ledger: Ledger, reads: Reads, search: Search) -> None:
     world = await build_world(ledger)
 
     async def found(text: str) -> set[str]:
-        return {h["id"] for h in await reads.search_claims_keyword("lab", text, 50)}
+        return {h["id"] for h in await search.claims_by_keyword("lab", text, 50)}
 
     assert await found("reduced DAO") == {cid(world, 1), cid(world, 2)}
     assert await found('"reduced DAO activity"') == {cid(world, 1)}
@@ -403,10 +411,10 @@ async def test_keyword_search_web_syntax(ledger: Ledger, reads: Reads) -> None:
 
 
 async def test_search_claims_links_cut_quotes_and_contradictions(
-    ledger: Ledger, reads: Reads
+    ledger: Ledger, reads: Reads, search: Search
 ) -> None:
     world = await build_world(ledger)
-    hits = {h["id"]: h for h in await reads.search_claims_keyword("lab", "histamine", 10)}
+    hits = {h["id"]: h for h in await search.claims_by_keyword("lab", "histamine", 10)}
     c1 = hits[cid(world, 1)]
     assert [lk["id"] for lk in c1["links"]] == [world.links["s1a"]["id"], world.links["s1b"]["id"]]
     long_link, exact_link = c1["links"]
@@ -458,13 +466,13 @@ async def vector_world(ledger: Ledger, reads: Reads) -> World:
 
 @pytest.mark.parametrize("indexed", [False, True])
 async def test_vector_search_order_shape_and_scope(
-    ledger: Ledger, reads: Reads, indexed: bool
+    ledger: Ledger, reads: Reads, indexed: bool, search: Search
 ) -> None:
     world = await vector_world(ledger, reads)
     if indexed:
-        await reads.ensure_vector_index(MODEL, DIMS)
-        await reads.ensure_vector_index(MODEL, DIMS)  # idempotent
-    hits = await reads.search_claims_vector("lab", E0, MODEL, DIMS, 10)
+        await ensure_vector_index(reads.pool, MODEL, DIMS)
+        await ensure_vector_index(reads.pool, MODEL, DIMS)  # idempotent
+    hits = await search.claims_near("lab", E0, MODEL, DIMS, 10)
     assert [h["id"] for h in hits] == [cid(world, n) for n in (5, 1, 2, 3, 4)]
     expected = [0.0, 0.0, cosine_distance(E0, unit((0, 1.0), (1, 0.5))), 1.0, 2.0]
     assert [h["distance"] for h in hits] == pytest.approx(expected, abs=1e-6)
@@ -476,13 +484,13 @@ async def test_vector_search_order_shape_and_scope(
     assert by_id[cid(world, 1)]["links"][0]["quote"].endswith("…")
     assert by_id[cid(world, 2)]["contradiction_ids"] == [world.contra["id"]]  # type: ignore[index]
 
-    top = await reads.search_claims_vector("lab", E1, MODEL, DIMS, 2)
+    top = await search.claims_near("lab", E1, MODEL, DIMS, 2)
     assert [h["id"] for h in top] == [cid(world, 3), cid(world, 2)]
-    assert await reads.search_claims_vector("nowhere", E0, MODEL, DIMS, 5) == []
-    assert await reads.search_claims_vector("lab", E0, "no-such-model", DIMS, 5) == []
-    tiny = await reads.search_claims_vector("lab", unit((1, 1.0), dims=8), OTHER_MODEL, 8, 5)
+    assert await search.claims_near("nowhere", E0, MODEL, DIMS, 5) == []
+    assert await search.claims_near("lab", E0, "no-such-model", DIMS, 5) == []
+    tiny = await search.claims_near("lab", unit((1, 1.0), dims=8), OTHER_MODEL, 8, 5)
     assert [h["id"] for h in tiny][:5] == [cid(world, n) for n in (5, 4, 3, 2, 1)]
-    other = await reads.search_claims_vector("other", E0, MODEL, DIMS, 5)
+    other = await search.claims_near("other", E0, MODEL, DIMS, 5)
     assert [h["id"] for h in other] == [world.other_claim["id"]]  # type: ignore[index]
 
 
@@ -544,20 +552,20 @@ async def crowd(reads: Reads, n: int = 2000) -> None:
 
 
 async def test_hnsw_serves_a_collection_filtered_query_with_iterative_scan(
-    ledger: Ledger, reads: Reads, planner_pool: asyncpg.Pool
+    ledger: Ledger, reads: Reads, planner_pool: asyncpg.Pool, search: Search
 ) -> None:
     """The partial index is used (its predicate matched through the model literal, even in a
     generic plan), and a small collection among many nearer rows still gets `limit` results:
     without the iterative scan the first 40 candidates hold at most c1 and c5."""
     world = await vector_world(ledger, reads)
     await crowd(reads)
-    await reads.ensure_vector_index(MODEL, DIMS)
+    await ensure_vector_index(reads.pool, MODEL, DIMS)
     await reads.pool.execute("ANALYZE embeddings")
     literal = sql_literal(MODEL)
     indexed_sql = _claims_vector_sql(literal, DIMS, 5, indexed=True)
     query = vector_literal(unit((0, 1.0), (5, 0.01)), DIMS)  # near e0, nearer the crowd
     index = vector_index_name(MODEL, DIMS)
-    planned = Reads(planner_pool)
+    planned = Search(planner_pool, None)
     async with planner_pool.acquire() as conn:
         await conn.execute("SET plan_cache_mode = force_generic_plan")
         await conn.execute(f"PREPARE near(text, text) AS {indexed_sql}")
@@ -566,8 +574,8 @@ async def test_hnsw_serves_a_collection_filtered_query_with_iterative_scan(
         await conn.execute("DEALLOCATE near")
 
         async with conn.transaction():
-            await planned._tune_hnsw(conn, 5)
-            assert planned._iterative_scan is True  # the embedded server has pgvector 0.8
+            await planned._hnsw.apply(conn, 5)
+            assert planned._hnsw._iterative_scan is True  # the embedded server has pgvector 0.8
             rows = await conn.fetch(indexed_sql, "lab", query)
         assert len(rows) == 5
         async with conn.transaction():
@@ -575,9 +583,9 @@ async def test_hnsw_serves_a_collection_filtered_query_with_iterative_scan(
             starved = await conn.fetch(indexed_sql, "lab", query)
         assert len(starved) <= 2
 
-    hits = await planned.search_claims_vector("lab", E0, MODEL, DIMS, 5)
+    hits = await planned.claims_near("lab", E0, MODEL, DIMS, 5)
     assert [h["id"] for h in hits] == [cid(world, n) for n in (5, 1, 2, 3, 4)]
-    exact = await reads.search_claims_vector("lab", E0, MODEL, DIMS, 5)
+    exact = await search.claims_near("lab", E0, MODEL, DIMS, 5)
     assert exact == hits
 
 
@@ -588,10 +596,10 @@ async def test_vector_search_falls_back_to_exact_without_iterative_scan(
     of the index is completed by the exact query."""
     world = await vector_world(ledger, reads)
     await crowd(reads, 600)
-    await reads.ensure_vector_index(MODEL, DIMS)
-    old = Reads(planner_pool)
-    old._iterative_scan = False
-    hits = await old.search_claims_vector("lab", E0, MODEL, DIMS, 5)
+    await ensure_vector_index(reads.pool, MODEL, DIMS)
+    old = Search(planner_pool, None)
+    old._hnsw._iterative_scan = False
+    hits = await old.claims_near("lab", E0, MODEL, DIMS, 5)
     assert [h["id"] for h in hits] == [cid(world, n) for n in (5, 1, 2, 3, 4)]
 
 
@@ -791,7 +799,7 @@ async def test_contradiction_shape(ledger: Ledger, reads: Reads) -> None:
         MEMBER, "lab", world.doc["id"], world.contra["id"], LONG_QUOTE, relation="REBUTS"
     )
     await publish(ledger, long_rebuttal)
-    found = await reads.search_contradictions_by_claim("lab", cid(world, 3), 10)
+    found = await reads.contradictions_with_claim("lab", cid(world, 3), 10)
     assert len(found) == 1
     item = found[0]
     assert set(item) == CONTRADICTION_KEYS
@@ -839,16 +847,14 @@ async def test_contradictions_by_claim_and_newest_first(ledger: Ledger, reads: R
     x = [e["id"] for e in xs]
 
     async def by_claim(n: int, limit: int = 10) -> list[str]:
-        return [
-            i["id"] for i in await reads.search_contradictions_by_claim("lab", cid(world, n), limit)
-        ]
+        return [i["id"] for i in await reads.contradictions_with_claim("lab", cid(world, n), limit)]
 
     assert await by_claim(1) == [x[1], x[2]]  # oldest first
     assert await by_claim(5) == [x[2], x[3]]
     assert await by_claim(4, 1) == [x[1]]
     assert await by_claim(2) == [x[0]]
     assert world.other_claim is not None
-    found = await reads.search_contradictions_by_claim("lab", world.other_claim["id"], 10)
+    found = await reads.contradictions_with_claim("lab", world.other_claim["id"], 10)
     assert found == []
     recent = await reads.list_contradictions("lab", 10)
     assert [i["id"] for i in recent] == list(reversed(x))
@@ -857,12 +863,12 @@ async def test_contradictions_by_claim_and_newest_first(ledger: Ledger, reads: R
     assert [c["id"] for c in recent[1]["claims"]] == recent[1]["claim_ids"]
 
 
-async def test_contradictions_keyword(ledger: Ledger, reads: Reads) -> None:
+async def test_contradictions_keyword(ledger: Ledger, reads: Reads, search: Search) -> None:
     world, xs = await contradiction_world(ledger)
     x = [e["id"] for e in xs]
 
     async def found(text: str) -> list[str]:
-        return [i["id"] for i in await reads.search_contradictions_keyword("lab", text, 10)]
+        return [i["id"] for i in await search.contradictions_by_keyword("lab", text, 10)]
 
     assert await found("story") == [x[1]]  # in the reason only
     assert set(await found("mast cells")) == {x[1], x[3]}  # x1's reason, c4's text in x3
@@ -873,7 +879,7 @@ async def test_contradictions_keyword(ledger: Ledger, reads: Reads) -> None:
     assert set(await found('"release versus"')) == {x[3]}
     assert set(await found("release or everywhere")) == {x[1], x[2], x[3]}
     assert await found("the") == []
-    items = await reads.search_contradictions_keyword("lab", "histamine", 10)
+    items = await search.contradictions_by_keyword("lab", "histamine", 10)
     assert items and all(set(i) == CONTRADICTION_KEYS | {"rank"} for i in items)
     ranks = [i["rank"] for i in items]
     assert ranks == sorted(ranks, reverse=True)
@@ -883,7 +889,7 @@ async def test_contradictions_keyword(ledger: Ledger, reads: Reads) -> None:
     assert world.other_contra["id"] not in await found("wine or migraine or histamine")
 
 
-async def test_contradictions_vector(ledger: Ledger, reads: Reads) -> None:
+async def test_contradictions_vector(ledger: Ledger, reads: Reads, search: Search) -> None:
     world, xs = await contradiction_world(ledger)
     x = [e["id"] for e in xs]
     c = [cid(world, n) for n in range(1, 6)]
@@ -907,63 +913,21 @@ async def test_contradictions_vector(ledger: Ledger, reads: Reads) -> None:
             (world.other_claim["id"], "other", 4702, unit((9, 1.0))),
         ],
     )
-    items = await reads.search_contradictions_vector("lab", unit((9, 1.0)), MODEL, DIMS, 10)
+    items = await search.contradictions_near("lab", unit((9, 1.0)), MODEL, DIMS, 10)
     # x0: its reason exactly (0). x1: its reason at 45° (1 - cos 45°) beats its claims.
     # x2: claims c1 and c3, both orthogonal (1).
     assert [i["id"] for i in items] == [x[0], x[1], x[2]]
     assert [i["distance"] for i in items] == pytest.approx([0.0, 1 - math.sqrt(0.5), 1.0], abs=1e-6)
     assert all(set(i) == CONTRADICTION_KEYS | {"distance"} for i in items)
     # Nearest to c3 (e2): x0 holds c3 and so does x2; a tie at 0, newest first.
-    near_c3 = await reads.search_contradictions_vector("lab", unit((2, 1.0)), MODEL, DIMS, 10)
+    near_c3 = await search.contradictions_near("lab", unit((2, 1.0)), MODEL, DIMS, 10)
     assert [i["id"] for i in near_c3][:2] == [x[2], x[0]]
-    one = await reads.search_contradictions_vector("lab", unit((2, 1.0)), MODEL, DIMS, 1)
+    one = await search.contradictions_near("lab", unit((2, 1.0)), MODEL, DIMS, 1)
     assert [i["id"] for i in one] == [x[2]]
-    assert await reads.search_contradictions_vector("lab", E0, "no-model", DIMS, 10) == []
+    assert await search.contradictions_near("lab", E0, "no-model", DIMS, 10) == []
 
 
 # --- events for the proof checker, and the collection wall -------------------------------------
-
-
-async def test_events_in_collection(ledger: Ledger, reads: Reads) -> None:
-    world = await build_world(ledger)
-    assert world.other_claim is not None and world.contra is not None
-    own_profile = profile(OWNER, "owner")
-    wanted = [
-        cid(world, 1),
-        world.contra["id"],
-        world.links["s1a"]["id"],
-        world.doc["id"],
-        world.other_claim["id"],
-        own_profile["id"],
-        fake_id(1),
-    ]
-    got = await reads.events_in_collection("lab", wanted)
-    assert set(got) == set(wanted[:4])
-    for event_id, event in got.items():
-        assert isinstance(event, Envelope)
-        event.verify()
-        original = next(
-            e
-            for e in [world.doc, *world.claims, world.contra, *world.links.values()]
-            if e["id"] == event_id
-        )
-        assert event.to_dict() == original
-    other = await reads.events_in_collection("other", wanted)
-    assert set(other) == {world.other_claim["id"]}
-    assert await reads.events_in_collection("lab", []) == {}
-    assert await reads.events_in_collection("nowhere", wanted) == {}
-
-
-async def test_events_in_collection_include_member_lists_as_signed(
-    ledger: Ledger, reads: Reads
-) -> None:
-    """A members event belongs to its collection like any other, and comes back byte for
-    byte (its stored tags, `[]`, parsed back)."""
-    await open_collection(ledger, OWNER, "lab")
-    listed = members(OWNER, "lab", [MEMBER.pubkey], created_at=T0 + 1)
-    await publish(ledger, listed)
-    got = await reads.events_in_collection("lab", [listed["id"]])
-    assert got[listed["id"]].tags == [] and got[listed["id"]].to_dict() == listed
 
 
 def _all_ids(value: Any) -> set[str]:
@@ -981,7 +945,7 @@ def _all_ids(value: Any) -> set[str]:
 
 
 async def test_nothing_from_another_collection_ever_comes_back(
-    ledger: Ledger, reads: Reads
+    ledger: Ledger, reads: Reads, search: Search
 ) -> None:
     """Every read for "lab", fed with look-alike texts and the other collection's own ids,
     returns no id, key or text that exists only in "other"."""
@@ -997,18 +961,18 @@ async def test_nothing_from_another_collection_ever_comes_back(
     }
     await embed(reads, [(world.other_contra["id"], "other", 4704, E0)])
     results: list[Any] = [
-        await reads.search_claims_keyword("lab", "histamine or wine or migraine", 200),
-        await reads.search_claims_vector("lab", E0, MODEL, DIMS, 200),
+        await search.claims_by_keyword("lab", "histamine or wine or migraine", 200),
+        await search.claims_near("lab", E0, MODEL, DIMS, 200),
         await reads.list_claims("lab", None, 200),
         await reads.get_links("lab", None, None, None, 1000),
         await reads.get_links("lab", world.other_claim["id"], None, None, 1000),
         await reads.get_links("lab", None, world.other_doc["id"], None, 1000),
         await reads.list_evidence("lab", False, "J1", 500),
         await reads.list_contradictions("lab", 200),
-        await reads.search_contradictions_by_claim("lab", world.other_claim["id"], 200),
-        await reads.search_contradictions_keyword("lab", "wine or migraine", 200),
-        await reads.search_contradictions_vector("lab", E0, MODEL, DIMS, 200),
-        await reads.events_in_collection("lab", list(other_ids)),
+        await reads.contradictions_with_claim("lab", world.other_claim["id"], 200),
+        await search.contradictions_by_keyword("lab", "wine or migraine", 200),
+        await search.contradictions_near("lab", E0, MODEL, DIMS, 200),
+        [asdict(c) for c in (await reads.cited("lab", list(other_ids))).values()],
         await reads.get_event(OWNER.pubkey, world.other_claim["id"]),
         await reads.list_collections(OWNER.pubkey),
     ]
@@ -1023,5 +987,5 @@ async def test_signed_but_unpublished_ids_are_unknown(ledger: Ledger, reads: Rea
     await open_collection(ledger, OWNER, "lab")
     ghost = signed(OWNER, 4702, {"collection": "lab", "text": "never published"})
     assert await reads.get_event(OWNER.pubkey, ghost["id"]) is None
-    assert await reads.events_in_collection("lab", [ghost["id"]]) == {}
-    assert await reads.search_contradictions_by_claim("lab", ghost["id"], 10) == []
+    assert await reads.cited("lab", [ghost["id"]]) == {}
+    assert await reads.contradictions_with_claim("lab", ghost["id"], 10) == []

@@ -185,7 +185,7 @@ async def _seed(database_url: str, owner: SecretKey, bots: list[SecretKey]) -> N
         await ledger.approve([owner.pubkey, *(bot.pubkey for bot in bots)])
         terms, now = current_terms(), int(time.time())
         events = [
-            sign(owner, 4706, {"version": terms.version, "sha256": terms.sha256}, now),
+            sign(owner, 4706, {"version": terms["version"], "sha256": terms["sha256"]}, now),
             sign(owner, 0, {"name": "owner", "about": "a person"}, now),
             sign(owner, 4705, {"collection": "mcas", "members": [bot.pubkey for bot in bots]}, now),
         ]

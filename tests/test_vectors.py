@@ -14,12 +14,11 @@ import pytest
 from publishing import OWNER, compact, open_collection
 
 from tms.config import Settings
-from tms.ledger.reads import Reads
-from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
 from tms.mcp.tools import Services, Tools
 from tms.nostr.events import SecretKey
 from tms.runtime import load_embedder
+from tms.search.pgvector import ensure_vector_index
 from tms.search.vectors import Vectors
 from tms.store.database import Pool, open_pool
 
@@ -44,7 +43,7 @@ async def pool(db_url: str) -> AsyncIterator[Pool]:
 
 async def _vectors(pool: Pool, wait: float = 30.0) -> Vectors:
     embedder = load_embedder(Settings.from_env({}).embedding)
-    await Reads(pool).ensure_vector_index(embedder.model_id, embedder.dims)
+    await ensure_vector_index(pool, embedder.model_id, embedder.dims)
     vectors = Vectors(pool, embedder, wait_seconds=wait)
     await vectors.start()
     return vectors
@@ -82,7 +81,7 @@ async def test_publish_embeds_its_batch_and_reports_how_many(pool: Pool) -> None
         ledger = Ledger(pool, vectors=vectors)
         await open_collection(ledger, OWNER, SLUG)
         claims = _claims(3)
-        result = (await ledger.publish(claims)).to_dict()
+        result = await ledger.publish(claims)
         assert result["embedded"] == 3 and "embedding_error" not in result
         stored = await _stored(pool)
         assert {c["id"]: stored[c["id"]] for c in claims} == dict.fromkeys(
@@ -98,7 +97,7 @@ async def test_what_the_budget_leaves_is_caught_up_in_the_background(pool: Pool)
     try:
         ledger = Ledger(pool, vectors=vectors)
         await open_collection(ledger, OWNER, SLUG)
-        result = (await ledger.publish(_claims(100))).to_dict()
+        result = await ledger.publish(_claims(100))
         assert result["embedded"] == 0
         stored = await _eventually(pool, 100)
         assert len(stored) == 100
@@ -109,7 +108,7 @@ async def test_what_the_budget_leaves_is_caught_up_in_the_background(pool: Pool)
 async def test_vectors_missing_at_start_up_are_caught_up(pool: Pool) -> None:
     ledger = Ledger(pool)  # embedding off: events are queued, nothing embeds them
     await open_collection(ledger, OWNER, SLUG)
-    assert (await ledger.publish(_claims(5))).to_dict()["embedded"] == 0
+    assert (await ledger.publish(_claims(5)))["embedded"] == 0
     assert await pool.fetchval("SELECT count(*) FROM embedding_queue") == 5
     vectors = await _vectors(pool)
     try:
@@ -142,7 +141,7 @@ async def test_a_failed_embedding_is_reported_and_caught_up_later(pool: Pool) ->
         # the database refuses vectors for a while: a real failure on the embedding path
         await pool.execute("ALTER TABLE embeddings ADD CONSTRAINT refuse CHECK (false) NOT VALID")
         claims = _claims(2)
-        result = (await ledger.publish(claims)).to_dict()
+        result = await ledger.publish(claims)
         assert "embedded" not in result
         assert result["embedding_error"].startswith("embedding failed (")
         assert result["accepted"] == [c["id"] for c in claims], "the events are stored anyway"
@@ -158,7 +157,7 @@ async def test_with_embedding_off_search_is_keyword_with_a_note(pool: Pool) -> N
     await open_collection(ledger, OWNER, SLUG)
     claim = _signed(OWNER, 4702, {"collection": SLUG, "text": "Reduced DAO activity."})
     await ledger.publish([claim])
-    tools = Tools(Services(ledger, Reads(pool), RequestLog(pool), None), signer=OWNER)
+    tools = Tools(Services.over(pool, None), signer=OWNER)
     result = await tools.call("search_claims", {"collection": SLUG, "text": "DAO"})
     assert result["method"] == "keyword"
     assert "TMS_EMBED=off" in result["note"]
@@ -170,9 +169,9 @@ async def test_claims_still_waiting_are_named_in_the_note(pool: Pool) -> None:
     await open_collection(ledger, OWNER, SLUG)
     await ledger.publish(_claims(2))  # queued, not embedded
     embedder = load_embedder(Settings.from_env({}).embedding)
-    await Reads(pool).ensure_vector_index(embedder.model_id, embedder.dims)
+    await ensure_vector_index(pool, embedder.model_id, embedder.dims)
     vectors = Vectors(pool, embedder, wait_seconds=10)  # not started: nothing catches up
-    tools = Tools(Services(ledger, Reads(pool), RequestLog(pool), vectors), signer=OWNER)
+    tools = Tools(Services.over(pool, vectors), signer=OWNER)
     result = await tools.call("search_claims", {"collection": SLUG, "text": "histamine"})
     assert result["method"] == "vector"
     assert result["note"].startswith("2 claims of this collection are still waiting for vectors")

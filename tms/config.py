@@ -12,14 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tms.errors import TMSError
+from tms.errors import ConfigError
 
 if TYPE_CHECKING:
     from tms.search.model import EmbeddingConfig
-
-
-class ConfigError(TMSError):
-    """A `TMS_*` variable holds a value we cannot use."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
 """One error hierarchy whose messages are the user-facing text.
 
-Every front door (CLI, MCP, web) shows `str(error)` unchanged, so the wording here is the wording
-of SPEC.md's "Common errors" table. Nothing here imports anything but the standard library.
+Every front door (CLI, MCP, web) shows `str(error)` unchanged, so the wording here and where
+these are raised is the wording of SPEC.md's "Common errors" table. Every subclass a user can
+meet is defined here, so the whole vocabulary of refusals reads in one place. Nothing here
+imports anything but the standard library.
 """
 
 
@@ -14,6 +16,9 @@ def one_line(exc: BaseException, limit: int | None = None) -> str:
 
 class TMSError(Exception):
     """Base of every error a user may see; its message is shown verbatim."""
+
+
+# --- what a client sent ------------------------------------------------------------------------
 
 
 class InvalidEvent(TMSError):
@@ -32,11 +37,57 @@ class InvalidKey(TMSError):
     """A key (nsec, npub or hex) that cannot be decoded or is not on the curve."""
 
 
-class FetchError(TMSError):
-    """A URL the fetcher refused or could not turn into evidence text: one line, shown as is."""
+class PublishError(TMSError):
+    """A batch refused as a whole. The message names the failing event when there is one."""
+
+
+class RequestError(TMSError):
+    """A tool call whose `request` is missing, malformed, stale, for another tool or reused."""
+
+
+class ToolError(TMSError):
+    """A tool call refused for its name or its arguments."""
 
 
 class AuthError(TMSError):
     """A request's credentials (a NIP-98 `Authorization` header) are missing or do not hold up.
 
     The web layer answers 401 with this message and `WWW-Authenticate: Nostr`."""
+
+
+# --- who may do what ---------------------------------------------------------------------------
+
+
+class AccessDenied(TMSError):
+    """The caller's key may not do this."""
+
+
+class NotAReader(AccessDenied):
+    """A collection the key may not read, worded exactly as a missing one."""
+
+
+class NotAUser(AccessDenied):
+    """A key that is neither approved nor a member of any collection."""
+
+
+# --- what the server could not do --------------------------------------------------------------
+
+
+class FetchError(TMSError):
+    """A URL the fetcher refused or could not turn into evidence text: one line, shown as is."""
+
+
+class EmbeddingError(TMSError):
+    """The model could not be configured, loaded or run; one line, shown as is."""
+
+
+class ConfigError(TMSError):
+    """A `TMS_*` variable holds a value we cannot use."""
+
+
+# What every door says when the database cannot be reached (tms.store.database.DATABASE_DOWN).
+DATABASE_UNAVAILABLE = "database unavailable, try again shortly"
+
+
+class DatabaseError(TMSError):
+    """The database cannot be reached or is not in a state this version of TMS can use."""

@@ -18,16 +18,17 @@ from typing import Final
 import asyncpg
 
 from tms.config import Settings
-from tms.ledger.reads import Reads
-from tms.ledger.request_log import RequestLog
+from tms.ledger.access import Access
+from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.mcp.tools import Services, Tools
 from tms.nostr.events import SecretKey
 from tms.search.model import Embedder, EmbeddingConfig
+from tms.search.pgvector import ensure_vector_index
 from tms.search.vectors import Vectors
-from tms.store import database as db
+from tms.store import database
 
-log = logging.getLogger("tms.runtime")
+log = logging.getLogger(__name__)
 
 EXPORT_CONNECTIONS: Final = 4  # downloads in flight at once; more wait for one to finish
 POOL_CLOSE_SECONDS: Final = 10.0
@@ -36,7 +37,12 @@ POOL_CLOSE_SECONDS: Final = 10.0
 @dataclass(frozen=True, slots=True)
 class Runtime:
     ledger: Ledger
+    exporter: Exporter
     services: Services
+
+    @property
+    def access(self) -> Access:
+        return self.services.access
 
     def tools(self, signer: SecretKey | None = None) -> Tools:
         return Tools(self.services, signer=signer)
@@ -52,24 +58,22 @@ def load_embedder(config: EmbeddingConfig) -> Embedder:
 async def open_runtime(
     settings: Settings, database_url: str | None = None
 ) -> AsyncIterator[Runtime]:
-    url = database_url if database_url is not None else await db.database_url(settings)
+    url = database_url if database_url is not None else await database.database_url(settings)
     embedding = settings.embedding
     embedder = await asyncio.to_thread(load_embedder, embedding) if embedding.enabled else None
-    pool = await db.open_pool(url)
+    pool = await database.open_pool(url)
     vectors: Vectors | None = None
     try:
         # Exports hold a connection for as long as the download lasts: give them their own
         # few, so that slow downloaders queue behind each other and never block publishing.
-        export_pool = await db.open_pool(url, min_size=0, max_size=EXPORT_CONNECTIONS)
+        export_pool = await database.open_pool(url, min_size=0, max_size=EXPORT_CONNECTIONS)
         try:
-            reads = Reads(pool)
             if embedder is not None:
-                await reads.ensure_vector_index(embedder.model_id, embedder.dims)
+                await ensure_vector_index(pool, embedder.model_id, embedder.dims)
                 vectors = Vectors(pool, embedder, wait_seconds=settings.embed_wait)
                 await vectors.start()
-            ledger = Ledger(pool, export_pool=export_pool, vectors=vectors)
-            services = Services(ledger, reads, RequestLog(pool), vectors)
-            yield Runtime(ledger, services)
+            services = Services.over(pool, vectors)
+            yield Runtime(services.ledger, Exporter(export_pool), services)
         finally:
             if vectors is not None:
                 await vectors.close()

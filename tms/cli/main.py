@@ -27,7 +27,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tms.config import Settings
-from tms.errors import TMSError, one_line
+from tms.errors import DATABASE_UNAVAILABLE, TMSError, one_line
 from tms.nostr import nip19
 from tms.nostr.events import Event, SecretKey
 from tms.rules.kinds import validate_content
@@ -80,7 +80,7 @@ def _fetch(url: str) -> int:
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 2
-    line = json.dumps(result.to_dict(), ensure_ascii=False) + "\n"
+    line = json.dumps(result, ensure_ascii=False) + "\n"
     sys.stdout.flush()
     sys.stdout.buffer.write(line.encode("utf-8"))  # JSON is UTF-8, whatever the locale
     sys.stdout.buffer.flush()
@@ -191,14 +191,16 @@ async def _ledger() -> AsyncIterator[Ledger]:
 
 
 def _operator(command: Coroutine[Any, Any, int]) -> int:
-    import asyncpg
+    """Run an operator command; a refusal or a database that cannot be used is one line on
+    stderr and exit 1, in the words every other door uses."""
+    from tms.store.database import DATABASE_DOWN
 
     try:
         return asyncio.run(command)
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # lost mid-command
-        print(f"tms: database error: {one_line(exc)}", file=sys.stderr)
+    except DATABASE_DOWN as exc:  # lost mid-command
+        print(f"tms: {DATABASE_UNAVAILABLE} ({one_line(exc, 300)})", file=sys.stderr)
     return 1
 
 
@@ -247,6 +249,7 @@ async def _approved() -> int:
 
 async def _export(slug: str) -> int:
     """The collection's JSON Lines on stdout, streamed from one consistent snapshot."""
+    from tms.ledger.export import Exporter
     from tms.rules.kinds import SLUG_PATTERN
 
     out = sys.stdout.buffer
@@ -255,7 +258,7 @@ async def _export(slug: str) -> int:
             if not SLUG_PATTERN.fullmatch(slug) or not await ledger.collection_exists(slug):
                 print(f"tms: no such collection {slug!r}", file=sys.stderr)
                 return 1
-            lines = ledger.export_lines(slug)
+            lines = Exporter(ledger.pool).lines(slug)
             async with aclosing(lines):
                 async for line in lines:
                     out.write(f"{line}\n".encode())

@@ -1,20 +1,19 @@
 """Fetch a web page or document as evidence text, without opening a way into our network.
 
-`fetch_url(url)` downloads one URL and returns its text and title (`FetchResult`), ready to be
-signed as evidence; it stores nothing. The ledger service's `fetch_url` MCP tool, the web form's
-**Fetch** button and `tms fetch URL` all call it. Every refusal and failure is a one-line
-`FetchError`: "refused: ..." when our policy says no, "fetch failed: ..." when the other side
-or the network does, "no text could be extracted from ..." when the document has no text
-we can read (empty, scanned, or not really a PDF).
+`fetch_url(url)` downloads one URL and returns its text and title (a `FetchResult`), ready to be
+signed as evidence; it stores nothing. The `fetch_url` MCP tool and `tms fetch URL` call it.
+Every refusal and failure is a one-line `FetchError`: "refused: ..." when our policy says no,
+"fetch failed: ..." when the other side or the network does, "no text could be extracted
+from ..." when the document has no text we can read (empty, scanned, or not really a PDF).
 
 The fetcher is the one place where the server talks to the outside world, so:
 
 1. Only `http` and `https` URLs, with no user name or password in them (we would never send
    them, and they would end up in signed evidence), on any port but the Fetch standard's
-   blocked ones (`tms.addresses.BLOCKED_PORTS`: SMTP, SSH, IRC and such).
+   blocked ones (`tms.fetch.addresses.BLOCKED_PORTS`: SMTP, SSH, IRC and such).
 2. We resolve the host ourselves (getaddrinfo, so `2130706433`, `0x7f.1` and `127.1` mean what
    libc makes of them) and refuse it if *any* address it resolves to is not public
-   (`tms.addresses.classify`: loopback, private, link-local and cloud metadata, CGNAT,
+   (`tms.fetch.addresses.classify`: loopback, private, link-local and cloud metadata, CGNAT,
    unique-local, multicast, reserved, IPv4-mapped, ...). The connection then goes to an address
    we checked, never through a second lookup, so DNS rebinding has no window; TLS still checks
    the certificate against the host name, sent as SNI.
@@ -58,7 +57,6 @@ import socket
 import ssl
 import zlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from dataclasses import dataclass
 from importlib.metadata import version
 from ipaddress import ip_address
 from typing import Final
@@ -77,6 +75,7 @@ from tms.fetch.addresses import (
 )
 from tms.fetch.extract import short_title
 from tms.fetch.pool import ExtractionPool, default_pool, extract_seconds_from_env
+from tms.results import FetchResult
 from tms.types import MAX_CONTENT_CHARS
 
 ALLOW_ENV: Final = "TMS_FETCH_ALLOW"
@@ -95,29 +94,6 @@ _HEADERS: Final = {
     ),
     "Accept-Encoding": "gzip, deflate",
 }
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    """A fetched document: `url` is the final URL, after redirects.
-
-    `title` is the document's own title (HTML title, PDF metadata title, Markdown's first
-    heading); without one, the last segment of the URL's path, or else its host. It is never
-    empty, on one line, at most 1,000 characters. `text` is never blank, and an evidence
-    content with it, `url` and `title` takes at most the `max_chars` given to `fetch_url`.
-    """
-
-    url: str
-    title: str
-    text: str
-
-    @property
-    def chars(self) -> int:
-        return len(self.text)
-
-    def to_dict(self) -> dict[str, str | int]:
-        """The result as SPEC shows it: `{"url", "title", "chars", "text"}`."""
-        return {"url": self.url, "title": self.title, "chars": self.chars, "text": self.text}
 
 
 async def fetch_url(
@@ -139,6 +115,12 @@ async def fetch_url(
     certificate authorities (certifi's bundle). `pool` runs the extraction (None: the
     process-wide `default_pool()`) within TMS_FETCH_EXTRACT_SECONDS, read on every call.
     Cancelling the call stops the extraction.
+
+    `url` in the result is the final URL, after redirects. `title` is the document's own title
+    (HTML title, PDF metadata title, Markdown's first heading); without one, the last segment of
+    the URL's path, or else its host: never empty, on one line, at most 1,000 characters.
+    `text` is never blank, and an evidence content with it, `url` and `title` takes at most
+    `max_chars` characters (`evidence_chars`).
     """
     exempt = parse_exemptions(os.environ.get(ALLOW_ENV, "") if allow is None else allow)
     extract_seconds = extract_seconds_from_env()
@@ -163,7 +145,7 @@ async def fetch_url(
     del body
     title = short_title(extracted.title) or short_title(_title_from(final)) or final.host
     _check_publishable(extracted.text, str(final), title, max_chars)
-    return FetchResult(str(final), title, extracted.text)
+    return {"url": str(final), "title": title, "chars": len(extracted.text), "text": extracted.text}
 
 
 def evidence_chars(text: str, url: str, title: str) -> int:

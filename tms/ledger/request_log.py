@@ -18,7 +18,8 @@ import hashlib
 import time
 from typing import Final
 
-from tms.rules.requests import REQUEST_WINDOW_SECONDS, RequestError, SignedRequest
+from tms.errors import RequestError
+from tms.rules.requests import REQUEST_WINDOW_SECONDS, SignedRequest
 from tms.store.database import Pool
 
 PRUNE_EVERY_SECONDS: Final = 60

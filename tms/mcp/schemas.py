@@ -2,22 +2,22 @@
 `inputSchema` and `outputSchema`, and of the argument checks.
 
 Arguments are strict (a string is not a number, unknown fields are refused) and their limits are
-SPEC's. Result models exist for the schemas only: the handlers build plain dicts in the same
-shape, and a test checks every result against its published schema.
+SPEC's. Results are the typed dicts of `tms.results`, which the services build; their schemas
+are derived here, and a test checks every result against its published schema.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
+from tms.ledger.reads import DEFAULT_WINDOW
 from tms.rules.kinds import CollectionSlug, EventIdField, NonBlank
 
 MAX_LIMIT = 200
 MAX_EVIDENCE_LIMIT = 500
 MAX_LINKS_LIMIT = 1000
-DEFAULT_WINDOW = 20_000
 MAX_QUERY_CHARS = 10_000
 
 Collection = Annotated[CollectionSlug, Field(description="The collection's slug.")]
@@ -110,155 +110,17 @@ class FetchUrlArgs(_Args):
     url: NonBlank = Field(description="An http(s) URL on the public internet.")
 
 
-# --- results -----------------------------------------------------------------------------------
+# --- results ---------------------------------------------------------------------------------
 
 
-class _Result(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
+def output_schema(name: str, result: Any, *, wrapped: bool) -> dict[str, Any]:
+    """`outputSchema` for a tool whose result has this type (a typed dict of tms.results, or a
+    list or nullable value of them, sent as {"result": ...})."""
+    if not wrapped:
+        return TypeAdapter(result).json_schema(mode="serialization")
+    model = create_model(_title(name), result=(result, ...))
+    return model.model_json_schema(mode="serialization")
 
 
-class PublishResult(_Result):
-    accepted: list[str]
-    skipped: list[str] = Field(description="Ids already stored, so not stored again.")
-    collections: list[str]
-    embedded: int | None = Field(None, description="Vectors this call computed.")
-    embedding_error: str | None = Field(
-        None, description="Instead of `embedded` when embedding failed; events are stored."
-    )
-
-
-class FetchResult(_Result):
-    url: str = Field(description="The final URL, after redirects.")
-    title: str
-    chars: int
-    text: str
-
-
-class CollectionInfo(_Result):
-    slug: str
-    owner: str
-    created_at: str
-    members: list[str]
-    evidence: int
-    claims: int
-    links: int
-    contradictions: int
-
-
-class LinkInfo(_Result):
-    id: str
-    pubkey: str
-    author: str | None
-    from_: str = Field(alias="from")
-    to: str
-    relation: str
-    quote: str
-    reason: str
-    received_at: str
-
-
-class EventInfo(_Result):
-    id: str
-    pubkey: str
-    author: str | None
-    kind: int
-    kind_name: str
-    collection: str | None
-    created_at: int
-    received_at: str
-    content: dict[str, Any]
-    chars: int | None = Field(None, description="Evidence only: the full text's length.")
-    offset: int | None = Field(None, description="Evidence only: where `content.text` starts.")
-
-
-class ClaimHit(_Result):
-    id: str
-    pubkey: str
-    author: str | None
-    text: str
-    received_at: str
-    distance: float | None = Field(None, description="Vector search: cosine distance.")
-    rank: float | None = Field(None, description="Keyword search: ts_rank.")
-    links: list[LinkInfo] = Field(description="Links to the claim; quotes cut to 300 chars.")
-    contradiction_ids: list[str]
-
-
-class SearchClaimsResult(_Result):
-    method: Literal["vector", "keyword"]
-    note: str | None
-    items: list[ClaimHit]
-
-
-class ClaimSummary(_Result):
-    id: str
-    pubkey: str
-    author: str | None
-    text: str
-    received_at: str
-    supports: int
-    qualifies: int
-    rebuts: int
-    findings: int = Field(description="Contradictions the claim belongs to.")
-
-
-class EvidenceSummary(_Result):
-    id: str
-    pubkey: str
-    author: str | None
-    title: str | None
-    url: str | None
-    source: str | None
-    received_at: str
-    chars: int
-    link_count: int
-
-
-class ClaimBrief(_Result):
-    id: str
-    pubkey: str
-    author: str | None
-    text: str
-
-
-class ContradictionInfo(_Result):
-    id: str
-    pubkey: str
-    author: str | None
-    reason: str
-    claim_ids: list[str]
-    received_at: str
-    claims: list[ClaimBrief]
-    links: list[LinkInfo]
-    distance: float | None = Field(None, description="Text search by vector: cosine distance.")
-    rank: float | None = Field(None, description="Text search by keyword: ts_rank.")
-
-
-class ProofResult(_Result):
-    ok: bool
-    problems: list[str]
-    root: str | None
-    tree: str
-
-
-class CollectionList(_Result):
-    result: list[CollectionInfo]
-
-
-class EventOrNull(_Result):
-    result: EventInfo | None
-
-
-class ClaimList(_Result):
-    result: list[ClaimSummary]
-
-
-class LinkList(_Result):
-    result: list[LinkInfo]
-
-
-class EvidenceList(_Result):
-    result: list[EvidenceSummary]
-
-
-class ContradictionList(_Result):
-    result: list[ContradictionInfo]
+def _title(name: str) -> str:
+    return "".join(part.title() for part in name.split("_")) + "Result"

@@ -18,8 +18,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from tms.errors import TMSError
+from tms.errors import DATABASE_UNAVAILABLE, TMSError
 from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS
+from tms.mcp.schemas import output_schema
 from tms.mcp.tools import TOOLS, Tool, Tools
 from tms.store.database import DATABASE_DOWN
 
@@ -54,7 +55,7 @@ def build_server(tools: Tools) -> Server[Any]:
             return _error(str(exc))
         except DATABASE_DOWN as exc:
             log.warning("tool %s: database unavailable: %s", params.name, exc)
-            return _error("database unavailable, try again shortly")
+            return _error(DATABASE_UNAVAILABLE)
         except Exception:  # a bug: the caller gets a generic message, the log the details
             log.exception("tool %s failed", params.name)
             return _error("internal error; the server's log has the details")
@@ -140,7 +141,7 @@ def _listing(tool: Tool, *, direct: bool) -> types.Tool:
         name=tool.name,
         description=tool.description,
         input_schema=_input_schema(tool, direct=direct),
-        output_schema=tool.result.model_json_schema(by_alias=True, mode="serialization"),
+        output_schema=output_schema(tool.name, tool.result, wrapped=tool.wrapped),
     )
 
 

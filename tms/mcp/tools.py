@@ -1,6 +1,6 @@
 """The tools agents call, independent of transport: MCP over HTTP and over stdio both call
-`Tools.call`, which checks the signed request, the arguments and the caller's access, then asks
-the ledger service.
+`Tools.call`, which checks the signed request and the arguments; each handler then asks the
+access module and calls the same services the pages use, so no rule is written twice.
 
 A key reads only collections it owns or belongs to. A collection outside them, and one that does
 not exist, get the same refusal; an event outside them is the same `null` as a missing one.
@@ -8,43 +8,67 @@ not exist, get the same refusal; an event outside them is the same `null` as a m
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
+from typing_extensions import is_typeddict
 
-from tms.errors import TMSError
+from tms.errors import ToolError
 from tms.fetch.client import fetch_url
+from tms.ledger.access import Access
 from tms.ledger.reads import Reads
 from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
 from tms.mcp import schemas as s
 from tms.nostr.events import SecretKey, compact_json
+from tms.results import (
+    ClaimSummary,
+    CollectionInfo,
+    ContradictionInfo,
+    EventInfo,
+    EvidenceSummary,
+    FetchResult,
+    LinkInfo,
+    ProofResult,
+    PublishResult,
+    SearchClaimsResult,
+)
 from tms.rules.kinds import translate_error
 from tms.rules.proofs import check_proof, cited_event_ids
 from tms.rules.requests import check_request, request_from_arguments
+from tms.search.search import Search
 from tms.search.vectors import Vectors
-from tms.types import KIND_REQUEST, PubKey, Slug
-
-log = logging.getLogger("tms.mcp.tools")
-
-A = TypeVar("A", bound=BaseModel)
-
-
-class ToolError(TMSError):
-    """A tool call refused; the message is shown to the caller as it is."""
+from tms.store.database import Pool
+from tms.types import KIND_REQUEST, PubKey
 
 
 @dataclass(frozen=True, slots=True)
 class Services:
+    """What the tools call: the same services the pages and the CLI use."""
+
     ledger: Ledger
+    access: Access
     reads: Reads
+    search: Search
     requests: RequestLog
-    vectors: Vectors | None  # None: TMS_EMBED=off, keyword search only
     fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
+
+    @classmethod
+    def over(
+        cls, pool: Pool, vectors: Vectors | None = None, *, fetch_allow: str | None = None
+    ) -> Services:
+        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off)."""
+        return cls(
+            ledger=Ledger(pool, vectors=vectors),
+            access=Access(pool),
+            reads=Reads(pool),
+            search=Search(pool, vectors),
+            requests=RequestLog(pool),
+            fetch_allow=fetch_allow,
+        )
 
 
 Handler = Callable[[Services, PubKey, Any], Awaitable[Any]]
@@ -55,81 +79,58 @@ class Tool:
     name: str
     description: str
     args: type[BaseModel]
-    result: type[BaseModel]  # the outputSchema; a model with one `result` field means wrapped
+    result: Any  # the result's type: a typed dict, or a list or nullable value sent wrapped
     run: Handler
     signed: bool = True  # every tool but publish takes a signed request
 
     @property
     def wrapped(self) -> bool:
-        return list(self.result.model_fields) == ["result"]
+        """SPEC: results that are a list, or that can be null, arrive as {"result": ...}."""
+        return not is_typeddict(self.result)
 
 
-# --- handlers ----------------------------------------------------------------------------------
+# --- handlers: parse nothing, decide nothing; ask the services ---------------------------------
 
 
-async def _publish(services: Services, caller: PubKey, args: s.PublishArgs) -> dict[str, Any]:
-    result = await services.ledger.publish(args.events)
-    return result.to_dict()
+async def _publish(services: Services, caller: PubKey, args: s.PublishArgs) -> PublishResult:
+    return await services.ledger.publish(args.events)
 
 
-async def _list_collections(services: Services, caller: PubKey, args: s.NoArgs) -> Any:
+async def _list_collections(
+    services: Services, caller: PubKey, args: s.NoArgs
+) -> list[CollectionInfo]:
     return await services.reads.list_collections(caller)
 
 
-async def _get_event(services: Services, caller: PubKey, args: s.GetEventArgs) -> Any:
+async def _get_event(services: Services, caller: PubKey, args: s.GetEventArgs) -> EventInfo | None:
     return await services.reads.get_event(caller, args.id, args.offset, args.max_chars)
 
 
 async def _search_claims(
     services: Services, caller: PubKey, args: s.SearchClaimsArgs
-) -> dict[str, Any]:
-    await _readable(services, caller, args.collection)
-    reads, vectors = services.reads, services.vectors
-    note: str | None = None
-    if args.method == "vector":
-        query, note = await _query_vector(vectors, args.text)
-        if query is not None and vectors is not None:
-            items = await reads.search_claims_vector(
-                args.collection, query, vectors.model, vectors.dims, args.limit
-            )
-            pending = await vectors.pending_claims(args.collection)
-            if pending:
-                note = (
-                    f"{pending} claims of this collection are still waiting for vectors and are "
-                    "missing from these results; they are being embedded now"
-                )
-            return {"method": "vector", "note": note, "items": items}
-    items = await reads.search_claims_keyword(args.collection, args.text, args.limit)
-    return {"method": "keyword", "note": note, "items": items}
+) -> SearchClaimsResult:
+    await services.access.require_reader(caller, args.collection)
+    return await services.search.claims(args.collection, args.text, args.method, args.limit)
 
 
-async def _query_vector(
-    vectors: Vectors | None, text: str
-) -> tuple[list[float] | None, str | None]:
-    """The query's vector, or None and the note saying why keyword search answers instead."""
-    if vectors is None:
-        return None, "vector search is off on this server (TMS_EMBED=off): keyword results"
-    try:
-        return await vectors.query(text), None
-    except Exception as exc:  # the model failed: keyword search still answers
-        log.warning("query embedding failed: %s", exc)
-        return None, f"no vector could be computed ({exc}): keyword results"
-
-
-async def _list_claims(services: Services, caller: PubKey, args: s.ListClaimsArgs) -> Any:
-    await _readable(services, caller, args.collection)
+async def _list_claims(
+    services: Services, caller: PubKey, args: s.ListClaimsArgs
+) -> list[ClaimSummary]:
+    await services.access.require_reader(caller, args.collection)
     return await services.reads.list_claims(args.collection, args.sort, args.limit)
 
 
-async def _get_links(services: Services, caller: PubKey, args: s.GetLinksArgs) -> Any:
-    await _readable(services, caller, args.collection)
+async def _get_links(services: Services, caller: PubKey, args: s.GetLinksArgs) -> list[LinkInfo]:
+    await services.access.require_reader(caller, args.collection)
     return await services.reads.get_links(
         args.collection, args.to_id, args.from_id, args.relation, args.limit
     )
 
 
-async def _list_evidence(services: Services, caller: PubKey, args: s.ListEvidenceArgs) -> Any:
-    await _readable(services, caller, args.collection)
+async def _list_evidence(
+    services: Services, caller: PubKey, args: s.ListEvidenceArgs
+) -> list[EvidenceSummary]:
+    await services.access.require_reader(caller, args.collection)
     return await services.reads.list_evidence(
         args.collection, args.ungrounded_only, args.source, args.limit
     )
@@ -137,41 +138,28 @@ async def _list_evidence(services: Services, caller: PubKey, args: s.ListEvidenc
 
 async def _search_contradictions(
     services: Services, caller: PubKey, args: s.SearchContradictionsArgs
-) -> Any:
-    await _readable(services, caller, args.collection)
-    reads, vectors = services.reads, services.vectors
+) -> list[ContradictionInfo]:
+    await services.access.require_reader(caller, args.collection)
     if args.claim is not None and args.text is not None:
         raise ToolError("search_contradictions takes `claim` or `text`, not both")
     if args.claim is not None:
-        return await reads.search_contradictions_by_claim(args.collection, args.claim, args.limit)
-    if args.text is None:
-        return await reads.list_contradictions(args.collection, args.limit)
-    query, _ = await _query_vector(vectors, args.text)
-    if query is not None and vectors is not None:
-        return await reads.search_contradictions_vector(
-            args.collection, query, vectors.model, vectors.dims, args.limit
+        return await services.reads.contradictions_with_claim(
+            args.collection, args.claim, args.limit
         )
-    return await reads.search_contradictions_keyword(args.collection, args.text, args.limit)
+    if args.text is not None:
+        return await services.search.contradictions(args.collection, args.text, args.limit)
+    return await services.reads.list_contradictions(args.collection, args.limit)
 
 
-async def _check_proof(services: Services, caller: PubKey, args: s.CheckProofArgs) -> Any:
-    await _readable(services, caller, args.collection)
-    events = await services.reads.events_in_collection(args.collection, cited_event_ids(args.proof))
-    return check_proof(args.proof, events).to_dict()
+async def _check_proof(services: Services, caller: PubKey, args: s.CheckProofArgs) -> ProofResult:
+    await services.access.require_reader(caller, args.collection)
+    cited = await services.reads.cited(args.collection, cited_event_ids(args.proof))
+    return check_proof(args.proof, cited)
 
 
-async def _fetch_url(services: Services, caller: PubKey, args: s.FetchUrlArgs) -> Any:
-    if not await services.ledger.may_use(caller):  # not an open proxy for any key at all
-        raise ToolError(f"pubkey {caller} is not approved and is not a member of any collection")
-    return (await fetch_url(args.url, allow=services.fetch_allow)).to_dict()
-
-
-async def _readable(services: Services, caller: PubKey, collection: Slug) -> None:
-    if not await services.ledger.can_read(caller, collection):
-        raise ToolError(
-            f"not a member of collection '{collection}' (or no such collection): "
-            "ask its owner to add your key"
-        )
+async def _fetch_url(services: Services, caller: PubKey, args: s.FetchUrlArgs) -> FetchResult:
+    await services.access.require_user(caller)  # not an open proxy for any key at all
+    return await fetch_url(args.url, allow=services.fetch_allow)
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -195,7 +183,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "Returns the accepted and skipped ids, the collections touched, and how many "
             "vectors were computed for search (`embedded`).",
             s.PublishArgs,
-            s.PublishResult,
+            PublishResult,
             _publish,
             signed=False,
         ),
@@ -204,7 +192,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "List the collections you own or belong to, with owner, members and counts of "
             "evidence, claims, links and contradictions. Start here to find a slug." + _SIGNED,
             s.NoArgs,
-            s.CollectionList,
+            list[CollectionInfo],
             _list_collections,
         ),
         Tool(
@@ -214,7 +202,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "`chars` is the full length, so page until offset + max_chars >= chars. Returns "
             "null for an id that does not exist or is outside your collections." + _SIGNED,
             s.GetEventArgs,
-            s.EventOrNull,
+            EventInfo | None,
             _get_event,
         ),
         Tool(
@@ -227,7 +215,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "keyword-only or incomplete. Distances and ranks are retrieval aids, not "
             "confidence. limit 1-200, default 20." + _SIGNED,
             s.SearchClaimsArgs,
-            s.SearchClaimsResult,
+            SearchClaimsResult,
             _search_claims,
         ),
         Tool(
@@ -240,7 +228,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "id. Use it to find what needs evidence or what is disputed. limit 1-200, default "
             "50." + _SIGNED,
             s.ListClaimsArgs,
-            s.ClaimList,
+            list[ClaimSummary],
             _list_claims,
         ),
         Tool(
@@ -250,7 +238,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "quote from evidence that SUPPORTS, REBUTS or QUALIFIES a claim (or supports or "
             "rebuts a link, contradiction or evidence). limit 1-1000, default 100." + _SIGNED,
             s.GetLinksArgs,
-            s.LinkList,
+            list[LinkInfo],
             _get_links,
         ),
         Tool(
@@ -260,7 +248,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "`ungrounded_only: true` gives the evidence no link quotes yet: the work still to "
             "do. `source` filters on the exact source. limit 1-500, default 100." + _SIGNED,
             s.ListEvidenceArgs,
-            s.EvidenceList,
+            list[EvidenceSummary],
             _list_evidence,
         ),
         Tool(
@@ -271,7 +259,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "Each comes with its claims and the links that dispute or support it. limit "
             "1-200, default 20." + _SIGNED,
             s.SearchContradictionsArgs,
-            s.ContradictionList,
+            list[ContradictionInfo],
             _search_contradictions,
         ),
         Tool(
@@ -282,7 +270,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "event or is marked `gap`. Returns `ok`, every broken rule in `problems`, the "
             "`root` step and a readable `tree` with events expanded. Stores nothing." + _SIGNED,
             s.CheckProofArgs,
-            s.ProofResult,
+            ProofResult,
             _check_proof,
         ),
         Tool(
@@ -292,7 +280,7 @@ TOOLS: Final[dict[str, Tool]] = {
             "collection. http(s) only, no internal addresses, at most 50 MB downloaded and "
             "2,000,000 characters of text." + _SIGNED,
             s.FetchUrlArgs,
-            s.FetchResult,
+            FetchResult,
             _fetch_url,
         ),
     ]

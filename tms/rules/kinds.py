@@ -50,6 +50,14 @@ def _event_id(value: str) -> str:
     return value
 
 
+def _sha256(value: str) -> str:
+    if not is_hex64(value):
+        raise PydanticCustomError(
+            "sha256", "must be 64 lowercase hex characters (the sha256 in GET /terms)"
+        )
+    return value
+
+
 def _pubkey(value: str) -> str:
     if not is_valid_pubkey(value):
         raise PydanticCustomError(
@@ -118,7 +126,7 @@ class Members(_Strict):
 
 class Terms(_Strict):
     version: NonBlank
-    sha256: Annotated[str, AfterValidator(_event_id)]
+    sha256: Annotated[str, AfterValidator(_sha256)]
 
 
 class Request(_Strict):

@@ -18,13 +18,15 @@ The rules (SPEC):
 
 The caller is an async database service, so look-ups are batched::
 
-    ids = cited_event_ids(proof)                      # pure, never raises, bounded
-    found = await events_of_collection(collection, ids)  # {id: Event}, this collection only
-    result = check_proof(proof, found)                # pure, never raises
+    ids = cited_event_ids(proof)                  # pure, never raises, bounded
+    found = await reads.cited(collection, ids)    # {id: Cited}, this collection only
+    result = check_proof(proof, found)            # pure, never raises
 
-`found` holds only the events of the caller's collection; an id that is missing and an id of
-another collection's event are both simply absent, and both are reported the same way: "not an
-event in this collection". Nothing about any other collection can appear in the result.
+`found` holds only the events of the caller's collection, and of each only what the tree prints
+(`Cited`): a proof citing a hundred 2-million-character documents reads their titles, not their
+texts. An id that is missing and an id of another collection's event are both simply absent, and
+both are reported the same way: "not an event in this collection". Nothing about any other
+collection can appear in the result.
 
 Decisions the SPEC leaves open:
 
@@ -51,19 +53,14 @@ Decisions the SPEC leaves open:
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.nostr.events import Event, is_hex64
+from tms.nostr.events import is_hex64
+from tms.results import ProofResult
+from tms.rules.cited import Cited, clip, event_lines, short
 from tms.types import (
-    KIND_CLAIM,
-    KIND_CONTRADICTION,
-    KIND_EVIDENCE,
-    KIND_LINK,
-    KIND_NAMES,
     EventId,
 )
 
@@ -72,7 +69,6 @@ MAX_FROM: Final = 100  # `from` entries checked per step; more is a problem
 MAX_CITED_EVENTS: Final = 10_000  # distinct event ids looked up per proof; more is a problem
 MAX_STEP_ID_CHARS: Final = 64  # a longer step id is a problem
 MAX_PROBLEMS: Final = 100  # problems listed; the rest are counted in one last line
-MAX_TEXT_CHARS: Final = 300  # texts (say, claim text, quote, ...) are trimmed to this in the tree
 MAX_TREE_DEPTH: Final = 40  # indentation levels; deeper lines are marked with their depth
 MAX_TREE_CHARS: Final = 200_000  # the tree stops (with a note) once it is about this long
 
@@ -81,27 +77,7 @@ RULE_1_ORDER: Final = "rule 1: premises come before the steps that use them"
 RULE_2: Final = "rule 2"
 RULE_3: Final = "rule 3"
 
-_SHORT_ID_CHARS: Final = 12
 _SHOWN_JUNK_CHARS: Final = 40
-_SPACES = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
-
-
-@dataclass(frozen=True)
-class ProofResult:
-    """The verdict on a proof: `ok` is true exactly when `problems` is empty."""
-
-    ok: bool
-    problems: list[str]
-    root: str | None
-    tree: str
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "problems": list(self.problems),
-            "root": self.root,
-            "tree": self.tree,
-        }
 
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -137,9 +113,9 @@ class _Step:
     @property
     def tree_name(self) -> str:
         if self.id is not None:
-            return _clip(self.id)
+            return clip(self.id)
         if self.name is not None:
-            return f"#{self.number} ({_clip(self.name)}, duplicate id)"
+            return f"#{self.number} ({clip(self.name)}, duplicate id)"
         return f"#{self.number}"
 
 
@@ -178,7 +154,7 @@ class _Parsed:
 
 
 def _parse(
-    proof: object, problems: _Problems, events: Mapping[EventId, Event] | None = None
+    proof: object, problems: _Problems, events: Mapping[EventId, Cited] | None = None
 ) -> _Parsed:
     """Read the proof, reporting shape problems and rule-1 problems as it goes. Without
     `events` every event id counts as found (that is how `cited_event_ids` collects them)."""
@@ -253,7 +229,7 @@ def _classify(
     position: int,
     target: int | None,
     event_ids: Mapping[EventId, None],
-    events: Mapping[EventId, Event] | None,
+    events: Mapping[EventId, Cited] | None,
 ) -> int:
     """What the entry of the step at `position` is, given `target = index.get(entry)` and the
     event ids taken so far (all of them, once parsing is done)."""
@@ -335,16 +311,16 @@ def _rule_1_problem(
         return f"{step.label} cites {later}, which comes after it ({RULE_1_ORDER})"
     if kind == _MISSING:
         return (
-            f"{step.label} cites {_q(_short(entry))}, which is not an event in this "
+            f"{step.label} cites {_q(short(entry))}, which is not an event in this "
             f"collection ({RULE_1})"
         )
     if kind == _OVER:
         return (
-            f"{step.label} cites {_q(_short(entry))}, beyond the limit of {MAX_CITED_EVENTS} "
+            f"{step.label} cites {_q(short(entry))}, beyond the limit of {MAX_CITED_EVENTS} "
             "distinct events per proof; it was not checked"
         )
     return (
-        f"{step.label} cites {_q(_clip(entry, _SHOWN_JUNK_CHARS))}, which is neither an "
+        f"{step.label} cites {_q(clip(entry, _SHOWN_JUNK_CHARS))}, which is neither an "
         f"event id nor the id of an earlier step ({RULE_1})"
     )
 
@@ -359,7 +335,7 @@ def cited_event_ids(proof: object) -> set[EventId]:
     return set(_parse(proof, _Problems()).event_ids)
 
 
-def check_proof(proof: object, events: Mapping[EventId, Event]) -> ProofResult:
+def check_proof(proof: object, events: Mapping[EventId, Cited]) -> ProofResult:
     """Check a proof against rules 1-3. `events` holds the cited events that belong to this
     collection (see `cited_event_ids`); any other id is "not an event in this collection".
     Never raises, whatever `proof` is."""
@@ -402,16 +378,16 @@ def check_proof(proof: object, events: Mapping[EventId, Event]) -> ProofResult:
             )
 
     tree = _tree(parsed, events, root)
-    return ProofResult(problems.count == 0, problems.listed(), root, tree)
+    return {"ok": problems.count == 0, "problems": problems.listed(), "root": root, "tree": tree}
 
 
 # --- the tree -----------------------------------------------------------------------------------
 
 
-def _tree(parsed: _Parsed, events: Mapping[EventId, Event], root: str | None) -> str:
+def _tree(parsed: _Parsed, events: Mapping[EventId, Cited], root: str | None) -> str:
     out = _Lines()
     if parsed.question is not None:
-        out.add(0, f"Question: {_clip(parsed.question)}")
+        out.add(0, f"Question: {clip(parsed.question)}")
     steps, index, event_ids = parsed.steps, parsed.index, parsed.event_ids
     if not steps:
         out.add(0, "(no steps)")
@@ -441,7 +417,7 @@ def _tree(parsed: _Parsed, events: Mapping[EventId, Event], root: str | None) ->
             continue
         shown.add(item)
         mark = "[gap] " if step.gap else ""
-        say = _clip(step.say) if step.say is not None else "(no say)"
+        say = clip(step.say) if step.say is not None else "(no say)"
         out.add(depth, f"{step.tree_name}: {mark}{say}")
         children: list[tuple[int, int | list[str]]] = []
         for entry in step.entries:
@@ -453,7 +429,7 @@ def _tree(parsed: _Parsed, events: Mapping[EventId, Event], root: str | None) ->
             elif kind == _EVENT:
                 lines = expanded.get(entry)
                 if lines is None:
-                    lines = expanded[entry] = _event_lines(entry, events[entry])
+                    lines = expanded[entry] = event_lines(entry, events[entry])
                 children.append((depth + 1, lines))
             else:
                 children.append((depth + 1, [_bad_ref_line(kind, entry, target, steps)]))
@@ -488,77 +464,17 @@ def _bad_ref_line(kind: int, entry: str, target: int, steps: list[_Step]) -> str
     if kind in (_SELF, _LATER):
         return f"{steps[target].tree_name}: (cited out of order; not followed)"
     if kind == _MISSING:
-        return f"{_short(entry)}: (not an event in this collection)"
+        return f"{short(entry)}: (not an event in this collection)"
     if kind == _OVER:
-        return f"{_short(entry)}: (not checked: too many events cited)"
-    return f"{_q(_clip(entry, _SHOWN_JUNK_CHARS))}: (neither an event id nor an earlier step)"
-
-
-def _event_lines(event_id: EventId, event: Event) -> list[str]:
-    """An event of this collection as one or two lines: what a reader needs beside the answer."""
-    content = _content(event)
-    kind = event.kind
-    head = f"{KIND_NAMES.get(kind, f'kind {kind}')} {_short(event_id)}"
-    if content is None and kind in (KIND_CLAIM, KIND_LINK, KIND_EVIDENCE, KIND_CONTRADICTION):
-        return [f"{head}: (content unreadable)"]
-    if kind == KIND_CLAIM:
-        return [f"{head}: {_field(content, 'text') or '(no text)'}"]
-    if kind == KIND_EVIDENCE:
-        title = _field(content, "title") or _field(content, "url") or "untitled"
-        source = _field(content, "source")
-        return [f"{head}: {_dq(title)}" + (f" (source: {source})" if source else "")]
-    if kind == KIND_LINK:
-        relation = _field(content, "relation", 20) or "?"
-        ends = [_ref_id(content, name) for name in ("from", "to")]
-        quote = _field(content, "quote")
-        line = f"{head}: {ends[0]} {relation} {ends[1]}"
-        return [line, f"quote: {_dq(quote)}"] if quote else [line]
-    if kind == KIND_CONTRADICTION:
-        claims = content.get("claims") if content is not None else None
-        count = f"{len(claims)} claims" if isinstance(claims, list) else "claims unreadable"
-        return [f"{head} ({count}): {_field(content, 'reason') or '(no reason)'}"]
-    return [head]
-
-
-def _content(event: Event) -> dict[str, object] | None:
-    try:
-        content: object = json.loads(event.content)
-    except (ValueError, RecursionError):
-        return None
-    return content if isinstance(content, dict) else None
-
-
-def _field(content: dict[str, object] | None, name: str, limit: int = MAX_TEXT_CHARS) -> str:
-    value = content.get(name) if content is not None else None
-    return _clip(value, limit) if isinstance(value, str) else ""
-
-
-def _ref_id(content: dict[str, object] | None, name: str) -> str:
-    value = content.get(name) if content is not None else None
-    return _short(value) if isinstance(value, str) and is_hex64(value) else "?"
+        return f"{short(entry)}: (not checked: too many events cited)"
+    return f"{_q(clip(entry, _SHOWN_JUNK_CHARS))}: (neither an event id nor an earlier step)"
 
 
 # --- text helpers -------------------------------------------------------------------------------
 
 
-def _clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
-    """One line, at most `limit` characters (plus an ellipsis when cut)."""
-    flat = _SPACES.sub(" ", text[: limit * 4]).strip()
-    if len(flat) <= limit and len(text) <= limit * 4:
-        return flat
-    return flat[:limit].rstrip() + "…"
-
-
-def _short(event_id: str) -> str:
-    return event_id[:_SHORT_ID_CHARS] + "…"
-
-
 def _q(text: str) -> str:
-    return f"'{_clip(text, MAX_STEP_ID_CHARS)}'"
-
-
-def _dq(text: str) -> str:
-    return f'"{text}"'
+    return f"'{clip(text, MAX_STEP_ID_CHARS)}'"
 
 
 def _names(steps: list[_Step], limit: int = 10) -> str:

@@ -11,11 +11,11 @@ collection gets exactly the message of a reference to nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.errors import InvalidEvent, TMSError
+from tms.errors import InvalidEvent, PublishError
 from tms.nostr.events import Event
 from tms.rules.kinds import (
     Content,
@@ -23,6 +23,7 @@ from tms.rules.kinds import (
     Evidence,
     Link,
     Members,
+    Profile,
     Terms,
     check_created_at,
     validate_content,
@@ -43,10 +44,6 @@ from tms.types import (
 
 MAX_BATCH: Final = 1000
 LINK_TARGETS: Final = frozenset({KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION, KIND_EVIDENCE})
-
-
-class PublishError(TMSError):
-    """A batch refused as a whole. The message names the failing event when there is one."""
 
 
 def short(event_id: str) -> str:
@@ -123,8 +120,11 @@ class Snapshot:
     owners: dict[Slug, PubKey] = field(default_factory=dict)
     members: dict[Slug, set[PubKey]] = field(default_factory=dict)  # current lists
     heads: dict[Slug, tuple[int, EventId]] = field(default_factory=dict)  # current list's key
+    profiles: dict[PubKey, tuple[int, EventId]] = field(default_factory=dict)  # current profile
     refs: dict[EventId, Ref] = field(default_factory=dict)  # stored events the batch cites
-    evidence_texts: dict[EventId, str] = field(default_factory=dict)  # stored, quoted evidence
+    # Each link of the batch: is its quote in its `from` evidence (`find_quotes`)? A link whose
+    # evidence could not be read is absent, and fails on its reference before its quote.
+    quotes: dict[EventId, bool] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -135,6 +135,9 @@ class Plan:
     skipped: list[EventId] = field(default_factory=list)
     new_collections: list[tuple[Slug, PubKey, EventId]] = field(default_factory=list)
     member_lists: dict[Slug, tuple[int, EventId, list[PubKey]]] = field(default_factory=dict)
+    # Member lists and profiles stored but not current: they lost the replaceable rule, to an
+    # event stored before or to a later one in the batch.
+    superseded: list[EventId] = field(default_factory=list)
 
     @property
     def collections(self) -> list[Slug]:
@@ -161,39 +164,104 @@ def quoted_evidence_ids(batch: Iterable[Parsed]) -> set[EventId]:
     return {item.content.from_ for item in batch if isinstance(item.content, Link)}
 
 
+def quotes_by_evidence(batch: Iterable[Parsed]) -> dict[EventId, list[tuple[EventId, str]]]:
+    """The links of the batch grouped by the evidence they quote: (link id, quote) pairs, so
+    that each evidence text is read and normalized once, then let go."""
+    grouped: dict[EventId, list[tuple[EventId, str]]] = {}
+    for item in batch:
+        if isinstance(item.content, Link):
+            grouped.setdefault(item.content.from_, []).append((item.event.id, item.content.quote))
+    return grouped
+
+
+def batch_texts(batch: Iterable[Parsed]) -> dict[EventId, str]:
+    """The texts of the evidence the batch itself carries."""
+    return {p.event.id: p.content.text for p in batch if isinstance(p.content, Evidence)}
+
+
+def quotes_found(text: str, quotes: Sequence[tuple[EventId, str]]) -> dict[EventId, bool]:
+    """Which of these links' quotes the evidence text holds. CPU-bound for long texts: the
+    service runs it off the event loop, one evidence at a time."""
+    prepared = PreparedText(text)
+    return {link_id: prepared.contains(quote) for link_id, quote in quotes}
+
+
+def find_quotes(
+    batch: Sequence[Parsed], stored_texts: Mapping[EventId, str]
+) -> dict[EventId, bool]:
+    """`Snapshot.quotes` for a batch, given the texts of the stored evidence it quotes (the
+    batch's own evidence is read from the batch)."""
+    texts = {**stored_texts, **batch_texts(batch)}
+    found: dict[EventId, bool] = {}
+    for evidence_id, quotes in quotes_by_evidence(batch).items():
+        if evidence_id in texts:
+            found.update(quotes_found(texts[evidence_id], quotes))
+    return found
+
+
 class _Judge:
     def __init__(self, snapshot: Snapshot) -> None:
         self.s = snapshot
         self.plan = Plan()
         self.refs = dict(snapshot.refs)
-        self.texts: dict[EventId, str] = dict(snapshot.evidence_texts)
-        self.prepared: dict[EventId, PreparedText] = {}
         terms = current_terms()
-        self.terms = (terms.version, terms.sha256)
+        self.terms = (terms["version"], terms["sha256"])
+        self.replaceable: dict[tuple[Slug | PubKey, bool], EventId] = {}  # current, per name
 
     def judge(self, batch: Sequence[Parsed]) -> Plan:
         seen: set[EventId] = set()
         for position, item in enumerate(batch):
             event_id = item.event.id
-            if event_id in self.s.stored_ids or event_id in seen:
-                self.plan.skipped.append(event_id)
-                continue
-            seen.add(event_id)
             try:
+                self._signer_may_write(item)
+                if event_id in self.s.stored_ids or event_id in seen:
+                    # Checked for events already stored too: a key that may not write here gets
+                    # the same refusal whether or not the event exists.
+                    self._may_write_in(item)
+                    self.plan.skipped.append(event_id)
+                    continue
+                seen.add(event_id)
                 self._one(item)
             except PublishError as exc:
                 raise PublishError(f"{_where(position, event_id)}: {exc}") from None
             self.plan.accepted.append(item)
+        self.plan.superseded = [
+            p.event.id
+            for p in self.plan.accepted
+            if isinstance(p.content, Members | Profile)
+            and p.event.id not in self.replaceable.values()
+        ]
         return self.plan
+
+    def _signer_may_write(self, item: Parsed) -> None:
+        signer = item.event.pubkey
+        if signer not in self.s.approved and not self.s.belongs_to.get(signer):
+            raise PublishError(
+                f"pubkey {signer} is not approved and is not a member of any collection"
+            )
+
+    def _may_write_in(self, item: Parsed) -> None:
+        """The signer may write to the collection the event names: its owner, or (except for
+        member lists) a current member. A missing collection may be created by an approved
+        key, and reads to any other key exactly like a collection it may not write to."""
+        signer, slug = item.event.pubkey, item.collection
+        if slug is None:
+            return
+        s = self.s
+        owner = s.owners.get(slug)
+        if owner is None:
+            if signer not in s.approved:
+                raise _not_a_member(signer, slug, approved=False)
+        elif isinstance(item.content, Members):
+            if signer != owner:
+                raise PublishError(f"only the owner of collection '{slug}' changes its members")
+        elif signer != owner and signer not in s.members.get(slug, ()):
+            raise _not_a_member(signer, slug, approved=signer in s.approved)
 
     def _one(self, item: Parsed) -> None:
         event, content = item.event, item.content
         signer = event.pubkey
         s = self.s
-        if signer not in s.approved and not s.belongs_to.get(signer):
-            raise PublishError(
-                f"pubkey {signer} is not approved and is not a member of any collection"
-            )
         if isinstance(content, Terms):
             if (content.version, content.sha256) != self.terms:
                 raise PublishError(
@@ -206,41 +274,23 @@ class _Judge:
                 f"pubkey {signer} must sign the current terms first (kind 4706, version "
                 f"{self.terms[0]}, sha256 {self.terms[1]}), earlier in this batch or before it"
             )
+        if isinstance(content, Profile):
+            self._profile(event)
         slug = item.collection
         if slug is None:
             return
-        self._authorize(
-            signer, slug, creating_event=event.id, is_members=isinstance(content, Members)
-        )
+        self._may_write_in(item)
+        if s.owners.get(slug) is None:  # an approved key names a new collection: it creates it
+            s.owners[slug] = signer
+            s.belongs_to.setdefault(signer, set()).add(slug)
+            self.plan.new_collections.append((slug, signer, event.id))
         if isinstance(content, Link):
-            self._link(slug, content)
+            self._link(slug, event.id, content)
         elif isinstance(content, Contradiction):
             self._contradiction(slug, content)
         elif isinstance(content, Members):
             self._members(slug, event, content)
-        elif isinstance(content, Evidence):
-            self.texts[event.id] = content.text
         self.refs[event.id] = Ref(event.kind, slug)
-
-    def _authorize(
-        self, signer: PubKey, slug: Slug, creating_event: EventId, is_members: bool
-    ) -> None:
-        s = self.s
-        owner = s.owners.get(slug)
-        if owner is None:
-            if signer not in s.approved:
-                raise PublishError(
-                    f"collection '{slug}' does not exist, and only approved pubkeys create "
-                    "collections (check the slug for typos)"
-                )
-            s.owners[slug] = signer
-            s.belongs_to.setdefault(signer, set()).add(slug)
-            self.plan.new_collections.append((slug, signer, creating_event))
-        elif is_members:
-            if signer != owner:
-                raise PublishError(f"only the owner of collection '{slug}' changes its members")
-        elif signer != owner and signer not in s.members.get(slug, ()):
-            raise PublishError(f"pubkey {signer} is not a member of collection '{slug}'")
 
     def _ref(self, slug: Slug, event_id: EventId, role: str) -> Ref:
         ref = self.refs.get(event_id)
@@ -248,7 +298,7 @@ class _Judge:
             raise PublishError(f"{role} {event_id} does not exist in collection '{slug}'")
         return ref
 
-    def _link(self, slug: Slug, link: Link) -> None:
+    def _link(self, slug: Slug, link_id: EventId, link: Link) -> None:
         source = self._ref(slug, link.from_, "from")
         if source.kind != KIND_EVIDENCE:
             raise PublishError(
@@ -264,10 +314,7 @@ class _Judge:
             raise PublishError(
                 f"QUALIFIES may only target a claim; {link.to} is a {KIND_NAMES[target.kind]}"
             )
-        prepared = self.prepared.get(link.from_)
-        if prepared is None:
-            prepared = self.prepared[link.from_] = PreparedText(self.texts[link.from_])
-        if not prepared.contains(link.quote):
+        if not self.s.quotes.get(link_id, False):
             raise PublishError(
                 f"quote not found verbatim in evidence {link.from_}; copy it exactly from the "
                 "evidence text (case, whitespace, quote and dash styles may differ; nothing else)"
@@ -278,10 +325,18 @@ class _Judge:
             if self._ref(slug, claim_id, "claim").kind != KIND_CLAIM:
                 raise PublishError(f"{claim_id} is not a claim in collection '{slug}'")
 
+    def _profile(self, event: Event) -> None:
+        key = (event.created_at, event.id)
+        head = self.s.profiles.get(event.pubkey)
+        if head is None or newer(key, head):
+            self.s.profiles[event.pubkey] = key
+            self.replaceable[(event.pubkey, False)] = event.id
+
     def _members(self, slug: Slug, event: Event, members: Members) -> None:
         key = (event.created_at, event.id)
         head = self.s.heads.get(slug)
         if head is None or newer(key, head):
+            self.replaceable[(slug, True)] = event.id
             old, new = self.s.members.get(slug, set()), set(members.members)
             owner = self.s.owners[slug]
             for pubkey in old - new - {owner}:
@@ -291,6 +346,20 @@ class _Judge:
             self.s.heads[slug] = key
             self.s.members[slug] = new
             self.plan.member_lists[slug] = (event.created_at, event.id, list(members.members))
+
+
+def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError:
+    """One refusal for a collection the key may not write to and one that does not exist: a key
+    that is not approved learns nothing about which slugs are taken. (An approved key creates
+    a missing collection by naming it, so it learns that a slug is taken, never what the
+    collection holds.)"""
+    message = (
+        f"pubkey {signer} is not a member of collection '{slug}' (or no such collection: check "
+        "the slug for typos, or ask its owner to add your key)"
+    )
+    return PublishError(
+        message if approved else f"{message}; only approved pubkeys create collections"
+    )
 
 
 def judge(batch: Sequence[Parsed], snapshot: Snapshot) -> Plan:

@@ -18,16 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tms.errors import InvalidEvent, TMSError
+from tms.errors import InvalidEvent, RequestError
 from tms.nostr.events import Event
 from tms.rules.kinds import Request, validate_content
 from tms.types import KIND_REQUEST, EventId, PubKey, Sig
 
 REQUEST_WINDOW_SECONDS: Final = 60
-
-
-class RequestError(TMSError):
-    """A tool call whose `request` is missing, malformed, stale, for another tool or reused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,9 +63,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from tms.errors import TMSError, one_line
-from tms.rules.kinds import Claim, Contradiction, Evidence
-from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE
+from tms.errors import EmbeddingError, one_line
 
 if TYPE_CHECKING:
     from fastembed import TextEmbedding
@@ -88,10 +86,6 @@ MAX_THREADS: Final = 4  # default cap: more threads help little on a model this 
 # of the cache), and a text the model reads in full (256 tokens) is cheapest alone.
 BATCH_SIZE: Final = 16
 BATCH_CHARS: Final = 2000
-
-
-class EmbeddingError(TMSError):
-    """The model could not be configured, loaded or run; one line, shown as is."""
 
 
 def _default_threads() -> int:
@@ -225,17 +219,11 @@ def _batches(texts: list[str]) -> list[list[str]]:
     return batches
 
 
-def embedding_text(kind: int, content: object) -> str:
-    """The text of an event that gets a vector (why these fields: see the module docstring)."""
-    if kind == KIND_CLAIM and isinstance(content, Claim):
-        return content.text[:TEXT_CHARS]
-    if kind == KIND_EVIDENCE and isinstance(content, Evidence):
-        head = content.text[:TEXT_CHARS]
-        title = content.title
-        return f"{title[:TEXT_CHARS]}\n{head}" if title and title.strip() else head
-    if kind == KIND_CONTRADICTION and isinstance(content, Contradiction):
-        return content.reason[:TEXT_CHARS]
-    raise ValueError(f"kind {kind} with {type(content).__name__} content gets no vector")
+def embedding_text(text: str, title: str | None = None) -> str:
+    """The text of an event that gets a vector: its main text, after its title when it has one
+    (why these fields: see the module docstring)."""
+    head = text[:TEXT_CHARS]
+    return f"{title[:TEXT_CHARS]}\n{head}" if title and title.strip() else head
 
 
 def _describe(text_embedding: type[TextEmbedding], name: str) -> tuple[str, int]:

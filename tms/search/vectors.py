@@ -23,11 +23,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from tms.ledger.reads import vector_literal
-from tms.rules.kinds import Claim, Content, Contradiction, Evidence
 from tms.search.model import TEXT_CHARS, Embedder, embedding_text
+from tms.search.pgvector import vector_literal
 from tms.store.database import Connection, Pool
-from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Slug
+from tms.types import EMBEDDED_KINDS, KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Slug
 
 log = logging.getLogger("tms.search.vectors")
 
@@ -135,7 +134,7 @@ class Vectors:
             taken_ids = [r["event_id"] for r in taken]
             # no more than `embedding_text` reads: the vector is the same as from the whole text
             rows = await conn.fetch(_SQL_TEXTS, taken_ids, TEXT_CHARS)
-            texts = [embedding_text(r["kind"], _content(r)) for r in rows]
+            texts = [embedding_text(r["text"], r["title"]) for r in rows]
             vectors = await asyncio.to_thread(self.embedder.embed, texts) if texts else []
             await _store(conn, self.model, rows, vectors)
             await conn.execute(
@@ -167,41 +166,31 @@ async def _store(
     )
 
 
-def _content(row: Any) -> Content:
-    """The typed content `embedding_text` reads, rebuilt from the typed tables (already
-    validated when published, so no validation here)."""
-    kind = row["kind"]
-    if kind == KIND_CLAIM:
-        return Claim.model_construct(collection=row["collection"], text=row["text"])
-    if kind == KIND_EVIDENCE:
-        return Evidence.model_construct(
-            collection=row["collection"], text=row["text"], title=row["title"]
-        )
-    return Contradiction.model_construct(
-        collection=row["collection"], claims=[], reason=row["text"]
-    )
-
-
 _SQL_TAKE_OLDEST: Final = """
     SELECT event_id FROM embedding_queue ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED"""
 _SQL_TAKE_IDS: Final = """
     SELECT event_id FROM embedding_queue WHERE event_id = ANY($1::text[])
     ORDER BY seq FOR UPDATE SKIP LOCKED"""
-_SQL_TEXTS: Final = f"""
-    SELECT id, collection, {KIND_CLAIM} AS kind, left(text, $2) AS text, NULL::text AS title
-    FROM claims WHERE id = ANY($1::text[])
-    UNION ALL
-    SELECT id, collection, {KIND_EVIDENCE}, left(text, $2), left(title, $2)
-    FROM evidence WHERE id = ANY($1::text[])
-    UNION ALL
-    SELECT id, collection, {KIND_CONTRADICTION}, left(reason, $2), NULL
-    FROM contradictions WHERE id = ANY($1::text[])"""
-_SQL_ENQUEUE_MISSING: Final = """
+# What each searchable kind embeds, from its typed table: the table, its text column and its
+# title column (evidence only). `embedding_text` joins the two.
+EMBEDDED: Final[dict[int, tuple[str, str, str | None]]] = {
+    KIND_CLAIM: ("claims", "text", None),
+    KIND_EVIDENCE: ("evidence", "text", "title"),
+    KIND_CONTRADICTION: ("contradictions", "reason", None),
+}
+assert set(EMBEDDED) == EMBEDDED_KINDS
+
+# $2: characters read of each field, no more than `embedding_text` uses.
+_SQL_TEXTS: Final = "\nUNION ALL\n".join(
+    f"SELECT id, collection, {kind} AS kind, left({text}, $2) AS text, "
+    f"{f'left({title}, $2)' if title else 'NULL::text'} AS title "
+    f"FROM {table} WHERE id = ANY($1::text[])"
+    for kind, (table, text, title) in EMBEDDED.items()
+)
+_SQL_ENQUEUE_MISSING: Final = f"""
     INSERT INTO embedding_queue (event_id, seq)
     SELECT t.id, t.seq FROM (
-        SELECT id, seq FROM claims
-        UNION ALL SELECT id, seq FROM evidence
-        UNION ALL SELECT id, seq FROM contradictions
+        {" UNION ALL ".join(f"SELECT id, seq FROM {table}" for table, _, _ in EMBEDDED.values())}
     ) AS t
     WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.event_id = t.id AND e.model = $1)
     ON CONFLICT (event_id) DO NOTHING"""

@@ -20,7 +20,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from tms.config import Settings
-from tms.errors import TMSError, one_line
+from tms.errors import DatabaseError, one_line
 
 DATABASE_NAME: Final = "tms"
 _MIGRATION_LOCK: Final = 0x746D73_6D6967  # "tms" "mig": one advisory lock id for migrations
@@ -29,10 +29,6 @@ _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
 
 Connection = asyncpg.Connection | PoolConnectionProxy
 Pool = asyncpg.Pool
-
-
-class DatabaseError(TMSError):
-    """The database cannot be reached or is not in a state this version of TMS can use."""
 
 
 # Errors that mean "the database cannot be reached right now", as opposed to a bug: every front

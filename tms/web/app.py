@@ -30,13 +30,12 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings
-from tms.errors import AuthError, one_line
-from tms.ledger.service import Ledger
+from tms.errors import DATABASE_UNAVAILABLE, AuthError, one_line
+from tms.ledger.export import Exporter
 from tms.mcp.server import build_server, http_endpoint
 from tms.nostr import nip98
-from tms.rules.kinds import SLUG_PATTERN
 from tms.rules.terms import current_terms
-from tms.runtime import open_runtime
+from tms.runtime import Runtime, open_runtime
 from tms.store.database import DATABASE_DOWN
 from tms.types import PubKey, Slug
 
@@ -53,7 +52,7 @@ PRIVATE: Final = {"Cache-Control": "no-store"}
 
 async def healthz(request: Request) -> Response:
     try:
-        async with _ledger(request).pool.acquire(timeout=HEALTH_TIMEOUT_SECONDS) as conn:
+        async with _runtime(request).ledger.pool.acquire(timeout=HEALTH_TIMEOUT_SECONDS) as conn:
             await conn.fetchval("SELECT 1", timeout=HEALTH_TIMEOUT_SECONDS)
     except Exception as exc:  # whatever stops `SELECT 1` (asyncpg has several families) is "down"
         log.warning("health check: database unreachable: %s", one_line(exc, 300))
@@ -64,7 +63,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def terms(request: Request) -> Response:
-    return JSONResponse(current_terms().to_dict())
+    return JSONResponse(current_terms())
 
 
 async def export(request: Request) -> Response:
@@ -72,14 +71,14 @@ async def export(request: Request) -> Response:
     before the first byte goes out; the body then streams from a database cursor."""
     pubkey = authenticate(request)
     slug = request.path_params["slug"]
-    ledger = _ledger(request)
-    if not SLUG_PATTERN.fullmatch(slug) or not await ledger.can_read(pubkey, slug):
+    runtime = _runtime(request)
+    if not await runtime.access.can_read(pubkey, slug):
         return no_such_collection()
     headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{slug}.jsonl"'}
     if request.method == "HEAD":
         return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
     return _ClosingStreamingResponse(
-        _export_body(ledger, slug), media_type=EXPORT_MEDIA_TYPE, headers=headers
+        _export_body(runtime.exporter, slug), media_type=EXPORT_MEDIA_TYPE, headers=headers
     )
 
 
@@ -145,10 +144,10 @@ def no_such_collection() -> JSONResponse:
     return error("no such collection", 404)
 
 
-async def _export_body(ledger: Ledger, slug: Slug) -> AsyncGenerator[bytes, None]:
+async def _export_body(exporter: Exporter, slug: Slug) -> AsyncGenerator[bytes, None]:
     chunk: list[bytes] = []
     size = 0
-    lines = ledger.export_lines(slug)
+    lines = exporter.lines(slug)
     async with aclosing(lines):
         async for line in lines:
             data = f"{line}\n".encode()
@@ -185,7 +184,7 @@ async def _auth_failed(request: Request, exc: Exception) -> Response:
 
 async def _database_down(request: Request, exc: Exception) -> Response:
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
-    return error("database unavailable, try again shortly", 503)
+    return error(DATABASE_UNAVAILABLE, 503)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -200,9 +199,9 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return error("internal error", 500)
 
 
-def _ledger(request: Request) -> Ledger:
-    ledger: Ledger = request.app.state.ledger
-    return ledger
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 # --- the application ---------------------------------------------------------------------------
@@ -218,7 +217,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with open_runtime(settings, database_url) as runtime:
             endpoint, manager = http_endpoint(build_server(runtime.tools()))
-            app.state.ledger = runtime.ledger
+            app.state.runtime = runtime
             app.state.mcp = endpoint
             async with manager.run():
                 yield

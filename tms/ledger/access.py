@@ -1,0 +1,59 @@
+"""Who may read what, and who may use the service: asked by every door, written once.
+
+The rule "a collection's owner or a key on its current member list may read it" lives in the
+`readers` view (sql/003_access.sql) and is asked only here. A collection the caller may not read
+and one that does not exist get the same answer, the same message and the same number of round
+trips, so no door can become an oracle for which slugs or ids exist.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tms.errors import NotAReader, NotAUser
+from tms.rules.kinds import SLUG_PATTERN
+from tms.store.database import Pool
+from tms.types import PubKey, Slug
+
+_SQL_CAN_READ: Final = "SELECT EXISTS (SELECT 1 FROM readers WHERE collection = $1 AND pubkey = $2)"
+_SQL_READABLE: Final = "SELECT collection FROM readers WHERE pubkey = $1 ORDER BY collection"
+_SQL_MAY_USE: Final = """
+    SELECT EXISTS (SELECT 1 FROM approvals WHERE pubkey = $1)
+        OR EXISTS (SELECT 1 FROM readers WHERE pubkey = $1)"""
+
+
+def not_a_reader(slug: str) -> NotAReader:
+    """The one refusal for a collection that is closed to the caller or does not exist."""
+    shown = slug if SLUG_PATTERN.fullmatch(slug) else slug[:64].encode("ascii", "replace").decode()
+    return NotAReader(
+        f"not a member of collection '{shown}' (or no such collection): "
+        "ask its owner to add your key"
+    )
+
+
+class Access:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def can_read(self, pubkey: PubKey, slug: Slug) -> bool:
+        """Owner or current member. A name no collection can have is simply not readable."""
+        if not SLUG_PATTERN.fullmatch(slug):
+            return False
+        return bool(await self.pool.fetchval(_SQL_CAN_READ, slug, pubkey))
+
+    async def require_reader(self, pubkey: PubKey, slug: Slug) -> None:
+        if not await self.can_read(pubkey, slug):
+            raise not_a_reader(slug)
+
+    async def readable(self, pubkey: PubKey) -> list[Slug]:
+        """The slugs the key may read, in slug order."""
+        return [row["collection"] for row in await self.pool.fetch(_SQL_READABLE, pubkey)]
+
+    async def may_use(self, pubkey: PubKey) -> bool:
+        """Approved by the operator, or owner or member of some collection: who may publish, log
+        in, and spend the service's own resources (fetching)."""
+        return bool(await self.pool.fetchval(_SQL_MAY_USE, pubkey))
+
+    async def require_user(self, pubkey: PubKey) -> None:
+        if not await self.may_use(pubkey):
+            raise NotAUser(f"pubkey {pubkey} is not approved and is not a member of any collection")

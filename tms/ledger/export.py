@@ -1,0 +1,106 @@
+"""A collection as JSON Lines: every event exactly as signed, so each line verifies on its own
+with any Nostr library, and the file can be published again into a fresh ledger as it is.
+
+Exports draw on a pool of their own (the runtime's `export_pool`): a download holds its
+connection for as long as the client reads, and stalled downloads must never block publishing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import AsyncGenerator
+from typing import Final
+
+import asyncpg
+
+from tms.nostr.events import Event
+from tms.rules.publish import newer
+from tms.store.database import Pool
+from tms.types import KIND_MEMBERS, EventId, PubKey, Slug
+
+EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
+
+_SQL_EXPORT: Final = """
+    SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
+    WHERE collection = $1 ORDER BY seq"""
+_SQL_EXPORT_UNSCOPED: Final = """
+    SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
+    WHERE collection IS NULL AND pubkey = ANY($1::text[]) ORDER BY seq"""
+
+
+class Exporter:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def lines(self, slug: Slug) -> AsyncGenerator[str, None]:
+        """Every event of the collection, oldest first, one signed JSON line each, exactly as
+        stored; streamed from a cursor, so memory stays flat whatever the size. It holds a
+        pooled connection until exhausted or closed: callers close it (`aclosing`).
+
+        With the collection's own events come the terms and profiles of the keys that wrote in
+        it, so that the file can be published again as it is (every key signs the terms before
+        its first write). Those a key signed before its first event here, perhaps while it
+        belonged only to another collection, come right before that first event, after the
+        member list that let it in; later ones come in ledger order, while the key belongs to
+        this collection (one it signed after being removed would not be accepted on replay)."""
+        async with (
+            self.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read"),
+        ):
+            owner = await conn.fetchval("SELECT owner FROM collections WHERE slug = $1", slug)
+            firsts = {
+                r["pubkey"]: r["first"]
+                for r in await conn.fetch(
+                    "SELECT pubkey, min(seq) AS first FROM events WHERE collection = $1 "
+                    "GROUP BY pubkey",
+                    slug,
+                )
+            }
+            prelude: dict[PubKey, list[asyncpg.Record]] = {}
+            later: deque[asyncpg.Record] = deque()
+            for row in await conn.fetch(_SQL_EXPORT_UNSCOPED, list(firsts)):
+                if row["seq"] < firsts[row["pubkey"]]:
+                    prelude.setdefault(row["pubkey"], []).append(row)
+                else:
+                    later.append(row)
+            members = _Membership(owner)
+            cursor = conn.cursor(_SQL_EXPORT, slug, prefetch=EXPORT_BATCH)
+            async for row in cursor:
+                while later and later[0]["seq"] < row["seq"]:
+                    if members.includes(later[0]["pubkey"]):
+                        yield _line(later[0])
+                    later.popleft()
+                for early in prelude.pop(row["pubkey"], ()):
+                    yield _line(early)
+                members.apply(row)
+                yield _line(row)
+            for row in later:
+                if members.includes(row["pubkey"]):
+                    yield _line(row)
+
+
+class _Membership:
+    """Who belongs to one collection as its events stream by, by the replaceable rule."""
+
+    def __init__(self, owner: PubKey | None) -> None:
+        self.owner = owner
+        self.members: set[PubKey] = set()
+        self.head: tuple[int, EventId] | None = None
+
+    def apply(self, row: asyncpg.Record) -> None:
+        key = (row["created_at"], row["id"])
+        if row["kind"] != KIND_MEMBERS or (self.head is not None and not newer(key, self.head)):
+            return
+        self.head = key
+        self.members = set(json.loads(row["content"])["members"])
+
+    def includes(self, pubkey: PubKey) -> bool:
+        return pubkey == self.owner or pubkey in self.members
+
+
+def _line(row: asyncpg.Record) -> str:
+    tags = [] if row["tags"] == "[]" else json.loads(row["tags"])  # only profiles carry tags
+    return Event(
+        row["id"], row["pubkey"], row["created_at"], row["kind"], tags, row["content"], row["sig"]
+    ).to_json()

@@ -1,0 +1,181 @@
+"""The two MCP prompts, `claims_pass` and `briefing`: instructions an agent reads, as markdown.
+
+Each render function takes the collection's slug and returns the prompt text; both are pure
+(the only input besides the slug is the packaged terms text, whose hash the agent must sign).
+A slug that is not a valid collection slug raises `ValueError`, so a typo fails before an agent
+spends a session on it.
+
+`PROMPTS` maps each prompt's name to its one-line description (for `prompts/list`) and its render
+function; `COLLECTION_ARGUMENT` describes the one argument both take.
+
+`briefing` embeds `EXAMPLE_PROOF`, a proof whose `<... id>` placeholders stand for real event ids;
+with events of those kinds in place of the placeholders it passes `tms.rules.proofs.check_proof`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from importlib.resources import files
+from string import Template
+from typing import Any, Final
+
+from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.terms import current_terms
+from tms.types import (
+    KIND_CLAIM,
+    KIND_CONTRADICTION,
+    KIND_LINK,
+    KIND_PROFILE,
+    KIND_REQUEST,
+    KIND_TERMS,
+)
+
+__all__ = [
+    "BRIEFING_DESCRIPTION",
+    "CLAIMS_PASS_DESCRIPTION",
+    "COLLECTION_ARGUMENT",
+    "EXAMPLE_PROOF",
+    "PROMPTS",
+    "briefing",
+    "claims_pass",
+]
+
+COLLECTION_ARGUMENT: Final = (
+    "The collection's slug (1-64 lowercase letters, digits, '-' or '_'), "
+    "as list_collections shows it."
+)
+CLAIMS_PASS_DESCRIPTION: Final = (
+    "Turn evidence in a collection that no link cites yet into claims, links and contradictions."
+)
+BRIEFING_DESCRIPTION: Final = (
+    "Answer a question from one collection, backed by a thinking proof that check_proof accepts."
+)
+
+EXAMPLE_PROOF: Final[dict[str, Any]] = {
+    "question": "Is reduced DAO activity the cause of histamine intolerance?",
+    "steps": [
+        {
+            "id": "s1",
+            "say": "A review proposes reduced DAO activity as the mechanism.",
+            "from": ["<claim id>", "<link id>"],
+        },
+        {
+            "id": "s2",
+            "say": "A recorded contradiction says serum DAO levels do not track symptoms.",
+            "from": ["<contradiction id>"],
+        },
+        {
+            "id": "s3",
+            "say": "So the mechanism is proposed in the collection but contested.",
+            "from": ["s1", "s2"],
+        },
+        {
+            "id": "s4",
+            "say": "Nothing in the collection covers children.",
+            "from": [],
+            "gap": True,
+        },
+        {
+            "id": "root",
+            "say": "The evidence here presents a proposed, contested mechanism, not a cause.",
+            "from": ["s3", "s4"],
+        },
+    ],
+}
+
+
+def _check_slug(collection: str) -> str:
+    if not isinstance(collection, str) or not SLUG_PATTERN.fullmatch(collection):
+        raise ValueError("collection must be a slug: 1 to 64 lowercase letters, digits, '-' or '_'")
+    return collection
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _event_block(kind: int, content: dict[str, Any]) -> str:
+    """An unsigned event as the agent builds it, before its signer adds the rest."""
+    return "```json\n" + _dumps({"kind": kind, "tags": [], "content": content}) + "\n```"
+
+
+def _proof_block(proof: dict[str, Any]) -> str:
+    """The proof as SPEC prints one: the question, then one step per line."""
+    steps = ",\n  ".join(_dumps(step) for step in proof["steps"])
+    return f'```json\n{{"question": {_dumps(proof["question"])},\n "steps": [\n  {steps}\n ]}}\n```'
+
+
+def _terms_content() -> dict[str, str]:
+    terms = current_terms()
+    return {"version": terms["version"], "sha256": terms["sha256"]}
+
+
+def _text(name: str) -> str:
+    return files("tms.mcp.prompts").joinpath(name).read_text("utf-8")
+
+
+# The prompts' Markdown lives beside this module, one file each; `$names` are filled in here.
+_SIGNING: Final = _text("signing.md").rstrip("\n")
+_CLAIMS_PASS: Final = Template(_text("claims_pass.md"))
+_BRIEFING: Final = Template(_text("briefing.md"))
+
+
+def claims_pass(collection: str) -> str:
+    """The `claims_pass` prompt: from evidence no link cites yet to claims, links and
+    contradictions, with the events to sign for `collection`."""
+    slug = _check_slug(collection)
+    return _CLAIMS_PASS.substitute(
+        collection=slug,
+        signing=_SIGNING,
+        terms_event=_event_block(KIND_TERMS, _terms_content())
+        + "\n"
+        + _event_block(KIND_PROFILE, {"name": "my-agent", "about": "agent: <what you do>"}),
+        claim_event=_event_block(
+            KIND_CLAIM,
+            {
+                "collection": slug,
+                "text": "Histamine intolerance results from reduced diamine oxidase (DAO) "
+                "activity.",
+            },
+        ),
+        link_event=_event_block(
+            KIND_LINK,
+            {
+                "collection": slug,
+                "from": "<evidence id>",
+                "to": "<claim id>",
+                "relation": "SUPPORTS",
+                "quote": "thought to result from reduced diamine oxidase (DAO) activity",
+                "reason": "The review names reduced DAO activity as the proposed mechanism.",
+            },
+        ),
+        contradiction_event=_event_block(
+            KIND_CONTRADICTION,
+            {
+                "collection": slug,
+                "claims": ["<claim id>", "<other claim id>"],
+                "reason": "Both cannot hold: one says serum DAO tracks symptoms, the other "
+                "that it does not.",
+            },
+        ),
+        request_event=_event_block(
+            KIND_REQUEST,
+            {"tool": "list_evidence", "args": {"collection": slug, "ungrounded_only": True}},
+        ),
+    )
+
+
+def briefing(collection: str) -> str:
+    """The `briefing` prompt: from a question to an answer in `collection`, backed by a thinking
+    proof that `check_proof` accepts."""
+    slug = _check_slug(collection)
+    return _BRIEFING.substitute(
+        collection=slug, signing=_SIGNING, example_proof=_proof_block(EXAMPLE_PROOF)
+    )
+
+
+PROMPTS: Final[dict[str, tuple[str, Callable[[str], str]]]] = {
+    "claims_pass": (CLAIMS_PASS_DESCRIPTION, claims_pass),
+    "briefing": (BRIEFING_DESCRIPTION, briefing),
+}

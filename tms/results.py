@@ -1,0 +1,166 @@
+"""Every result shape a user receives, defined once.
+
+The ledger, search, fetcher and proof checker build these dicts; the MCP server publishes their
+JSON Schemas as `outputSchema` (`tms.mcp.schemas`), and every other door reads the same keys. Typed
+dicts rather than models: results are built per row on hot paths, where a dict costs nothing and
+mypy still checks every key. SPEC's "What each tool returns" table is the contract.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, NotRequired
+
+from pydantic import Field
+from typing_extensions import TypedDict
+
+# `from` is a Python keyword, so a link is spelled in the functional form.
+LinkInfo = TypedDict(
+    "LinkInfo",
+    {
+        "id": str,
+        "pubkey": str,
+        "author": str | None,
+        "from": str,
+        "to": str,
+        "relation": str,
+        "quote": str,
+        "reason": str,
+        "received_at": str,
+    },
+)
+
+
+class PublishResult(TypedDict):
+    accepted: list[str]
+    skipped: Annotated[list[str], Field(description="Ids already stored, so not stored again.")]
+    collections: list[str]
+    superseded: NotRequired[
+        Annotated[
+            list[str],
+            Field(
+                description="Present when some are: member lists and profiles stored by this "
+                "call that are not current, because a newer one stands (newest created_at "
+                "wins, ties to the lowest id)."
+            ),
+        ]
+    ]
+    embedded: NotRequired[Annotated[int, Field(description="Vectors this call computed.")]]
+    embedding_error: NotRequired[
+        Annotated[
+            str,
+            Field(description="Instead of `embedded` when embedding failed; events are stored."),
+        ]
+    ]
+
+
+class FetchResult(TypedDict):
+    url: Annotated[str, Field(description="The final URL, after redirects.")]
+    title: str
+    chars: int
+    text: str
+
+
+class TermsInfo(TypedDict):
+    version: str
+    sha256: str
+    text: str
+
+
+class CollectionInfo(TypedDict):
+    slug: str
+    owner: str
+    created_at: str
+    members: list[str]
+    evidence: int
+    claims: int
+    links: int
+    contradictions: int
+
+
+class EventInfo(TypedDict):
+    id: str
+    pubkey: str
+    author: str | None
+    kind: int
+    kind_name: str
+    collection: str | None
+    created_at: int
+    received_at: str
+    content: dict[str, object]
+    chars: NotRequired[Annotated[int, Field(description="Evidence only: the full text's length.")]]
+    offset: NotRequired[
+        Annotated[int, Field(description="Evidence only: where `content.text` starts.")]
+    ]
+
+
+class ClaimHit(TypedDict):
+    id: str
+    pubkey: str
+    author: str | None
+    text: str
+    received_at: str
+    distance: NotRequired[Annotated[float, Field(description="Vector search: cosine distance.")]]
+    rank: NotRequired[Annotated[float, Field(description="Keyword search: ts_rank.")]]
+    links: Annotated[
+        list[LinkInfo], Field(description="Links to the claim; quotes cut to 300 chars.")
+    ]
+    contradiction_ids: list[str]
+
+
+class SearchClaimsResult(TypedDict):
+    method: Literal["vector", "keyword"]
+    note: str | None
+    items: list[ClaimHit]
+
+
+class ClaimSummary(TypedDict):
+    id: str
+    pubkey: str
+    author: str | None
+    text: str
+    received_at: str
+    supports: int
+    qualifies: int
+    rebuts: int
+    findings: Annotated[int, Field(description="Contradictions the claim belongs to.")]
+
+
+class EvidenceSummary(TypedDict):
+    id: str
+    pubkey: str
+    author: str | None
+    title: str | None
+    url: str | None
+    source: str | None
+    received_at: str
+    chars: int
+    link_count: int
+
+
+class ClaimBrief(TypedDict):
+    id: str
+    pubkey: str
+    author: str | None
+    text: str
+
+
+class ContradictionInfo(TypedDict):
+    id: str
+    pubkey: str
+    author: str | None
+    reason: str
+    claim_ids: list[str]
+    received_at: str
+    claims: list[ClaimBrief]
+    links: list[LinkInfo]
+    distance: NotRequired[
+        Annotated[float, Field(description="Text search by vector: cosine distance.")]
+    ]
+    rank: NotRequired[Annotated[float, Field(description="Text search by keyword: ts_rank.")]]
+
+
+class ProofResult(TypedDict):
+    ok: bool
+    problems: list[str]
+    root: str | None
+    tree: str

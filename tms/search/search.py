@@ -1,0 +1,224 @@
+"""Search by meaning or by keywords, for claims and for contradictions: the one place that
+decides how a query is answered.
+
+`method: "vector"` (the default) embeds the query with the claims' model and orders by cosine
+distance through pgvector's HNSW index; `method: "keyword"` is PostgreSQL full text (English
+stemming, web-search syntax), ranked by `ts_rank`. When no query vector can be had (vectors are
+off, or the model failed), keyword search answers and `note` says why; when some claims of the
+collection still wait for their vectors, `note` says how many are missing from the results.
+
+The caller has already asked `tms.ledger.access` whether the key may read the collection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Final, Literal
+
+from tms.errors import one_line
+from tms.ledger import records
+from tms.ledger.records import CONTRADICTION_COLUMNS, limited, page_size
+from tms.results import ClaimHit, ContradictionInfo, SearchClaimsResult
+from tms.search.pgvector import HnswTuning, sql_literal, vector_literal
+from tms.search.vectors import Vectors
+from tms.store.database import Pool
+from tms.types import KIND_CLAIM, KIND_CONTRADICTION, Slug
+
+log = logging.getLogger(__name__)
+
+REASON_INDEXED_CHARS: Final = 100_000  # as for claims (sql/002): a tsvector holds at most 1 MB
+TSVECTOR_BYTES: Final = 1_000_000  # PostgreSQL refuses a larger tsvector
+VECTORS_OFF: Final = "vector search is off on this server (TMS_EMBED=off): keyword results"
+
+Method = Literal["vector", "keyword"]
+
+_SQL_CLAIMS_KEYWORD: Final = """
+    WITH hits AS (
+        SELECT c.id, c.seq, c.pubkey, c.text, ts_rank(c.search, q) AS rank
+        FROM claims c, websearch_to_tsquery('english', $2) q
+        WHERE c.collection = $1 AND c.search @@ q
+        ORDER BY rank DESC, c.seq DESC, c.id LIMIT :limit)
+    SELECT h.*, e.received_at FROM hits h JOIN events e ON e.seq = h.seq
+    ORDER BY h.rank DESC, h.seq DESC, h.id"""
+
+# A contradiction searched as one document: its reason, then its claims' stored `search`
+# vectors, folded on with `||` (which shifts positions, so a phrase never spans two parts;
+# PostgreSQL has no tsvector aggregate). A part that would take the document past a tsvector's
+# 1 MB is left out rather than failing the search. $3: the reason's indexed prefix.
+_SQL_CONTRADICTIONS_KEYWORD: Final = f"""
+    WITH RECURSIVE parts AS MATERIALIZED (
+        SELECT cc.contradiction_id AS id, cl.search,
+               row_number() OVER (PARTITION BY cc.contradiction_id ORDER BY cl.seq) AS n
+        FROM contradiction_claims cc JOIN claims cl ON cl.id = cc.claim_id AND cl.collection = $1
+        WHERE cc.collection = $1),
+    fold (id, n, doc) AS (
+        SELECT c.id, 0::bigint, to_tsvector('english', left(c.reason, $3::int))
+        FROM contradictions c WHERE c.collection = $1
+        UNION ALL
+        SELECT f.id, p.n,
+               CASE WHEN pg_column_size(f.doc) + pg_column_size(p.search) < {TSVECTOR_BYTES}
+                    THEN f.doc || p.search ELSE f.doc END
+        FROM fold f JOIN parts p ON p.id = f.id AND p.n = f.n + 1),
+    docs AS (
+        SELECT DISTINCT ON (id) id, doc FROM fold ORDER BY id, n DESC),
+    page AS (
+        SELECT d.id, c.seq, ts_rank(d.doc, q) AS rank
+        FROM docs d JOIN contradictions c ON c.id = d.id AND c.collection = $1,
+             websearch_to_tsquery('english', $2) q
+        WHERE d.doc @@ q
+        ORDER BY rank DESC, c.seq DESC, d.id LIMIT :limit)
+    SELECT {CONTRADICTION_COLUMNS}, p.rank
+    FROM page p JOIN contradictions c ON c.id = p.id JOIN events e ON e.seq = c.seq
+    ORDER BY p.rank DESC, c.seq DESC, c.id"""
+
+# Reasons' vectors come straight from the collection's rows; claims' through their primary key,
+# one look-up each (LIMIT 1 keeps the planner from scanning every vector of the collection).
+_SQL_CONTRADICTIONS_VECTOR: Final = f"""
+    WITH near AS (
+        SELECT x.event_id AS id, x.embedding <=> (SELECT $2::text::vector) AS distance
+        FROM embeddings x
+        WHERE x.collection = $1 AND x.kind = {KIND_CONTRADICTION} AND x.model = $3
+        UNION ALL
+        SELECT cc.contradiction_id, d.distance
+        FROM contradiction_claims cc
+        CROSS JOIN LATERAL (
+            SELECT x.embedding <=> (SELECT $2::text::vector) AS distance FROM embeddings x
+            WHERE x.event_id = cc.claim_id AND x.model = $3 LIMIT 1) d
+        WHERE cc.collection = $1),
+    page AS (
+        SELECT n.id, c.seq, min(n.distance) AS distance
+        FROM near n JOIN contradictions c ON c.id = n.id AND c.collection = $1
+        GROUP BY n.id, c.seq
+        ORDER BY distance, c.seq DESC, n.id LIMIT :limit)
+    SELECT {CONTRADICTION_COLUMNS}, p.distance
+    FROM page p JOIN contradictions c ON c.id = p.id JOIN events e ON e.seq = c.seq
+    ORDER BY p.distance, c.seq DESC, c.id"""
+
+
+class Search:
+    def __init__(self, pool: Pool, vectors: Vectors | None) -> None:
+        self.pool = pool
+        self.vectors = vectors  # None: TMS_EMBED=off, keyword search only
+        self._hnsw = HnswTuning()
+
+    # --- what the doors call ---------------------------------------------------------------
+
+    async def claims(
+        self, collection: Slug, text: str, method: Method, limit: int
+    ) -> SearchClaimsResult:
+        note: str | None = None
+        if method == "vector":
+            query, note = await self._query_vector(text)
+            if query is not None and self.vectors is not None:
+                vectors = self.vectors
+                items = await self.claims_near(
+                    collection, query, vectors.model, vectors.dims, limit
+                )
+                pending = await vectors.pending_claims(collection)
+                if pending:
+                    note = (
+                        f"{pending} claims of this collection are still waiting for vectors and "
+                        "are missing from these results; they are being embedded now"
+                    )
+                return {"method": "vector", "note": note, "items": items}
+        items = await self.claims_by_keyword(collection, text, limit)
+        return {"method": "keyword", "note": note, "items": items}
+
+    async def contradictions(
+        self, collection: Slug, text: str, limit: int
+    ) -> list[ContradictionInfo]:
+        """By vector when a query vector can be had, else by keyword."""
+        query, _ = await self._query_vector(text)
+        if query is not None and self.vectors is not None:
+            vectors = self.vectors
+            return await self.contradictions_near(
+                collection, query, vectors.model, vectors.dims, limit
+            )
+        return await self.contradictions_by_keyword(collection, text, limit)
+
+    # --- the two methods -------------------------------------------------------------------
+
+    async def claims_by_keyword(self, collection: Slug, text: str, limit: int) -> list[ClaimHit]:
+        """PostgreSQL full text with web-search syntax (`"a phrase"`, `-word`, `or`), best
+        `ts_rank` first, then newest, then id. A query of stop words only matches nothing."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(limited(_SQL_CLAIMS_KEYWORD, limit), collection, text)
+            return await records.claim_hits(conn, collection, rows, "rank")
+
+    async def claims_near(
+        self, collection: Slug, vector: Sequence[float], model: str, dims: int, limit: int
+    ) -> list[ClaimHit]:
+        """Nearest claims by cosine distance among `model`'s vectors, closest first (ties:
+        newest, then id).
+
+        The HNSW index is approximate; with a filter, pgvector ≥ 0.8 keeps scanning until
+        `limit` rows pass it (iterative scan). When fewer than `limit` come back anyway (a
+        collection smaller than `limit`, an older pgvector, or the scan's tuple budget spent on
+        other collections' rows), the same query runs exactly, without the index, so a small
+        collection in a big table still gets every claim it has."""
+        query = vector_literal(vector, dims)
+        literal = sql_literal(model)
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                await self._hnsw.apply(conn, limit)
+                rows = await conn.fetch(
+                    _claims_vector_sql(literal, dims, limit, indexed=True), collection, query
+                )
+            if len(rows) < limit:
+                rows = await conn.fetch(
+                    _claims_vector_sql(literal, dims, limit, indexed=False), collection, query
+                )
+            return await records.claim_hits(conn, collection, rows, "distance")
+
+    async def contradictions_by_keyword(
+        self, collection: Slug, text: str, limit: int
+    ) -> list[ContradictionInfo]:
+        """Full text over each contradiction as one document (its reason, then its claims'
+        texts), so `a -b` means a somewhere in it and b nowhere in it. Best `ts_rank` first,
+        then newest, then id. Documents are built at query time from the claims' stored
+        vectors and the reasons, so the cost grows with the collection's contradictions (a few
+        ms per hundred), not with its claims."""
+        sql = limited(_SQL_CONTRADICTIONS_KEYWORD, limit)
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(sql, collection, text, REASON_INDEXED_CHARS)
+            return await records.contradictions(conn, collection, rows, "rank")
+
+    async def contradictions_near(
+        self, collection: Slug, vector: Sequence[float], model: str, dims: int, limit: int
+    ) -> list[ContradictionInfo]:
+        """Contradictions by the smallest cosine distance among their reason's vector and their
+        claims' vectors, closest first (ties: newest, then id). Exact, not indexed: a
+        collection's contradictions and their claims are a small set. Ones with no vector yet
+        are left out until the embedder catches up."""
+        sql = limited(_SQL_CONTRADICTIONS_VECTOR, limit)
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(sql, collection, vector_literal(vector, dims), model)
+            return await records.contradictions(conn, collection, rows, "distance")
+
+    async def _query_vector(self, text: str) -> tuple[list[float] | None, str | None]:
+        """The query's vector, or None and the note saying why keyword search answers instead."""
+        if self.vectors is None:
+            return None, VECTORS_OFF
+        try:
+            return await self.vectors.query(text), None
+        except Exception as exc:  # the model failed: keyword search still answers
+            log.warning("query embedding failed: %s", exc)
+            return None, f"no vector could be computed ({one_line(exc, 300)}): keyword results"
+
+
+def _claims_vector_sql(model_literal: str, dims: int, limit: int, *, indexed: bool) -> str:
+    """`indexed`: the partial index's exact expression, so HNSW can serve the ORDER BY. Not
+    indexed: a distance the index cannot serve, so the planner reads the collection's rows
+    through the B-tree and sorts them exactly."""
+    column = f"x.embedding::vector({dims})" if indexed else "x.embedding"
+    distance = f"{column} <=> (SELECT $2::text::vector({dims}))"
+    return f"""
+        WITH hits AS MATERIALIZED (
+            SELECT x.event_id, {distance} AS distance FROM embeddings x
+            WHERE x.model = {model_literal} AND x.kind = {KIND_CLAIM} AND x.collection = $1
+            ORDER BY {distance} LIMIT {page_size(limit)})
+        SELECT c.id, c.seq, c.pubkey, c.text, e.received_at, h.distance
+        FROM hits h JOIN claims c ON c.id = h.event_id JOIN events e ON e.seq = c.seq
+        WHERE c.collection = $1
+        ORDER BY h.distance, c.seq DESC, c.id"""
