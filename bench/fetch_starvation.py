@@ -4,8 +4,8 @@ Starts `tms serve` as a user does (a subprocess on a free port of 127.0.0.1, emb
 in a fresh temporary `TMS_DATA_DIR`, `TMS_EMBED=off`) and a local web server of its own whose one
 page is a 2 MB markup-heavy HTML document (tens of thousands of tiny elements: ten seconds of
 trafilatura's time and half a gigabyte of memory); `TMS_FETCH_ALLOW` lets the server fetch it.
-A key is approved with `tms approve NPUB` and signs the terms. Then, through `POST /mcp` only,
-with signed requests as SPEC's snippets make them:
+A key is approved with `tms approve NPUB` and signs the terms (as `GET /terms` gives them).
+Then, through `POST /mcp` only, with signed requests as SPEC's snippets make them:
 
 1. one-claim `publish` calls one after the other, alone: the baseline latency;
 2. the same while 8 clients call `fetch_url` on the page in a loop, each calling again as soon
@@ -44,7 +44,6 @@ import httpx
 
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
-from tms.rules.terms import current_terms
 
 HEADERS: Final = {
     "Accept": "application/json, text/event-stream",
@@ -353,18 +352,10 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
-            terms = current_terms()
             with httpx.Client(timeout=httpx.Timeout(600, connect=10)) as http:
-                call(
-                    http,
-                    server.url,
-                    "publish",
-                    {
-                        "events": [
-                            signer.sign(4706, {"version": terms.version, "sha256": terms.sha256})
-                        ]
-                    },
-                )
+                terms = http.get(f"{server.url}/terms").json()  # as a client learns them
+                accept = {"version": terms["version"], "sha256": terms["sha256"]}
+                call(http, server.url, "publish", {"events": [signer.sign(4706, accept)]})
                 timed_publishes(http, server.url, signer, 20, None)  # warm-up
                 own, workers, count = server.memory()
                 print(f"  memory before: server {mib(own)}, {count} child processes {mib(workers)}")
