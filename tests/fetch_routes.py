@@ -88,6 +88,21 @@ LATIN1_META_HTML = (
 ).encode("cp1252")
 UNDECLARED_CP1252 = ("\n".join(FRENCH_PARAGRAPHS * 3) + "\n").encode("cp1252")
 
+# Markup-heavy HTML: thousands of tiny elements, each its own paragraph with inline markup. About
+# 600 KB of it keeps trafilatura busy for seconds and takes well over 100 MB to extract (a 2 MB
+# page takes ten seconds and half a gigabyte): the pages that starved the server.
+MARKUP_UNIT = (
+    '<div class="c"><p><span>w</span><b>x</b><i>y</i><a href="#">z</a> lorem ipsum</p></div>\n'
+)
+
+
+def markup_html(size: int) -> bytes:
+    """A markup-heavy page of about `size` bytes."""
+    units = MARKUP_UNIT * (size // len(MARKUP_UNIT))
+    head = "<!DOCTYPE html><html><head><title>Markup</title></head>"
+    return f"{head}<body>{units}</body></html>".encode()
+
+
 BOMB_SIZE = 200 * MiB  # zeros: 0.9 MB gzipped (level 1), four times the 50 MB cap inflated
 
 
@@ -200,6 +215,7 @@ ROUTES: dict[str, Route] = {
     "/trickle": _trickle,
     "/silent": _silent,
     "/bomb": _bomb,
+    "/markup": _text(markup_html(600_000), "text/html; charset=utf-8"),
 }
 for _n in range(8):
     ROUTES[f"/chain/{_n}"] = _chain

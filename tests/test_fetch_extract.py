@@ -88,7 +88,8 @@ def test_long_pdf_stops_at_the_limit() -> None:
         extract(pdf, "application/pdf", URL, max_chars=2_000)
     assert str(caught.value) == (
         f"refused: the text of {URL} is more than the 2,000 characters one evidence holds; "
-        "split the document and record its parts"
+        "save the document, split it by pages or sections into parts that fit, and publish each "
+        "part as its own evidence"
     )
 
 

@@ -23,9 +23,23 @@ The fetcher is the one place where the server talks to the outside world, so:
    inflate them ourselves in bounded steps, refusing past `MAX_BYTES` of decompressed data, so
    a compression bomb never fills memory.
 5. `connect_timeout` (10 s) bounds each connection attempt and `total_timeout` (30 s) the whole
-   download, redirects included. Extraction (`tms.fetch.extract`) runs afterwards, off the
-   event loop.
+   download, redirects included. Extraction (`tms.fetch.extract`) runs afterwards in a worker
+   process of `tms.fetch.pool` (by default the process-wide `default_pool()`), bounded in time
+   (TMS_FETCH_EXTRACT_SECONDS, 20 s) and memory (TMS_FETCH_EXTRACT_MEMORY_MB, 1024 MiB), and
+   stopped when the caller goes away: a hostile page can cost one worker, never the server.
 6. No proxy from the environment, no cookies kept from one call to the next.
+
+**A fetched text always fits in one evidence.** `publish` counts an evidence's `content`, the
+JSON string as signed, against MAX_CONTENT_CHARS (2,000,000), and JSON escapes line breaks,
+quotes, backslashes and control characters (two characters each, or six for `\\u001f` and
+the like; non-ASCII text is not escaped, as SPEC's clients sign with `ensure_ascii=False`). So
+the fetcher measures the evidence content exactly as SPEC's Python would sign it, with the
+page's url and title in a collection with the longest name (64 characters) and no `source`
+(`evidence_chars`), and refuses a text that would not fit, rather than cut it: evidence is what
+a user vouches for, and a text shortened behind their back would put words in their mouth. The
+refusal says how long each part should be; the user saves the document, splits it by pages or
+sections and publishes each part as its own evidence. Titles longer than 1,000 characters are
+cut (with an ellipsis): a title is a label, not evidence.
 
 `TMS_FETCH_ALLOW` is **for tests only**: comma-separated `host:port` pairs (IPv6 as `[::1]:8080`)
 exempted from the address policy of step 2, matched against the host exactly as the URL writes
@@ -37,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import socket
 import ssl
@@ -58,7 +73,8 @@ from tms.fetch.addresses import (
     parse_exemptions,
     port_refusal,
 )
-from tms.fetch.extract import extract
+from tms.fetch.extract import short_title
+from tms.fetch.pool import ExtractionPool, default_pool, extract_seconds_from_env
 from tms.results import FetchResult
 from tms.types import MAX_CONTENT_CHARS
 
@@ -68,6 +84,7 @@ MAX_REDIRECTS: Final = 5
 CONNECT_TIMEOUT: Final = 10.0
 TOTAL_TIMEOUT: Final = 30.0
 REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+MAX_SLUG_CHARS: Final = 64  # a collection's name, at its longest (tms.types.Slug)
 
 _HEADERS: Final = {
     "User-Agent": f"TMS/{version('tms')} (evidence fetcher)",
@@ -87,20 +104,26 @@ async def fetch_url(
     total_timeout: float = TOTAL_TIMEOUT,
     max_chars: int = MAX_CONTENT_CHARS,
     ssl_context: ssl.SSLContext | None = None,
+    pool: ExtractionPool | None = None,
 ) -> FetchResult:
     """Download `url` and extract its text and title; raise FetchError with a one-line reason.
 
     `allow` takes TMS_FETCH_ALLOW's format and replaces it (None reads the variable); it is for
-    tests. A text longer than `max_chars` (by default what one evidence event holds) is refused,
-    never cut: evidence is what a user vouches for, so they split the document themselves.
-    `ssl_context` replaces the default certificate authorities (certifi's bundle).
+    tests. A text whose evidence content (`evidence_chars`) would be longer than `max_chars`
+    (by default what one evidence event holds) is refused, never cut: evidence is what a user
+    vouches for, so they split the document themselves. `ssl_context` replaces the default
+    certificate authorities (certifi's bundle). `pool` runs the extraction (None: the
+    process-wide `default_pool()`) within TMS_FETCH_EXTRACT_SECONDS, read on every call.
+    Cancelling the call stops the extraction.
 
     `url` in the result is the final URL, after redirects. `title` is the document's own title
     (HTML title, PDF metadata title, Markdown's first heading); without one, the last segment of
-    the URL's path, or else its host: never empty. `text` is never blank and holds at most
-    `max_chars` characters.
+    the URL's path, or else its host: never empty, on one line, at most 1,000 characters.
+    `text` is never blank, and an evidence content with it, `url` and `title` takes at most
+    `max_chars` characters (`evidence_chars`).
     """
     exempt = parse_exemptions(os.environ.get(ALLOW_ENV, "") if allow is None else allow)
+    extract_seconds = extract_seconds_from_env()
     transport = _VettedTransport(_VettedBackend(exempt), ssl_context or _default_tls())
     async with httpx.AsyncClient(
         transport=transport,
@@ -116,11 +139,44 @@ async def fetch_url(
             raise FetchError(
                 f"fetch failed: {_shown(url)} did not finish downloading within {total_timeout:g} s"
             ) from None
-    extracted = await asyncio.to_thread(
-        extract, body, content_type, str(final), max_chars=max_chars
+    extracted = await (pool or default_pool()).extract(
+        body, content_type, str(final), max_chars=max_chars, seconds=extract_seconds
     )
-    title = " ".join((extracted.title or "").split()) or _title_from(final)
+    del body
+    title = short_title(extracted.title) or short_title(_title_from(final)) or final.host
+    _check_publishable(extracted.text, str(final), title, max_chars)
     return {"url": str(final), "title": title, "chars": len(extracted.text), "text": extracted.text}
+
+
+def evidence_chars(text: str, url: str, title: str) -> int:
+    """The length of the evidence content that holds `text`, `url` and `title` in a collection
+    with the longest name (64 characters): what `publish` counts against MAX_CONTENT_CHARS.
+
+    That is the JSON as SPEC's clients serialize it (`separators=(",", ":")`,
+    `ensure_ascii=False`): `"`, `\\` and the control characters take two characters each
+    (`\\n`, `\\"`), or six (`\\u001f`); everything else, non-ASCII included, one.
+    """
+    content = {"collection": "c" * MAX_SLUG_CHARS, "text": text, "url": url, "title": title}
+    return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False))
+
+
+def _check_publishable(text: str, url: str, title: str, max_chars: int) -> None:
+    """Refuse a text whose evidence content would be longer than `max_chars` (see the module
+    doc): `publish` would refuse it, and cutting it would put words in the user's mouth."""
+    content = evidence_chars(text, url, title)
+    if content <= max_chars:
+        return
+    around = evidence_chars("", url, title)  # the content without its text
+    room = max(max_chars - around, 0)
+    part = room * len(text) // max(content - around, 1)  # raw characters that fit, on average
+    part = part // 1000 * 1000 if part >= 1000 else part
+    raise FetchError(
+        f"refused: the text of {_shown(url)} is {len(text):,} characters and {content:,} as "
+        "evidence content (JSON escapes its line breaks, quotes and backslashes; the url and "
+        f"title count too), more than the {max_chars:,} characters one evidence holds; save "
+        f"the document, split it by pages or sections into parts of at most about {part:,} "
+        "characters, and publish each part as its own evidence"
+    )
 
 
 @functools.cache

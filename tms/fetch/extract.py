@@ -1,7 +1,8 @@
 """Turn a downloaded body into evidence text: HTML, plain text, Markdown and PDF.
 
-Pure CPU work on bytes already in memory (the network side is `tms.fetch.client`); call it off the
-event loop. Every failure is a one-line `FetchError`.
+Pure CPU work on bytes already in memory (the network side is `tms.fetch.client`); the server
+runs it in worker processes (`tms.fetch.pool`), never on its event loop or in its threads. Every
+failure is a one-line `FetchError`.
 
 - **HTML** (`text/html`, `application/xhtml+xml`): trafilatura keeps the main text and drops
   navigation, footers, sidebars, comments and cookie banners; each paragraph, heading or list
@@ -19,8 +20,10 @@ A body served as `application/octet-stream` or with no type is read as PDF when 
 Text is decoded with, in order: a byte-order mark, the charset declared in Content-Type, an
 HTML `<meta>` charset in the first 1024 bytes, UTF-8 if the bytes are valid UTF-8, then
 charset_normalizer's guess (windows-1252 if it has none). As browsers do, the labels
-ISO-8859-1, Latin-1 and US-ASCII mean windows-1252. Line ends become `\\n` and NUL characters
-are dropped (PostgreSQL cannot store them).
+ISO-8859-1, Latin-1 and US-ASCII mean windows-1252. Line ends become `\\n`, NUL characters
+are dropped and lone UTF-16 surrogates (from a broken PDF text layer) become U+FFFD: PostgreSQL
+can store neither, so `publish` refuses both. A title comes back on one line, at most
+`MAX_TITLE_CHARS` long.
 """
 
 from __future__ import annotations
@@ -60,7 +63,16 @@ _MARKDOWN_TITLE: Final = re.compile(r"^#[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 # PDFium marks a hyphen that splits a word across lines with U+FFFE (older builds with U+0002).
 _PDF_HYPHENS: Final = str.maketrans({"\ufffe": "\u00ad", "\x02": "\u00ad"})
 # PDFium is not thread-safe, not even across documents: one call at a time, process-wide.
+# (The server runs extraction in `tms.fetch.worker` processes, one job at a time in each.)
 _PDFIUM_LOCK: Final = threading.Lock()
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+MAX_TITLE_CHARS: Final = 1000
+
+
+SPLIT_ADVICE: Final = (
+    "save the document, split it by pages or sections into parts that fit, and publish each "
+    "part as its own evidence"
+)
 
 
 @dataclass(frozen=True)
@@ -114,7 +126,16 @@ def extract(body: bytes, content_type: str, url: str, *, max_chars: int) -> Extr
         scanned = " (a PDF of scanned pages has no text layer)" if kind in PDF_TYPES else ""
         raise FetchError(f"no text could be extracted from {url}{scanned}")
     _check_length(len(result.text), url, max_chars)
-    return result
+    return Extracted(result.text, short_title(result.title))
+
+
+def short_title(title: str | None) -> str | None:
+    """A title on one line, whitespace runs folded, at most MAX_TITLE_CHARS (then an ellipsis);
+    None when nothing is left."""
+    text = " ".join((title or "").split())
+    if len(text) > MAX_TITLE_CHARS:
+        text = text[: MAX_TITLE_CHARS - 1] + "\u2026"
+    return text or None
 
 
 def decode(body: bytes, charset: str | None, *, html: bool = False) -> str:
@@ -154,7 +175,9 @@ def _codec(label: str | None) -> str | None:
 
 
 def _clean(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    """Line ends as `\\n`; no NUL and no lone UTF-16 surrogate, which no database text holds."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def _html(html: str, url: str) -> Extracted:
@@ -219,5 +242,5 @@ def _check_length(chars: int, url: str, max_chars: int, *, partial: bool = False
         size = "" if partial else f"{chars:,} characters, "
         raise FetchError(
             f"refused: the text of {url} is {size}more than the {max_chars:,} characters one "
-            "evidence holds; split the document and record its parts"
+            f"evidence holds; {SPLIT_ADVICE}"
         )
