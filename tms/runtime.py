@@ -18,6 +18,7 @@ from typing import Final
 import asyncpg
 
 from tms.config import Settings
+from tms.fetch import pool as fetch_pool
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
@@ -80,6 +81,7 @@ async def open_runtime(
             await close_pool(export_pool)
     finally:
         await close_pool(pool)
+        await fetch_pool.shutdown()  # the extraction workers, when a fetch started them
 
 
 async def close_pool(pool: asyncpg.Pool) -> None:
