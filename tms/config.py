@@ -27,6 +27,9 @@ class Settings:
     base_url: str | None  # the public origin, e.g. https://tms.example.org, when behind a proxy
     embedding: EmbeddingConfig
     embed_wait: float  # seconds a publish waits for its batch's vectors; the rest catch up later
+    head_seconds: float = 10.0  # a request's head must arrive within this
+    body_seconds: float = 60.0  # and its body within this after the head
+    max_connections: int = 1000  # connections held at once
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -43,15 +46,7 @@ class Settings:
         base_url = env.get("TMS_BASE_URL", "").strip().rstrip("/") or None
         if base_url is not None and not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"TMS_BASE_URL must start with http:// or https://, got {base_url!r}")
-        wait_text = env.get("TMS_EMBED_WAIT", "").strip() or "10"
-        try:
-            embed_wait = float(wait_text)
-        except ValueError:
-            embed_wait = -1.0
-        if not 0 <= embed_wait <= 600:
-            raise ConfigError(
-                f"TMS_EMBED_WAIT must be seconds between 0 and 600, got {wait_text!r}"
-            )
+        embed_wait = _number(env, "TMS_EMBED_WAIT", 10, 0, 600, "seconds")
         return cls(
             database_url=env.get("TMS_DATABASE_URL", "").strip() or None,
             data_dir=Path(env.get("TMS_DATA_DIR", "").strip() or "tms-data").resolve(),
@@ -60,4 +55,23 @@ class Settings:
             base_url=base_url,
             embedding=EmbeddingConfig.from_env(env),
             embed_wait=embed_wait,
+            head_seconds=_number(env, "TMS_HEAD_SECONDS", 10, 0.1, 3600, "seconds"),
+            body_seconds=_number(env, "TMS_BODY_SECONDS", 60, 0.1, 3600, "seconds"),
+            max_connections=int(_number(env, "TMS_MAX_CONNECTIONS", 1000, 10, 1_000_000, "")),
         )
+
+
+def _number(
+    env: Mapping[str, str], name: str, default: float, low: float, high: float, unit: str
+) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return float(default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high or (not unit and value != int(value)):
+        what = unit or "a whole number"
+        raise ConfigError(f"{name} must be {what} from {low:g} to {high:g}, got {text!r}")
+    return value

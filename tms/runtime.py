@@ -11,7 +11,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
 
@@ -40,6 +40,7 @@ class Runtime:
     ledger: Ledger
     exporter: Exporter
     services: Services
+    health: database.HealthCheck
 
     @property
     def access(self) -> Access:
@@ -59,29 +60,40 @@ def load_embedder(config: EmbeddingConfig) -> Embedder:
 async def open_runtime(
     settings: Settings, database_url: str | None = None
 ) -> AsyncIterator[Runtime]:
-    url = database_url if database_url is not None else await database.database_url(settings)
-    embedding = settings.embedding
-    embedder = await asyncio.to_thread(load_embedder, embedding) if embedding.enabled else None
-    pool = await database.open_pool(url)
-    vectors: Vectors | None = None
-    try:
+    """Everything the doors need, for as long as the block lasts. The database is
+    `database_url` when given, else `TMS_DATABASE_URL`, else the embedded PostgreSQL in
+    `TMS_DATA_DIR`, which is then watched and restarted should it stop."""
+    async with AsyncExitStack() as stack:
+        url = database_url if database_url is not None else settings.database_url
+        if url is None:
+            embedded = await database.start_embedded(settings.data_dir)
+            url = await database.embedded_url(embedded)
+            supervisor = asyncio.create_task(embedded.supervise(), name="tms-postgres")
+            stack.push_async_callback(_cancel, supervisor)
+        stack.push_async_callback(fetch_pool.shutdown)  # the extraction workers, if started
+        embedding = settings.embedding
+        embedder = await asyncio.to_thread(load_embedder, embedding) if embedding.enabled else None
+        pool = await database.open_pool(url)
+        stack.push_async_callback(close_pool, pool)
         # Exports hold a connection for as long as the download lasts: give them their own
         # few, so that slow downloaders queue behind each other and never block publishing.
         export_pool = await database.open_pool(url, min_size=0, max_size=EXPORT_CONNECTIONS)
-        try:
-            if embedder is not None:
-                await ensure_vector_index(pool, embedder.model_id, embedder.dims)
-                vectors = Vectors(pool, embedder, wait_seconds=settings.embed_wait)
-                await vectors.start()
-            services = Services.over(pool, vectors)
-            yield Runtime(services.ledger, Exporter(export_pool), services)
-        finally:
-            if vectors is not None:
-                await vectors.close()
-            await close_pool(export_pool)
-    finally:
-        await close_pool(pool)
-        await fetch_pool.shutdown()  # the extraction workers, when a fetch started them
+        stack.push_async_callback(close_pool, export_pool)
+        health = database.HealthCheck(url)
+        stack.push_async_callback(health.close)
+        vectors: Vectors | None = None
+        if embedder is not None:
+            await ensure_vector_index(pool, embedder.model_id, embedder.dims)
+            vectors = Vectors(pool, embedder, wait_seconds=settings.embed_wait)
+            await vectors.start()
+            stack.push_async_callback(vectors.close)
+        services = Services.over(pool, vectors)
+        yield Runtime(services.ledger, Exporter(export_pool), services, health)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def close_pool(pool: asyncpg.Pool) -> None:

@@ -36,6 +36,7 @@ from tms.types import PubKey
 if TYPE_CHECKING:
     from tms.ledger.service import Ledger
     from tms.store.database import Pool
+    from tms.web.protocol import ConnectionLimits
 
 
 def verify_lines(lines: Iterable[str], out: TextIO) -> tuple[int, int]:
@@ -90,6 +91,7 @@ def _fetch(url: str) -> int:
 # --- the server and the operator's commands: all on the database the server uses ---------------
 
 SHUTDOWN_GRACE_SECONDS = 30  # in-flight requests (a long export) get this long to finish
+FILES_BESIDES_CONNECTIONS = 200  # database connections, workers, logs, the model's files
 
 
 def _serve(host: str | None, port: int | None) -> int:
@@ -99,6 +101,7 @@ def _serve(host: str | None, port: int | None) -> int:
     import uvicorn
 
     from tms.web.app import create_app
+    from tms.web.protocol import GuardedHttpProtocol
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
     # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
@@ -106,10 +109,11 @@ def _serve(host: str | None, port: int | None) -> int:
     signal.signal(signal.SIGINT, _exit_cleanly)
     try:
         settings = Settings.from_env()
-        url = asyncio.run(_usable_database(settings))
+        asyncio.run(_usable_database(settings))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 1
+    limits = _connection_limits(settings)
     host = host or settings.host
     port = settings.port if port is None else port
     origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -120,13 +124,38 @@ def _serve(host: str | None, port: int | None) -> int:
         data = "the PostgreSQL server at TMS_DATABASE_URL"
     print(f"tms: serving on {origin}{public}\ntms: data: {data}", flush=True)
     uvicorn.run(
-        create_app(settings, database_url=url),
+        create_app(settings),
         host=host,
         port=port,
         lifespan="on",
+        http=GuardedHttpProtocol.with_limits(limits),
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0
+
+
+def _connection_limits(settings: Settings) -> ConnectionLimits:
+    """The settings' limits, with as many file descriptors as the system lets this process
+    have: connections beyond what descriptors allow would fail where nobody sees it."""
+    import resource
+
+    from tms.web.protocol import ConnectionLimits
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = settings.max_connections + FILES_BESIDES_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = raised
+    connections = settings.max_connections
+    if soft != resource.RLIM_INFINITY and connections > soft - FILES_BESIDES_CONNECTIONS:
+        connections = max(10, soft - FILES_BESIDES_CONNECTIONS)
+        print(
+            f"tms: only {soft} file descriptors allowed: holding at most {connections} "
+            "connections (TMS_MAX_CONNECTIONS)",
+            file=sys.stderr,
+        )
+    return ConnectionLimits(settings.head_seconds, settings.body_seconds, connections)
 
 
 def _stdio() -> int:

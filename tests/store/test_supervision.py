@@ -1,0 +1,155 @@
+"""The embedded PostgreSQL is watched by `tms serve`: killed, it comes back by itself within
+seconds (503 and "database unavailable" meanwhile), and nothing is left running after a clean
+shutdown, even when an operator command started it again first."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tms.nostr.events import SecretKey
+
+TMS = str(Path(sys.executable).parent / "tms")
+HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+def environment(**values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    return {**env, "TMS_EMBED": "off", **values}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def postmaster(data_dir: Path) -> psutil.Process | None:
+    pid_file = data_dir / "postgres" / "postmaster.pid"
+    with contextlib.suppress(FileNotFoundError, ValueError, psutil.NoSuchProcess):
+        process = psutil.Process(int(pid_file.read_text().split()[0]))
+        if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+            return process
+    return None
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    log = (tmp_path / "err").open("wb")
+    server = subprocess.Popen(
+        [TMS, "serve", "--port", str(port)],
+        env=environment(TMS_DATA_DIR=str(data_dir)),
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, (tmp_path / "err").read_text()
+            assert time.monotonic() < deadline, "tms serve did not answer within 60 s"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.1)
+        yield server, base, data_dir
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        log.close()
+        process = postmaster(data_dir)
+        if process is not None:
+            process.kill()
+
+
+def list_collections(base: str, key: SecretKey) -> dict[str, object]:
+    content = json.dumps({"tool": "list_collections", "args": {}})
+    request = key.sign(4707, content, int(time.time())).to_dict()
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "list_collections", "arguments": {"request": request}},
+    }
+    result: dict[str, object] = httpx.post(f"{base}/mcp", json=body, headers=HEADERS).json()
+    return result["result"]  # type: ignore[return-value]
+
+
+def test_a_killed_database_comes_back_by_itself(
+    served: tuple[subprocess.Popen[bytes], str, Path],
+) -> None:
+    server, base, data_dir = served
+    first = postmaster(data_dir)
+    assert first is not None
+    key = SecretKey.generate()
+    first.kill()
+    killed = time.monotonic()
+    first.wait(10)
+    answers = []
+    while True:
+        health = httpx.get(f"{base}/healthz", timeout=5)
+        answers.append(health.status_code)
+        if health.status_code == 503:
+            assert health.json()["ok"] is False
+            outage = list_collections(base, key)
+            if outage.get("isError"):
+                assert outage["content"] == [
+                    {"type": "text", "text": "database unavailable, try again shortly"}
+                ]
+        if health.status_code == 200:
+            break
+        assert time.monotonic() - killed < 10, f"not back within 10 s: {answers}"
+        time.sleep(0.05)
+    assert 503 in answers
+    second = postmaster(data_dir)
+    assert second is not None and second.pid != first.pid
+    # The pools reconnected: a tool answers again.
+    assert list_collections(base, key)["structuredContent"] == {"result": []}
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(30) == 0
+    deadline = time.monotonic() + 10
+    while postmaster(data_dir) is not None:
+        assert time.monotonic() < deadline, "the restarted PostgreSQL is still running"
+        time.sleep(0.1)
+
+
+def test_a_database_an_operator_restarted_still_stops_with_the_server(
+    served: tuple[subprocess.Popen[bytes], str, Path],
+) -> None:
+    server, base, data_dir = served
+    first = postmaster(data_dir)
+    assert first is not None
+    first.kill()
+    first.wait(10)
+    # The operator's command gets there first: it starts the server again for itself.
+    approved = subprocess.run(
+        [TMS, "approved"], env=environment(TMS_DATA_DIR=str(data_dir)), capture_output=True
+    )
+    assert approved.returncode == 0, approved.stderr
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{base}/healthz", timeout=5).status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert postmaster(data_dir) is not None
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(30) == 0
+    deadline = time.monotonic() + 10
+    while postmaster(data_dir) is not None:
+        assert time.monotonic() < deadline, "PostgreSQL was left running after a clean shutdown"
+        time.sleep(0.1)

@@ -1,0 +1,128 @@
+"""Connections that crawl are closed, and a flood of them cannot lock anyone out: the limits of
+`tms.web.protocol`, on a real uvicorn over the real app, with short limits for the test."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import httpx
+import pytest
+import uvicorn
+from mcp_helpers import free_port, fresh_database, settings
+
+from tms.web.app import create_app
+from tms.web.protocol import MAX_HEAD_BYTES, ConnectionLimits, GuardedHttpProtocol
+
+LIMITS = ConnectionLimits(head_seconds=1.0, body_seconds=1.5, max_connections=20)
+
+
+@pytest.fixture(scope="module")
+def port(pg_server_url: str, template_url: str) -> Iterator[int]:
+    port = free_port()
+    database = fresh_database(pg_server_url, template_url)
+    config = uvicorn.Config(
+        create_app(replace(settings(), port=port), database_url=database),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        http=GuardedHttpProtocol.with_limits(LIMITS),
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
+    yield port
+    server.should_exit = True
+    thread.join(30)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float:
+    """Seconds until the server closes `sock` (reading and discarding what it sends)."""
+    start = time.monotonic()
+    sock.settimeout(seconds)
+    while True:
+        try:
+            if not sock.recv(65536):
+                return time.monotonic() - start
+        except ConnectionResetError:
+            return time.monotonic() - start
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port))
+
+
+def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
+    with connect(port) as s:
+        assert closed_within(s, 5) < LIMITS.head_seconds + 1
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_off(port: int) -> None:
+    with connect(port) as s:
+        start = time.monotonic()
+        with pytest.raises(OSError):
+            for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+                s.sendall(bytes([byte]))
+                time.sleep(0.05)
+        assert time.monotonic() - start < LIMITS.head_seconds + 1
+
+
+def test_a_body_sent_too_slowly_is_cut_off(port: int) -> None:
+    with connect(port) as s:
+        s.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        assert closed_within(s, 5) < LIMITS.body_seconds + 1
+
+
+def test_a_head_too_large_is_cut_off(port: int) -> None:
+    with connect(port) as s:
+        with contextlib.suppress(OSError):  # the server may close before the last byte
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            for _ in range(MAX_HEAD_BYTES // 1000 + 10):
+                s.sendall(b"X-Padding: " + b"a" * 1000 + b"\r\n")
+        assert closed_within(s, 5) < 1
+
+
+def test_a_keep_alive_connection_is_served_then_closed_when_idle(port: int) -> None:
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+        assert http.get("/healthz").status_code == 200
+        assert http.get("/healthz").status_code == 200  # the same connection, again
+
+
+def test_a_flood_of_slow_connections_cannot_lock_out_health_checks(port: int) -> None:
+    """Twice the cap in half-sent heads: each new connection evicts the oldest idle one, so
+    /healthz still answers at once, and the server holds no more than the cap."""
+    flood = []
+    try:
+        for _ in range(LIMITS.max_connections * 2):
+            s = connect(port)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            flood.append(s)
+        start = time.monotonic()
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert health.status_code == 200
+        assert time.monotonic() - start < 1
+        open_ones = 0
+        for s in flood:
+            s.setblocking(False)
+            try:
+                open_ones += (s.recv(1) == b"" and 0) or 0
+            except BlockingIOError:
+                open_ones += 1  # nothing to read, not closed: still held
+            except OSError:
+                pass
+        assert open_ones <= LIMITS.max_connections
+    finally:
+        for s in flood:
+            s.close()
