@@ -85,15 +85,20 @@ def test_only_publish_takes_a_body_over_one_mib(caller: Caller) -> None:
 
 
 def test_a_body_shaped_to_be_costly_is_refused_before_it_is_built(caller: Caller) -> None:
-    """Empty lists by the million: cheap to send, dear to parse. Small or big, the answer is a
-    parse error naming the limit, and the server goes on answering."""
-    for count in (400_000, 3_000_000):  # about 1.2 MB, and 9 MB (a worker process reads it)
-        body = (
-            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[' + b"[]," * count + b"[]]}"
-        )
-        status, reply = post(caller, body)
+    """Empty lists or numbers by the million: cheap to send, dear to build. Small (read here) or
+    big (read by a worker process), the answer is a parse error naming the limit, and the server
+    goes on answering."""
+    head = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":['
+    cases = [
+        (b"[]," * 100_000, "more than 50,000 arrays and objects"),  # 300 KB
+        (b"[]," * 400_000, "more than 50,000 arrays and objects"),  # 1.2 MB: a worker
+        (b"[]," * 3_000_000, "more than 1,000,000 '[' and '{' characters"),  # cut while read
+        (b"1," * 4_000_000, "more than 500,000 values"),  # 8 MB of numbers: a worker
+    ]
+    for items, words in cases:
+        status, reply = post(caller, head + items + b"[]]}")
         assert status == 400
-        assert "more than 50,000 arrays and objects" in rpc_error(reply)
+        assert words in rpc_error(reply)
     assert caller.rpc("tools/list")["tools"]
 
 

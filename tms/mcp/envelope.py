@@ -12,6 +12,7 @@ Pure, and light to import: big bodies are inspected in a worker process (`tms.mc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from tms.errors import shown
@@ -51,7 +52,7 @@ class Summary:
     is_request: bool  # has an id: the client waits for an answer
 
 
-def inspect(body: bytes) -> Summary:
+def inspect(body: bytes | str) -> Summary:
     """The message's summary, or `BadMessage` saying in plain words what is wrong with it."""
     try:
         message = loads_bounded(body, max_containers=MAX_CONTAINERS, max_values=MAX_VALUES)
@@ -80,6 +81,16 @@ def inspect(body: bytes) -> Summary:
         raise BadMessage(INVALID_REQUEST, "Invalid Request: 'params' must be an object", request_id)
     tool = _check_params(method, params or {}, request_id)
     return Summary(method, tool, "id" in message)
+
+
+def inspect_file(path: Path) -> Summary:
+    """`inspect` for a big body handed over in a file (in a worker process): read straight into
+    text, with no copy of the bytes."""
+    try:
+        text = path.read_text("utf-8")
+    except UnicodeDecodeError:
+        raise BadMessage(PARSE_ERROR, "Parse error: the body is not UTF-8") from None
+    return inspect(text)
 
 
 def _check_params(method: str, params: dict[str, Any], request_id: str | int | None) -> str | None:
