@@ -9,9 +9,10 @@ for either, so its protocol is extended here (uvicorn stays: everything else it 
 - a request's head (request line and headers) must arrive within `head_seconds` of the
   connection opening or of the previous response, and be at most `MAX_HEAD_BYTES`;
 - its body within `body_seconds` of the head;
-- at most `max_connections` connections are held. One more evicts the oldest connection that has
-  no request in progress (idle, or still sending its head), so a flood of slow connections cannot
-  lock anyone out; only when every connection is busy with a request is the new one refused.
+- at most `max_connections` connections are held. One more closes the one idle the longest (no
+  request in progress: between requests, or still sending its head), so a flood of slow
+  connections cannot lock anyone out; only when every connection is busy with a request is the
+  new one refused.
 
 A connection past a limit is closed; a request already being served learns it from the ASGI
 `http.disconnect` message, as it would from a client that hung up. Behind a reverse proxy these
@@ -53,7 +54,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._deadline: asyncio.TimerHandle | None = None
-        self._opened = self.loop.time()
         self._in_head = True  # waiting for, or reading, a request's head
         self._head_bytes = 0
 
@@ -65,24 +65,27 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        idle = self._idle
         if len(self.connections) > self.limits.max_connections:
-            idle = [
-                c
-                for c in self.connections
-                if c is not self and isinstance(c, GuardedHttpProtocol) and c.idle
-            ]
-            if not idle:
-                log.warning("refusing a connection: %d connections are busy", len(idle))
+            oldest = next(iter(idle), None)
+            if oldest is None:
+                log.warning("refusing a connection: all %d are busy", len(self.connections) - 1)
                 self.transport.close()
                 return
-            oldest = min(idle, key=lambda c: c._opened)
-            oldest.transport.close()
+            oldest._close("the connection limit was reached and it was the longest idle")
+        idle[self] = None
         self._arm(self.limits.head_seconds, "its request's head")
 
     @property
-    def idle(self) -> bool:
-        """No request in progress: waiting for one, or still receiving its head."""
-        return self._in_head and (self.cycle is None or self.cycle.response_complete)
+    def _idle(self) -> dict[GuardedHttpProtocol, None]:
+        """This server's connections with no request in progress, longest idle first."""
+        registry: dict[GuardedHttpProtocol, None] | None = getattr(
+            self.server_state, "tms_idle", None
+        )
+        if registry is None:
+            registry = {}
+            self.server_state.tms_idle = registry  # type: ignore[attr-defined]
+        return registry
 
     # --- deadlines ------------------------------------------------------------------------------
 
@@ -102,6 +105,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
+        self._idle.pop(self, None)
         super().on_headers_complete()
         self._arm(self.limits.body_seconds, "its request's body")
 
@@ -114,10 +118,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         if not self.transport.is_closing() and not self.pipeline:
+            self._idle[self] = None  # to the end: it is the latest idle
             self._arm(self.limits.head_seconds + self.timeout_keep_alive, "a new request")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._idle.pop(self, None)
         super().connection_lost(exc)
 
     def _arm(self, seconds: float, waiting_for: str) -> None:
