@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 
+from tms.config import DEFAULT_MODEL, EmbeddingConfig
 from tms.search.model import (
-    DEFAULT_MODEL,
     MODEL_SHA256,
     TEXT_CHARS,
     TOKENIZER_FILES,
     Embedder,
-    EmbeddingConfig,
     EmbeddingError,
     embedding_text,
 )

@@ -10,12 +10,58 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Final
 
-from tms.errors import ConfigError
+from tms.errors import ConfigError, EmbeddingError
 
-if TYPE_CHECKING:
-    from tms.search.model import EmbeddingConfig
+DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
+MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
+
+
+def _default_threads() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))  # the CPUs this process may run on
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_THREADS))
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingConfig:
+    """`TMS_EMBED*`: whether vectors are made, by which model, on how many threads."""
+
+    enabled: bool
+    model: str
+    model_dir: Path | None  # the model's files, instead of the packaged ones or a download
+    threads: int  # batches run at once, each on one onnxruntime thread
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EmbeddingConfig:
+        env = os.environ if env is None else env
+        switch = env.get("TMS_EMBED", "")
+        enabled = switch.strip().lower() or "on"
+        if enabled not in ("on", "off"):
+            raise EmbeddingError(f"TMS_EMBED must be 'on' or 'off', got {switch!r}")
+        threads_text = env.get("TMS_EMBED_THREADS", "").strip()
+        if threads_text:
+            try:
+                threads = int(threads_text)
+            except ValueError:
+                threads = 0
+            if not 1 <= threads <= 256:
+                raise EmbeddingError(
+                    f"TMS_EMBED_THREADS must be a number of threads from 1 to 256, "
+                    f"got {threads_text!r}"
+                )
+        else:
+            threads = _default_threads()
+        model_dir = env.get("TMS_EMBED_MODEL_DIR", "").strip()
+        return cls(
+            enabled=enabled == "on",
+            model=env.get("TMS_EMBED_MODEL", "").strip() or DEFAULT_MODEL,
+            model_dir=Path(model_dir) if model_dir else None,
+            threads=threads,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +79,6 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        from tms.search.model import EmbeddingConfig  # its module loads the model's libraries
-
         env = os.environ if env is None else env
         port_text = env.get("TMS_PORT", "8000")
         try:

@@ -17,14 +17,14 @@ from typing import Final
 
 import asyncpg
 
-from tms.config import Settings
+from tms.config import EmbeddingConfig, Settings
 from tms.fetch import pool as fetch_pool
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.mcp.tools import Services, Tools
 from tms.nostr.events import SecretKey
-from tms.search.model import Embedder, EmbeddingConfig
+from tms.search.model import Embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.vectors import Vectors
 from tms.store import database

