@@ -15,11 +15,12 @@ from publishing import OWNER, compact, open_collection
 
 from tms.config import Settings
 from tms.ledger.service import Ledger
-from tms.mcp.tools import Services, Tools
+from tms.mcp.tools import Tools
 from tms.nostr.events import SecretKey
 from tms.runtime import load_embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.vectors import Vectors
+from tms.services import Services
 from tms.store.database import Pool, open_pool
 
 pytestmark = pytest.mark.anyio

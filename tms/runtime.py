@@ -22,11 +22,12 @@ from tms.fetch import pool as fetch_pool
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
-from tms.mcp.tools import Services, Tools
+from tms.mcp.tools import Tools
 from tms.nostr.events import SecretKey
 from tms.search.model import Embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.vectors import Vectors
+from tms.services import Services
 from tms.store import database
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,6 @@ from typing_extensions import is_typeddict
 
 from tms.errors import ToolError
 from tms.fetch.client import fetch_url
-from tms.ledger.access import Access
-from tms.ledger.reads import Reads
-from tms.ledger.request_log import RequestLog
-from tms.ledger.service import Ledger
 from tms.mcp import schemas as s
 from tms.nostr.events import SecretKey, compact_json
 from tms.results import (
@@ -39,37 +35,8 @@ from tms.results import (
 from tms.rules.kinds import translate_error
 from tms.rules.proofs import check_proof, cited_event_ids
 from tms.rules.requests import check_request, request_from_arguments
-from tms.search.search import Search
-from tms.search.vectors import Vectors
-from tms.store.database import Pool
+from tms.services import Services
 from tms.types import KIND_REQUEST, PubKey
-
-
-@dataclass(frozen=True, slots=True)
-class Services:
-    """What the tools call: the same services the pages and the CLI use."""
-
-    ledger: Ledger
-    access: Access
-    reads: Reads
-    search: Search
-    requests: RequestLog
-    fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
-
-    @classmethod
-    def over(
-        cls, pool: Pool, vectors: Vectors | None = None, *, fetch_allow: str | None = None
-    ) -> Services:
-        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off)."""
-        return cls(
-            ledger=Ledger(pool, vectors=vectors),
-            access=Access(pool),
-            reads=Reads(pool),
-            search=Search(pool, vectors),
-            requests=RequestLog(pool),
-            fetch_allow=fetch_allow,
-        )
-
 
 Handler = Callable[[Services, PubKey, Any], Awaitable[Any]]
 

@@ -1,0 +1,40 @@
+"""The services every door calls, bundled: the MCP tools, the web pages and the CLI get the
+same ledger, access module, reads and search, so no door can hold a rule of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tms.ledger.access import Access
+from tms.ledger.reads import Reads
+from tms.ledger.request_log import RequestLog
+from tms.ledger.service import Ledger
+from tms.search.search import Search
+from tms.search.vectors import Vectors
+from tms.store.database import Pool
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the tools call: the same services the pages and the CLI use."""
+
+    ledger: Ledger
+    access: Access
+    reads: Reads
+    search: Search
+    requests: RequestLog
+    fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
+
+    @classmethod
+    def over(
+        cls, pool: Pool, vectors: Vectors | None = None, *, fetch_allow: str | None = None
+    ) -> Services:
+        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off)."""
+        return cls(
+            ledger=Ledger(pool, vectors=vectors),
+            access=Access(pool),
+            reads=Reads(pool),
+            search=Search(pool, vectors),
+            requests=RequestLog(pool),
+            fetch_allow=fetch_allow,
+        )
