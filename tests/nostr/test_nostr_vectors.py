@@ -15,7 +15,7 @@ import pytest
 from tms.nostr import keys, nip19
 from tms.nostr.events import Event, SecretKey, compute_id
 
-VECTORS_PATH = Path(__file__).parent / "assets" / "nostr_tools_vectors.json"
+VECTORS_PATH = Path(__file__).parents[1] / "assets" / "nostr_tools_vectors.json"
 VECTORS: dict[str, Any] = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))
 KEYS: list[dict[str, str]] = VECTORS["keys"]
 CASES: list[tuple[dict[str, Any], dict[str, str]]] = [

@@ -28,7 +28,7 @@ from tms.search.model import (
 )
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK
 
-REFERENCE = Path(__file__).parent / "assets" / "minilm_reference.json"
+REFERENCE = Path(__file__).parents[1] / "assets" / "minilm_reference.json"
 SHIPPED = resources.files("tms.search") / "models" / "all-MiniLM-L6-v2"
 
 

@@ -7,7 +7,7 @@ local port, over a fresh database of this module's own, where an owner has made 
 the two bots' keys as members (as SPEC's "Keys" has it) and the operator has approved them.
 
 The JavaScript side needs Node.js 18 or later and npm. Without them these tests fail rather than
-skip (`.ci/run` installs them). `tests/js/package-lock.json` is installed with `npm ci` into a
+skip (`.ci/run` installs them). `tests/docs/js/package-lock.json` is installed with `npm ci` into a
 temporary directory once per session.
 """
 
@@ -41,9 +41,9 @@ from tms.nostr.events import Event, SecretKey
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool, with_database
 
-TESTS: Final = Path(__file__).parent
-ASSETS: Final = TESTS / "assets"
-JS_PACKAGE: Final = TESTS / "js"
+HERE: Final = Path(__file__).parent
+ASSETS: Final = HERE.parent / "assets"
+JS_PACKAGE: Final = HERE / "js"
 TMS: Final = str(Path(sys.executable).parent / "tms")
 
 # What SPEC's snippets say, and what the tests put in its place.
@@ -221,8 +221,8 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
 
 @pytest.fixture(scope="session")
 def js_packages() -> Iterator[Path]:
-    """A temporary directory with tests/js's lockfile installed by `npm ci`: scripts placed in it
-    import nostr-tools and @noble/hashes as SPEC's snippet does."""
+    """A temporary directory with tests/docs/js's lockfile installed by `npm ci`: scripts placed
+    in it import nostr-tools and @noble/hashes as SPEC's snippet does."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.fail(
@@ -247,7 +247,7 @@ def js_packages() -> Iterator[Path]:
         )
         if result.returncode != 0:
             pytest.fail(
-                f"npm ci of tests/js failed:\n{result.stdout}{result.stderr}", pytrace=False
+                f"npm ci of tests/docs/js failed:\n{result.stdout}{result.stderr}", pytrace=False
             )
         yield root
     finally:
