@@ -12,11 +12,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from publishing import (
+from factories import (
     APPROVED,
-    LEDGER_TABLES,
     MEMBER,
     MEMBER2,
     NOW,
@@ -25,22 +22,20 @@ from publishing import (
     STRANGER,
     T0,
     TERMS,
-    Event,
+    EventDict,
     claim,
     contradiction,
-    counts,
     evidence,
     ids,
-    join,
     link,
     members,
-    open_collection,
     profile,
-    publish,
-    refused,
     signed,
     terms,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from publishing import LEDGER_TABLES, counts, join, open_collection, publish, refused
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import FIELDS, SecretKey
@@ -171,31 +166,31 @@ async def test_duplicate_event_in_one_batch_is_stored_once(ledger: Ledger) -> No
 # --- envelopes and content schemas (SPEC "Common errors") --------------------------------------
 
 
-def _tampered_content(e: Event) -> Event:
+def _tampered_content(e: EventDict) -> EventDict:
     return {**e, "content": e["content"].replace("claim", "clam")}
 
 
-def _foreign_sig(e: Event) -> Event:
+def _foreign_sig(e: EventDict) -> EventDict:
     return {**e, "sig": claim(OWNER, "lab", "another")["sig"]}
 
 
-def _uppercase_id(e: Event) -> Event:
+def _uppercase_id(e: EventDict) -> EventDict:
     return {**e, "id": e["id"].upper()}
 
 
-def _extra_field(e: Event) -> Event:
+def _extra_field(e: EventDict) -> EventDict:
     return {**e, "relay": "wss://x"}
 
 
-def _no_sig(e: Event) -> Event:
+def _no_sig(e: EventDict) -> EventDict:
     return {k: v for k, v in e.items() if k != "sig"}
 
 
-def _float_time(e: Event) -> Event:
+def _float_time(e: EventDict) -> EventDict:
     return {**e, "created_at": float(e["created_at"])}
 
 
-def _as_is(e: Event) -> Event:
+def _as_is(e: EventDict) -> EventDict:
     return e
 
 
@@ -308,7 +303,7 @@ async def test_malformed_event_refuses_the_whole_batch(
 ) -> None:
     """The bad event comes third, after two good ones: none of the three is stored."""
     await ledger.approve([OWNER.pubkey])
-    bad = spoil(signed(OWNER, kind, content, tags=tags))
+    bad = spoil(signed(OWNER, kind, content, tags=tags or ()))
     batch = [terms(OWNER), claim(OWNER, "lab", "A good claim.", created_at=T0 + 1), bad]
     await refused(ledger, batch, *words, position=2)
 
@@ -524,7 +519,7 @@ async def test_older_list_is_stored_but_does_not_replace_a_newer_one(ledger: Led
     )
 
 
-def _tied_lists(slug: str) -> tuple[Event, Event]:
+def _tied_lists(slug: str) -> tuple[EventDict, EventDict]:
     """Two lists signed at the same second: (the one with the lower id, the other)."""
     one = members(OWNER, slug, [MEMBER.pubkey], created_at=T0 + 10)
     two = members(OWNER, slug, [MEMBER2.pubkey], created_at=T0 + 10)
@@ -602,10 +597,10 @@ async def test_reference_errors(ledger: Ledger) -> None:
     await publish(ledger, doc, c1, c2, l1, both, listed, me)
     q = "reduced diamine oxidase"
 
-    def ln(source: str, target: str, relation: str = "SUPPORTS") -> Event:
+    def ln(source: str, target: str, relation: str = "SUPPORTS") -> EventDict:
         return link(OWNER, "lab", source, target, q, relation=relation)
 
-    cases: list[tuple[list[Event], list[str]]] = [
+    cases: list[tuple[list[EventDict], list[str]]] = [
         ([ln(c1["id"], c2["id"])], [f"from must be an evidence event; {c1['id']} is a claim"]),
         ([ln(l1["id"], c2["id"])], ["from must be an evidence event", "is a link"]),
         ([ln(MISSING, c1["id"])], [f"from {MISSING} does not exist in collection 'lab'"]),
@@ -656,13 +651,13 @@ async def test_other_collections_events_read_exactly_like_missing_ones(ledger: L
         text = await refused(ledger, [bad], position=0)
         return text.replace(bad["id"][:12], "<event>").replace(cited, "<cited>")
 
-    def as_target(cited: str) -> Event:
+    def as_target(cited: str) -> EventDict:
         return link(MEMBER, "lab", doc["id"], cited, "DAO")
 
-    def as_source(cited: str) -> Event:
+    def as_source(cited: str) -> EventDict:
         return link(MEMBER, "lab", cited, mine["id"], "DAO")
 
-    def as_claim(cited: str) -> Event:
+    def as_claim(cited: str) -> EventDict:
         return contradiction(MEMBER, "lab", [mine["id"], cited])
 
     for make, cited in [
@@ -938,7 +933,7 @@ async def test_positions_are_exact_in_big_batches(ledger: Ledger) -> None:
     doc = evidence(OWNER, "lab", DOC)
     good = [terms(OWNER), doc] + [claim(OWNER, "lab", f"claim {i}") for i in range(298)]
 
-    def spoiled(position: int) -> Event:
+    def spoiled(position: int) -> EventDict:
         return {**good[position], "sig": good[position - 1]["sig"]}
 
     for positions in ([150], [299], [63, 64, 250], [2, 299]):

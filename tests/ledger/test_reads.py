@@ -14,27 +14,25 @@ from typing import Any, Final
 
 import asyncpg
 import pytest
-from publishing import (
+from factories import (
     MEMBER,
     MEMBER2,
     OWNER,
     OWNER2,
     STRANGER,
     T0,
-    Event,
+    EventDict,
     claim,
     contradiction,
     evidence,
     ids,
-    join,
     link,
     members,
-    open_collection,
     profile,
-    publish,
     signed,
     terms,
 )
+from publishing import join, open_collection, publish
 
 from tms.ledger.reads import (
     Reads,
@@ -122,15 +120,15 @@ def fake_id(n: int) -> str:
 
 @dataclass
 class World:
-    doc: Event
-    doc2: Event
-    claims: list[Event]  # c1..c5, in publish order
-    links: dict[str, Event] = field(default_factory=dict)
-    contra: Event | None = None
-    other_claim: Event | None = None
-    other_doc: Event | None = None
-    other_link: Event | None = None
-    other_contra: Event | None = None
+    doc: EventDict
+    doc2: EventDict
+    claims: list[EventDict]  # c1..c5, in publish order
+    links: dict[str, EventDict] = field(default_factory=dict)
+    contra: EventDict | None = None
+    other_claim: EventDict | None = None
+    other_doc: EventDict | None = None
+    other_link: EventDict | None = None
+    other_contra: EventDict | None = None
 
 
 def cid(world: World, n: int) -> str:
@@ -820,7 +818,7 @@ async def test_contradiction_shape(ledger: Ledger, reads: Reads) -> None:
     json.dumps(found)
 
 
-async def contradiction_world(ledger: Ledger) -> tuple[World, list[Event]]:
+async def contradiction_world(ledger: Ledger) -> tuple[World, list[EventDict]]:
     """Three more contradictions in lab, after the world's own (x0)."""
     world = await build_world(ledger)
     c = [cid(world, n) for n in range(1, 6)]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from factories import sign
 
 from tms.mcp.prompts import (
     BRIEFING_DESCRIPTION,
@@ -20,7 +21,7 @@ from tms.mcp.prompts import (
     briefing,
     claims_pass,
 )
-from tms.nostr.events import Event, SecretKey, compact_json
+from tms.nostr.events import SecretKey, compact_json
 from tms.rules.kinds import parse_content
 from tms.rules.proofs import check_proof
 from tms.rules.terms import current_terms
@@ -92,10 +93,6 @@ def fill_ids(value: Any, ids: dict[str, str]) -> Any:
     if isinstance(value, dict):
         return {key: fill_ids(item, ids) for key, item in value.items()}
     return value
-
-
-def sign(kind: int, content: dict[str, Any]) -> Event:
-    return KEY.sign(kind, compact_json(content), 1_790_000_000)
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -261,12 +258,16 @@ def test_briefing_embeds_the_example_proof() -> None:
 
 def test_example_proof_passes_check_proof_with_real_events() -> None:
     evidence = sign(
+        KEY,
         KIND_EVIDENCE,
         {"collection": SLUG, "text": "DAO is thought to cause it.", "title": "A review"},
     )
-    claim = sign(KIND_CLAIM, {"collection": SLUG, "text": "Reduced DAO activity causes HIT."})
-    other = sign(KIND_CLAIM, {"collection": SLUG, "text": "Serum DAO does not track symptoms."})
+    claim = sign(KEY, KIND_CLAIM, {"collection": SLUG, "text": "Reduced DAO activity causes HIT."})
+    other = sign(
+        KEY, KIND_CLAIM, {"collection": SLUG, "text": "Serum DAO does not track symptoms."}
+    )
     link = sign(
+        KEY,
         KIND_LINK,
         {
             "collection": SLUG,
@@ -278,6 +279,7 @@ def test_example_proof_passes_check_proof_with_real_events() -> None:
         },
     )
     contradiction = sign(
+        KEY,
         KIND_CONTRADICTION,
         {"collection": SLUG, "claims": [claim.id, other.id], "reason": "Serum data disagree."},
     )
@@ -305,7 +307,7 @@ def test_example_proof_passes_check_proof_with_real_events() -> None:
 
 def test_example_proof_each_rule_matters() -> None:
     """Dropping the gap mark, or adding a loose step, breaks the example as SPEC says."""
-    claim = sign(KIND_CLAIM, {"collection": SLUG, "text": "A claim."})
+    claim = sign(KEY, KIND_CLAIM, {"collection": SLUG, "text": "A claim."})
     ids = {"<claim id>": claim.id, "<link id>": claim.id, "<contradiction id>": claim.id}
     proof = fill_ids(EXAMPLE_PROOF, ids)
     assert check_proof(proof, {claim.id: claim}).ok

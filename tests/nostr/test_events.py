@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 import pytest
+from factories import key, sign
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import sign
 from tms.errors import InvalidEvent
 from tms.nostr.events import Event, SecretKey, compute_id, parse_and_verify
 
-KEY = SecretKey(bytes.fromhex("3b" * 32))
+KEY = key(0x3B)
 unicode_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=200)
 HEX = "0123456789abcdef"
 

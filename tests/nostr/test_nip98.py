@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from factories import key
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from tms.errors import AuthError
 from tms.nostr.events import Event, SecretKey
 from tms.nostr.nip98 import MAX_HEADER_BYTES, authorization_header, check_authorization
 
-KEY = SecretKey(bytes.fromhex("5c" * 32))
+KEY = key(0x5C)
 URL = "https://tms.example.org/c/mcas/export.jsonl"
 NOW = 1_796_000_000
 NO_SURROGATES = st.characters(exclude_categories=("Cs",))
@@ -29,9 +30,9 @@ def auth_event(
     created_at: int = NOW,
     kind: int = 27235,
     tags: list[list[str]] | None = None,
-    key: SecretKey = KEY,
+    signer: SecretKey = KEY,
 ) -> Event:
-    return key.sign(
+    return signer.sign(
         kind, "", created_at, [["u", url], ["method", method]] if tags is None else tags
     )
 
@@ -143,7 +144,7 @@ def test_tampered_event() -> None:
 
 def test_signature_by_another_key() -> None:
     event = auth_event().to_dict()
-    event["sig"] = auth_event(key=SecretKey(bytes.fromhex("7d" * 32))).sig
+    event["sig"] = auth_event(signer=key(0x7D)).sig
     assert refused(encoded(event)) == (
         "invalid NIP-98 event: signature does not verify for this pubkey and id"
     )

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from factories import key, sign
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import sign
 from tms.errors import InvalidEvent
-from tms.nostr.events import SecretKey
 from tms.rules.kinds import Claim, Link, Members, Profile, check_created_at, validate_content
 
-KEY = SecretKey(bytes.fromhex("4c" * 32))
+KEY = key(0x4C)
 A, B = "a" * 64, "b" * 64
-OTHER = SecretKey(bytes.fromhex("5d" * 32)).pubkey
+OTHER = key(0x5D).pubkey
 
 VALID: dict[int, dict[str, Any]] = {
     0: {"name": "my-bot", "about": "agent", "picture": "https://x/y.png"},
@@ -59,11 +59,11 @@ BLANKABLE = [
 ]
 
 
-def check(kind: int, content: Any, tags: list[list[str]] | None = None) -> Any:
+def check(kind: int, content: Any, tags: Sequence[Sequence[str]] = ()) -> Any:
     return validate_content(sign(KEY, kind, content, tags=tags))
 
 
-def refused(kind: int, content: Any, tags: list[list[str]] | None = None) -> InvalidEvent:
+def refused(kind: int, content: Any, tags: Sequence[Sequence[str]] = ()) -> InvalidEvent:
     with pytest.raises(InvalidEvent) as info:
         check(kind, content, tags)
     return info.value

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from factories import key, sign
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tms.nostr.events import Event, SecretKey
+from tms.nostr.events import Event
 from tms.rules.proofs import (
     MAX_CITED_EVENTS,
     MAX_FROM,
@@ -28,17 +29,11 @@ from tms.types import (
     KIND_MEMBERS,
 )
 
-KEY = SecretKey.generate()
+KEY = key(0x70)
 SECRET = "SECRET-MARKER-7f3a"
-NOW = 1_790_000_000
-
-
-def sign(kind: int, content: dict[str, Any] | str) -> Event:
-    text = content if isinstance(content, str) else json.dumps(content, separators=(",", ":"))
-    return KEY.sign(kind, text, NOW)
-
 
 EVIDENCE = sign(
+    KEY,
     KIND_EVIDENCE,
     {
         "collection": "mcas",
@@ -48,10 +43,15 @@ EVIDENCE = sign(
     },
 )
 CLAIM = sign(
-    KIND_CLAIM, {"collection": "mcas", "text": "Reduced DAO activity causes histamine build-up."}
+    KEY,
+    KIND_CLAIM,
+    {"collection": "mcas", "text": "Reduced DAO activity causes histamine build-up."},
 )
-CLAIM_2 = sign(KIND_CLAIM, {"collection": "mcas", "text": "Serum DAO does not track symptoms."})
+CLAIM_2 = sign(
+    KEY, KIND_CLAIM, {"collection": "mcas", "text": "Serum DAO does not track symptoms."}
+)
 LINK = sign(
+    KEY,
     KIND_LINK,
     {
         "collection": "mcas",
@@ -63,6 +63,7 @@ LINK = sign(
     },
 )
 CONTRADICTION = sign(
+    KEY,
     KIND_CONTRADICTION,
     {
         "collection": "mcas",
@@ -70,12 +71,12 @@ CONTRADICTION = sign(
         "reason": "Serum levels disagree with the proposed mechanism.",
     },
 )
-MEMBERS = sign(KIND_MEMBERS, {"collection": "mcas", "members": []})
-UNREADABLE = sign(KIND_CLAIM, "this is not JSON {")
-NOT_AN_OBJECT = sign(KIND_LINK, "[1, 2, 3]")
-WRONG_TYPES = sign(KIND_CONTRADICTION, {"claims": "x", "reason": 7})
+MEMBERS = sign(KEY, KIND_MEMBERS, {"collection": "mcas", "members": []})
+UNREADABLE = sign(KEY, KIND_CLAIM, "this is not JSON {")
+NOT_AN_OBJECT = sign(KEY, KIND_LINK, "[1, 2, 3]")
+WRONG_TYPES = sign(KEY, KIND_CONTRADICTION, {"claims": "x", "reason": 7})
 # An event of another collection: the caller's look-up never returns it.
-FOREIGN = sign(KIND_CLAIM, {"collection": "private", "text": f"{SECRET} confidential finding"})
+FOREIGN = sign(KEY, KIND_CLAIM, {"collection": "private", "text": f"{SECRET} confidential finding"})
 
 COLLECTION: dict[str, Event] = {
     event.id: event
@@ -190,8 +191,10 @@ def test_evidence_is_expanded_with_title_and_source() -> None:
 
 
 def test_evidence_without_title_falls_back_to_url_then_untitled() -> None:
-    with_url = sign(KIND_EVIDENCE, {"collection": "c", "text": "t", "url": "https://example.org/x"})
-    bare = sign(KIND_EVIDENCE, {"collection": "c", "text": "t"})
+    with_url = sign(
+        KEY, KIND_EVIDENCE, {"collection": "c", "text": "t", "url": "https://example.org/x"}
+    )
+    bare = sign(KEY, KIND_EVIDENCE, {"collection": "c", "text": "t"})
     pool = {with_url.id: with_url, bare.id: bare}
     result = check({"steps": [step("root", cites=[with_url.id, bare.id])]}, pool)
     assert result.ok
@@ -214,7 +217,9 @@ def test_unreadable_and_other_kinds_expand_without_raising() -> None:
 
 
 def test_long_and_multiline_texts_are_trimmed_to_one_line() -> None:
-    long_claim = sign(KIND_CLAIM, {"collection": "c", "text": "line one\nline two " + "x" * 5000})
+    long_claim = sign(
+        KEY, KIND_CLAIM, {"collection": "c", "text": "line one\nline two " + "x" * 5000}
+    )
     say = "first\n\nsecond " + "y" * 5000
     result = check({"steps": [step("root", say, [long_claim.id])]}, {long_claim.id: long_claim})
     assert result.ok

@@ -3,28 +3,22 @@ whatever gets past the checks as anything but a clear error."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
+from factories import T0, key, signed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tms.mcp.tools import TOOLS, ToolError, parse_args
-from tms.nostr.events import SecretKey
 from tms.rules.requests import RequestError, check_request, request_from_arguments
 
-KEY = SecretKey(b"\x07" * 32)
-NOW = 1_800_000_000
-
-
-def signed(content: Any, created_at: int = NOW, kind: int = 4707) -> dict[str, Any]:
-    text = content if isinstance(content, str) else json.dumps(content, separators=(",", ":"))
-    return KEY.sign(kind, text, created_at).to_dict()
+KEY = key(0x07)
+NOW = T0  # the server clock here; every request is signed at T0
 
 
 def test_a_good_request_gives_its_signed_args() -> None:
-    req = signed({"tool": "list_claims", "args": {"collection": "mcas", "limit": 5}})
+    req = signed(KEY, 4707, {"tool": "list_claims", "args": {"collection": "mcas", "limit": 5}})
     checked = check_request(req, "list_claims", NOW + 60)
     assert checked.args == {"collection": "mcas", "limit": 5}
     assert checked.pubkey == KEY.pubkey and checked.id == req["id"]
@@ -33,36 +27,61 @@ def test_a_good_request_gives_its_signed_args() -> None:
 @pytest.mark.parametrize(
     ("request_obj", "tool", "now", "fragment"),
     [
-        (signed({"tool": "a", "args": {}}), "b", NOW, "request was signed for tool 'a', not 'b'"),
         (
-            signed({"tool": "a", "args": {}}),
+            signed(KEY, 4707, {"tool": "a", "args": {}}),
+            "b",
+            NOW,
+            "request was signed for tool 'a', not 'b'",
+        ),
+        (
+            signed(KEY, 4707, {"tool": "a", "args": {}}),
             "a",
             NOW + 61,
             "61 s behind server time, more than 60s",
         ),
         (
-            signed({"tool": "a", "args": {}}),
+            signed(KEY, 4707, {"tool": "a", "args": {}}),
             "a",
             NOW - 61,
             "61 s ahead of server time, more than 60s",
         ),
         (
-            signed({"tool": "a", "args": {}}, kind=4702),
+            signed(KEY, 4702, {"tool": "a", "args": {}}),
             "a",
             NOW,
             "a request is kind 4707, not 4702",
         ),
-        (signed({"tool": "a"}), "a", NOW, "field 'args' is missing from request content"),
-        (signed({"tool": "a", "args": [], "x": 1}), "a", NOW, "unknown fields in request content"),
-        (signed({"tool": "a", "args": []}), "a", NOW, "field 'args' is invalid in request content"),
-        (signed("not json"), "a", NOW, "field 'content' is invalid"),
         (
-            {**signed({"tool": "a", "args": {}}), "sig": "0" * 128},
+            signed(KEY, 4707, {"tool": "a"}),
+            "a",
+            NOW,
+            "field 'args' is missing from request content",
+        ),
+        (
+            signed(KEY, 4707, {"tool": "a", "args": [], "x": 1}),
+            "a",
+            NOW,
+            "unknown fields in request content",
+        ),
+        (
+            signed(KEY, 4707, {"tool": "a", "args": []}),
+            "a",
+            NOW,
+            "field 'args' is invalid in request content",
+        ),
+        (signed(KEY, 4707, "not json"), "a", NOW, "field 'content' is invalid"),
+        (
+            {**signed(KEY, 4707, {"tool": "a", "args": {}}), "sig": "0" * 128},
             "a",
             NOW,
             "signature does not verify",
         ),
-        ({**signed({"tool": "a", "args": {}}), "content": "{}"}, "a", NOW, "id does not match"),
+        (
+            {**signed(KEY, 4707, {"tool": "a", "args": {}}), "content": "{}"},
+            "a",
+            NOW,
+            "id does not match",
+        ),
         ("a string", "a", NOW, "request: event must be a JSON object"),
         ({}, "a", NOW, "request: field 'id' is missing"),
     ],
@@ -144,7 +163,7 @@ def test_any_arguments_either_validate_or_get_a_clear_error(
 @settings(max_examples=200, deadline=None)
 @given(content=json_values)
 def test_signed_junk_content_is_refused_cleanly(content: Any) -> None:
-    req = signed(content if not isinstance(content, dict) else {"tool": "t", **content})
+    req = signed(KEY, 4707, content if not isinstance(content, dict) else {"tool": "t", **content})
     try:
         checked = check_request(req, "t", NOW)
     except RequestError as exc:
