@@ -193,16 +193,19 @@ async def test_export_of_an_unknown_collection_is_empty(ledger: Ledger) -> None:
 
 
 async def test_every_exported_line_verifies_on_its_own(ledger: Ledger) -> None:
-    await build_lab(ledger)
+    _, expected = await build_lab(ledger)
     lines = await export(ledger, "lab")
     # A JSON Lines file splits on "\n" only (U+2028, U+0085 and friends stay inside lines).
-    for line in as_file(lines).decode("utf-8").split("\n")[:-1]:
+    *split, last = as_file(lines).decode("utf-8").split("\n")
+    assert last == ""  # the last line ends with "\n" too
+    for line in split:
         EnvelopeEvent.from_json(line).verify()
-        obj = verify_independently(line)
-        if obj["kind"] == 0 and obj["tags"]:
-            assert obj["tags"] == PROFILE_TAGS
-        if obj["kind"] == 4701:
-            assert json.loads(obj["content"])["text"] == UNICODE_TEXT
+    exported = [verify_independently(line) for line in split]
+    assert exported == expected  # lab's events and its writers' terms and profiles, in order
+    # the awkward ones among them came through whole
+    assert [obj["tags"] for obj in exported if obj["tags"]] == [PROFILE_TAGS]
+    texts = [json.loads(obj["content"])["text"] for obj in exported if obj["kind"] == 4701]
+    assert texts == [UNICODE_TEXT]
 
 
 async def test_round_trip_reproduces_the_export_byte_for_byte(

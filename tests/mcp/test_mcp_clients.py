@@ -53,7 +53,9 @@ async def test_the_sdk_client_over_streamable_http(live: Live, owner: SecretKey)
         tools = await client.list_tools()
         assert len(tools.tools) == 10
         by_name = {t.name: t for t in tools.tools}
-        assert by_name["search_claims"].output_schema is not None
+        schema = by_name["search_claims"].output_schema
+        assert schema is not None and schema["type"] == "object"
+        assert set(schema["properties"]) == {"method", "note", "items"}
         listed = _structured(
             await client.call_tool(
                 "list_collections", {"request": request(owner, "list_collections")}

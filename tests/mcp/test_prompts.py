@@ -32,10 +32,10 @@ from tms.types import (
     KIND_LINK,
     KIND_NAMES,
     KIND_TERMS,
-    RELATIONS,
 )
 
 SLUG = "histamine-2_x"
+RELATIONS = ("SUPPORTS", "REBUTS", "QUALIFIES")  # SPEC's, as a link's `relation`
 KEY = SecretKey.generate()
 
 # SPEC's tool table: required args, optional args.

@@ -12,7 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tms.errors import InvalidEvent
-from tms.rules.kinds import Claim, Link, Members, Profile, check_created_at, validate_content
+from tms.rules.kinds import (
+    SCHEMAS,
+    Claim,
+    Link,
+    Members,
+    Profile,
+    check_created_at,
+    validate_content,
+)
 
 KEY = key(0x4C)
 A, B = "a" * 64, "b" * 64
@@ -71,7 +79,9 @@ def refused(kind: int, content: Any, tags: Sequence[Sequence[str]] = ()) -> Inva
 
 @pytest.mark.parametrize("kind", sorted(VALID))
 def test_valid_content_of_every_kind(kind: int) -> None:
-    check(kind, VALID[kind])
+    parsed = check(kind, VALID[kind])
+    assert isinstance(parsed, SCHEMAS[kind])
+    assert parsed.model_dump(by_alias=True, exclude_unset=True) == VALID[kind]  # as signed
 
 
 def test_parsed_content_is_typed() -> None:
@@ -220,5 +230,10 @@ def test_any_content_is_accepted_or_refused_with_invalid_event(kind: int, conten
     try:
         check(kind, content)
     except InvalidEvent as error:
+        message = str(error)
+        assert any(w in message for w in ("unknown fields", "is missing", "is invalid"))
+        # The error names the field at fault, in its message and in `field`.
         assert error.field is not None
-        assert any(w in str(error) for w in ("unknown fields", "is missing", "is invalid"))
+        top, _, name = error.field.partition(".")
+        assert top == "content", error.field
+        assert f"'{name or 'content'}'" in message, (error.field, message)

@@ -10,7 +10,7 @@ from factories import T0, key, signed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tms.mcp.tools import TOOLS, ToolError, parse_args
+from tms.mcp.tools import TOOLS, Tool, ToolError, parse_args
 from tms.rules.requests import RequestError, check_request, request_from_arguments
 
 KEY = key(0x07)
@@ -118,38 +118,49 @@ def test_no_request_object_gets_through_or_crashes(obj: object, tool: str) -> No
         check_request(obj, tool, NOW)
 
 
+def argument_names(tool: Tool) -> list[str]:
+    return sorted(field.alias or name for name, field in tool.args.model_fields.items())
+
+
+ARG_NAMES = sorted({name for tool in TOOLS.values() for name in argument_names(tool)} | {"x"})
+EVENT_ID = st.sampled_from(["a" * 64, "0123456789abcdef" * 4])
+# A value each argument takes (of some tool), so that random arguments are often accepted.
+GOOD_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "collection": st.sampled_from(["mcas", "lab-2", "a_b"]),
+    "text": st.sampled_from(["DAO", "histamine intolerance"]),
+    "limit": st.integers(1, 20),
+    "id": EVENT_ID,
+    "offset": st.integers(0, 10**6),
+    "max_chars": st.integers(1, 2_000_000),
+    "sort": st.sampled_from(["recent", "links", "unsupported", "unchallenged", "contested"]),
+    "method": st.sampled_from(["vector", "keyword"]),
+    "to_id": EVENT_ID,
+    "from_id": EVENT_ID,
+    "relation": st.sampled_from(["SUPPORTS", "REBUTS", "QUALIFIES"]),
+    "ungrounded_only": st.booleans(),
+    "source": st.text(max_size=10),
+    "claim": EVENT_ID,
+    "proof": json_values,
+    "url": st.just("https://example.org/"),
+    "events": st.lists(json_values, max_size=3),
+}
+
+
+def test_good_values_cover_every_argument() -> None:
+    assert set(GOOD_VALUES) == set(ARG_NAMES) - {"x"}
+
+
 @settings(max_examples=300, deadline=None)
-@given(
-    args=st.dictionaries(
-        st.sampled_from(
-            [
-                "collection",
-                "text",
-                "limit",
-                "id",
-                "offset",
-                "max_chars",
-                "sort",
-                "method",
-                "to_id",
-                "relation",
-                "ungrounded_only",
-                "source",
-                "claim",
-                "proof",
-                "url",
-                "events",
-                "x",
-            ]
-        ),
-        json_values,
-        max_size=5,
-    ),
-    tool=st.sampled_from(sorted(TOOLS)),
-)
-def test_any_arguments_either_validate_or_get_a_clear_error(
-    args: dict[str, Any], tool: str
-) -> None:
+@given(tool=st.sampled_from(sorted(TOOLS)), data=st.data())
+def test_any_arguments_either_validate_or_get_a_clear_error(tool: str, data: st.DataObject) -> None:
+    """Arguments named mostly after the tool's own, sometimes after other tools' or nothing's,
+    each with a value that argument takes or with junk."""
+    own = st.sampled_from(argument_names(TOOLS[tool]) or ARG_NAMES)
+    names = data.draw(st.lists(st.one_of([own] * 4 + [st.sampled_from(ARG_NAMES)]), max_size=5))
+    args = {}
+    for name in names:
+        good = GOOD_VALUES.get(name, json_values)
+        args[name] = data.draw(st.one_of([good] * 4 + [json_values]), label=name)
     try:
         parsed = parse_args(TOOLS[tool], args)
     except ToolError as exc:
@@ -157,16 +168,23 @@ def test_any_arguments_either_validate_or_get_a_clear_error(
         assert f"{tool} args" in message
         assert any(p in message for p in ("unknown fields", "is missing", "is invalid"))
     else:
-        assert parsed is not None
+        # Accepted: the tool's own arguments, holding exactly what was sent, nothing added.
+        assert isinstance(parsed, TOOLS[tool].args)
+        assert parsed.model_dump(by_alias=True, exclude_unset=True) == args
 
 
 @settings(max_examples=200, deadline=None)
 @given(content=json_values)
 def test_signed_junk_content_is_refused_cleanly(content: Any) -> None:
-    req = signed(KEY, 4707, content if not isinstance(content, dict) else {"tool": "t", **content})
+    sent = content if not isinstance(content, dict) else {"tool": "t", **content}
+    req = signed(KEY, 4707, sent)
     try:
         checked = check_request(req, "t", NOW)
     except RequestError as exc:
-        assert str(exc)
-    else:
-        assert isinstance(checked.args, dict)
+        message = str(exc)
+        assert message.startswith("request"), message
+        words = ("unknown fields", "is missing", "is invalid", "signed for tool")
+        assert any(w in message for w in words), message
+    else:  # only {"tool": "t", "args": {...}} gets through, giving exactly those args
+        assert sent == {"tool": "t", "args": checked.args}
+        assert (checked.id, checked.pubkey) == (req["id"], KEY.pubkey)
