@@ -945,13 +945,14 @@ def test_junk_raises_only_publish_error(raw: object) -> None:
         assert len(plan.accepted) + len(plan.skipped) == len(raw)
 
 
-# --- properties of random batches ----------------------------------------------------------------
+# --- random batches ------------------------------------------------------------------------------
 #
 # Batches drawn from a small pool: a few keys in each role, the world's collections and a new one,
 # every kind, references to stored events, to earlier events of the batch (of any collection) and
-# to nothing, quotes in and out of the evidence texts, member lists from any key at created_at
-# around the stored one's, stored events re-sent, events repeated. Most batches are refused; the
-# properties hold of the refused and the accepted alike.
+# to nothing, quotes in and out of the evidence texts, member lists at created_at around the
+# stored one's, stored events re-sent, events repeated. Mostly plausible, so that many batches
+# get far (hypothesis is steered towards those that do); the properties hold of the refused and
+# the accepted alike.
 
 KEYS: Final = [OWNER, OWNER2, APPROVED, MEMBER, MEMBER2, STRANGER]
 SLUGS: Final = ["lab", "lab", "other", "fresh"]  # lab, with the most in it, twice as often
@@ -965,7 +966,7 @@ WRITERS: Final = {
 TEXTS: Final = [TEXT, "Serum DAO is not the whole story.", QUOTED]
 QUOTES: Final = {  # text: quotes found in it (after normalization), and one that is not
     TEXT: ["reduced diamine oxidase", "SERUM DAO LEVELS,  however", "DAO", "increased DAO"],
-    TEXTS[1]: ["not the whole story", "Serum DAO is", "DAO", "the whole story."],
+    TEXTS[1]: ["not the whole story", "Serum DAO is", "DAO", "the whole story!"],
     QUOTED: ["is fine-tuned by diet", 'the "dao" enzyme', "DAO", "fine-tuned by food"],
 }
 # What each next event is; "again" re-sends an event stored or earlier in the batch.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import ASSETS
 
 from tms.rules.kinds import Claim, Contradiction, Evidence, Link
 from tms.search.model import (
@@ -28,7 +29,7 @@ from tms.search.model import (
 )
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK
 
-REFERENCE = Path(__file__).parents[1] / "assets" / "minilm_reference.json"
+REFERENCE = ASSETS / "minilm_reference.json"
 SHIPPED = resources.files("tms.search") / "models" / "all-MiniLM-L6-v2"
 
 
