@@ -1,43 +1,27 @@
-"""Shared helpers for the test suite: real keys, real signatures, no fakes."""
+"""Fixtures for the whole suite: one PostgreSQL server per session, a migrated template
+database, and a fresh copy of it per test. Everything else tests are made of is in
+`factories.py`.
+
+Test folders have no `__init__.py` (a `tests/mcp` package would shadow the `mcp` SDK), so pytest
+puts this directory on `sys.path`: `factories`, `publishing` and the other helpers here import
+by their plain names from any folder."""
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 import shutil
 import tempfile
-import uuid
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
+from factories import admin, create_database, drop_database
 
 from tms.ledger.service import Ledger
-from tms.nostr.events import Event, SecretKey
 from tms.store.database import migrate, open_pool, with_database
-
-
-def sign(
-    key: SecretKey,
-    kind: int,
-    content: dict[str, Any] | str,
-    created_at: int = 1_790_000_000,
-    tags: list[list[str]] | None = None,
-) -> Event:
-    text = content if isinstance(content, str) else json.dumps(content, separators=(",", ":"))
-    return key.sign(kind, text, created_at, tags or [])
-
-
-@pytest.fixture(scope="session")
-def key() -> SecretKey:
-    return SecretKey.generate()
-
-
-# --- PostgreSQL: one server per session, a fresh database per test (copied from a template) ---
-
 
 TEMPLATE = f"tms_template_{os.getpid()}"
 
@@ -68,21 +52,12 @@ def pg_server_url() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _admin(url: str, *sql: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        for statement in sql:
-            await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(scope="session")
 def template_url(pg_server_url: str) -> Iterator[str]:
-    import asyncio
+    """A database migrated once per session, which `create_database` copies."""
 
     async def build() -> None:
-        await _admin(
+        await admin(
             pg_server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}"', f'CREATE DATABASE "{TEMPLATE}"'
         )
         conn = await asyncpg.connect(with_database(pg_server_url, TEMPLATE))
@@ -93,16 +68,15 @@ def template_url(pg_server_url: str) -> Iterator[str]:
 
     asyncio.run(build())
     yield with_database(pg_server_url, TEMPLATE)
-    asyncio.run(_admin(pg_server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)'))
+    asyncio.run(admin(pg_server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)'))
 
 
 @pytest.fixture
 async def db_url(pg_server_url: str, template_url: str) -> AsyncIterator[str]:
     """A fresh, migrated database of its own for one test."""
-    name = f"tms_test_{uuid.uuid4().hex[:16]}"
-    await _admin(pg_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
-    yield with_database(pg_server_url, name)
-    await _admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    url = await create_database(pg_server_url, template_url)
+    yield url
+    await drop_database(pg_server_url, url)
 
 
 @pytest.fixture

@@ -1,22 +1,17 @@
-"""Helpers for the publish and export tests: real keys, real signatures, real PostgreSQL."""
+"""Publishing through a real `Ledger`: the result as a dict, and refusals checked three ways
+(SPEC's words, the failing event named by position and id prefix, not a row written)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Final
 
 import pytest
+from factories import NOW, EventDict, members, terms, where
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.publish import PublishError
-from tms.rules.terms import current_terms
-
-T0: Final = 1_790_000_000  # default created_at of every signed event here
-NOW: Final = T0 + 3600  # the server clock every publish in these tests is judged against
-
-TERMS: Final = current_terms()
 
 # Every table the append-only triggers guard, and the mutable state beside them.
 LEDGER_TABLES: Final = (
@@ -35,112 +30,7 @@ STATE_TABLES: Final = ("current_member_lists", "memberships", "approvals")
 ALL_TABLES: Final = LEDGER_TABLES + STATE_TABLES
 
 
-def key(byte: int) -> SecretKey:
-    """A fixed key, so failures are reproducible."""
-    return SecretKey(bytes([byte]) * 32)
-
-
-OWNER: Final = key(0x11)
-OWNER2: Final = key(0x22)
-MEMBER: Final = key(0x33)
-MEMBER2: Final = key(0x44)
-STRANGER: Final = key(0x55)  # neither approved nor a member of anything
-APPROVED: Final = key(0x66)  # approved, but a member of nobody else's collection
-
-Event = dict[str, Any]
-
-
-def compact(content: dict[str, Any]) -> str:
-    """Content the way JSON.stringify writes it: no whitespace, UTF-8 as is."""
-    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
-
-
-def signed(
-    signer: SecretKey,
-    kind: int,
-    content: dict[str, Any] | str,
-    *,
-    created_at: int = T0,
-    tags: list[list[str]] | None = None,
-) -> Event:
-    text = content if isinstance(content, str) else compact(content)
-    return signer.sign(kind, text, created_at, tags or []).to_dict()
-
-
-def terms(
-    signer: SecretKey,
-    *,
-    version: str | None = None,
-    sha256: str | None = None,
-    created_at: int = T0,
-) -> Event:
-    content = {"version": version or TERMS["version"], "sha256": sha256 or TERMS["sha256"]}
-    return signed(signer, 4706, content, created_at=created_at)
-
-
-def profile(
-    signer: SecretKey,
-    name: str,
-    *,
-    tags: list[list[str]] | None = None,
-    created_at: int = T0,
-    **extra: Any,
-) -> Event:
-    return signed(signer, 0, {"name": name, **extra}, tags=tags, created_at=created_at)
-
-
-def evidence(signer: SecretKey, collection: str, text: str, **extra: Any) -> Event:
-    return signed(signer, 4701, {"collection": collection, "text": text, **extra})
-
-
-def claim(signer: SecretKey, collection: str, text: str, *, created_at: int = T0) -> Event:
-    return signed(signer, 4702, {"collection": collection, "text": text}, created_at=created_at)
-
-
-def link(
-    signer: SecretKey,
-    collection: str,
-    source: str,
-    target: str,
-    quote: str,
-    *,
-    relation: str = "SUPPORTS",
-    reason: str = "the quote says so",
-) -> Event:
-    content = {
-        "collection": collection,
-        "from": source,
-        "to": target,
-        "relation": relation,
-        "quote": quote,
-        "reason": reason,
-    }
-    return signed(signer, 4703, content)
-
-
-def contradiction(
-    signer: SecretKey, collection: str, claims: list[str], reason: str = "both cannot hold"
-) -> Event:
-    return signed(signer, 4704, {"collection": collection, "claims": claims, "reason": reason})
-
-
-def members(
-    signer: SecretKey, collection: str, pubkeys: list[str], *, created_at: int = T0
-) -> Event:
-    content = {"collection": collection, "members": pubkeys}
-    return signed(signer, 4705, content, created_at=created_at)
-
-
-def ids(events: list[Event]) -> list[str]:
-    return [event["id"] for event in events]
-
-
-def where(position: int, event: Event) -> str:
-    """How an error names the event that failed: its position and its id's prefix."""
-    return f"events[{position}] ({event['id'][:12]}…)"
-
-
-async def publish(ledger: Ledger, *events: Event, now: int = NOW) -> dict[str, Any]:
+async def publish(ledger: Ledger, *events: EventDict, now: int = NOW) -> dict[str, Any]:
     return await ledger.publish(list(events), now=now)
 
 
@@ -152,7 +42,7 @@ async def counts(ledger: Ledger) -> dict[str, int]:
 
 async def refused(
     ledger: Ledger,
-    batch: list[Event] | object,
+    batch: list[EventDict] | object,
     *fragments: str,
     position: int | None = None,
     now: int = NOW,

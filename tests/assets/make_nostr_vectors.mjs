@@ -1,5 +1,5 @@
 // NIP-01 / NIP-19 test vectors from an independent implementation (nostr-tools), checked in as
-// tests/assets/nostr_tools_vectors.json and read by tests/test_nostr_vectors.py.
+// tests/assets/nostr_tools_vectors.json and read by tests/nostr/test_nostr_vectors.py.
 //
 // Generated with nostr-tools 2.25.2 (from the npm registry) under Node v20.20.2:
 //

@@ -1,5 +1,5 @@
-// SPEC's JavaScript, run unchanged against a live server by tests/test_spec_snippets.py, from a
-// directory where tests/js/package-lock.json is installed (imports resolve from this file's
+// SPEC's JavaScript, run unchanged against a live server by tests/docs/test_spec_snippets.py, from a
+// directory where tests/docs/js/package-lock.json is installed (imports resolve from this file's
 // directory, so the test copies it there).
 //
 // Between the "// >>> SPEC" and "// <<< SPEC" lines is the "#### JavaScript" block of SPEC.md

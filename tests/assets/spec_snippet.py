@@ -1,6 +1,6 @@
 # ruff: noqa
 # fmt: off
-# SPEC's Python, run unchanged against a live server by tests/test_spec_snippets.py.
+# SPEC's Python, run unchanged against a live server by tests/docs/test_spec_snippets.py.
 #
 # Between each "# >>> SPEC" line and the next "# <<< SPEC" line is one fenced block of SPEC.md
 # ("For bots and agents"), byte for byte: first the "#### Python" block under "Signed requests",

@@ -4,19 +4,9 @@ tree prints, from this collection only, never a document's text."""
 from __future__ import annotations
 
 import pytest
+from factories import OWNER, OWNER2, T0, claim, contradiction, evidence, link, members
 from proof_events import cited
-from publishing import (
-    OWNER,
-    OWNER2,
-    T0,
-    claim,
-    contradiction,
-    evidence,
-    link,
-    members,
-    open_collection,
-    publish,
-)
+from publishing import open_collection, publish
 
 from tms.ledger.reads import Reads
 from tms.ledger.service import Ledger

@@ -4,20 +4,8 @@ and what it says when a replaceable event loses (`superseded`), on real PostgreS
 from __future__ import annotations
 
 import pytest
-from publishing import (
-    APPROVED,
-    MEMBER,
-    OWNER,
-    STRANGER,
-    T0,
-    claim,
-    members,
-    open_collection,
-    profile,
-    publish,
-    refused,
-    terms,
-)
+from factories import APPROVED, MEMBER, OWNER, STRANGER, T0, claim, members, profile, terms
+from publishing import open_collection, publish, refused
 
 from tms.ledger.service import Ledger
 

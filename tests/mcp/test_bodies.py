@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from factories import Live, fresh_database, live_server, request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mcp_helpers import HEADERS, Caller, Live, fresh_database, live_server, request
+from mcp_helpers import HEADERS, Caller
 
 from tms.mcp.http import MAX_BODY, SMALL_BODY
 from tms.nostr.events import SecretKey
@@ -23,7 +24,7 @@ FIXTURES = [HealthCheck.function_scoped_fixture]
 
 @pytest.fixture(scope="module")
 def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
-    with live_server(fresh_database(pg_server_url, template_url)) as server:
+    with fresh_database(pg_server_url, template_url) as database, live_server(database) as server:
         yield server
 
 

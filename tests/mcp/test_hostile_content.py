@@ -13,9 +13,10 @@ from typing import Any
 
 import asyncpg
 import pytest
+from factories import Live, fresh_database, live_server, terms
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mcp_helpers import Caller, Live, approve, fresh_database, live_server, terms_event
+from mcp_helpers import Caller, approve
 
 from tms.nostr.events import SecretKey
 
@@ -58,7 +59,7 @@ def dumps(content: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
-    with live_server(fresh_database(pg_server_url, template_url)) as server:
+    with fresh_database(pg_server_url, template_url) as database, live_server(database) as server:
         yield server
 
 
@@ -76,7 +77,7 @@ UNKNOWN = SecretKey.generate()
 @pytest.fixture(scope="module")
 def known(caller: Caller) -> SecretKey:
     approve(caller.live.database_url, KNOWN)
-    caller.publish(terms_event(KNOWN))
+    caller.publish(terms(KNOWN))
     return KNOWN
 
 
@@ -132,12 +133,11 @@ def test_losing_the_database_mid_publish_is_database_unavailable(
 ) -> None:
     """The publish's connection is cut while its transaction waits for the collection's lock
     (held here): the caller hears "database unavailable", and nothing was stored."""
-    database = fresh_database(pg_server_url, template_url)
     owner = SecretKey.generate()
-    approve(database, owner)
-    with live_server(database) as live:
+    with fresh_database(pg_server_url, template_url) as database, live_server(database) as live:
+        approve(database, owner)
         caller = Caller(live)
-        caller.publish(terms_event(owner))
+        caller.publish(terms(owner))
         claim = owner.sign(4702, dumps({"collection": "lab", "text": "A claim."}), int(time.time()))
 
         holding = threading.Event()

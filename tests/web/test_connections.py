@@ -5,44 +5,25 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
 import httpx
 import pytest
-import uvicorn
-from mcp_helpers import free_port, fresh_database, settings
+from factories import fresh_database, live_server
 
-from tms.web.app import create_app
-from tms.web.protocol import MAX_HEAD_BYTES, ConnectionLimits, GuardedHttpProtocol
+from tms.web.protocol import MAX_HEAD_BYTES, ConnectionLimits
 
 LIMITS = ConnectionLimits(head_seconds=1.0, body_seconds=1.5, max_connections=20)
 
 
 @pytest.fixture(scope="module")
 def port(pg_server_url: str, template_url: str) -> Iterator[int]:
-    port = free_port()
-    database = fresh_database(pg_server_url, template_url)
-    config = uvicorn.Config(
-        create_app(replace(settings(), port=port), database_url=database),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        http=GuardedHttpProtocol.with_limits(LIMITS),
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.05)
-    yield port
-    server.should_exit = True
-    thread.join(30)
+    with (
+        fresh_database(pg_server_url, template_url) as database,
+        live_server(database, limits=LIMITS) as live,
+    ):
+        yield int(live.url.rsplit(":", 1)[1])
 
 
 def closed_within(sock: socket.socket, seconds: float) -> float:

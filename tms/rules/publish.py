@@ -11,7 +11,7 @@ collection gets exactly the message of a reference to nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -122,9 +122,11 @@ class Snapshot:
     heads: dict[Slug, tuple[int, EventId]] = field(default_factory=dict)  # current list's key
     profiles: dict[PubKey, tuple[int, EventId]] = field(default_factory=dict)  # current profile
     refs: dict[EventId, Ref] = field(default_factory=dict)  # stored events the batch cites
-    # Each link of the batch: is its quote in its `from` evidence (`find_quotes`)? A link whose
-    # evidence could not be read is absent, and fails on its reference before its quote.
+    # Each link of the batch: is its quote in its `from` evidence? The service looks them up
+    # beforehand, one evidence at a time (`quotes_found`); for a link it did not, the judge reads
+    # the evidence's text from the batch or from `evidence_texts` itself.
     quotes: dict[EventId, bool] = field(default_factory=dict)
+    evidence_texts: dict[EventId, str] = field(default_factory=dict)  # stored, quoted evidence
 
 
 @dataclass(slots=True)
@@ -186,24 +188,13 @@ def quotes_found(text: str, quotes: Sequence[tuple[EventId, str]]) -> dict[Event
     return {link_id: prepared.contains(quote) for link_id, quote in quotes}
 
 
-def find_quotes(
-    batch: Sequence[Parsed], stored_texts: Mapping[EventId, str]
-) -> dict[EventId, bool]:
-    """`Snapshot.quotes` for a batch, given the texts of the stored evidence it quotes (the
-    batch's own evidence is read from the batch)."""
-    texts = {**stored_texts, **batch_texts(batch)}
-    found: dict[EventId, bool] = {}
-    for evidence_id, quotes in quotes_by_evidence(batch).items():
-        if evidence_id in texts:
-            found.update(quotes_found(texts[evidence_id], quotes))
-    return found
-
-
 class _Judge:
     def __init__(self, snapshot: Snapshot) -> None:
         self.s = snapshot
         self.plan = Plan()
         self.refs = dict(snapshot.refs)
+        self.texts: dict[EventId, str] = {}  # the batch's own evidence, as the judge reaches it
+        self.prepared: dict[EventId, PreparedText] = {}
         terms = current_terms()
         self.terms = (terms["version"], terms["sha256"])
         self.replaceable: dict[tuple[Slug | PubKey, bool], EventId] = {}  # current, per name
@@ -290,6 +281,8 @@ class _Judge:
             self._contradiction(slug, content)
         elif isinstance(content, Members):
             self._members(slug, event, content)
+        elif isinstance(content, Evidence):
+            self.texts[event.id] = content.text
         self.refs[event.id] = Ref(event.kind, slug)
 
     def _ref(self, slug: Slug, event_id: EventId, role: str) -> Ref:
@@ -314,11 +307,21 @@ class _Judge:
             raise PublishError(
                 f"QUALIFIES may only target a claim; {link.to} is a {KIND_NAMES[target.kind]}"
             )
-        if not self.s.quotes.get(link_id, False):
+        if not self._quote_found(link_id, link):
             raise PublishError(
                 f"quote not found verbatim in evidence {link.from_}; copy it exactly from the "
                 "evidence text (case, whitespace, quote and dash styles may differ; nothing else)"
             )
+
+    def _quote_found(self, link_id: EventId, link: Link) -> bool:
+        found = self.s.quotes.get(link_id)
+        if found is None:
+            prepared = self.prepared.get(link.from_)
+            if prepared is None:
+                text = self.texts.get(link.from_) or self.s.evidence_texts.get(link.from_, "")
+                prepared = self.prepared[link.from_] = PreparedText(text)
+            found = prepared.contains(link.quote)
+        return found
 
     def _contradiction(self, slug: Slug, contradiction: Contradiction) -> None:
         for claim_id in contradiction.claims:

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from factories import key, sign
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import sign
 from tms.errors import InvalidEvent
-from tms.nostr.events import SecretKey
-from tms.rules.kinds import Claim, Link, Members, Profile, check_created_at, validate_content
+from tms.rules.kinds import (
+    SCHEMAS,
+    Claim,
+    Link,
+    Members,
+    Profile,
+    check_created_at,
+    validate_content,
+)
 
-KEY = SecretKey(bytes.fromhex("4c" * 32))
+KEY = key(0x4C)
 A, B = "a" * 64, "b" * 64
-OTHER = SecretKey(bytes.fromhex("5d" * 32)).pubkey
+OTHER = key(0x5D).pubkey
 
 VALID: dict[int, dict[str, Any]] = {
     0: {"name": "my-bot", "about": "agent", "picture": "https://x/y.png"},
@@ -59,11 +67,11 @@ BLANKABLE = [
 ]
 
 
-def check(kind: int, content: Any, tags: list[list[str]] | None = None) -> Any:
+def check(kind: int, content: Any, tags: Sequence[Sequence[str]] = ()) -> Any:
     return validate_content(sign(KEY, kind, content, tags=tags))
 
 
-def refused(kind: int, content: Any, tags: list[list[str]] | None = None) -> InvalidEvent:
+def refused(kind: int, content: Any, tags: Sequence[Sequence[str]] = ()) -> InvalidEvent:
     with pytest.raises(InvalidEvent) as info:
         check(kind, content, tags)
     return info.value
@@ -71,7 +79,9 @@ def refused(kind: int, content: Any, tags: list[list[str]] | None = None) -> Inv
 
 @pytest.mark.parametrize("kind", sorted(VALID))
 def test_valid_content_of_every_kind(kind: int) -> None:
-    check(kind, VALID[kind])
+    parsed = check(kind, VALID[kind])
+    assert isinstance(parsed, SCHEMAS[kind])
+    assert parsed.model_dump(by_alias=True, exclude_unset=True) == VALID[kind]  # as signed
 
 
 def test_parsed_content_is_typed() -> None:
@@ -220,5 +230,10 @@ def test_any_content_is_accepted_or_refused_with_invalid_event(kind: int, conten
     try:
         check(kind, content)
     except InvalidEvent as error:
+        message = str(error)
+        assert any(w in message for w in ("unknown fields", "is missing", "is invalid"))
+        # The error names the field at fault, in its message and in `field`.
         assert error.field is not None
-        assert any(w in str(error) for w in ("unknown fields", "is missing", "is invalid"))
+        top, _, name = error.field.partition(".")
+        assert top == "content", error.field
+        assert f"'{name or 'content'}'" in message, (error.field, message)

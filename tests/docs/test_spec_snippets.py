@@ -7,7 +7,7 @@ local port, over a fresh database of this module's own, where an owner has made 
 the two bots' keys as members (as SPEC's "Keys" has it) and the operator has approved them.
 
 The JavaScript side needs Node.js 18 or later and npm. Without them these tests fail rather than
-skip (`.ci/run` installs them). `tests/js/package-lock.json` is installed with `npm ci` into a
+skip (`.ci/run` installs them). `tests/docs/js/package-lock.json` is installed with `npm ci` into a
 temporary directory once per session.
 """
 
@@ -17,10 +17,8 @@ import ast
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,18 +31,23 @@ from typing import Any, Final
 
 import httpx
 import pytest
+from factories import (
+    ASSETS,
+    TMS,
+    environment,
+    free_port,
+    fresh_database,
+    members,
+    profile,
+    terms,
+)
+from fetch_site import Handler, Site
 
-from tests.conftest import TEMPLATE, _admin, sign
-from tests.fetch_site import Handler, Site
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
-from tms.rules.terms import current_terms
-from tms.store.database import open_pool, with_database
+from tms.store.database import open_pool
 
-TESTS: Final = Path(__file__).parent
-ASSETS: Final = TESTS / "assets"
-JS_PACKAGE: Final = TESTS / "js"
-TMS: Final = str(Path(sys.executable).parent / "tms")
+JS_PACKAGE: Final = Path(__file__).parent / "js"
 
 # What SPEC's snippets say, and what the tests put in its place.
 SPEC_PYTHON_BASE: Final = 'BASE = "https://tms.delegance.ai"'
@@ -78,14 +81,6 @@ TOOLS: Final = [
 ]
 
 
-def environment(**values: str) -> dict[str, str]:
-    """This environment without `TMS_*` (the server's settings are the test's alone), plus
-    `values`; local addresses never go through a proxy."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
-    no_proxy = ",".join(filter(None, [env.get("NO_PROXY"), "127.0.0.1,localhost"]))
-    return {**env, "NO_PROXY": no_proxy, "no_proxy": no_proxy, **values}
-
-
 def substitute(text: str, replacements: dict[str, str]) -> str:
     """Each SPEC string replaced exactly once: if SPEC's text drifts, this says so."""
     for old, new in replacements.items():
@@ -109,13 +104,6 @@ class Live:
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _wait_until_healthy(process: subprocess.Popen[bytes], base: str) -> bool:
@@ -183,13 +171,13 @@ async def _seed(database_url: str, owner: SecretKey, bots: list[SecretKey]) -> N
     try:
         ledger = Ledger(pool)
         await ledger.approve([owner.pubkey, *(bot.pubkey for bot in bots)])
-        terms, now = current_terms(), int(time.time())
-        events = [
-            sign(owner, 4706, {"version": terms["version"], "sha256": terms["sha256"]}, now),
-            sign(owner, 0, {"name": "owner", "about": "a person"}, now),
-            sign(owner, 4705, {"collection": "mcas", "members": [bot.pubkey for bot in bots]}, now),
-        ]
-        await ledger.publish([event.to_dict() for event in events])
+        await ledger.publish(
+            [
+                terms(owner),
+                profile(owner, "owner", about="a person"),
+                members(owner, "mcas", [bot.pubkey for bot in bots]),
+            ]
+        )
     finally:
         await pool.close()
 
@@ -200,20 +188,20 @@ def _page(handler: Handler) -> None:
 
 @pytest.fixture(scope="module")
 def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
-    name = f"tms_spec_{uuid.uuid4().hex[:16]}"
-    asyncio.run(_admin(pg_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"'))
-    url = with_database(pg_server_url, name)
     workdir = Path(tempfile.mkdtemp(prefix="tms-spec-server-"))
     try:
         owner, python_bot, js_bot = SecretKey.generate(), SecretKey.generate(), SecretKey.generate()
-        asyncio.run(_seed(url, owner, [python_bot, js_bot]))
-        with Site({"/page.txt": _page}) as site, serving(url, workdir, site.allow) as (base, log):
-            terms = httpx.get(f"{base}/terms", timeout=10).json()
-            page_url = site.url("/page.txt")
-            yield Live(base, terms["sha256"], owner, python_bot, js_bot, log, page_url)
+        with fresh_database(pg_server_url, template_url, "tms_spec") as url:
+            asyncio.run(_seed(url, owner, [python_bot, js_bot]))
+            with (
+                Site({"/page.txt": _page}) as site,
+                serving(url, workdir, site.allow) as (base, log),
+            ):
+                served_terms = httpx.get(f"{base}/terms", timeout=10).json()
+                page_url = site.url("/page.txt")
+                yield Live(base, served_terms["sha256"], owner, python_bot, js_bot, log, page_url)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-        asyncio.run(_admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 # --- Node.js and the packages SPEC's JavaScript imports --------------------------------------
@@ -221,8 +209,8 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
 
 @pytest.fixture(scope="session")
 def js_packages() -> Iterator[Path]:
-    """A temporary directory with tests/js's lockfile installed by `npm ci`: scripts placed in it
-    import nostr-tools and @noble/hashes as SPEC's snippet does."""
+    """A temporary directory with tests/docs/js's lockfile installed by `npm ci`: scripts placed
+    in it import nostr-tools and @noble/hashes as SPEC's snippet does."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.fail(
@@ -247,7 +235,7 @@ def js_packages() -> Iterator[Path]:
         )
         if result.returncode != 0:
             pytest.fail(
-                f"npm ci of tests/js failed:\n{result.stdout}{result.stderr}", pytrace=False
+                f"npm ci of tests/docs/js failed:\n{result.stdout}{result.stderr}", pytrace=False
             )
         yield root
     finally:
@@ -373,8 +361,9 @@ def test_spec_python_snippet(live: Live, tmp_path: Path) -> None:
     collections, search, published = (ast.literal_eval(line) for line in out.spec)
     assert mcas(collections)["owner"] == live.owner.pubkey
     assert bot.pubkey in mcas(collections)["members"]
+    assert set(search) == {"method", "note", "items"}
     assert search["method"] == "keyword"
-    assert isinstance(search["items"], list)
+    assert bot.pubkey not in {item["pubkey"] for item in search["items"]}  # not written yet
     # SPEC: {"accepted": [<3 ids>], "skipped": [], "embedded": 1, "collections": ["mcas"]}
     assert published == {
         "accepted": [ids["doc"], ids["claim"], ids["link"]],

@@ -6,38 +6,37 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import anyio
-import asyncpg
 import httpx
 import pytest
-import uvicorn
+from factories import (
+    allow_connections,
+    database_name,
+    live_server,
+    nip98_auth,
+    nip98_header,
+    settings,
+    signed,
+    terms,
+)
+from publishing import publish
 
-from tests.conftest import sign
-from tms.config import Settings
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
-from tms.nostr.nip98 import authorization_header
 from tms.rules.kinds import validate_content
 from tms.rules.terms import current_terms
 from tms.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 
-SETTINGS = Settings.from_env({})
+SETTINGS = settings()
 TESTSERVER = "http://testserver"
-
-
-def auth(key: SecretKey, url: str, method: str = "GET", created_at: int | None = None) -> dict:
-    created_at = int(time.time()) if created_at is None else created_at
-    event = key.sign(27235, "", created_at, [["u", url], ["method", method]])
-    return {"Authorization": authorization_header(event)}
 
 
 def export_url(slug: str, origin: str = TESTSERVER) -> str:
@@ -51,39 +50,25 @@ class World:
     outsider: SecretKey
 
 
-def terms_event(key: SecretKey, now: int) -> Event:
-    terms = current_terms()
-    return sign(key, 4706, {"version": terms["version"], "sha256": terms["sha256"]}, now)
-
-
-async def publish(ledger: Ledger, events: list[Event]) -> None:
-    await ledger.publish([event.to_dict() for event in events])
-
-
 @pytest.fixture
 async def world(ledger: Ledger) -> World:
     """`mcas`, owned by `owner`, with `member` on its list and writing in it; `outsider` (approved)
     owns `other` and is not a member of `mcas`."""
     owner, member, outsider = SecretKey.generate(), SecretKey.generate(), SecretKey.generate()
-    now = int(time.time())
     await ledger.approve([owner.pubkey, outsider.pubkey])
     await publish(
         ledger,
-        [
-            terms_event(owner, now),
-            sign(owner, 0, {"name": "owner", "about": "a person"}, now),
-            sign(owner, 4702, {"collection": "mcas", "text": "A claim."}, now),
-            sign(owner, 4705, {"collection": "mcas", "members": [member.pubkey]}, now),
-            terms_event(outsider, now),
-            sign(outsider, 4702, {"collection": "other", "text": "Elsewhere."}, now),
-        ],
+        terms(owner),
+        signed(owner, 0, {"name": "owner", "about": "a person"}),
+        signed(owner, 4702, {"collection": "mcas", "text": "A claim."}),
+        signed(owner, 4705, {"collection": "mcas", "members": [member.pubkey]}),
+        terms(outsider),
+        signed(outsider, 4702, {"collection": "other", "text": "Elsewhere."}),
     )
     await publish(
         ledger,
-        [
-            terms_event(member, now),
-            sign(member, 4702, {"collection": "mcas", "text": "A member's claim."}, now),
-        ],
+        terms(member),
+        signed(member, 4702, {"collection": "mcas", "text": "A member's claim."}),
     )
     return World(owner, member, outsider)
 
@@ -115,24 +100,17 @@ async def test_healthz_reports_a_reachable_database(client: httpx.AsyncClient) -
 async def test_healthz_reports_an_unreachable_database_and_recovers(
     client: httpx.AsyncClient, db_url: str, pg_server_url: str
 ) -> None:
-    name = db_url.split("?")[0].rsplit("/", 1)[1]
-    admin = await asyncpg.connect(pg_server_url)
+    await allow_connections(pg_server_url, db_url, False)
     try:
-        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        await admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
-        )
         response = await client.get("/healthz")
         assert response.status_code == 503
         body = response.json()
         assert body["ok"] is False
         assert body["database"].startswith("unreachable: ")
-        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        response = await client.get("/healthz")
-        assert (response.status_code, response.json()["ok"]) == (200, True)
     finally:
-        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        await admin.close()
+        await allow_connections(pg_server_url, db_url, True)
+    response = await client.get("/healthz")
+    assert (response.status_code, response.json()["ok"]) == (200, True)
 
 
 async def test_terms_are_served_with_the_hash_of_their_text(client: httpx.AsyncClient) -> None:
@@ -153,7 +131,7 @@ async def test_members_export_every_event_as_stored(
     client: httpx.AsyncClient, ledger: Ledger, world: World, who: str
 ) -> None:
     key = getattr(world, who)
-    response = await client.get("/c/mcas/export.jsonl", headers=auth(key, export_url("mcas")))
+    response = await client.get("/c/mcas/export.jsonl", headers=nip98_auth(key, export_url("mcas")))
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/jsonl"
     assert response.headers["content-disposition"] == 'attachment; filename="mcas.jsonl"'
@@ -174,7 +152,9 @@ async def test_head_answers_like_get_without_a_body(
     client: httpx.AsyncClient, world: World
 ) -> None:
     url = export_url("mcas")
-    response = await client.head("/c/mcas/export.jsonl", headers=auth(world.owner, url, "HEAD"))
+    response = await client.head(
+        "/c/mcas/export.jsonl", headers=nip98_auth(world.owner, url, "HEAD")
+    )
     assert response.status_code == 200
     assert response.content == b""
     assert response.headers["content-type"] == "application/jsonl"
@@ -193,31 +173,30 @@ async def test_not_a_member_missing_and_invalid_slugs_look_the_same(
         "/c/a/b/export.jsonl",
         "/c//export.jsonl",
     ]:
-        response = await client.get(path, headers=auth(world.outsider, TESTSERVER + path))
+        response = await client.get(path, headers=nip98_auth(world.outsider, TESTSERVER + path))
         answers.append((response.status_code, response.headers.raw, response.content))
     assert answers[0][0] == 404
     assert answers[0][2] == b'{"error":"no such collection"}'
     assert all(answer == answers[0] for answer in answers)
     # while the outsider's own collection is theirs to export
     own = await client.get(
-        "/c/other/export.jsonl", headers=auth(world.outsider, export_url("other"))
+        "/c/other/export.jsonl", headers=nip98_auth(world.outsider, export_url("other"))
     )
     assert own.status_code == 200
     assert [Event.from_json(line).kind for line in own.text.splitlines()] == [4706, 4702]
 
 
 async def test_a_signed_url_under_tms_base_url(db_url: str, world: World) -> None:
-    settings = Settings.from_env({"TMS_BASE_URL": "https://tms.example.org/"})
-    app = create_app(settings, database_url=db_url)
+    app = create_app(settings(TMS_BASE_URL="https://tms.example.org/"), database_url=db_url)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=TESTSERVER) as client,
     ):
         public = "https://tms.example.org/c/mcas/export.jsonl"
-        ok = await client.get("/c/mcas/export.jsonl", headers=auth(world.owner, public))
+        ok = await client.get("/c/mcas/export.jsonl", headers=nip98_auth(world.owner, public))
         assert ok.status_code == 200
         local = await client.get(
-            "/c/mcas/export.jsonl", headers=auth(world.owner, export_url("mcas"))
+            "/c/mcas/export.jsonl", headers=nip98_auth(world.owner, export_url("mcas"))
         )
         assert local.status_code == 401
         assert f"but this request's URL is {public!r}" in local.json()["error"]
@@ -242,19 +221,15 @@ async def test_every_authentication_failure_is_a_401_naming_it(
         "event is not valid JSON": {"Authorization": "Nostr bm90IGpzb24="},
         "id does not match": tampered(key, url),
         "must be kind 27235, not kind 1": {
-            "Authorization": authorization_header(
-                key.sign(1, "", now, [["u", url], ["method", "GET"]])
-            )
+            "Authorization": nip98_header(key.sign(1, "", now, [["u", url], ["method", "GET"]]))
         },
-        "more than 60s from server time": auth(key, url, created_at=now - 120),
+        "more than 60s from server time": nip98_auth(key, url, created_at=now - 120),
         "no 'u' tag": {
-            "Authorization": authorization_header(key.sign(27235, "", now, [["method", "GET"]]))
+            "Authorization": nip98_header(key.sign(27235, "", now, [["method", "GET"]]))
         },
-        f"but this request's URL is {url!r}": auth(key, export_url("mcas", "http://other")),
-        "no 'method' tag": {
-            "Authorization": authorization_header(key.sign(27235, "", now, [["u", url]]))
-        },
-        "'method' tag is 'POST', but this request's method is 'GET'": auth(key, url, "POST"),
+        f"but this request's URL is {url!r}": nip98_auth(key, export_url("mcas", "http://other")),
+        "no 'method' tag": {"Authorization": nip98_header(key.sign(27235, "", now, [["u", url]]))},
+        "'method' tag is 'POST', but this request's method is 'GET'": nip98_auth(key, url, "POST"),
     }
     for fragment, headers in cases.items():
         response = await client.get("/c/mcas/export.jsonl", headers=headers)
@@ -289,7 +264,7 @@ async def test_an_unforeseen_error_is_a_bare_500(
         httpx.AsyncClient(transport=transport, base_url=TESTSERVER) as client,
     ):
         response = await client.get(
-            "/c/mcas/export.jsonl", headers=auth(world.owner, export_url("mcas"))
+            "/c/mcas/export.jsonl", headers=nip98_auth(world.owner, export_url("mcas"))
         )
     assert response.status_code == 500
     assert response.content == b'{"error":"internal error"}'
@@ -300,51 +275,29 @@ async def test_an_unforeseen_error_is_a_bare_500(
 
 
 @pytest.fixture
-def live_server(db_url: str) -> Iterator[str]:
-    """The app under uvicorn in a thread, on a port the OS picks; yields its origin."""
-    config = uvicorn.Config(
-        create_app(SETTINGS, database_url=db_url),
-        host="127.0.0.1",
-        port=0,
-        lifespan="on",
-        log_level="warning",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        assert not thread.is_alive()
+def origin(db_url: str) -> Iterator[str]:
+    """The app under uvicorn (see `factories.live_server`); yields its origin."""
+    with live_server(db_url, SETTINGS) as live:
+        yield live.url
 
 
 async def publish_many(ledger: Ledger, owner: SecretKey, count: int) -> None:
-    now = int(time.time())
     await ledger.approve([owner.pubkey])
-    events = [terms_event(owner, now)] + [
-        sign(owner, 4702, {"collection": "big", "text": f"Claim number {i}."}, now)
+    events = [terms(owner)] + [
+        signed(owner, 4702, {"collection": "big", "text": f"Claim number {i}."})
         for i in range(count - 1)
     ]
     for start in range(0, len(events), 1000):
-        await publish(ledger, events[start : start + 1000])
+        await publish(ledger, *events[start : start + 1000])
 
 
-async def test_a_big_export_streams_complete_over_real_http(
-    live_server: str, ledger: Ledger
-) -> None:
+async def test_a_big_export_streams_complete_over_real_http(origin: str, ledger: Ledger) -> None:
     owner = SecretKey.generate()
     await publish_many(ledger, owner, 3000)
-    url = export_url("big", live_server)
+    url = export_url("big", origin)
     async with httpx.AsyncClient(timeout=30) as http:
-        assert (await http.get(f"{live_server}/healthz")).json()["ok"] is True
-        async with http.stream("GET", url, headers=auth(owner, url)) as response:
+        assert (await http.get(f"{origin}/healthz")).json()["ok"] is True
+        async with http.stream("GET", url, headers=nip98_auth(owner, url)) as response:
             assert response.status_code == 200
             assert "content-length" not in response.headers  # streamed, not buffered
             assert response.headers["transfer-encoding"] == "chunked"
@@ -358,26 +311,24 @@ async def test_a_big_export_streams_complete_over_real_http(
 
 
 async def test_a_client_hanging_up_mid_export_frees_its_connection(
-    live_server: str, ledger: Ledger, db_url: str
+    origin: str, ledger: Ledger, db_url: str
 ) -> None:
     owner = SecretKey.generate()
-    now = int(time.time())
     await ledger.approve([owner.pubkey])
     text = "Evidence text. " * 70_000  # about 1 MB per event, 20 MB in all
-    await publish(
-        ledger,
-        [terms_event(owner, now)]
-        + [sign(owner, 4701, {"collection": "big", "text": f"{i} {text}"}, now) for i in range(20)],
-    )
-    url = export_url("big", live_server)
+    documents = [
+        signed(owner, 4701, {"collection": "big", "text": f"{i} {text}"}) for i in range(20)
+    ]
+    await publish(ledger, terms(owner), *documents)
+    url = export_url("big", origin)
     async with (
         httpx.AsyncClient(timeout=30) as http,
-        http.stream("GET", url, headers=auth(owner, url)) as response,
+        http.stream("GET", url, headers=nip98_auth(owner, url)) as response,
     ):
         assert response.status_code == 200
         async for _ in response.aiter_raw():
             break  # hang up after the first chunk
-    name = db_url.split("?")[0].rsplit("/", 1)[1]
+    name = database_name(db_url)
     deadline = time.monotonic() + 10
     while True:
         busy = await ledger.pool.fetchval(

@@ -7,15 +7,15 @@ The vectors in `assets/nostr_tools_vectors.json` were produced by
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import ASSETS
 
 from tms.nostr import keys, nip19
 from tms.nostr.events import Event, SecretKey, compute_id
 
-VECTORS_PATH = Path(__file__).parent / "assets" / "nostr_tools_vectors.json"
+VECTORS_PATH = ASSETS / "nostr_tools_vectors.json"
 VECTORS: dict[str, Any] = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))
 KEYS: list[dict[str, str]] = VECTORS["keys"]
 CASES: list[tuple[dict[str, Any], dict[str, str]]] = [

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from factories import sign
 from proof_events import cited
 
 from tms.mcp.prompts import (
@@ -21,7 +22,7 @@ from tms.mcp.prompts import (
     briefing,
     claims_pass,
 )
-from tms.nostr.events import Event, SecretKey, compact_json
+from tms.nostr.events import SecretKey, compact_json
 from tms.rules.kinds import parse_content
 from tms.rules.proofs import check_proof
 from tms.rules.terms import current_terms
@@ -32,10 +33,10 @@ from tms.types import (
     KIND_LINK,
     KIND_NAMES,
     KIND_TERMS,
-    RELATIONS,
 )
 
 SLUG = "histamine-2_x"
+RELATIONS = ("SUPPORTS", "REBUTS", "QUALIFIES")  # SPEC's, as a link's `relation`
 KEY = SecretKey.generate()
 
 # SPEC's tool table: required args, optional args.
@@ -93,10 +94,6 @@ def fill_ids(value: Any, ids: dict[str, str]) -> Any:
     if isinstance(value, dict):
         return {key: fill_ids(item, ids) for key, item in value.items()}
     return value
-
-
-def sign(kind: int, content: dict[str, Any]) -> Event:
-    return KEY.sign(kind, compact_json(content), 1_790_000_000)
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -262,12 +259,16 @@ def test_briefing_embeds_the_example_proof() -> None:
 
 def test_example_proof_passes_check_proof_with_real_events() -> None:
     evidence = sign(
+        KEY,
         KIND_EVIDENCE,
         {"collection": SLUG, "text": "DAO is thought to cause it.", "title": "A review"},
     )
-    claim = sign(KIND_CLAIM, {"collection": SLUG, "text": "Reduced DAO activity causes HIT."})
-    other = sign(KIND_CLAIM, {"collection": SLUG, "text": "Serum DAO does not track symptoms."})
+    claim = sign(KEY, KIND_CLAIM, {"collection": SLUG, "text": "Reduced DAO activity causes HIT."})
+    other = sign(
+        KEY, KIND_CLAIM, {"collection": SLUG, "text": "Serum DAO does not track symptoms."}
+    )
     link = sign(
+        KEY,
         KIND_LINK,
         {
             "collection": SLUG,
@@ -279,6 +280,7 @@ def test_example_proof_passes_check_proof_with_real_events() -> None:
         },
     )
     contradiction = sign(
+        KEY,
         KIND_CONTRADICTION,
         {"collection": SLUG, "claims": [claim.id, other.id], "reason": "Serum data disagree."},
     )
@@ -306,7 +308,7 @@ def test_example_proof_passes_check_proof_with_real_events() -> None:
 
 def test_example_proof_each_rule_matters() -> None:
     """Dropping the gap mark, or adding a loose step, breaks the example as SPEC says."""
-    claim = sign(KIND_CLAIM, {"collection": SLUG, "text": "A claim."})
+    claim = sign(KEY, KIND_CLAIM, {"collection": SLUG, "text": "A claim."})
     ids = {"<claim id>": claim.id, "<link id>": claim.id, "<contradiction id>": claim.id}
     proof = fill_ids(EXAMPLE_PROOF, ids)
     assert check_proof(proof, cited([claim]))["ok"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from factories import key, sign
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from proof_events import cited
 
-from tms.nostr.events import Event, SecretKey
+from tms.nostr.events import Event
 from tms.rules.cited import MAX_TEXT_CHARS
 from tms.rules.proofs import (
     MAX_CITED_EVENTS,
@@ -29,17 +30,11 @@ from tms.types import (
     KIND_MEMBERS,
 )
 
-KEY = SecretKey.generate()
+KEY = key(0x70)
 SECRET = "SECRET-MARKER-7f3a"
-NOW = 1_790_000_000
-
-
-def sign(kind: int, content: dict[str, Any] | str) -> Event:
-    text = content if isinstance(content, str) else json.dumps(content, separators=(",", ":"))
-    return KEY.sign(kind, text, NOW)
-
 
 EVIDENCE = sign(
+    KEY,
     KIND_EVIDENCE,
     {
         "collection": "mcas",
@@ -49,10 +44,15 @@ EVIDENCE = sign(
     },
 )
 CLAIM = sign(
-    KIND_CLAIM, {"collection": "mcas", "text": "Reduced DAO activity causes histamine build-up."}
+    KEY,
+    KIND_CLAIM,
+    {"collection": "mcas", "text": "Reduced DAO activity causes histamine build-up."},
 )
-CLAIM_2 = sign(KIND_CLAIM, {"collection": "mcas", "text": "Serum DAO does not track symptoms."})
+CLAIM_2 = sign(
+    KEY, KIND_CLAIM, {"collection": "mcas", "text": "Serum DAO does not track symptoms."}
+)
 LINK = sign(
+    KEY,
     KIND_LINK,
     {
         "collection": "mcas",
@@ -64,6 +64,7 @@ LINK = sign(
     },
 )
 CONTRADICTION = sign(
+    KEY,
     KIND_CONTRADICTION,
     {
         "collection": "mcas",
@@ -71,9 +72,12 @@ CONTRADICTION = sign(
         "reason": "Serum levels disagree with the proposed mechanism.",
     },
 )
-MEMBERS = sign(KIND_MEMBERS, {"collection": "mcas", "members": []})
+MEMBERS = sign(KEY, KIND_MEMBERS, {"collection": "mcas", "members": []})
+UNREADABLE = sign(KEY, KIND_CLAIM, "this is not JSON {")
+NOT_AN_OBJECT = sign(KEY, KIND_LINK, "[1, 2, 3]")
+WRONG_TYPES = sign(KEY, KIND_CONTRADICTION, {"claims": "x", "reason": 7})
 # An event of another collection: the caller's look-up never returns it.
-FOREIGN = sign(KIND_CLAIM, {"collection": "private", "text": f"{SECRET} confidential finding"})
+FOREIGN = sign(KEY, KIND_CLAIM, {"collection": "private", "text": f"{SECRET} confidential finding"})
 
 COLLECTION: dict[str, Event] = {
     event.id: event
@@ -185,8 +189,10 @@ def test_evidence_is_expanded_with_title_and_source() -> None:
 
 
 def test_evidence_without_title_falls_back_to_url_then_untitled() -> None:
-    with_url = sign(KIND_EVIDENCE, {"collection": "c", "text": "t", "url": "https://example.org/x"})
-    bare = sign(KIND_EVIDENCE, {"collection": "c", "text": "t"})
+    with_url = sign(
+        KEY, KIND_EVIDENCE, {"collection": "c", "text": "t", "url": "https://example.org/x"}
+    )
+    bare = sign(KEY, KIND_EVIDENCE, {"collection": "c", "text": "t"})
     pool = {with_url.id: with_url, bare.id: bare}
     result = check({"steps": [step("root", cites=[with_url.id, bare.id])]}, pool)
     assert result["ok"]
@@ -206,7 +212,9 @@ def test_member_lists_expand_to_their_kind_and_id() -> None:
 
 
 def test_long_and_multiline_texts_are_trimmed_to_one_line() -> None:
-    long_claim = sign(KIND_CLAIM, {"collection": "c", "text": "line one\nline two " + "x" * 5000})
+    long_claim = sign(
+        KEY, KIND_CLAIM, {"collection": "c", "text": "line one\nline two " + "x" * 5000}
+    )
     say = "first\n\nsecond " + "y" * 5000
     result = check({"steps": [step("root", say, [long_claim.id])]}, {long_claim.id: long_claim})
     assert result["ok"]
@@ -645,9 +653,8 @@ def test_proof_shaped_input_never_raises(proof: dict[str, Any]) -> None:
     result = check(proof)
     assert SECRET not in json.dumps(result)
     if result["root"] is not None:
-        assert any(
-            isinstance(raw, dict) and raw.get("id") == result["root"] for raw in proof["steps"]
-        )
+        steps = proof["steps"]
+        assert any(isinstance(raw, dict) and raw.get("id") == result["root"] for raw in steps)
     # Passing every event, foreign ones included, still never raises.
     assert_shape(check_proof(proof, cited([*COLLECTION.values(), FOREIGN])))
 

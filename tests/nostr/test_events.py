@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 import pytest
+from factories import key, sign
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import sign
 from tms.errors import InvalidEvent
-from tms.nostr.events import Event, SecretKey, compute_id, parse_and_verify
+from tms.nostr.events import Event, SecretKey, compute_id
 
-KEY = SecretKey(bytes.fromhex("3b" * 32))
+KEY = key(0x3B)
 unicode_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=200)
 HEX = "0123456789abcdef"
 
@@ -23,9 +23,16 @@ def good() -> dict[str, Any]:
     return sign(KEY, 4702, {"collection": "mcas", "text": "A claim."}).to_dict()
 
 
+def verified(obj: object) -> Event:
+    """What every publish and request does with a client's event: parse it, then verify it."""
+    event = Event.from_dict(obj)
+    event.verify()
+    return event
+
+
 def rejected(obj: object) -> InvalidEvent:
     with pytest.raises(InvalidEvent) as info:
-        parse_and_verify(obj)
+        verified(obj)
     return info.value
 
 
@@ -46,7 +53,7 @@ def test_sign_verify_round_trip_through_json_text(content: str, created_at: int,
 def test_awkward_content_round_trips(content: str) -> None:
     event = KEY.sign(1, content, 1)
     assert Event.from_json(event.to_json()).content == content
-    parse_and_verify(json.loads(event.to_json()))
+    assert verified(json.loads(event.to_json())) == event
 
 
 def _flip(text: str, position: int, alphabet: str) -> str:
@@ -181,7 +188,7 @@ def test_signatures_use_fresh_randomness() -> None:
 )
 def test_arbitrary_json_never_escapes_as_another_error(obj: object) -> None:
     with contextlib.suppress(InvalidEvent):
-        parse_and_verify(obj)
+        verified(obj)
 
 
 def test_secret_key_repr_does_not_leak_the_secret() -> None:

@@ -5,11 +5,8 @@ temporary data directory for `tms serve`."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -18,22 +15,15 @@ import anyio
 import httpx
 import psutil
 import pytest
+from factories import TMS, claim, environment, free_port, terms
+from publishing import publish
 
-from tests.conftest import sign
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
-from tms.rules.terms import current_terms
 
 pytestmark = pytest.mark.anyio
-
-TMS = str(Path(sys.executable).parent / "tms")
-
-
-def environment(**values: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
-    return {**env, **values}
 
 
 async def tms(db_url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -112,16 +102,13 @@ async def test_one_bad_key_refuses_them_all(db_url: str, ledger: Ledger, command
 
 async def test_export_writes_exactly_what_the_ledger_exports(db_url: str, ledger: Ledger) -> None:
     owner = SecretKey.generate()
-    now = int(time.time())
     await ledger.approve([owner.pubkey])
-    terms = current_terms()
-    events = [sign(owner, 4706, {"version": terms["version"], "sha256": terms["sha256"]}, now)]
-    events += [
-        sign(owner, 4702, {"collection": "mcas", "text": f"Claim {i}: naïve “quotes”."}, now)
-        for i in range(50)
-    ]
-    events.append(sign(owner, 4702, {"collection": "other", "text": "Not in mcas."}, now))
-    await ledger.publish([event.to_dict() for event in events])
+    await publish(
+        ledger,
+        terms(owner),
+        *(claim(owner, "mcas", f"Claim {i}: naïve “quotes”.") for i in range(50)),
+        claim(owner, "other", "Not in mcas."),
+    )
 
     result = await tms(db_url, "export", "mcas")
     assert result.returncode == 0, result.stderr
@@ -151,13 +138,6 @@ async def test_an_unreachable_database_is_one_line(args: list[str]) -> None:
 
 
 # --- tms serve on the embedded PostgreSQL --------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def postgres_processes(data_dir: Path) -> list[psutil.Process]:

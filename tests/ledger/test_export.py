@@ -9,39 +9,39 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import pytest
 from coincurve import PublicKeyXOnly
-from publishing import (
+from factories import (
     MEMBER,
     MEMBER2,
     NOW,
     OWNER,
     OWNER2,
     T0,
-    Event,
+    EventDict,
     claim,
     contradiction,
+    create_database,
+    drop_database,
     evidence,
     ids,
     link,
     members,
     profile,
-    publish,
     signed,
     terms,
 )
+from publishing import publish
 
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event as EnvelopeEvent
 from tms.rules.publish import MAX_BATCH
-from tms.store.database import open_pool, with_database
+from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
 
@@ -81,7 +81,7 @@ def as_file(lines: list[str]) -> bytes:
     return "".join(f"{line}\n" for line in lines).encode("utf-8")
 
 
-async def publish_in_chunks(ledger: Ledger, events: list[Event], size: int = MAX_BATCH) -> None:
+async def publish_in_chunks(ledger: Ledger, events: list[EventDict], size: int = MAX_BATCH) -> None:
     for start in range(0, len(events), size):
         chunk = events[start : start + size]
         result = await publish(ledger, *chunk)
@@ -89,7 +89,7 @@ async def publish_in_chunks(ledger: Ledger, events: list[Event], size: int = MAX
         assert result["skipped"] == []
 
 
-async def build_lab(ledger: Ledger, bulk: int = 0) -> tuple[list[Event], list[Event]]:
+async def build_lab(ledger: Ledger, bulk: int = 0) -> tuple[list[EventDict], list[EventDict]]:
     """Publish a collection "lab" (owner OWNER, writer MEMBER, silent member MEMBER2) among
     other collections' events. Returns every event in publish order, and the ones lab's export
     holds: lab's own, plus the terms and profiles of the keys that wrote in lab."""
@@ -130,7 +130,7 @@ async def build_lab(ledger: Ledger, bulk: int = 0) -> tuple[list[Event], list[Ev
         [members(OWNER, "lab", [MEMBER.pubkey], created_at=T0 + 120)],
     ]
     batches.append([claim(OWNER, "lab", f"bulk claim {i} — №{i}") for i in range(bulk)])
-    everything: list[Event] = []
+    everything: list[EventDict] = []
     for batch in batches:
         if batch:
             await publish_in_chunks(ledger, batch)
@@ -144,30 +144,20 @@ async def build_lab(ledger: Ledger, bulk: int = 0) -> tuple[list[Event], list[Ev
     return everything, expected
 
 
-def _collection(event: Event) -> str | None:
+def _collection(event: EventDict) -> str | None:
     return json.loads(event["content"]).get("collection")
 
 
 @pytest.fixture
 async def second_ledger(pg_server_url: str, template_url: str) -> AsyncIterator[Ledger]:
     """A second fresh database on the same server, copied from the session's template."""
-    template = template_url.partition("?")[0].rsplit("/", 1)[1]
-    name = f"tms_export_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(pg_server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    finally:
-        await admin.close()
-    pool = await open_pool(with_database(pg_server_url, name), min_size=1, max_size=2)
+    url = await create_database(pg_server_url, template_url, "tms_export")
+    pool = await open_pool(url, min_size=1, max_size=2)
     try:
         yield Ledger(pool)
     finally:
         await pool.close()
-        admin = await asyncpg.connect(pg_server_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await drop_database(pg_server_url, url)
 
 
 async def test_export_is_oldest_first_exactly_as_stored(ledger: Ledger) -> None:
@@ -205,16 +195,19 @@ async def test_export_of_an_unknown_collection_is_empty(ledger: Ledger) -> None:
 
 
 async def test_every_exported_line_verifies_on_its_own(ledger: Ledger) -> None:
-    await build_lab(ledger)
+    _, expected = await build_lab(ledger)
     lines = await export(ledger, "lab")
     # A JSON Lines file splits on "\n" only (U+2028, U+0085 and friends stay inside lines).
-    for line in as_file(lines).decode("utf-8").split("\n")[:-1]:
+    *split, last = as_file(lines).decode("utf-8").split("\n")
+    assert last == ""  # the last line ends with "\n" too
+    for line in split:
         EnvelopeEvent.from_json(line).verify()
-        obj = verify_independently(line)
-        if obj["kind"] == 0 and obj["tags"]:
-            assert obj["tags"] == PROFILE_TAGS
-        if obj["kind"] == 4701:
-            assert json.loads(obj["content"])["text"] == UNICODE_TEXT
+    exported = [verify_independently(line) for line in split]
+    assert exported == expected  # lab's events and its writers' terms and profiles, in order
+    # the awkward ones among them came through whole
+    assert [obj["tags"] for obj in exported if obj["tags"]] == [PROFILE_TAGS]
+    texts = [json.loads(obj["content"])["text"] for obj in exported if obj["kind"] == 4701]
+    assert texts == [UNICODE_TEXT]
 
 
 async def test_round_trip_reproduces_the_export_byte_for_byte(

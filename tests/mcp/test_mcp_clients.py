@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import TMS, Live, fresh_database, live_server, request, signed, terms
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp_helpers import (
-    Caller,
-    Live,
-    approve,
-    fresh_database,
-    live_server,
-    request,
-    sign,
-    terms_event,
-)
+from mcp_helpers import Caller, approve
 
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
@@ -39,14 +29,13 @@ def owner() -> SecretKey:
 
 @pytest.fixture(scope="module")
 def live(pg_server_url: str, template_url: str, owner: SecretKey) -> Iterator[Live]:
-    database = fresh_database(pg_server_url, template_url)
-    approve(database, owner)
-    with live_server(database) as server:
+    with fresh_database(pg_server_url, template_url) as database, live_server(database) as server:
+        approve(database, owner)
         caller = Caller(server)
         caller.publish(
-            terms_event(owner),
-            sign(owner, 0, {"name": "sdk-owner"}),
-            sign(
+            terms(owner),
+            signed(owner, 0, {"name": "sdk-owner"}),
+            signed(
                 owner, 4702, {"collection": SLUG, "text": "Reduced DAO activity causes symptoms."}
             ),
         )
@@ -64,7 +53,9 @@ async def test_the_sdk_client_over_streamable_http(live: Live, owner: SecretKey)
         tools = await client.list_tools()
         assert len(tools.tools) == 10
         by_name = {t.name: t for t in tools.tools}
-        assert by_name["search_claims"].output_schema is not None
+        schema = by_name["search_claims"].output_schema
+        assert schema is not None and schema["type"] == "object"
+        assert set(schema["properties"]) == {"method", "note", "items"}
         listed = _structured(
             await client.call_tool(
                 "list_collections", {"request": request(owner, "list_collections")}
@@ -89,9 +80,8 @@ async def test_the_sdk_client_over_streamable_http(live: Live, owner: SecretKey)
 
 
 def _stdio(live: Live, **env: str) -> StdioServerParameters:
-    tms = Path(sys.executable).with_name("tms")
     return StdioServerParameters(
-        command=str(tms),
+        command=TMS,
         args=["stdio"],
         env={
             "PATH": os.environ.get("PATH", ""),
@@ -135,7 +125,7 @@ async def test_stdio_signs_calls_with_tms_nsec(live: Live, owner: SecretKey) -> 
         published = _structured(
             await client.call_tool(
                 "publish",
-                {"events": [sign(owner, 4702, {"collection": SLUG, "text": "Over stdio."})]},
+                {"events": [signed(owner, 4702, {"collection": SLUG, "text": "Over stdio."})]},
             )
         )
         assert published["embedded"] == 1

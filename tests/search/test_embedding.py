@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import ASSETS
 
 from tms.config import DEFAULT_MODEL, EmbeddingConfig
 from tms.search.model import (
@@ -25,7 +26,7 @@ from tms.search.model import (
     embedding_text,
 )
 
-REFERENCE = Path(__file__).parent / "assets" / "minilm_reference.json"
+REFERENCE = ASSETS / "minilm_reference.json"
 SHIPPED = resources.files("tms.search") / "models" / "all-MiniLM-L6-v2"
 
 

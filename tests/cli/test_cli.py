@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from factories import BIN, environment, key
 
 from tms.nostr import nip19
 from tms.nostr.events import Event, SecretKey
 from tms.rules.kinds import validate_content
 
-BIN = Path(sys.executable).parent
-KEY = SecretKey(bytes.fromhex("6e" * 32))
+KEY = key(0x6E)
 NSEC = nip19.nsec_encode(KEY.secret)
 
 
 def run(
     *args: str, nsec: str | None = NSEC, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TMS_NSEC"}
-    if nsec is not None:
-        env["TMS_NSEC"] = nsec
+    env = environment() if nsec is None else environment(TMS_NSEC=nsec)
     return subprocess.run(
         [str(BIN / args[0]), *args[1:]],
         env=env,
@@ -42,9 +38,9 @@ def test_keygen_prints_a_usable_key() -> None:
     assert result.returncode == 0, result.stderr
     values = dict(line.split("=", 1) for line in result.stdout.splitlines())
     assert set(values) == {"TMS_NSEC", "BOT_SECRET_HEX", "NPUB", "PUBKEY_HEX"}
-    key = SecretKey(bytes.fromhex(values["BOT_SECRET_HEX"]))
-    assert nip19.nsec_decode(values["TMS_NSEC"]) == key.secret
-    assert nip19.npub_decode(values["NPUB"]) == key.pubkey == values["PUBKEY_HEX"]
+    made = SecretKey(bytes.fromhex(values["BOT_SECRET_HEX"]))
+    assert nip19.nsec_decode(values["TMS_NSEC"]) == made.secret
+    assert nip19.npub_decode(values["NPUB"]) == made.pubkey == values["PUBKEY_HEX"]
 
 
 @pytest.mark.parametrize("nsec", [NSEC, KEY.secret.hex()])

@@ -7,16 +7,15 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 import pytest
-from publishing import OWNER, compact, open_collection
+from factories import OWNER, EventDict, claim
+from publishing import open_collection
 
 from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.mcp.tools import Tools
-from tms.nostr.events import SecretKey
 from tms.runtime import load_embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.vectors import Vectors
@@ -27,10 +26,6 @@ pytestmark = pytest.mark.anyio
 
 SLUG = "vec"
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def _signed(key: SecretKey, kind: int, content: dict[str, Any]) -> dict[str, Any]:
-    return key.sign(kind, compact(content), int(time.time())).to_dict()
 
 
 @pytest.fixture
@@ -68,11 +63,10 @@ async def _eventually(pool: Pool, count: int, seconds: float = 30.0) -> dict[str
 _numbers = itertools.count()
 
 
-def _claims(n: int) -> list[dict[str, Any]]:
-    """`n` claims never signed before (the same text in the same second would be one event)."""
+def _claims(n: int) -> list[EventDict]:
+    """`n` claims never signed before (the same text signed at the same time would be one event)."""
     return [
-        _signed(OWNER, 4702, {"collection": SLUG, "text": f"Claim {i} about histamine."})
-        for i in itertools.islice(_numbers, n)
+        claim(OWNER, SLUG, f"Claim {i} about histamine.") for i in itertools.islice(_numbers, n)
     ]
 
 
@@ -156,13 +150,13 @@ async def test_a_failed_embedding_is_reported_and_caught_up_later(pool: Pool) ->
 async def test_with_embedding_off_search_is_keyword_with_a_note(pool: Pool) -> None:
     ledger = Ledger(pool)
     await open_collection(ledger, OWNER, SLUG)
-    claim = _signed(OWNER, 4702, {"collection": SLUG, "text": "Reduced DAO activity."})
-    await ledger.publish([claim])
+    dao = claim(OWNER, SLUG, "Reduced DAO activity.")
+    await ledger.publish([dao])
     tools = Tools(Services.over(pool, None), signer=OWNER)
     result = await tools.call("search_claims", {"collection": SLUG, "text": "DAO"})
     assert result["method"] == "keyword"
     assert "TMS_EMBED=off" in result["note"]
-    assert [item["id"] for item in result["items"]] == [claim["id"]]
+    assert [item["id"] for item in result["items"]] == [dao["id"]]
 
 
 async def test_claims_still_waiting_are_named_in_the_note(pool: Pool) -> None:

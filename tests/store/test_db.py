@@ -7,11 +7,11 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from factories import claim, contradiction, evidence, link, members, profile, terms
+from publishing import publish
 
-from tests.conftest import sign
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
-from tms.rules.terms import current_terms
 from tms.store.database import DatabaseError, Migration, load_migrations, migrate, with_database
 
 pytestmark = pytest.mark.anyio
@@ -77,33 +77,21 @@ def test_with_database_keeps_the_socket_directory() -> None:
 async def test_every_typed_row_has_its_event(ledger: Ledger) -> None:
     """The typed tables carry no foreign keys (see sql/001): the projection is checked here."""
     key = SecretKey.generate()
-    terms = current_terms()
     await ledger.approve([key.pubkey])
-    doc = sign(key, 4701, {"collection": "c", "text": "The sky is blue today."})
-    a = sign(key, 4702, {"collection": "c", "text": "The sky is blue."})
-    b = sign(key, 4702, {"collection": "c", "text": "The sky is green."})
-    batch = [
-        sign(key, 4706, {"version": terms["version"], "sha256": terms["sha256"]}),
-        sign(key, 0, {"name": "tester"}),
+    doc = evidence(key, "c", "The sky is blue today.")
+    a = claim(key, "c", "The sky is blue.")
+    b = claim(key, "c", "The sky is green.")
+    await publish(
+        ledger,
+        terms(key),
+        profile(key, "tester"),
         doc,
         a,
         b,
-        sign(
-            key,
-            4703,
-            {
-                "collection": "c",
-                "from": doc.id,
-                "to": a.id,
-                "relation": "SUPPORTS",
-                "quote": "sky is blue",
-                "reason": "Says so.",
-            },
-        ),
-        sign(key, 4704, {"collection": "c", "claims": [a.id, b.id], "reason": "Colours."}),
-        sign(key, 4705, {"collection": "c", "members": []}),
-    ]
-    await ledger.publish([e.to_dict() for e in batch])
+        link(key, "c", doc["id"], a["id"], "sky is blue"),
+        contradiction(key, "c", [a["id"], b["id"]], "Colours."),
+        members(key, "c", []),
+    )
     kinds = {
         "profiles": 0,
         "evidence": 4701,

@@ -9,23 +9,20 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit
 
-import asyncpg
 import jsonschema
 import pytest
-from mcp_helpers import (
-    HEADERS,
-    Caller,
+from factories import (
     Live,
-    approve,
+    allow_connections,
     compact,
     fresh_database,
     live_server,
     request,
-    sign,
-    terms_event,
+    signed,
+    terms,
 )
+from mcp_helpers import HEADERS, Caller, approve
 
 from tms.nostr.events import SecretKey
 from tms.nostr.nip98 import authorization_header
@@ -62,11 +59,11 @@ class World:
         approve(caller.live.database_url, self.owner, self.other)
         o = self.owner
         self.setup = caller.publish(
-            terms_event(o),
-            sign(o, 0, {"name": "owner-bot", "about": "agent: test"}),
-            sign(o, 4705, {"collection": SLUG, "members": [self.member.pubkey]}),
+            terms(o),
+            signed(o, 0, {"name": "owner-bot", "about": "agent: test"}),
+            signed(o, 4705, {"collection": SLUG, "members": [self.member.pubkey]}),
         )
-        self.doc = sign(
+        self.doc = signed(
             o,
             4701,
             {
@@ -77,7 +74,7 @@ class World:
                 "text": DOC_TEXT,
             },
         )
-        self.claim = sign(
+        self.claim = signed(
             o,
             4702,
             {
@@ -85,7 +82,7 @@ class World:
                 "text": "Histamine intolerance results from reduced DAO activity.",
             },
         )
-        self.claim2 = sign(
+        self.claim2 = signed(
             o,
             4702,
             {
@@ -93,7 +90,7 @@ class World:
                 "text": "Serum DAO levels predict histamine intolerance symptoms.",
             },
         )
-        self.link = sign(
+        self.link = signed(
             o,
             4703,
             {
@@ -105,7 +102,7 @@ class World:
                 "reason": "The review names reduced DAO activity as the proposed mechanism.",
             },
         )
-        self.rebut = sign(
+        self.rebut = signed(
             o,
             4703,
             {
@@ -117,7 +114,7 @@ class World:
                 "reason": "Poor correlation undercuts serum DAO as a predictor.",
             },
         )
-        self.contradiction = sign(
+        self.contradiction = signed(
             o,
             4704,
             {
@@ -129,18 +126,17 @@ class World:
         self.batch = caller.publish(
             self.doc, self.claim, self.claim2, self.link, self.rebut, self.contradiction
         )
-        caller.publish(terms_event(self.member))
-        other_doc = sign(
+        caller.publish(terms(self.member))
+        other_doc = signed(
             self.other, 4702, {"collection": "elsewhere", "text": "A claim elsewhere."}
         )
-        caller.publish(terms_event(self.other), other_doc)
+        caller.publish(terms(self.other), other_doc)
         self.elsewhere = other_doc
 
 
 @pytest.fixture(scope="module")
 def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
-    database = fresh_database(pg_server_url, template_url)
-    with live_server(database) as server:
+    with fresh_database(pg_server_url, template_url) as database, live_server(database) as server:
         yield server
 
 
@@ -330,7 +326,7 @@ def test_request_rules_each_refused_in_specs_words(world: World, caller: Caller)
     changed = dict(request(o, "list_collections"))
     changed["content"] = changed["content"].replace("{}", '{"x":1}')
     assert "id does not match" in caller.error("list_collections", {"request": changed})
-    not_a_request = sign(o, 4702, {"collection": SLUG, "text": "x"})
+    not_a_request = signed(o, 4702, {"collection": SLUG, "text": "x"})
     assert "kind 4707" in caller.error("list_collections", {"request": not_a_request})
     assert "needs a signed `request`" in caller.error("list_collections", {})
     assert "request: event must be a JSON object" in caller.error(
@@ -396,7 +392,7 @@ def test_argument_errors(world: World, caller: Caller) -> None:
 
 def test_publish_errors_come_back_as_tool_errors(world: World, caller: Caller) -> None:
     o = world.owner
-    bad_quote = sign(
+    bad_quote = signed(
         o,
         4703,
         {
@@ -408,12 +404,13 @@ def test_publish_errors_come_back_as_tool_errors(world: World, caller: Caller) -
             "reason": "r",
         },
     )
-    claim = sign(o, 4702, {"collection": SLUG, "text": "A claim that must not be stored."})
+    claim = signed(o, 4702, {"collection": SLUG, "text": "A claim that must not be stored."})
     text = caller.error("publish", {"events": [claim, bad_quote]})
     assert "quote not found verbatim in evidence" in text and text.startswith("events[1]")
     assert caller.tool(o, "get_event", id=claim["id"]) == {"result": None}
     assert "is not approved and is not a member of any collection" in caller.error(
-        "publish", {"events": [sign(SecretKey.generate(), 4702, {"collection": SLUG, "text": "x"})]}
+        "publish",
+        {"events": [signed(SecretKey.generate(), 4702, {"collection": SLUG, "text": "x"})]},
     )
     assert "kind 4707 requests are never stored" in caller.error(
         "publish", {"events": [request(o, "list_collections")]}
@@ -496,7 +493,7 @@ def test_a_full_size_evidence_document_goes_through(world: World, caller: Caller
     envelope = len(compact({"collection": SLUG, "title": "Big", "text": ""}))
     size = 2_000_000 - envelope  # the content string, JSON and all, is exactly at the limit
     text = ("Ünïcödé evidence text, repeated to the limit. " * 50_000)[:size]
-    doc = sign(world.owner, 4701, {"collection": SLUG, "title": "Big", "text": text})
+    doc = signed(world.owner, 4701, {"collection": SLUG, "title": "Big", "text": text})
     assert len(doc["content"]) == 2_000_000
     assert caller.publish(doc)["accepted"] == [doc["id"]]
     event = caller.tool(world.member, "get_event", id=doc["id"], offset=size - 10)["result"]
@@ -553,22 +550,22 @@ def test_every_publish_error_row_of_spec_through_mcp(world: World, caller: Calle
     link = dict(world.link)
     content = {"collection": SLUG, "from": world.doc["id"], "reason": "r", "quote": "DAO"}
     cases: list[tuple[list[dict[str, Any]], str]] = [
-        ([sign(fresh, 4702, {"collection": SLUG, "text": "x"})], "sign the current terms first"),
+        ([signed(fresh, 4702, {"collection": SLUG, "text": "x"})], "sign the current terms first"),
         (
-            [sign(world.other, 4702, {"collection": SLUG, "text": "x"})],
+            [signed(world.other, 4702, {"collection": SLUG, "text": "x"})],
             "not a member of collection",
         ),
         (
-            [sign(m, 4702, {"collection": "brand-new", "text": "x"})],
+            [signed(m, 4702, {"collection": "brand-new", "text": "x"})],
             "only approved pubkeys create collections",
         ),
         (
-            [sign(m, 4705, {"collection": SLUG, "members": []})],
+            [signed(m, 4705, {"collection": SLUG, "members": []})],
             f"only the owner of collection '{SLUG}' changes its members",
         ),
         (
             [
-                sign(
+                signed(
                     o,
                     4703,
                     {
@@ -583,7 +580,7 @@ def test_every_publish_error_row_of_spec_through_mcp(world: World, caller: Calle
         ),
         (
             [
-                sign(
+                signed(
                     o,
                     4703,
                     {
@@ -598,7 +595,7 @@ def test_every_publish_error_row_of_spec_through_mcp(world: World, caller: Calle
         ),
         (
             [
-                sign(
+                signed(
                     o,
                     4704,
                     {
@@ -611,24 +608,20 @@ def test_every_publish_error_row_of_spec_through_mcp(world: World, caller: Calle
             f"is not a claim in collection '{SLUG}'",
         ),
         (
-            [sign(o, 4703, {**content, "to": "ab" * 32, "relation": "SUPPORTS"})],
+            [signed(o, 4703, {**content, "to": "ab" * 32, "relation": "SUPPORTS"})],
             "does not exist",
         ),
         (
-            [sign(o, 4703, {**content, "to": world.link["id"], "relation": "QUALIFIES"})],
+            [signed(o, 4703, {**content, "to": world.link["id"], "relation": "QUALIFIES"})],
             "QUALIFIES may only target a claim",
         ),
         ([{**link, "content": link["content"] + " "}], "id does not match"),
         ([{**link, "sig": link["sig"][::-1]}], "signature does not verify"),
-        ([sign(o, 4702, {"collection": SLUG, "text": "x", "extra": 1})], "unknown fields"),
-        ([sign(o, 4702, {"collection": SLUG})], "is missing"),
-        ([sign(o, 4702, {"collection": SLUG, "text": 5})], "field 'text' is invalid"),
+        ([signed(o, 4702, {"collection": SLUG, "text": "x", "extra": 1})], "unknown fields"),
+        ([signed(o, 4702, {"collection": SLUG})], "is missing"),
+        ([signed(o, 4702, {"collection": SLUG, "text": 5})], "field 'text' is invalid"),
         (
-            [
-                o.sign(
-                    4702, compact({"collection": SLUG, "text": "x"}), int(time.time()), [["t", "x"]]
-                ).to_dict()
-            ],
+            [signed(o, 4702, {"collection": SLUG, "text": "x"}, tags=[["t", "x"]])],
             "tags must be []",
         ),
     ]
@@ -643,24 +636,11 @@ def test_every_publish_error_row_of_spec_through_mcp(world: World, caller: Calle
 def test_a_database_outage_is_a_clear_tool_error_then_recovers(
     world: World, caller: Caller, pg_server_url: str
 ) -> None:
-    name = urlsplit(caller.live.database_url).path.lstrip("/")
-
-    async def allow(allowed: bool) -> None:
-        admin = await asyncpg.connect(pg_server_url)
-        try:
-            await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allowed).lower()}')
-            if not allowed:
-                await admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
-                    name,
-                )
-        finally:
-            await admin.close()
-
-    asyncio.run(allow(False))
+    database = caller.live.database_url
+    asyncio.run(allow_connections(pg_server_url, database, False))
     try:
         message = caller.tool_error(world.owner, "list_claims", collection=SLUG)
         assert message == "database unavailable, try again shortly"
     finally:
-        asyncio.run(allow(True))
+        asyncio.run(allow_connections(pg_server_url, database, True))
     assert caller.tool(world.owner, "list_claims", collection=SLUG)["result"]

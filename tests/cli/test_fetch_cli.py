@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from factories import TMS, environment
 from fetch_routes import ARTICLE_LINES, ARTICLE_TITLE, ROUTES
 from fetch_site import Site
-
-TMS = Path(sys.executable).parent / "tms"
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +19,9 @@ def site() -> Iterator[Site]:
 
 
 def tms_fetch(url: str, allow: str | None) -> subprocess.CompletedProcess[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "TMS_FETCH_ALLOW"}
-    if allow is not None:
-        env["TMS_FETCH_ALLOW"] = allow
+    env = environment() if allow is None else environment(TMS_FETCH_ALLOW=allow)
     return subprocess.run(
-        [str(TMS), "fetch", url], env=env, capture_output=True, timeout=60, check=False
+        [TMS, "fetch", url], env=env, capture_output=True, timeout=60, check=False
     )
 
 

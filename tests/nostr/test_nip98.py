@@ -9,14 +9,15 @@ import json
 from typing import Any
 
 import pytest
+from factories import key, nip98_header
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tms.errors import AuthError
 from tms.nostr.events import Event, SecretKey
-from tms.nostr.nip98 import MAX_HEADER_BYTES, authorization_header, check_authorization
+from tms.nostr.nip98 import MAX_HEADER_BYTES, check_authorization
 
-KEY = SecretKey(bytes.fromhex("5c" * 32))
+KEY = key(0x5C)
 URL = "https://tms.example.org/c/mcas/export.jsonl"
 NOW = 1_796_000_000
 NO_SURROGATES = st.characters(exclude_categories=("Cs",))
@@ -29,9 +30,9 @@ def auth_event(
     created_at: int = NOW,
     kind: int = 27235,
     tags: list[list[str]] | None = None,
-    key: SecretKey = KEY,
+    signer: SecretKey = KEY,
 ) -> Event:
-    return key.sign(
+    return signer.sign(
         kind, "", created_at, [["u", url], ["method", method]] if tags is None else tags
     )
 
@@ -56,27 +57,27 @@ def encoded(obj: object) -> str:
 
 
 def test_a_signed_event_for_this_url_and_method_names_its_signer() -> None:
-    assert check(authorization_header(auth_event())) == KEY.pubkey
+    assert check(nip98_header(auth_event())) == KEY.pubkey
 
 
 @pytest.mark.parametrize("skew", [-60, -1, 0, 1, 60])
 def test_created_at_may_be_up_to_60_seconds_either_side(skew: int) -> None:
-    assert check(authorization_header(auth_event(created_at=NOW + skew))) == KEY.pubkey
+    assert check(nip98_header(auth_event(created_at=NOW + skew))) == KEY.pubkey
 
 
 def test_method_and_scheme_are_case_insensitive() -> None:
-    header = authorization_header(auth_event(method="get"))
+    header = nip98_header(auth_event(method="get"))
     assert check(header.replace("Nostr ", "nostr ", 1), method="GET") == KEY.pubkey
-    assert check(authorization_header(auth_event(method="HEAD")), method="head") == KEY.pubkey
+    assert check(nip98_header(auth_event(method="HEAD")), method="head") == KEY.pubkey
 
 
 def test_other_tags_and_content_are_ignored() -> None:
     event = KEY.sign(27235, "hello", NOW, [["u", URL], ["method", "GET"], ["payload", "ab"]])
-    assert check(authorization_header(event)) == KEY.pubkey
+    assert check(nip98_header(event)) == KEY.pubkey
 
 
 def test_surrounding_whitespace_is_tolerated() -> None:
-    assert check(f"  {authorization_header(auth_event())}  ") == KEY.pubkey
+    assert check(f"  {nip98_header(auth_event())}  ") == KEY.pubkey
 
 
 # --- refused, one message per mistake ----------------------------------------------------------
@@ -143,38 +144,38 @@ def test_tampered_event() -> None:
 
 def test_signature_by_another_key() -> None:
     event = auth_event().to_dict()
-    event["sig"] = auth_event(key=SecretKey(bytes.fromhex("7d" * 32))).sig
+    event["sig"] = auth_event(signer=key(0x7D)).sig
     assert refused(encoded(event)) == (
         "invalid NIP-98 event: signature does not verify for this pubkey and id"
     )
 
 
 def test_wrong_kind() -> None:
-    assert refused(authorization_header(auth_event(kind=4707))) == (
+    assert refused(nip98_header(auth_event(kind=4707))) == (
         "NIP-98 event must be kind 27235, not kind 4707"
     )
 
 
 @pytest.mark.parametrize("skew", [-61, 61, -10_000])
 def test_stale_or_future_created_at(skew: int) -> None:
-    assert refused(authorization_header(auth_event(created_at=NOW + skew))) == (
+    assert refused(nip98_header(auth_event(created_at=NOW + skew))) == (
         f"NIP-98 event created_at {NOW + skew} is more than 60s from server time {NOW}: sign a "
         "fresh one for every request, and check the clock"
     )
 
 
 def test_missing_u_tag() -> None:
-    assert refused(authorization_header(auth_event(tags=[["method", "GET"]]))) == (
+    assert refused(nip98_header(auth_event(tags=[["method", "GET"]]))) == (
         f"NIP-98 event has no 'u' tag; it must hold this request's absolute URL, {URL!r}"
     )
-    assert refused(authorization_header(auth_event(tags=[["u"], ["method", "GET"]]))) == (
+    assert refused(nip98_header(auth_event(tags=[["u"], ["method", "GET"]]))) == (
         f"NIP-98 event's 'u' tag has no value; it must hold this request's absolute URL, {URL!r}"
     )
 
 
 def test_two_u_tags() -> None:
     tags = [["u", URL], ["u", URL], ["method", "GET"]]
-    assert refused(authorization_header(auth_event(tags=tags))) == (
+    assert refused(nip98_header(auth_event(tags=tags))) == (
         "NIP-98 event has 2 'u' tags; it must have exactly one"
     )
 
@@ -190,25 +191,25 @@ def test_two_u_tags() -> None:
     ],
 )
 def test_u_tag_for_another_url(signed: str) -> None:
-    assert refused(authorization_header(auth_event(url=signed))) == (
+    assert refused(nip98_header(auth_event(url=signed))) == (
         f"NIP-98 'u' tag is {signed!r}, but this request's URL is {URL!r}: sign the exact "
         "absolute URL you request, query included"
     )
 
 
 def test_long_u_tag_is_cut_short_in_the_message() -> None:
-    message = refused(authorization_header(auth_event(url="https://x/" + "a" * 5000)))
+    message = refused(nip98_header(auth_event(url="https://x/" + "a" * 5000)))
     assert len(message) < 500
 
 
 def test_missing_method_tag() -> None:
-    assert refused(authorization_header(auth_event(tags=[["u", URL]]))) == (
+    assert refused(nip98_header(auth_event(tags=[["u", URL]]))) == (
         "NIP-98 event has no 'method' tag; it must hold this request's method, 'GET'"
     )
 
 
 def test_method_tag_for_another_method() -> None:
-    assert refused(authorization_header(auth_event(method="POST"))) == (
+    assert refused(nip98_header(auth_event(method="POST"))) == (
         "NIP-98 'method' tag is 'POST', but this request's method is 'GET'"
     )
 
@@ -264,6 +265,6 @@ def test_any_envelope_is_refused_with_auth_error(envelope: dict[str, Any]) -> No
 def test_signed_events_pass_or_fail_cleanly(
     tags: list[list[str]], created_at: int, kind: int, url: str, method: str
 ) -> None:
-    header = authorization_header(KEY.sign(kind, "", created_at, tags))
+    header = nip98_header(KEY.sign(kind, "", created_at, tags))
     with contextlib.suppress(AuthError):
         assert check(header, url=url, method=method) == KEY.pubkey

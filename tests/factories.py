@@ -1,0 +1,320 @@
+"""What tests are made of, each made one way: keys, signed events, free ports, fresh databases
+and live servers. Real keys, real signatures, real PostgreSQL: no fakes.
+
+Events come in two forms: `sign` gives the envelope (`tms.nostr.events.Event`), and `signed` and
+the builders after it give the wire form, a dict as a client sends it (`EventDict`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import asyncpg
+import uvicorn
+
+from tms.config import Settings
+from tms.nostr.events import Event, SecretKey
+from tms.rules.terms import current_terms
+from tms.store.database import with_database
+from tms.web.app import create_app
+from tms.web.protocol import ConnectionLimits, GuardedHttpProtocol
+
+ASSETS: Final = Path(__file__).parent / "assets"
+BIN: Final = Path(sys.executable).parent  # where the installed console scripts are
+TMS: Final = str(BIN / "tms")
+
+T0: Final = 1_790_000_000  # the default created_at of every event signed here
+NOW: Final = T0 + 3600  # the server clock that tests passing `now` judge against
+TERMS: Final = current_terms()
+
+EventDict = dict[str, Any]  # an event as sent over the wire
+
+
+# --- keys --------------------------------------------------------------------------------------
+
+
+def key(byte: int) -> SecretKey:
+    """A fixed key (the secret is `byte` 32 times), so failures are reproducible."""
+    return SecretKey(bytes([byte]) * 32)
+
+
+OWNER: Final = key(0x11)
+OWNER2: Final = key(0x22)
+MEMBER: Final = key(0x33)
+MEMBER2: Final = key(0x44)
+STRANGER: Final = key(0x55)  # neither approved nor a member of anything
+APPROVED: Final = key(0x66)  # approved, but a member of nobody else's collection
+
+
+# --- signed events -----------------------------------------------------------------------------
+
+
+def compact(content: Any) -> str:
+    """JSON the way JSON.stringify writes it: no whitespace, UTF-8 as is."""
+    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+
+def sign(
+    signer: SecretKey,
+    kind: int,
+    content: Any,
+    *,
+    created_at: int = T0,
+    tags: Sequence[Sequence[str]] = (),
+) -> Event:
+    """`content` signed as given when it is a string, else serialized with `compact` first."""
+    text = content if isinstance(content, str) else compact(content)
+    return signer.sign(kind, text, created_at, tags)
+
+
+def signed(
+    signer: SecretKey,
+    kind: int,
+    content: Any,
+    *,
+    created_at: int = T0,
+    tags: Sequence[Sequence[str]] = (),
+) -> EventDict:
+    """`sign`, in the wire form."""
+    return sign(signer, kind, content, created_at=created_at, tags=tags).to_dict()
+
+
+def terms(
+    signer: SecretKey,
+    *,
+    version: str | None = None,
+    sha256: str | None = None,
+    created_at: int = T0,
+) -> EventDict:
+    """The signer's signature of the current terms (or of the version and hash given)."""
+    content = {"version": version or TERMS["version"], "sha256": sha256 or TERMS["sha256"]}
+    return signed(signer, 4706, content, created_at=created_at)
+
+
+def profile(
+    signer: SecretKey,
+    name: str,
+    *,
+    tags: Sequence[Sequence[str]] = (),
+    created_at: int = T0,
+    **extra: Any,
+) -> EventDict:
+    return signed(signer, 0, {"name": name, **extra}, tags=tags, created_at=created_at)
+
+
+def evidence(
+    signer: SecretKey, collection: str, text: str, *, created_at: int = T0, **extra: Any
+) -> EventDict:
+    content = {"collection": collection, "text": text, **extra}
+    return signed(signer, 4701, content, created_at=created_at)
+
+
+def claim(signer: SecretKey, collection: str, text: str, *, created_at: int = T0) -> EventDict:
+    return signed(signer, 4702, {"collection": collection, "text": text}, created_at=created_at)
+
+
+def link(
+    signer: SecretKey,
+    collection: str,
+    source: str,
+    target: str,
+    quote: str,
+    *,
+    relation: str = "SUPPORTS",
+    reason: str = "the quote says so",
+    created_at: int = T0,
+) -> EventDict:
+    content = {
+        "collection": collection,
+        "from": source,
+        "to": target,
+        "relation": relation,
+        "quote": quote,
+        "reason": reason,
+    }
+    return signed(signer, 4703, content, created_at=created_at)
+
+
+def contradiction(
+    signer: SecretKey,
+    collection: str,
+    claims: list[str],
+    reason: str = "both cannot hold",
+    *,
+    created_at: int = T0,
+) -> EventDict:
+    content = {"collection": collection, "claims": claims, "reason": reason}
+    return signed(signer, 4704, content, created_at=created_at)
+
+
+def members(
+    signer: SecretKey, collection: str, pubkeys: list[str], *, created_at: int = T0
+) -> EventDict:
+    content = {"collection": collection, "members": pubkeys}
+    return signed(signer, 4705, content, created_at=created_at)
+
+
+def request(
+    signer: SecretKey, tool: str, *, created_at: int | None = None, **args: Any
+) -> EventDict:
+    """A kind 4707 request for `tool` with `args`, signed now (or at `created_at`)."""
+    when = int(time.time()) if created_at is None else created_at
+    return signed(signer, 4707, {"tool": tool, "args": args}, created_at=when)
+
+
+def ids(events: Sequence[EventDict]) -> list[str]:
+    return [event["id"] for event in events]
+
+
+def where(position: int, event: EventDict) -> str:
+    """How a refused batch names the event that failed: its position and its id's prefix."""
+    return f"events[{position}] ({event['id'][:12]}…)"
+
+
+def nip98_header(event: Event) -> str:
+    """An `Authorization` header value as a NIP-98 client writes it: `Nostr <base64 event>`."""
+    return "Nostr " + base64.b64encode(event.to_json().encode("utf-8")).decode("ascii")
+
+
+def nip98_auth(
+    signer: SecretKey, url: str, method: str = "GET", *, created_at: int | None = None
+) -> dict[str, str]:
+    """The headers of a request signed for `url` and `method`, now (or at `created_at`)."""
+    when = int(time.time()) if created_at is None else created_at
+    event = signer.sign(27235, "", when, [["u", url], ["method", method]])
+    return {"Authorization": nip98_header(event)}
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for a subprocess told which port to take)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def environment(**values: str) -> dict[str, str]:
+    """This environment without `TMS_*` (a subprocess's settings are the test's alone), plus
+    `values`; local addresses never go through a proxy."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    no_proxy = ",".join(filter(None, [env.get("NO_PROXY"), "127.0.0.1,localhost"]))
+    return {**env, "NO_PROXY": no_proxy, "no_proxy": no_proxy, **values}
+
+
+# --- databases ---------------------------------------------------------------------------------
+
+
+def database_name(url: str) -> str:
+    return urlsplit(url).path.lstrip("/")
+
+
+async def admin(server_url: str, *sql: str) -> None:
+    """Run statements one by one on the server's maintenance database."""
+    conn = await asyncpg.connect(server_url)
+    try:
+        for statement in sql:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def create_database(server_url: str, template_url: str, prefix: str = "tms_test") -> str:
+    """A database of its own, copied from the migrated template; returns its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
+    await admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{database_name(template_url)}"')
+    return with_database(server_url, name)
+
+
+async def drop_database(server_url: str, database_url: str) -> None:
+    await admin(server_url, f'DROP DATABASE IF EXISTS "{database_name(database_url)}" WITH (FORCE)')
+
+
+@contextmanager
+def fresh_database(server_url: str, template_url: str, prefix: str = "tms_test") -> Iterator[str]:
+    """`create_database` for a block outside any event loop (module-scoped fixtures); dropped
+    at the end of the block."""
+    url = asyncio.run(create_database(server_url, template_url, prefix))
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_database(server_url, url))
+
+
+async def allow_connections(server_url: str, database_url: str, allowed: bool) -> None:
+    """Open or close a database to new connections; closing also ends the open ones: an outage
+    the server must live through."""
+    name = database_name(database_url)
+    statements = [f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allowed).lower()}']
+    if not allowed:
+        statements.append(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        )
+    await admin(server_url, *statements)
+
+
+# --- a live server -----------------------------------------------------------------------------
+
+
+def settings(**env: str) -> Settings:
+    """Settings from `env` alone, never from the test's environment or a data directory."""
+    return Settings.from_env({"TMS_DATA_DIR": "/nonexistent-tms-data", **env})
+
+
+@dataclass(frozen=True)
+class Live:
+    url: str  # e.g. http://127.0.0.1:12345
+    database_url: str
+
+    @property
+    def mcp(self) -> str:
+        return f"{self.url}/mcp"
+
+
+@contextmanager
+def live_server(
+    database_url: str, config: Settings | None = None, limits: ConnectionLimits | None = None
+) -> Iterator[Live]:
+    """The real app under uvicorn with the connection limits `tms serve` sets (`limits`, or the
+    defaults), in a thread of its own, on a port the OS picks, until the block ends."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config or settings(), database_url=database_url),
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="on",
+            http=GuardedHttpProtocol.with_limits(limits or ConnectionLimits()),
+        )
+    )
+    thread = threading.Thread(target=server.run, name="tms-live", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the live server did not start")
+            time.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield Live(f"http://127.0.0.1:{port}", database_url)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive(), "the live server did not stop"
