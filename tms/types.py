@@ -32,7 +32,6 @@ KIND_NAMES: Final[dict[int, str]] = {
     KIND_REQUEST: "request",
 }
 
-RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
 
 # Kinds whose text gets a vector for search (claims, evidence, contradiction reasons).
 EMBEDDED_KINDS: Final = frozenset({KIND_EVIDENCE, KIND_CLAIM, KIND_CONTRADICTION})

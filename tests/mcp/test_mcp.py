@@ -18,6 +18,7 @@ from factories import (
     compact,
     fresh_database,
     live_server,
+    nip98_header,
     request,
     signed,
     terms,
@@ -25,7 +26,6 @@ from factories import (
 from mcp_helpers import HEADERS, Caller, approve
 
 from tms.nostr.events import SecretKey
-from tms.nostr.nip98 import authorization_header
 
 SLUG = "mcas"
 DOC_TEXT = (
@@ -477,7 +477,7 @@ def test_every_door_answers_outsiders_exactly_as_a_missing_collection(
         for slug in (SLUG, missing):
             url = f"{caller.live.url}/c/{slug}/export.jsonl"
             event = outsider.sign(27235, "", int(time.time()), [["u", url], ["method", "GET"]])
-            response = caller.http.get(url, headers={"Authorization": authorization_header(event)})
+            response = caller.http.get(url, headers={"Authorization": nip98_header(event)})
             answers.append(
                 (response.status_code, response.content, response.headers["content-type"])
             )

@@ -108,11 +108,6 @@ def classify(ip: IPAddress) -> str | None:
     return label
 
 
-def is_public_address(ip: IPAddress) -> bool:
-    """True when the fetcher may connect to `ip`."""
-    return classify(ip) is None
-
-
 def describe(label: str) -> str:
     """`classify`'s label as a noun phrase: "a private address", "an IPv4-mapped address"."""
     article = "an" if label[0] in "aeioAEIO" or label.startswith("unspecified") else "a"

@@ -134,13 +134,6 @@ def http_endpoint(server: Server[Any]) -> tuple[ASGIApp, StreamableHTTPSessionMa
     return endpoint, manager
 
 
-async def serve_stdio(server: Server[Any]) -> None:
-    from mcp.server.stdio import stdio_server
-
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
 def _listing(tool: Tool, *, direct: bool) -> types.Tool:
     return types.Tool(
         name=tool.name,

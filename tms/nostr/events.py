@@ -248,12 +248,6 @@ class Event:
         return _COMPACT.encode(self.to_dict())
 
 
-def parse_and_verify(obj: object) -> Event:
-    event = Event.from_dict(obj)
-    event.verify()
-    return event
-
-
 def _hex_message(field: str, length: int) -> str:
     return f"field '{field}' is invalid: must be {length} lowercase hex characters"
 

@@ -115,8 +115,3 @@ def _show(value: str, limit: int = _SHOWN_CHARS) -> str:
     if len(value) > limit:
         return f"{value[:limit]!r}..."
     return repr(value)
-
-
-def authorization_header(event: Event) -> str:
-    """The header value for a signed kind 27235 event: what a client sends."""
-    return f"{SCHEME} {base64.b64encode(event.to_json().encode()).decode('ascii')}"

@@ -96,10 +96,6 @@ def parse_events(raw: Sequence[object], now: int, offset: int = 0) -> list[Parse
     return parsed
 
 
-def parse_batch(raw: object, now: int) -> list[Parsed]:
-    return parse_events(check_batch_shape(raw), now)
-
-
 @dataclass(frozen=True, slots=True)
 class Ref:
     """What the rules need of a referenced event: its kind and collection."""

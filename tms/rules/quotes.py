@@ -71,7 +71,6 @@ __all__ = [
     "WHITESPACE",
     "PreparedText",
     "normalize",
-    "quote_found",
 ]
 
 SINGLE_QUOTES: Final = "\u2018\u2019\u201a\u201b\u2039\u203a\uff07"
@@ -127,15 +126,6 @@ def normalize(text: str) -> str:
     while "  " in text:
         text = text.replace("  ", " ")
     return text.strip(" ")
-
-
-def quote_found(quote: str, evidence_text: str) -> bool:
-    """Whether ``quote`` occurs in ``evidence_text`` after normalizing both.
-
-    Normalizes the evidence on every call: to check several quotes against
-    one evidence text, use :class:`PreparedText`.
-    """
-    return PreparedText(evidence_text).contains(quote)
 
 
 class PreparedText:
