@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
+from tms.ledger.anchors import ANCHOR_COLUMNS, anchor_row
 from tms.nostr.events import Event, compact_json
+from tms.rules.anchors import Verdict
 from tms.rules.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
 from tms.rules.publish import (
     Parsed,
@@ -18,6 +20,8 @@ from tms.rules.publish import (
     Ref,
     Snapshot,
     batch_texts,
+    first_miss,
+    nearest_found,
     quotes_by_evidence,
     quotes_found,
     referenced_ids,
@@ -89,18 +93,28 @@ async def snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
     return s
 
 
-async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dict[EventId, bool]:
+async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dict[EventId, Verdict]:
     """`Snapshot.quotes`: every link's quote looked for in its evidence, one evidence at a time
     (read, normalized off the event loop by `run`, then let go), so memory stays bounded by
-    the largest document, not by how many the batch quotes."""
+    the largest document, not by how many the batch quotes. Each found quote comes back with
+    its anchor; the first missing one in batch order (the one a refusal would name) with the
+    nearest passage, for which its evidence is read once more."""
     own = batch_texts(batch)
-    found: dict[EventId, bool] = {}
+    found: dict[EventId, Verdict] = {}
     for evidence_id, quoted in quotes_by_evidence(batch).items():
         text = own.get(evidence_id)
         if text is None:
             text = await conn.fetchval(_SQL_TEXT, evidence_id)
         if text is not None:
             found.update(await run(quotes_found, text, quoted))
+    missing = first_miss(batch, found)
+    if missing is not None:
+        link_id, evidence_id, quote = missing
+        text = own.get(evidence_id)
+        if text is None:
+            text = await conn.fetchval(_SQL_TEXT, evidence_id)
+        if text is not None:
+            found[link_id] = await run(nearest_found, text, quote)
     return found
 
 
@@ -134,6 +148,13 @@ async def write(conn: Connection, plan: Plan) -> None:
             plan.new_collections,
         )
     await _write_typed(conn, accepted, seq)
+    anchored = [(p, plan.anchors[p.event.id]) for p in accepted if p.event.id in plan.anchors]
+    if anchored:
+        await conn.copy_records_to_table(
+            "link_anchors",
+            records=[(p.event.id, p.collection, *anchor_row(a)) for p, a in anchored],
+            columns=ANCHOR_COLUMNS,
+        )
     searchable = [e.id for e in events if e.kind in EMBEDDED_KINDS]
     if searchable:  # their vectors are computed after commit (tms.search.vectors)
         await conn.execute(

@@ -17,6 +17,7 @@ from typing import Final
 
 from tms.errors import InvalidEvent, PublishError
 from tms.nostr.events import Event
+from tms.rules.anchors import Anchor, Miss, Verdict, nearest, verdict
 from tms.rules.kinds import (
     Content,
     Contradiction,
@@ -118,10 +119,11 @@ class Snapshot:
     heads: dict[Slug, tuple[int, EventId]] = field(default_factory=dict)  # current list's key
     profiles: dict[PubKey, tuple[int, EventId]] = field(default_factory=dict)  # current profile
     refs: dict[EventId, Ref] = field(default_factory=dict)  # stored events the batch cites
-    # Each link of the batch: is its quote in its `from` evidence? The service looks them up
+    # Each link of the batch: where its quote sits in its `from` evidence (an anchor), or a
+    # miss (with the nearest passage for the first miss in the batch). The service looks them up
     # beforehand, one evidence at a time (`quotes_found`); for a link it did not, the judge reads
     # the evidence's text from the batch or from `evidence_texts` itself.
-    quotes: dict[EventId, bool] = field(default_factory=dict)
+    quotes: dict[EventId, Verdict] = field(default_factory=dict)
     evidence_texts: dict[EventId, str] = field(default_factory=dict)  # stored, quoted evidence
 
 
@@ -136,6 +138,7 @@ class Plan:
     # Member lists and profiles stored but not current: they lost the replaceable rule, to an
     # event stored before or to a later one in the batch.
     superseded: list[EventId] = field(default_factory=list)
+    anchors: dict[EventId, Anchor] = field(default_factory=dict)  # each accepted link's quote
 
     @property
     def collections(self) -> list[Slug]:
@@ -177,11 +180,29 @@ def batch_texts(batch: Iterable[Parsed]) -> dict[EventId, str]:
     return {p.event.id: p.content.text for p in batch if isinstance(p.content, Evidence)}
 
 
-def quotes_found(text: str, quotes: Sequence[tuple[EventId, str]]) -> dict[EventId, bool]:
-    """Which of these links' quotes the evidence text holds. CPU-bound for long texts: the
-    service runs it off the event loop, one evidence at a time."""
+def quotes_found(text: str, quotes: Sequence[tuple[EventId, str]]) -> dict[EventId, Verdict]:
+    """Where each of these links' quotes sits in the evidence text (its anchor), or a miss.
+    CPU-bound for long texts: the service runs it off the event loop, one evidence at a time."""
     prepared = PreparedText(text)
-    return {link_id: prepared.contains(quote) for link_id, quote in quotes}
+    return {link_id: verdict(prepared, quote) for link_id, quote in quotes}
+
+
+def nearest_found(text: str, quote: str) -> Miss:
+    """A miss with the passage of the evidence text nearest the quote: looked for only for the
+    first link of a batch whose quote is missing, the one a refusal names (bounded, but dearer
+    than finding a quote). CPU-bound: run it off the event loop."""
+    return Miss(nearest(PreparedText(text), quote))
+
+
+def first_miss(
+    batch: Iterable[Parsed], quotes: dict[EventId, Verdict]
+) -> tuple[EventId, EventId, str] | None:
+    """The first link of the batch whose quote is missing: (link id, evidence id, quote)."""
+    for item in batch:
+        content = item.content
+        if isinstance(content, Link) and isinstance(quotes.get(item.event.id), Miss):
+            return item.event.id, content.from_, content.quote
+    return None
 
 
 class _Judge:
@@ -303,20 +324,26 @@ class _Judge:
             raise PublishError(
                 f"QUALIFIES may only target a claim; {link.to} is a {KIND_NAMES[target.kind]}"
             )
-        if not self._quote_found(link_id, link):
+        found = self._quote(link_id, link)
+        if isinstance(found, Miss):
+            hint = f"; {found.nearest.describe()}" if found.nearest is not None else ""
             raise PublishError(
                 f"quote not found verbatim in evidence {link.from_}; copy it exactly from the "
                 "evidence text (case, whitespace, quote and dash styles may differ; nothing else)"
+                + hint
             )
+        self.plan.anchors[link_id] = found
 
-    def _quote_found(self, link_id: EventId, link: Link) -> bool:
+    def _quote(self, link_id: EventId, link: Link) -> Verdict:
         found = self.s.quotes.get(link_id)
         if found is None:
             prepared = self.prepared.get(link.from_)
             if prepared is None:
                 text = self.texts.get(link.from_) or self.s.evidence_texts.get(link.from_, "")
                 prepared = self.prepared[link.from_] = PreparedText(text)
-            found = prepared.contains(link.quote)
+            found = verdict(prepared, link.quote)
+            if isinstance(found, Miss):  # the batch stops here: worth the nearest passage
+                found = Miss(nearest(prepared, link.quote))
         return found
 
     def _contradiction(self, slug: Slug, contradiction: Contradiction) -> None:
