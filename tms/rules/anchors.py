@@ -34,9 +34,9 @@ CONTEXT_CHARS: Final = 32  # `prefix` and `suffix`, at most
 HINT_CHARS: Final = 200  # the nearest passage's text, at most (ellipsis included)
 MIN_SIMILARITY: Final = 0.5  # a passage less like the quote than this is no hint
 NEAREST_QUOTE_CHARS: Final = 2_000  # a longer quote is compared by its beginning
-_ALIGN_TRIES: Final = 64  # occurrences tried for one on whole characters
+_ALIGN_TRIES: Final = 1_000  # occurrences tried for one on whole characters
 _WHOLE_TEXT_CHARS: Final = 20_000  # texts up to this long are aligned whole, without seeds
-_SEEDS: Final = 12  # pieces of the quote looked up per round
+_SEEDS: Final = 8  # pieces of the quote looked up per round
 _SEED_HITS: Final = 48  # a piece found more often than this is too common to place the quote
 _CANDIDATES: Final = 12  # places aligned character by character
 _SNAP_CHARS: Final = 30  # how far a passage's ends move to reach whole words
@@ -144,7 +144,7 @@ def nearest(prepared: PreparedText, quote: str) -> Nearest | None:
             best = (aligned.score, start, end)
     if best is None:
         return None
-    score, start, end = _snap(needle, haystack, *best)
+    score, start, end = _snap(needle, haystack, best[1], best[2])
     if score < MIN_SIMILARITY * 100:
         return None
     first, after = prepared.original_start(start)[0], prepared.original_end(end)[0]
@@ -154,39 +154,27 @@ def nearest(prepared: PreparedText, quote: str) -> Nearest | None:
     return Nearest(first, after, text, round(score / 100, 3))
 
 
-def _snap(needle: str, haystack: str, score: float, start: int, end: int) -> tuple[float, int, int]:
-    """The aligned passage moved to whole words where that reads as much like the quote: an
-    alignment as long as the quote often cuts a word at either end. Never starts or ends on a
-    space."""
-    starts = {start, _word_start(haystack, start), _word_end(haystack, start)}
-    ends = {end, _word_start(haystack, end), _word_end(haystack, end)}
-    best = (score, start, end)
-    for low in sorted(starts):
-        for high in sorted(ends):
-            if high - low < 1 or (low, high) == (start, end):
-                continue
-            similarity = ratio(needle, haystack[low:high])
-            if similarity > best[0]:
-                best = (similarity, low, high)
-    score, start, end = best
+def _snap(needle: str, haystack: str, start: int, end: int) -> tuple[float, int, int]:
+    """The aligned passage with each end moved to the nearer word boundary (an alignment as long
+    as the quote often cuts a word), never on a space, and its similarity to the quote."""
+    if 0 < start < len(haystack) and haystack[start - 1] != " " and haystack[start] != " ":
+        back = haystack.rfind(" ", max(0, start - _SNAP_CHARS), start)
+        ahead = haystack.find(" ", start, start + _SNAP_CHARS)
+        if back >= 0 and (ahead < 0 or start - back - 1 <= ahead + 1 - start):
+            start = back + 1
+        elif ahead >= 0:
+            start = ahead + 1
+    if 0 < end < len(haystack) and haystack[end - 1] != " " and haystack[end] != " ":
+        ahead = haystack.find(" ", end, end + _SNAP_CHARS)
+        back = haystack.rfind(" ", max(start, end - _SNAP_CHARS), end)
+        if ahead >= 0 and (back < 0 or ahead - end <= end - back):
+            end = ahead
+        elif back >= 0:
+            end = back
     passage = haystack[start:end]
     start += len(passage) - len(passage.lstrip(" "))
     end -= len(passage) - len(passage.rstrip(" "))
-    return score, start, end
-
-
-def _word_start(text: str, at: int) -> int:
-    """The start of the word `at` falls in (looking back at most _SNAP_CHARS)."""
-    space = text.rfind(" ", max(0, at - _SNAP_CHARS), at)
-    return at if space < 0 and at > _SNAP_CHARS else space + 1
-
-
-def _word_end(text: str, at: int) -> int:
-    """The end of the word `at` falls in (looking on at most _SNAP_CHARS)."""
-    space = text.find(" ", at, at + _SNAP_CHARS)
-    if space < 0:
-        return len(text) if len(text) - at <= _SNAP_CHARS else at
-    return space
+    return ratio(needle, haystack[start:end]), start, end
 
 
 def _candidate_windows(prepared: PreparedText, needle: str) -> list[tuple[int, int]]:
@@ -194,16 +182,16 @@ def _candidate_windows(prepared: PreparedText, needle: str) -> list[tuple[int, i
     in the text, each hit voting for where the quote would start; the places most voted for,
     with room around them for words added or dropped."""
     size = max(4, min(24, len(needle) // 4))
+    tried = set()
     for _ in range(_ROUNDS):
+        tried.add(size)
         votes, common = _vote(prepared, needle, size)
         if votes:
             break
-        shorter = max(3, size // 2)
-        if common and len(needle) >= size * 2:
-            size *= 2  # every piece is everywhere: longer pieces are rarer
-        elif not common and shorter < size:
-            size = shorter  # no piece is anywhere: shorter ones may be
-        else:
+        # Every piece is everywhere: longer pieces are rarer. No piece is anywhere: shorter ones
+        # may be somewhere.
+        size = size * 2 if common else max(3, size // 2)
+        if size in tried or size > len(needle):
             break
     slack = max(16, len(needle) // 4)
     bucket = max(8, len(needle) // 4)
