@@ -18,7 +18,9 @@ from typing import Final
 import asyncpg
 
 from tms.config import EmbeddingConfig, Settings
+from tms.errors import one_line
 from tms.fetch import pool as fetch_pool
+from tms.ledger import anchors
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
@@ -82,6 +84,10 @@ async def open_runtime(
         stack.push_async_callback(close_pool, export_pool)
         health = database.HealthCheck(url)
         stack.push_async_callback(health.close)
+        # Links stored before anchors existed get theirs in the background: reads show
+        # `anchor: null` for them meanwhile, and nothing waits.
+        backfill = asyncio.create_task(_anchor_stored_links(pool), name="tms-anchors")
+        stack.push_async_callback(_cancel, backfill)
         vectors: Vectors | None = None
         if embedder is not None:
             await ensure_vector_index(pool, embedder.model_id, embedder.dims)
@@ -90,6 +96,17 @@ async def open_runtime(
             stack.push_async_callback(vectors.close)
         services = Services.over(pool, vectors)
         yield Runtime(services.ledger, Exporter(export_pool), services, health)
+
+
+async def _anchor_stored_links(pool: asyncpg.Pool) -> None:
+    """The one-off back-fill of anchors (tms.ledger.anchors); a failure is logged, never
+    raised: the links stay without anchors until the next start-up tries again."""
+    try:
+        await anchors.backfill(pool)
+    except Exception as exc:
+        log.warning(
+            "anchoring the stored links failed: %s; the next start-up tries again", one_line(exc)
+        )
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

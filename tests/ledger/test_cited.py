@@ -55,5 +55,5 @@ async def test_cited_reads_kinds_and_short_fields_from_this_collection_only(
     proof = {"steps": [{"id": "root", "say": "All of it.", "from": [e["id"] for e in lab]}]}
     from_ledger = check_proof(proof, got)
     assert from_ledger["ok"], from_ledger["problems"]
-    assert from_ledger == check_proof(proof, cited(envelope(e) for e in lab))
+    assert from_ledger == check_proof(proof, cited((envelope(e) for e in lab), map(envelope, lab)))
     assert '"A long review"' in from_ledger["tree"] and "…" in from_ledger["tree"]
