@@ -396,8 +396,10 @@ def _spot_pattern() -> re.Pattern[str]:
     """Runs, soft hyphens and the characters whose case folding changes length. Full case
     folding lengthens only characters of the Basic Multilingual Plane (a test checks every code
     point), so only that plane is searched for them, once, on first need."""
-    lengthened = "".join(
-        chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000 and len(chr(c).casefold()) != 1
-    )
+    lengthened = []
+    for start in range(0, 0x10000, 256):  # most ranges lengthen nothing: skip them whole
+        chars = "".join(chr(c) for c in range(start, start + 256) if not 0xD800 <= c < 0xE000)
+        if len(chars.casefold()) != len(chars):
+            lengthened += [char for char in chars if len(char.casefold()) != 1]
     run = re.escape(_RUN_CHARS)
-    return re.compile(f"[{run}]{{2,}}|{SOFT_HYPHEN}|[{re.escape(lengthened)}]")
+    return re.compile(f"[{run}]{{2,}}|{SOFT_HYPHEN}|[{re.escape(''.join(lengthened))}]")
