@@ -4,16 +4,18 @@ links stored without one; and a refused quote's nearest passage, read from store
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
 import pytest
-from factories import OWNER, claim, evidence, link
+from factories import OWNER, claim, evidence, link, settings
 from publishing import open_collection, publish, refused
 
 from tms.ledger.anchors import backfill
 from tms.ledger.reads import Reads
 from tms.ledger.service import Ledger
+from tms.runtime import open_runtime
 
 pytestmark = pytest.mark.anyio
 
@@ -90,6 +92,19 @@ async def test_links_stored_without_anchors_get_them_at_start_up(ledger: Ledger)
     assert [item["anchor"] for item in got] == WANTED
     assert await backfill(ledger.pool) == 0  # one-off: what has its anchor is left alone
     assert await ledger.pool.fetch("SELECT id, content FROM events ORDER BY seq") == stored
+
+
+async def test_the_runtime_anchors_stored_links_at_start_up(db_url: str, ledger: Ledger) -> None:
+    """What `tms serve` and `tms stdio` open starts the back-fill, in the background."""
+    doc, _ = await anchored_world(ledger)
+    await ledger.pool.execute("DELETE FROM link_anchors")
+    async with open_runtime(settings(TMS_EMBED="off"), database_url=db_url):
+        for _ in range(200):
+            if await ledger.pool.fetchval("SELECT count(*) FROM link_anchors") == 3:
+                break
+            await asyncio.sleep(0.05)
+    got = await Reads(ledger.pool).get_links("lab", None, doc["id"], None, 10)
+    assert [item["anchor"] for item in got] == WANTED
 
 
 def prose(words: int, seed: int) -> str:
