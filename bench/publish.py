@@ -58,7 +58,7 @@ async def timed_publish(ledger: Ledger, batch: list[Event]) -> float:
     start = time.perf_counter()
     result = await ledger.publish(dicts)
     elapsed = time.perf_counter() - start
-    assert len(result.accepted) == len(batch), result
+    assert len(result["accepted"]) == len(batch), result
     return elapsed
 
 
