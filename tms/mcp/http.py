@@ -55,6 +55,7 @@ BIG_BODIES: Final = 2  # bodies over SMALL_BODY held and inspected at once
 MAX_BRACKETS: Final = 1_000_000  # '[' and '{' in a body: far more than any batch has
 BIG_WAIT_SECONDS: Final = 30.0  # a big body waits this long for a slot, then gets a 503
 INSPECT_SECONDS: Final = 30.0
+STARTING_SECONDS: Final = 30.0  # a request that comes as the server starts waits this long
 WORKER_MEMORY: Final = 1536 * MiB  # address space of a worker inspecting a big body
 
 PRIVATE: Final = {"Cache-Control": "no-store"}
@@ -63,10 +64,15 @@ PRIVATE: Final = {"Cache-Control": "no-store"}
 class McpFront:
     """The ASGI app at `/mcp`: checks each body, then hands it to `app` (the SDK's)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self) -> None:
+        self.app: ASGIApp | None = None  # the SDK's, once it has loaded (`serve`)
+        self._ready = asyncio.Event()
         self._slots = asyncio.Semaphore(BIG_BODIES)
         self._workers: ProcessPoolExecutor | None = None
+
+    def serve(self, app: ASGIApp) -> None:
+        self.app = app
+        self._ready.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -98,6 +104,12 @@ class McpFront:
                 client = scope.get("client") or ("?", 0)
                 log.info("client %s:%s hung up before sending its whole body", *client)
                 return
+            try:
+                await asyncio.wait_for(self._ready.wait(), STARTING_SECONDS)
+            except TimeoutError:
+                await _Starting().response(scope, receive, send)
+                return
+            assert self.app is not None
             await self.app(scope, _replay(body, receive), send)
 
     async def close(self) -> None:
@@ -240,6 +252,14 @@ class _Refused(Exception):
 
 class _TooLarge(_Refused):
     status = 413
+
+
+class _Starting(_Refused):
+    status = 503
+    headers = {"Retry-After": "5"}  # noqa: RUF012 (read only)
+
+    def __init__(self) -> None:
+        super().__init__("the server is starting; try again shortly")
 
 
 class _Busy(_Refused):
