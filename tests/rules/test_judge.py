@@ -28,6 +28,7 @@ from factories import (
     TERMS,
     EventDict,
     claim,
+    compact,
     contradiction,
     evidence,
     ids,
@@ -910,7 +911,7 @@ def test_created_at_at_most_fifteen_minutes_ahead() -> None:
 
 
 def test_content_of_two_million_characters_is_fine() -> None:
-    shell = json.dumps({"collection": "lab", "text": ""}, separators=(",", ":"))
+    shell = compact({"collection": "lab", "text": ""})
     doc = evidence(OWNER, "lab", "y" * (2_000_000 - len(shell)))
     assert len(doc["content"]) == 2_000_000
     assert [p.event.id for p in parse_events([doc], NOW)] == [doc["id"]]
