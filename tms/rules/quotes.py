@@ -52,7 +52,9 @@ mapped character, step 2 yields only ASCII characters that steps 1 and 2
 leave alone, and step 3 leaves no run of spaces and no space at either end.
 
 To check many quotes against one evidence text, build a :class:`PreparedText`
-once: it normalizes the evidence a single time.
+once: it normalizes the evidence a single time, and maps an offset of the
+normalized text back to the characters of the original that produced it
+(what `tms.rules.anchors` needs to say where a quote sits).
 """
 
 from __future__ import annotations
