@@ -9,12 +9,13 @@ import random
 from typing import Any
 
 import pytest
-from factories import OWNER, claim, evidence, link, settings
+from factories import NOW, OWNER, claim, evidence, link, settings
 from publishing import open_collection, publish, refused
 
 from tms.ledger.anchors import backfill
 from tms.ledger.reads import Reads
 from tms.ledger.service import Ledger
+from tms.rules.quotes import normalize
 from tms.runtime import open_runtime
 
 pytestmark = pytest.mark.anyio
@@ -73,6 +74,32 @@ async def test_anchors_are_stored_at_publish_and_returned(ledger: Ledger) -> Non
         assert one["content"]["quote"] == item["quote"]  # the signed content, untouched
     evidence_event = await reads.get_event(OWNER.pubkey, doc["id"])
     assert evidence_event is not None and "anchor" not in evidence_event
+
+
+async def test_batches_committed_together_keep_their_anchors(ledger: Ledger) -> None:
+    """Concurrent publishes to one collection are judged in one transaction (group commit):
+    every accepted link gets its anchor, and each refused batch its own nearest passage."""
+    await open_collection(ledger, OWNER, "lab")
+    doc = evidence(OWNER, "lab", TEXT)
+    c = claim(OWNER, "lab", "Roads are long.")
+    await publish(ledger, doc, c)
+    quotes = ["strasse", "first thought", "oxidase activity", "reduced dao", "is measured"]
+    good = [link(OWNER, "lab", doc["id"], c["id"], quote) for quote in quotes]
+    bad = [
+        link(OWNER, "lab", doc["id"], c["id"], "first assumed to result"),
+        link(OWNER, "lab", doc["id"], c["id"], "reduced diamine oxidase ACTIVITIES"),
+    ]
+    outcomes = await asyncio.gather(
+        *(ledger.publish([e], now=NOW) for e in [*good, *bad]), return_exceptions=True
+    )
+    assert all(isinstance(o, dict) for o in outcomes[: len(good)]), outcomes
+    assert '"\ufb01rst thought to result"' in str(outcomes[-2])
+    assert '"reduced diamine oxidase activity."' in str(outcomes[-1])
+    got = await Reads(ledger.pool).get_links("lab", None, doc["id"], None, 10)
+    assert {item["id"] for item in got} == {e["id"] for e in good}
+    for item in got:
+        assert item["anchor"] is not None
+        assert normalize(item["anchor"]["exact"]) == normalize(item["quote"])
 
 
 async def test_links_stored_without_anchors_get_them_at_start_up(ledger: Ledger) -> None:

@@ -24,8 +24,6 @@ from tms.rules.publish import (
     Ref,
     Snapshot,
     batch_texts,
-    first_miss,
-    nearest_found,
     quotes_by_evidence,
     quotes_found,
     referenced_ids,
@@ -63,7 +61,7 @@ _SQL_SNAPSHOT: Final = """
             SELECT json_agg(json_build_array(pubkey, created_at, id)) FROM (
                 SELECT DISTINCT ON (pubkey) pubkey, created_at, id FROM profiles
                 WHERE pubkey = ANY($2::text[]) ORDER BY pubkey, created_at DESC, id) AS p))::text"""
-_SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
+SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
 
 OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
 
@@ -117,24 +115,15 @@ async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dic
     """`Snapshot.quotes`: every link's quote looked for in its evidence, one evidence at a time
     (read, normalized off the event loop by `run`, then let go), so memory stays bounded by
     the largest document, not by how many the batch quotes. Each found quote comes back with
-    its anchor; the first missing one in batch order (the one a refusal would name) with the
-    nearest passage, for which its evidence is read once more."""
+    its anchor."""
     own = batch_texts(batch)
     found: dict[EventId, Verdict] = {}
     for evidence_id, quoted in quotes_by_evidence(batch).items():
         text = own.get(evidence_id)
         if text is None:
-            text = await conn.fetchval(_SQL_TEXT, evidence_id)
+            text = await conn.fetchval(SQL_TEXT, evidence_id)
         if text is not None:
             found.update(await run(quotes_found, text, quoted))
-    missing = first_miss(batch, found)
-    if missing is not None:
-        link_id, evidence_id, quote = missing
-        text = own.get(evidence_id)
-        if text is None:
-            text = await conn.fetchval(_SQL_TEXT, evidence_id)
-        if text is not None:
-            found[link_id] = await run(nearest_found, text, quote)
     return found
 
 

@@ -74,9 +74,11 @@ class Nearest:
 
 @dataclass(frozen=True, slots=True)
 class Miss:
-    """A quote that is not in its evidence, with the nearest passage when one was looked for."""
+    """A quote that is not in its evidence, and the nearest passage once it was looked for
+    (`looked`: None then means nothing resembles the quote)."""
 
     nearest: Nearest | None = None
+    looked: bool = False
 
 
 Verdict = Anchor | Miss  # what publishing learns of each link's quote

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.errors import InvalidEvent, PublishError
+from tms.errors import InvalidEvent, PublishError, QuoteNotFound
 from tms.nostr.events import Event
 from tms.rules.anchors import Anchor, Miss, Verdict, nearest, verdict
 from tms.rules.kinds import (
@@ -120,9 +120,9 @@ class Snapshot:
     profiles: dict[PubKey, tuple[int, EventId]] = field(default_factory=dict)  # current profile
     refs: dict[EventId, Ref] = field(default_factory=dict)  # stored events the batch cites
     # Each link of the batch: where its quote sits in its `from` evidence (an anchor), or a
-    # miss (with the nearest passage for the first miss in the batch). The service looks them up
-    # beforehand, one evidence at a time (`quotes_found`); for a link it did not, the judge reads
-    # the evidence's text from the batch or from `evidence_texts` itself.
+    # miss. The service looks them up beforehand, one evidence at a time (`quotes_found`); for a
+    # link it did not, the judge reads the evidence's text from the batch or from
+    # `evidence_texts` itself (and then looks for the nearest passage of a miss too).
     quotes: dict[EventId, Verdict] = field(default_factory=dict)
     evidence_texts: dict[EventId, str] = field(default_factory=dict)  # stored, quoted evidence
 
@@ -187,22 +187,15 @@ def quotes_found(text: str, quotes: Sequence[tuple[EventId, str]]) -> dict[Event
     return {link_id: verdict(prepared, quote) for link_id, quote in quotes}
 
 
-def nearest_found(text: str, quote: str) -> Miss:
-    """A miss with the passage of the evidence text nearest the quote: looked for only for the
-    first link of a batch whose quote is missing, the one a refusal names (bounded, but dearer
-    than finding a quote). CPU-bound: run it off the event loop."""
-    return Miss(nearest(PreparedText(text), quote))
-
-
-def first_miss(
-    batch: Iterable[Parsed], quotes: dict[EventId, Verdict]
-) -> tuple[EventId, EventId, str] | None:
-    """The first link of the batch whose quote is missing: (link id, evidence id, quote)."""
-    for item in batch:
-        content = item.content
-        if isinstance(content, Link) and isinstance(quotes.get(item.event.id), Miss):
-            return item.event.id, content.from_, content.quote
-    return None
+def with_nearest(refusal: QuoteNotFound, text: str) -> QuoteNotFound:
+    """A refusal for a missing quote, with the passage of its evidence text nearest the quote
+    added: looked for only for the link a refusal names (bounded, but dearer than finding a
+    quote). CPU-bound: run it off the event loop."""
+    found = nearest(PreparedText(text), refusal.quote)
+    if found is None:
+        return refusal
+    message = f"{refusal}; {found.describe()}"
+    return QuoteNotFound(message, refusal.evidence_id, refusal.quote, hinted=True)
 
 
 class _Judge:
@@ -230,6 +223,8 @@ class _Judge:
                     continue
                 seen.add(event_id)
                 self._one(item)
+            except QuoteNotFound as exc:
+                raise exc.located(_where(position, event_id)) from None
             except PublishError as exc:
                 raise PublishError(f"{_where(position, event_id)}: {exc}") from None
             self.plan.accepted.append(item)
@@ -327,10 +322,13 @@ class _Judge:
         found = self._quote(link_id, link)
         if isinstance(found, Miss):
             hint = f"; {found.nearest.describe()}" if found.nearest is not None else ""
-            raise PublishError(
+            raise QuoteNotFound(
                 f"quote not found verbatim in evidence {link.from_}; copy it exactly from the "
                 "evidence text (case, whitespace, quote and dash styles may differ; nothing else)"
-                + hint
+                + hint,
+                link.from_,
+                link.quote,
+                hinted=found.looked,
             )
         self.plan.anchors[link_id] = found
 
@@ -343,7 +341,7 @@ class _Judge:
                 prepared = self.prepared[link.from_] = PreparedText(text)
             found = verdict(prepared, link.quote)
             if isinstance(found, Miss):  # the batch stops here: worth the nearest passage
-                found = Miss(nearest(prepared, link.quote))
+                found = Miss(nearest(prepared, link.quote), looked=True)
         return found
 
     def _contradiction(self, slug: Slug, contradiction: Contradiction) -> None:
