@@ -80,6 +80,7 @@ def test_a_slice_of_the_text_is_anchored_exactly(
 @given(texts, texts, BLOCKS)
 @example("Straße", "se", 8192)
 @example("ßs", "s", 1)
+@example("sß", "ß", 8192)  # "ss" first occurs across "s" and half of "ß"; then as "ß" itself
 def test_any_quote_is_anchored_when_it_matches(text: str, quote: str, block_chars: int) -> None:
     """For any quote at all: an anchor exactly when the quote matches, and its characters hold
     the normalized quote (exactly, unless no occurrence starts and ends on whole characters,
@@ -146,6 +147,9 @@ def test_an_occurrence_inside_a_folded_character_is_skipped() -> None:
     # When no occurrence is whole, the first is widened to whole characters.
     found = anchor(prepared("Straße"), "se")
     assert found is not None and found.exact == "ße"
+    # An overlapping occurrence may be the whole one: "ss" is "s" + half of "ß", then "ß".
+    found = anchor(prepared("sß"), "SS")
+    assert found is not None and (found.exact, found.occurrences) == ("ß", 1)
 
 
 def test_context_is_cut_to_32_characters() -> None:

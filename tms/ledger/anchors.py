@@ -30,11 +30,14 @@ ANCHOR_COLUMNS: Final = [
 ]
 
 _SQL_PENDING_EVIDENCE: Final = """
-    SELECT DISTINCT l.from_id FROM links l
+    SELECT DISTINCT l.collection, l.from_id FROM links l
     WHERE NOT EXISTS (SELECT 1 FROM link_anchors a WHERE a.link_id = l.id)"""
+# A link and the evidence it quotes share a collection, which leads the index on (collection,
+# from_id).
 _SQL_PENDING_LINKS: Final = """
-    SELECT l.id, l.collection, l.quote FROM links l
-    WHERE l.from_id = $1 AND NOT EXISTS (SELECT 1 FROM link_anchors a WHERE a.link_id = l.id)
+    SELECT l.id, l.quote FROM links l
+    WHERE l.collection = $1 AND l.from_id = $2
+      AND NOT EXISTS (SELECT 1 FROM link_anchors a WHERE a.link_id = l.id)
     ORDER BY l.seq"""
 _SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
 
@@ -60,11 +63,11 @@ async def backfill(pool: Pool) -> int:
     """Anchor every stored link that has no anchor yet; returns how many were written. A link
     whose quote is not found in its evidence (none should be: publishing refuses them) is
     logged and left without one."""
-    evidence_ids = [r["from_id"] for r in await pool.fetch(_SQL_PENDING_EVIDENCE)]
+    pending = [(r["collection"], r["from_id"]) for r in await pool.fetch(_SQL_PENDING_EVIDENCE)]
     written = 0
-    for evidence_id in evidence_ids:
+    for collection, evidence_id in pending:
         async with pool.acquire() as conn:
-            links = await conn.fetch(_SQL_PENDING_LINKS, evidence_id)
+            links = await conn.fetch(_SQL_PENDING_LINKS, collection, evidence_id)
             text = await conn.fetchval(_SQL_TEXT, evidence_id)
         if not links or text is None:
             continue
@@ -77,7 +80,7 @@ async def backfill(pool: Pool) -> int:
             if got is None:
                 log.warning("link %s: quote not in evidence %s; no anchor", r["id"], evidence_id)
                 continue
-            rows.append((r["id"], r["collection"], *anchor_row(got)))
+            rows.append((r["id"], collection, *anchor_row(got)))
         if rows:
             await pool.executemany(
                 f"""INSERT INTO link_anchors ({", ".join(ANCHOR_COLUMNS)})

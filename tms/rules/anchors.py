@@ -94,7 +94,7 @@ def anchor(prepared: PreparedText, quote: str) -> Anchor | None:
         return None
     found = first
     span: tuple[int, int] | None = None
-    for _ in range(_ALIGN_TRIES if occurrences > 1 else 1):
+    for _ in range(_ALIGN_TRIES):  # overlapping occurrences count too: "ss" in "sß"
         start, whole_start = prepared.original_start(found)
         end, whole_end = prepared.original_end(found + len(needle))
         if whole_start and whole_end:
