@@ -129,19 +129,21 @@ BLOCK_CHARS: Final = 8192
 _RUN_CHARS: Final = WHITESPACE + SOFT_HYPHEN  # what a run of spaces is made of, before collapsing
 
 
-def _fold(text: str) -> str:
-    """Steps 1 to 3 of normalization, without trimming the ends."""
-    text = text.casefold()
+def _fold(text: str) -> tuple[str, bool]:
+    """Steps 1 to 3 of normalization, without trimming the ends; and whether case folding kept
+    the length (it never shortens a character, so then it changed no character's length)."""
+    folded = text.casefold()
+    kept = len(folded) == len(text)
     for old, new in _REPLACEMENTS:
-        text = text.replace(old, new)
-    while "  " in text:
-        text = text.replace("  ", " ")
-    return text
+        folded = folded.replace(old, new)
+    while "  " in folded:
+        folded = folded.replace("  ", " ")
+    return folded, kept
 
 
 def normalize(text: str) -> str:
     """Return ``text`` normalized for quote matching (see the module docstring)."""
-    return _fold(text).strip(" ")
+    return _fold(text)[0].strip(" ")
 
 
 def _cuts(text: str, size: int) -> list[int]:
@@ -197,13 +199,13 @@ class PreparedText:
         joined_length = 0
         for number, start in enumerate(cuts):
             block = text[start : cuts[number + 1] if number + 1 < len(cuts) else len(text)]
-            folded = _fold(block)
+            folded, kept = _fold(block)
             parts.append(folded)
             starts.append(joined_length)
             joined_length += len(folded)
-            # Same length after folding and after collapsing: nothing in the block moved, since
-            # case folding never shortens a character and collapsing never lengthens the text.
-            regular.append(len(folded) == len(block) and len(block.casefold()) == len(block))
+            # Same length after case folding and after collapsing: nothing in the block moved,
+            # since case folding never shortens a character and nothing after it lengthens one.
+            regular.append(kept and len(folded) == len(block))
         joined = "".join(parts)
         del parts
         normalized = joined.strip(" ")
@@ -384,7 +386,7 @@ class _Spots:
             if found[0] in _RUN_CHARS:
                 length = 1 if found.strip(SOFT_HYPHEN) else 0
             else:
-                length = len(_fold(found))
+                length = len(_fold(found)[0])
             spots.joined.append(match.start() + shift)
             spots.lengths.append(length)
             spots.original.append(match.start())
