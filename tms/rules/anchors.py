@@ -40,7 +40,7 @@ _SEEDS: Final = 8  # pieces of the quote looked up per round
 _SEED_HITS: Final = 48  # a piece found more often than this is too common to place the quote
 _CANDIDATES: Final = 12  # places aligned character by character
 _SNAP_CHARS: Final = 30  # how far a passage's ends move to reach whole words
-_ROUNDS: Final = 3  # seed lengths tried: the first, then shorter (none found) or longer (common)
+_ROUNDS: Final = 2  # seed lengths tried: the first, then shorter (none found) or longer (common)
 
 
 @dataclass(frozen=True, slots=True)
