@@ -24,13 +24,11 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import asyncpg
-import uvicorn
 
 from tms.config import Settings
 from tms.nostr.events import Event, SecretKey
 from tms.rules.terms import current_terms
 from tms.store.database import with_database
-from tms.web.app import create_app
 
 ASSETS: Final = Path(__file__).parent / "assets"
 BIN: Final = Path(sys.executable).parent  # where the installed console scripts are
@@ -291,6 +289,10 @@ class Live:
 def live_server(database_url: str, config: Settings | None = None) -> Iterator[Live]:
     """The real app under uvicorn, in a thread of its own, on a port the OS picks, until the
     block ends."""
+    import uvicorn  # here: the pure tests need neither it nor the app
+
+    from tms.web.app import create_app
+
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(config or settings(), database_url=database_url),
