@@ -69,7 +69,7 @@ class Stats:
             oldest = await conn.fetchval(_SQL_SPAN, slugs)
             first = oldest.astimezone(UTC).date() if oldest is not None else today
             unit = _unit(first, today)
-            counts = {r["start"]: r["events"] for r in await conn.fetch(_SQL_ACTIVITY, unit, slugs)}
+            counts = {r["start"]: r["events"] for r in await conn.fetch(_SQL_ACTIVITY, slugs, unit)}
             kinds = await conn.fetch(_SQL_KINDS, slugs)
             people = await conn.fetch(_SQL_CONTRIBUTORS, slugs, TOP)
             names = await records.authors(conn, (r["pubkey"] for r in people))

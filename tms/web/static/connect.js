@@ -53,3 +53,5 @@ async function connect () {
 
 button.addEventListener('click', connect)
 waitForNostr().then(present => { if (!present) $('#no-extension').hidden = false })
+
+document.documentElement.dataset.js = 'ready' // scripts attached: what tests wait for

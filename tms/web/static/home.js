@@ -154,3 +154,5 @@ if (form) {
     }
   })
 }
+
+document.documentElement.dataset.js = 'ready' // scripts attached: what tests wait for

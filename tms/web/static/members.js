@@ -97,3 +97,5 @@ form.addEventListener('submit', async event => {
   }
 })
 
+
+document.documentElement.dataset.js = 'ready' // scripts attached: what tests wait for

@@ -130,6 +130,7 @@ function problems (collection) {
 async function submit (event) {
   event.preventDefault()
   clearErrors()
+  reindex() // what is typed now, not what the debounced checks last saw
   const collection = $('#collection').value
   const wrong = problems(collection)
   if (wrong.length) {
@@ -221,3 +222,5 @@ if (form) {
   addRow()
   loadRules().then(() => { ready = true; reindex() }).catch(error => say(publishStatus, error.message, 'error'))
 }
+
+document.documentElement.dataset.js = 'ready' // scripts attached: what tests wait for
