@@ -13,6 +13,8 @@ LEFT: Final = 40  # room for the y axis labels
 BOTTOM: Final = 24  # room for the x axis labels
 TOP: Final = 10
 BAR_HEIGHT: Final = 22  # one row of a horizontal bar chart
+MAX_BAR_WIDTH: Final = 40.0
+BARS_WIDTH: Final = 360  # a horizontal bar chart sits in half a page
 
 
 def activity(data: Activity) -> dict[str, Any]:
@@ -26,11 +28,12 @@ def activity(data: Activity) -> dict[str, Any]:
     bars = []
     for i, bucket in enumerate(buckets):
         height = plot_height * bucket["events"] / scale if scale else 0
+        width = max(1.0, min(step * 0.8, MAX_BAR_WIDTH))
         bars.append(
             {
-                "x": round(LEFT + i * step + step * 0.1, 2),
+                "x": round(LEFT + i * step + (step - width) / 2, 2),
                 "y": round(TOP + plot_height - height, 2),
-                "width": round(max(1.0, step * 0.8), 2),
+                "width": round(width, 2),
                 "height": round(height, 2),
                 "label": f"{bucket['start']}: {bucket['events']} events",
             }
@@ -66,8 +69,8 @@ def activity(data: Activity) -> dict[str, Any]:
 def bars(items: list[tuple[str, int]]) -> dict[str, Any]:
     """Horizontal bars, one row per item, longest for the largest."""
     peak = max((value for _, value in items), default=0)
-    label_width = 120
-    room = WIDTH - label_width - 60
+    label_width = 100
+    room = BARS_WIDTH - label_width - 40
     rows = [
         {
             "y": i * BAR_HEIGHT,
@@ -78,7 +81,7 @@ def bars(items: list[tuple[str, int]]) -> dict[str, Any]:
         for i, (label, value) in enumerate(items)
     ]
     return {
-        "width": WIDTH,
+        "width": BARS_WIDTH,
         "height": max(BAR_HEIGHT, len(rows) * BAR_HEIGHT),
         "label_width": label_width,
         "rows": rows,
