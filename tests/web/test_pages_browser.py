@@ -274,10 +274,14 @@ def test_submit_evidence_a_claim_and_a_link_then_read_them(
     row = page.locator("#rows .row").first
     row.locator(".claim").fill("Most adults with suspected histamine intolerance have low DAO.")
     # straight quotes and a hyphen for the text's curly quotes and em dash, other case
-    row.locator(".quote").fill('LOW DAO activity was found in most of them, which the authors call "a consistent pattern" - though')
+    row.locator(".quote").fill(
+        'LOW DAO activity was found in most of them, which the authors call "a consistent pattern" - though'
+    )
     row.locator(".reason").fill("The study reports low DAO in most participants.")
     expect(row.locator(".quote-check")).to_contain_text("Found at characters")
-    expect(row.locator(".quote-check mark")).to_have_text(re.compile(r"^Low DAO activity .*though$"))
+    expect(row.locator(".quote-check mark")).to_have_text(
+        re.compile(r"^Low DAO activity .*though$")
+    )
     shot(page, "submit-filled")
     page.click("#publish")
     expect(page.locator("#publish-status")).to_contain_text("Stored 3 records")
@@ -288,7 +292,9 @@ def test_submit_evidence_a_claim_and_a_link_then_read_them(
         "Most adults with suspected histamine intolerance have low DAO."
     )
     mark = page.locator("#supports .context mark")
-    expect(mark).to_have_text(re.compile(r"^Low DAO activity was found .*“a consistent pattern” — though$"))
+    expect(mark).to_have_text(
+        re.compile(r"^Low DAO activity was found .*“a consistent pattern” — though$")
+    )
     expect(page.locator("#supports .context")).to_contain_text("Serum DAO activity")
     expect(page.locator("#claim")).to_contain_text("Olive Owner")
     shot(page, "claim")
@@ -358,7 +364,9 @@ def test_export_downloads_and_every_line_verifies(
     assert {4701, 4702, 4703, 4705} <= {e.kind for e in events}
 
 
-def test_the_dashboard_renders_its_chart(browser: Browser, site: Live, people: list[Person]) -> None:
+def test_the_dashboard_renders_its_chart(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
     page = connect(browser, site, OWNER, people).page
     page.goto(site.url + "/dashboard")
     expect(page.locator("#activity svg rect.bar").first).to_be_attached()
@@ -384,7 +392,9 @@ def test_logout_ends_the_session(browser: Browser, site: Live, people: list[Pers
     assert export.status_code == 401
 
 
-def test_phone_screenshots_of_every_page(browser: Browser, site: Live, people: list[Person]) -> None:
+def test_phone_screenshots_of_every_page(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
     page = connect(browser, site, OWNER, people, viewport=PHONE).page
     shot(page, "home-phone")
     for path, name in [
