@@ -275,7 +275,8 @@ def test_submit_evidence_a_claim_and_a_link_then_read_them(
     row.locator(".claim").fill("Most adults with suspected histamine intolerance have low DAO.")
     # straight quotes and a hyphen for the text's curly quotes and em dash, other case
     row.locator(".quote").fill(
-        'LOW DAO activity was found in most of them, which the authors call "a consistent pattern" - though'
+        "LOW DAO activity was found in most of them, which the authors call "
+        '"a consistent pattern" - though'
     )
     row.locator(".reason").fill("The study reports low DAO in most participants.")
     expect(row.locator(".quote-check")).to_contain_text("Found at characters")

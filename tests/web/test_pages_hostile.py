@@ -160,7 +160,7 @@ def relay_url(relay: object) -> str:
 ALPHABET: Final = st.one_of(
     st.characters(codec="utf-8"),
     st.sampled_from(
-        sorted(CHARACTER_MAP) + ["ß", "ẞ", "İ", "ŉ", "ǰ", "ﬀ", "ﬃ", "Σ", "ς", "ᾼ", "𐐀"]
+        [*sorted(CHARACTER_MAP), "ß", "ẞ", "İ", "ŉ", "ǰ", "ﬀ", "ﬃ", "Σ", "ς", "ᾼ", "𐐀"]
     ),
     st.sampled_from([" ", "\n", "A", "a", "\t", "\u00a0"]),
 )
