@@ -1,187 +1,258 @@
-"""Benchmark of publishing and export: `uv run python bench/publish.py`.
+"""Publishing and export through `tms serve`, as clients see them: `uv run python bench/publish.py`.
 
-Publishes through the ledger service into an embedded PostgreSQL in a temporary directory and
-prints figures; asserts nothing. Targets (issue 3, on the 2-core dev machine):
-- batches of 1,000 claims at >= 3,000 events/s end to end, and at most 4x the time of bare
-  signature verification of the same events, measured in the same run;
-- batches of 1,000 links quoting one 100,000-character evidence: events/s;
-- export of 100,000 events: events/s, and peak memory that stays flat (compared with 10,000).
+Starts `tms serve` as a user does (a subprocess on 127.0.0.1, embedded PostgreSQL in a fresh
+temporary data directory, `TMS_EMBED=off` so that the figures are the ledger's, not the model's),
+approves a key with `tms approve`, and through `POST /mcp` with events signed beforehand:
+
+1. time to ready: `tms serve` until `/healthz` answers, on a fresh data directory and again on
+   the existing one;
+2. one-claim publishes, one client, one after another: p50 and p99;
+3. one-claim publishes from 16 clients at once, for `--seconds`, to one collection and then to
+   16 collections (one each): events/s and p50/p99;
+4. 1,000-claim batches, one after another: events/s, and the time bare BIP-340 verification of
+   the same events takes in this process (coincurve), as a ratio;
+5. export over HTTP with NIP-98 at 10,000 and 300,000 events: events/s, and the server's
+   resident memory at its peak during each.
+
+Targets (issue 12, 2 cores): ready ≤ 2 s (existing) / ≤ 4 s (fresh); one client p50 ≤ 3 ms;
+16 clients, one collection ≥ 600 events/s; batches ≥ 8,000 events/s and ≤ 2x bare verification;
+export ≥ 60,000 events/s with flat memory. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import base64
+import os
 import random
-import resource
+import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Final
 
+import httpx
 from coincurve import PublicKeyXOnly
+from serving import HEADERS, Server, Signer, compact, tms_command
 
-from tms.config import Settings
-from tms.ledger.export import Exporter
-from tms.ledger.service import Ledger
-from tms.nostr.events import Event, SecretKey
-from tms.rules.terms import current_terms
-from tms.store import database as db
+from tms.nostr import nip19
+from tms.nostr.events import Event
 
-WORDS = (
+WORDS: Final = (
     "histamine intolerance diamine oxidase activity serum plasma mast cell review trial cohort "
     "patients reported symptoms reduced enzyme levels were measured in and again after weeks"
 ).split()
+RNG: Final = random.Random(1)
 
 
-def sign(key: SecretKey, kind: int, content: dict[str, object], created_at: int) -> Event:
-    text = json.dumps(content, separators=(",", ":"), ensure_ascii=False)
-    return key.sign(kind, text, created_at)
+def text(words: int = 12) -> str:
+    return " ".join(RNG.choices(WORDS, k=words)) + f" {RNG.getrandbits(48):x}"
 
 
-def bare_verify(events: list[Event]) -> float:
-    """Seconds to verify the batch's signatures with coincurve alone (key parsed per event)."""
-    raw = [(bytes.fromhex(e.pubkey), bytes.fromhex(e.sig), bytes.fromhex(e.id)) for e in events]
-    start = time.perf_counter()
-    for pubkey, sig, msg in raw:
-        assert PublicKeyXOnly(pubkey).verify(sig, msg)
-    return time.perf_counter() - start
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+def body(events: list[dict[str, Any]]) -> bytes:
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "publish", "arguments": {"events": events}},
+    }
+    return compact(call).encode()
 
 
-async def timed_publish(ledger: Ledger, batch: list[Event]) -> float:
-    dicts = [e.to_dict() for e in batch]
-    start = time.perf_counter()
-    result = await ledger.publish(dicts)
-    elapsed = time.perf_counter() - start
-    assert len(result.accepted) == len(batch), result
-    return elapsed
+async def post(http: httpx.AsyncClient, url: str, data: bytes) -> dict[str, Any]:
+    response = await http.post(f"{url}/mcp", content=data, headers=HEADERS)
+    result: dict[str, Any] = response.json()["result"]
+    if result.get("isError"):
+        raise RuntimeError(result["content"][0]["text"])
+    return result["structuredContent"]  # type: ignore[no-any-return]
 
 
-async def claims(ledger: Ledger, key: SecretKey, batches: int, size: int, now: int) -> None:
-    rng = random.Random(1)
-    publish_times, bare_times = [], []
-    for b in range(batches):
-        batch = [
-            sign(
-                key,
-                4702,
-                {"collection": "bench", "text": " ".join(rng.choices(WORDS, k=12))},
-                now - b,
-            )
-            for _ in range(size)
-        ]
-        bare_times.append(bare_verify(batch))
-        publish_times.append(await timed_publish(ledger, batch))
-    total, bare = sum(publish_times), sum(bare_times)
-    print(f"claims: {batches} batches of {size:,}")
-    print(
-        f"  publish end to end      {batches * size / total:10,.0f} events/s"
-        f"   (median batch {sorted(publish_times)[batches // 2] * 1000:.0f} ms)"
-    )
-    print(f"  bare verification       {batches * size / bare:10,.0f} events/s")
-    print(f"  publish / bare          {total / bare:10.2f}x")
+def claim(signer: Signer, collection: str) -> dict[str, Any]:
+    return signer.sign(4702, {"collection": collection, "text": text()})
 
 
-async def links(ledger: Ledger, key: SecretKey, batches: int, size: int, now: int) -> None:
-    rng = random.Random(2)
-    text = " ".join(rng.choices(WORDS, k=20_000))[:100_000]
-    evidence = sign(key, 4701, {"collection": "bench", "title": "Long", "text": text}, now)
-    claim = sign(key, 4702, {"collection": "bench", "text": "Target claim."}, now)
-    await ledger.publish([evidence.to_dict(), claim.to_dict()])
+async def one_client(url: str, signer: Signer, count: int) -> int:
+    bodies = [body([claim(signer, "bench")]) for _ in range(count)]
     times = []
-    for b in range(batches):
-        batch = []
-        for i in range(size):
-            start = rng.randrange(0, len(text) - 300)
-            batch.append(
-                sign(
-                    key,
-                    4703,
-                    {
-                        "collection": "bench",
-                        "from": evidence.id,
-                        "to": claim.id,
-                        "relation": "SUPPORTS",
-                        "quote": text[start : start + rng.randrange(30, 250)].strip(),
-                        "reason": f"Reason {b}-{i}.",
-                    },
-                    now - b,
-                )
-            )
-        times.append(await timed_publish(ledger, batch))
-    print(f"links: {batches} batches of {size:,} quoting one {len(text):,}-character evidence")
-    print(f"  publish end to end      {batches * size / sum(times):10,.0f} events/s")
+    async with httpx.AsyncClient(timeout=60) as http:
+        for data in bodies:
+            started = time.perf_counter()
+            await post(http, url, data)
+            times.append((time.perf_counter() - started) * 1000)
+    times = times[count // 10 :]  # the first calls warm the server up
+    print(
+        f"2. one client, one claim a call: p50 {pct(times, 0.5):.2f} ms, "
+        f"p99 {pct(times, 0.99):.2f} ms ({len(times)} calls)   (target p50 <= 3 ms)"
+    )
+    return count
 
 
-async def export(ledger: Ledger, key: SecretKey, total: int, now: int) -> None:
-    have = await ledger.pool.fetchval("SELECT count(*) FROM events WHERE collection = 'bench'")
-    rng = random.Random(3)
-    while have < total:
-        size = min(1000, total - have)
-        batch = [
-            sign(
-                key,
-                4702,
-                {"collection": "bench", "text": " ".join(rng.choices(WORDS, k=20))},
-                now - 1000 - have // 1000,
-            )
-            for _ in range(size)
+async def many_clients(url: str, signer: Signer, seconds: float, collections: int) -> int:
+    async def client(n: int, until: float, times: list[float]) -> None:
+        collection = "bench" if collections == 1 else f"bench-{n}"
+        async with httpx.AsyncClient(timeout=60) as http:
+            while time.monotonic() < until:
+                data = body([claim(signer, collection)])
+                started = time.perf_counter()
+                await post(http, url, data)
+                times.append((time.perf_counter() - started) * 1000)
+
+    times: list[float] = []
+    until = time.monotonic() + seconds
+    started = time.perf_counter()
+    await asyncio.gather(*(client(n, until, times) for n in range(16)))
+    elapsed = time.perf_counter() - started
+    where = "one collection" if collections == 1 else "16 collections"
+    print(
+        f"3. 16 clients, {where}: {len(times) / elapsed:,.0f} events/s, "
+        f"p50 {pct(times, 0.5):.1f} ms, p99 {pct(times, 0.99):.1f} ms"
+        + ("   (target >= 600 events/s)" if collections == 1 else "")
+    )
+    return len(times) if collections == 1 else 0
+
+
+def bare_verify(events: list[dict[str, Any]]) -> float:
+    raw = [
+        (bytes.fromhex(e["pubkey"]), bytes.fromhex(e["sig"]), bytes.fromhex(e["id"]))
+        for e in events
+    ]
+    started = time.perf_counter()
+    for pubkey, sig, message in raw:
+        assert PublicKeyXOnly(pubkey).verify(sig, message)
+    return time.perf_counter() - started
+
+
+async def batches(url: str, signer: Signer, count: int) -> int:
+    published = bare = 0.0
+    async with httpx.AsyncClient(timeout=120) as http:
+        for _ in range(count):
+            events = [claim(signer, "bench") for _ in range(1000)]
+            data = body(events)
+            bare += bare_verify(events)
+            started = time.perf_counter()
+            result = await post(http, url, data)
+            published += time.perf_counter() - started
+            assert len(result["accepted"]) == 1000, result
+    print(
+        f"4. 1,000-claim batches: {count * 1000 / published:,.0f} events/s; bare verification "
+        f"{count * 1000 / bare:,.0f} events/s; publish / bare {published / bare:.2f}x   "
+        "(targets >= 8,000 events/s, <= 2x)"
+    )
+    return count * 1000
+
+
+def nip98(signer: Signer, url: str) -> dict[str, str]:
+    event: Event = signer.key.sign(27235, "", int(time.time()), [["u", url], ["method", "GET"]])
+    return {"Authorization": "Nostr " + base64.b64encode(event.to_json().encode()).decode()}
+
+
+def export(server: Server, signer: Signer, expected: int) -> None:
+    url = f"{server.url}/c/bench/export.jsonl"
+    peak = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            own, _, _ = server.memory()
+            peak = max(peak, own)
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    rest = server.memory()[0]
+    sampler.start()
+    lines = 0
+    started = time.perf_counter()
+    with httpx.stream("GET", url, headers=nip98(signer, url), timeout=600) as response:
+        response.raise_for_status()
+        for chunk in response.iter_bytes():
+            lines += chunk.count(b"\n")
+    elapsed = time.perf_counter() - started
+    stop.set()
+    sampler.join()
+    print(
+        f"5. export of {lines:,} lines (about {expected:,} events): {lines / elapsed:,.0f} "
+        f"events/s; server memory {rest / 2**20:.0f} MiB before, {peak / 2**20:.0f} MiB at the "
+        "peak   (target >= 60,000 events/s, flat)"
+    )
+
+
+async def fill(url: str, signer: Signer, total: int) -> None:
+    """Publish claims in batches of 1,000 until the collection holds about `total` events."""
+    async with httpx.AsyncClient(timeout=120) as http:
+        have = 0
+        while have < total:
+            events = [claim(signer, "bench") for _ in range(1000)]
+            await post(http, url, body(events))
+            have += 1000
+
+
+def run(ns: argparse.Namespace, tmp: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
+    server = Server(env, tmp / "server.log")
+    fresh = server.start()
+    server.stop()
+    server = Server(env, tmp / "server.log")
+    existing = server.start()
+    print(
+        f"1. ready after `tms serve`: {fresh:.2f} s on a fresh data directory, {existing:.2f} s "
+        "on the existing one   (targets <= 4 s / <= 2 s)",
+        flush=True,
+    )
+    signer = Signer()
+    try:
+        subprocess.run(
+            [*tms_command(), "approve", nip19.npub_encode(signer.key.pubkey)],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        terms = httpx.get(f"{server.url}/terms").json()
+        agreed = signer.sign(4706, {"version": terms["version"], "sha256": terms["sha256"]})
+        collections = [
+            signer.sign(4702, {"collection": f"bench-{n}", "text": "Start."}) for n in range(16)
         ]
-        await ledger.publish([e.to_dict() for e in batch])
-        have += size
-
-    for limit in (total // 10, total):
-        peak = before = rss_mib()
-        count = 0
-        start = time.perf_counter()
-        async for _line in Exporter(ledger.pool).lines("bench"):
-            count += 1
-            if count % 1000 == 0:
-                peak = max(peak, rss_mib())
-            if count >= limit:
-                break
-        elapsed = time.perf_counter() - start
-        print(
-            f"export: {count:,} events   {count / elapsed:10,.0f} events/s"
-            f"   RSS {before:.0f} MiB before, peak {peak:.0f} MiB (+{peak - before:.1f})"
-        )
+        asyncio.run(_setup(server.url, [agreed, claim(signer, "bench"), *collections]))
+        count = 1  # events in "bench" so far
+        count += asyncio.run(one_client(server.url, signer, ns.calls))
+        count += asyncio.run(many_clients(server.url, signer, ns.seconds, 1))
+        asyncio.run(many_clients(server.url, signer, ns.seconds, 16))
+        count += asyncio.run(batches(server.url, signer, ns.batches))
+        for total in (10_000, 300_000):
+            if count < total:
+                asyncio.run(fill(server.url, signer, total - count))
+                count = total
+            export(server, signer, count)
+    except Exception:
+        print(server.log_tail())
+        raise
+    finally:
+        server.stop()
 
 
-async def main(ns: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings.from_env({"TMS_DATA_DIR": str(Path(tmp) / "data")})
-        url = ns.database_url or await db.database_url(settings)
-        pool = await db.open_pool(url, max_size=4)
-        ledger = Ledger(pool)
-        key = SecretKey.generate()
-        now = int(time.time())
-        await ledger.approve([key.pubkey])
-        terms = current_terms()
-        await ledger.publish(
-            [
-                sign(
-                    key,
-                    4706,
-                    {"version": terms["version"], "sha256": terms["sha256"]},
-                    now - 10_000,
-                ).to_dict()
-            ]
-        )
-        await claims(ledger, key, ns.batches, ns.size, now)
-        await links(ledger, key, ns.batches, ns.size, now)
-        await export(ledger, key, ns.export, now)
-        await pool.close()
+async def _setup(url: str, events: list[dict[str, Any]]) -> None:
+    async with httpx.AsyncClient(timeout=60) as http:
+        await post(http, url, body(events))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=500, help="one-client publishes (500)")
+    parser.add_argument("--seconds", type=float, default=10, help="16-client runs (10 s each)")
+    parser.add_argument("--batches", type=int, default=10, help="1,000-claim batches (10)")
+    ns = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tms-bench-publish-") as tmp:
+        run(ns, Path(tmp))
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--size", type=int, default=1000)
-    parser.add_argument("--export", type=int, default=100_000)
-    parser.add_argument("--database-url", help="use this (empty) database instead of embedded")
-    asyncio.run(main(parser.parse_args()))
+    main()

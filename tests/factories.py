@@ -24,11 +24,13 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import asyncpg
+import httpx
 import uvicorn
 
 from tms.config import Settings
 from tms.nostr.events import Event, SecretKey
 from tms.rules.terms import current_terms
+from tms.search.search import VECTORS_OFF
 from tms.store.database import with_database
 from tms.web.app import create_app
 from tms.web.protocol import ConnectionLimits, GuardedHttpProtocol
@@ -288,6 +290,19 @@ class Live:
         return f"{self.url}/mcp"
 
 
+def wait_until_ready(url: str, deadline: float) -> None:
+    """Until the model has loaded (it loads after the server is up), so that tests of vector
+    search meet it ready; a server without vectors is ready at once."""
+    with httpx.Client(timeout=5) as http:
+        while (status := http.get(f"{url}/healthz").json().get("vectors")) not in (
+            "ready",
+            VECTORS_OFF,
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vector search did not get ready: {status}")
+            time.sleep(0.05)
+
+
 @contextmanager
 def live_server(
     database_url: str, config: Settings | None = None, limits: ConnectionLimits | None = None
@@ -313,7 +328,9 @@ def live_server(
                 raise RuntimeError("the live server did not start")
             time.sleep(0.02)
         port = server.servers[0].sockets[0].getsockname()[1]
-        yield Live(f"http://127.0.0.1:{port}", database_url)
+        live = Live(f"http://127.0.0.1:{port}", database_url)
+        wait_until_ready(live.url, deadline)
+        yield live
     finally:
         server.should_exit = True
         thread.join(30)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
@@ -18,6 +18,7 @@ from typing import Final
 import asyncpg
 
 from tms.config import EmbeddingConfig, Settings
+from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
@@ -26,9 +27,11 @@ from tms.mcp.tools import Tools
 from tms.nostr.events import SecretKey
 from tms.search.model import Embedder
 from tms.search.pgvector import ensure_vector_index
+from tms.search.search import VECTORS_STARTING
 from tms.search.vectors import Vectors
 from tms.services import Services
 from tms.store import database
+from tms.types import EventId
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +62,22 @@ def load_embedder(config: EmbeddingConfig) -> Embedder:
 
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings, database_url: str | None = None
+    settings: Settings, database_url: str | None = None, *, model_first: bool = False
 ) -> AsyncIterator[Runtime]:
     """Everything the doors need, for as long as the block lasts. The database is
     `database_url` when given, else `TMS_DATABASE_URL`, else the embedded PostgreSQL in
-    `TMS_DATA_DIR`, which is then watched and restarted should it stop."""
+    `TMS_DATA_DIR`, which is then watched and restarted should it stop. The embedding model
+    loads in the background unless `model_first` (a door with no one waiting on it to start,
+    such as stdio, may as well have vectors from its first call)."""
     async with AsyncExitStack() as stack:
         url = database_url if database_url is not None else settings.database_url
         if url is None:
             embedded = await database.start_embedded(settings.data_dir)
             url = await database.embedded_url(embedded)
             supervisor = asyncio.create_task(embedded.supervise(), name="tms-postgres")
+            stack.callback(embedded.adopt)  # last: whichever server runs is the one to stop
             stack.push_async_callback(_cancel, supervisor)
         stack.push_async_callback(fetch_pool.shutdown)  # the extraction workers, if started
-        embedding = settings.embedding
-        embedder = await asyncio.to_thread(load_embedder, embedding) if embedding.enabled else None
         pool = await database.open_pool(url)
         stack.push_async_callback(close_pool, pool)
         # Exports hold a connection for as long as the download lasts: give them their own
@@ -82,14 +86,71 @@ async def open_runtime(
         stack.push_async_callback(close_pool, export_pool)
         health = database.HealthCheck(url)
         stack.push_async_callback(health.close)
-        vectors: Vectors | None = None
-        if embedder is not None:
-            await ensure_vector_index(pool, embedder.model_id, embedder.dims)
-            vectors = Vectors(pool, embedder, wait_seconds=settings.embed_wait)
-            await vectors.start()
-            stack.push_async_callback(vectors.close)
-        services = Services.over(pool, vectors)
+        services = Services.over(pool, None)
+        if settings.embedding.enabled:
+            # The model loads after the server is up: until then search answers by keyword
+            # with a note saying so, and a publish waits for it within its embedding budget.
+            services.search.unavailable = VECTORS_STARTING
+            starting = StartingVectors(settings.embed_wait)
+            services.ledger.vectors = starting
+            loading = asyncio.create_task(
+                _start_vectors(settings, services, starting), name="tms-model"
+            )
+            stack.push_async_callback(_stop_vectors, loading, services)
+            if model_first:
+                await starting.ready.wait()
         yield Runtime(services.ledger, Exporter(export_pool), services, health)
+
+
+class StartingVectors:
+    """What a publish embeds with while the model loads: it waits for the model, within the
+    publish's budget, then embeds as usual; past the budget the vectors catch up later."""
+
+    def __init__(self, wait_seconds: float) -> None:
+        self.wait_seconds = wait_seconds
+        self.vectors: Vectors | None = None
+        self.failed: str | None = None
+        self.ready = asyncio.Event()
+
+    async def embed_published(self, ids: Sequence[EventId]) -> int:
+        try:
+            await asyncio.wait_for(self.ready.wait(), self.wait_seconds)
+        except TimeoutError:
+            return 0
+        if self.vectors is None:
+            raise EmbeddingError(self.failed or "the embedding model did not load")
+        return await self.vectors.embed_published(ids)
+
+
+async def _start_vectors(settings: Settings, services: Services, starting: StartingVectors) -> None:
+    pool = services.ledger.pool
+    try:
+        embedder = await asyncio.to_thread(load_embedder, settings.embedding)
+        await ensure_vector_index(pool, embedder.model_id, embedder.dims)
+        vectors = Vectors(pool, embedder, wait_seconds=settings.embed_wait)
+        await vectors.start()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.error("vector search is unavailable: %s", one_line(exc))
+        starting.failed = f"the embedding model did not load ({one_line(exc, 300)})"
+        services.search.unavailable = (
+            f"vector search is unavailable ({one_line(exc, 300)}): keyword results"
+        )
+        starting.ready.set()
+        return
+    starting.vectors = vectors
+    services.ledger.vectors = vectors
+    services.search.vectors = vectors
+    starting.ready.set()
+    log.info("vector search is ready (%s)", embedder.model_id)
+
+
+async def _stop_vectors(loading: asyncio.Task[None], services: Services) -> None:
+    await _cancel(loading)
+    vectors = services.search.vectors
+    if vectors is not None:
+        await vectors.close()
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -104,11 +104,14 @@ class Live:
 
 
 def _wait_until_healthy(process: subprocess.Popen[bytes], base: str) -> bool:
-    """True once /healthz answers 200; False if the server exits first."""
+    """True once /healthz answers 200 with vector search ready (the model loads after the
+    server is up, and SPEC's example shows a publish that embedded its claim); False if the
+    server exits first."""
     deadline = time.monotonic() + SERVER_START_SECONDS
     while process.poll() is None:
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+            health = httpx.get(f"{base}/healthz", timeout=2)
+            if health.status_code == 200 and health.json().get("vectors") == "ready":
                 return True
         assert time.monotonic() < deadline, (
             f"tms serve did not answer within {SERVER_START_SECONDS}s"

@@ -31,6 +31,7 @@ from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
 from tms.rules.kinds import validate_content
 from tms.rules.terms import current_terms
+from tms.search.search import VECTORS_OFF, VECTORS_STARTING
 from tms.web.app import create_app
 
 pytestmark = pytest.mark.anyio
@@ -94,7 +95,9 @@ async def expected_lines(ledger: Ledger, slug: str) -> list[str]:
 async def test_healthz_reports_a_reachable_database(client: httpx.AsyncClient) -> None:
     response = await client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"ok": True, "database": "reachable"}
+    body = response.json()
+    assert body == {"ok": True, "database": "reachable", "vectors": body["vectors"]}
+    assert body["vectors"] in ("ready", VECTORS_OFF, VECTORS_STARTING)
 
 
 async def test_healthz_reports_an_unreachable_database_and_recovers(

@@ -35,10 +35,6 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Final
 
-import charset_normalizer
-import pypdfium2 as pdfium  # type: ignore[import-untyped]
-import trafilatura
-
 from tms.errors import FetchError
 
 HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
@@ -155,6 +151,8 @@ def decode(body: bytes, charset: str | None, *, html: bool = False) -> str:
         return body.decode("utf-8")
     except UnicodeDecodeError:
         pass
+    import charset_normalizer  # the extraction libraries load on first use, not with the server
+
     guess = charset_normalizer.from_bytes(body).best()
     if guess is not None:
         return str(guess)
@@ -181,6 +179,8 @@ def _clean(text: str) -> str:
 
 
 def _html(html: str, url: str) -> Extracted:
+    import trafilatura
+
     document = trafilatura.bare_extraction(
         html,
         url=url,
@@ -199,6 +199,8 @@ def _html(html: str, url: str) -> Extracted:
 
 
 def _pdf(body: bytes, url: str, max_chars: int) -> Extracted:
+    import pypdfium2 as pdfium  # type: ignore[import-untyped]
+
     with _PDFIUM_LOCK:
         try:
             pdf = pdfium.PdfDocument(body)

@@ -1,12 +1,16 @@
 """What a publish does in the database, inside its transaction: lock what the batch touches,
 read the snapshot the rules judge it against, and write what they accept.
 
-Kept apart from the service so that the service reads as the steps of a publish, and the SQL of
-each step sits next to the step.
+Each step is one statement, so a publish costs few round trips whatever its batch holds: begin,
+lock, snapshot, (one per quoted evidence stored before,) write, commit. The locks come in a
+statement of their own: in READ COMMITTED a statement reads the ledger as it stood when the
+statement began, so a snapshot read in the statement that takes the locks could miss what the
+batch it waited for had written.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -24,28 +28,38 @@ from tms.rules.publish import (
 )
 from tms.rules.terms import current_terms
 from tms.store.database import Connection
-from tms.types import EMBEDDED_KINDS, EventId
+from tms.types import EMBEDDED_KINDS, EventId, PubKey, Slug
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 
-_SQL_STORED: Final = "SELECT id FROM events WHERE id = ANY($1::text[])"
-_SQL_APPROVED: Final = "SELECT pubkey FROM approvals WHERE pubkey = ANY($1::text[])"
-_SQL_TERMS_SIGNED: Final = """
-    SELECT DISTINCT pubkey FROM terms_signatures
-    WHERE pubkey = ANY($1::text[]) AND version = $2 AND sha256 = $3"""
-_SQL_BELONGS_TO: Final = """
-    SELECT pubkey, collection FROM readers WHERE pubkey = ANY($1::text[])"""
-_SQL_COLLECTIONS: Final = """
-    SELECT c.slug, c.owner, h.list_id, h.created_at AS list_created_at,
-           (SELECT array_agg(m.pubkey) FROM memberships m WHERE m.collection = c.slug) AS members
-    FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
-    WHERE c.slug = ANY($1::text[])"""
-_SQL_REFS: Final = "SELECT id, kind, collection FROM events WHERE id = ANY($1::text[])"
+# Sorted, so that two batches never wait on each other in a cycle.
+_SQL_LOCK: Final = """
+    SELECT count(pg_advisory_xact_lock(hashtextextended(k, 7)))
+    FROM (SELECT unnest($1::text[]) AS k ORDER BY 1) AS keys"""
+
+# $1 the batch's ids, $2 its signers, $3 its collections, $4 the ids it cites, $5 and $6 the
+# current terms. One JSON document, parsed in Python: one round trip for all of it.
+_SQL_SNAPSHOT: Final = """
+    SELECT json_build_object(
+        'stored', (SELECT json_agg(id) FROM events WHERE id = ANY($1::text[])),
+        'approved', (SELECT json_agg(pubkey) FROM approvals WHERE pubkey = ANY($2::text[])),
+        'terms', (SELECT json_agg(DISTINCT pubkey) FROM terms_signatures
+                  WHERE pubkey = ANY($2::text[]) AND version = $5 AND sha256 = $6),
+        'belongs', (SELECT json_agg(json_build_array(pubkey, collection)) FROM readers
+                    WHERE pubkey = ANY($2::text[])),
+        'collections', (
+            SELECT json_agg(json_build_array(
+                c.slug, c.owner, h.list_id, h.created_at,
+                (SELECT json_agg(m.pubkey) FROM memberships m WHERE m.collection = c.slug)))
+            FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
+            WHERE c.slug = ANY($3::text[])),
+        'refs', (SELECT json_agg(json_build_array(id, kind, collection)) FROM events
+                 WHERE id = ANY($4::text[])),
+        'profiles', (
+            SELECT json_agg(json_build_array(pubkey, created_at, id)) FROM (
+                SELECT DISTINCT ON (pubkey) pubkey, created_at, id FROM profiles
+                WHERE pubkey = ANY($2::text[]) ORDER BY pubkey, created_at DESC, id) AS p))::text"""
 _SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
-_SQL_PROFILES: Final = """
-    SELECT DISTINCT ON (pubkey) pubkey, created_at, id FROM profiles
-    WHERE pubkey = ANY($1::text[])
-    ORDER BY pubkey, created_at DESC, id"""
 
 OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
 
@@ -53,38 +67,40 @@ OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the eve
 async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
     """Serialize batches that touch the same collection (or any profile or terms), so that two
     racing to create one collection end with one owner and a batch sent twice at once is
-    stored once. Sorted, so two batches never wait on each other in a cycle."""
-    keys = {p.collection or _UNSCOPED_LOCK for p in batch}
-    for key in sorted(keys):
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", key)
+    stored once."""
+    keys = sorted({p.collection or _UNSCOPED_LOCK for p in batch})
+    await conn.fetchval(_SQL_LOCK, keys)
 
 
 async def snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
     """The ledger as the batch finds it, limited to what the batch touches."""
-    ids = [p.event.id for p in batch]
-    signers = sorted({p.event.pubkey for p in batch})
-    slugs = sorted({p.collection for p in batch if p.collection is not None})
-    # Batch ids stay in: an event re-sent in the batch may be stored already (and skipped),
-    # and the events after it may cite it.
-    cited = sorted(referenced_ids(batch))
     terms = current_terms()
+    document = await conn.fetchval(
+        _SQL_SNAPSHOT,
+        [p.event.id for p in batch],
+        sorted({p.event.pubkey for p in batch}),
+        sorted({p.collection for p in batch if p.collection is not None}),
+        # Batch ids stay in: an event re-sent in the batch may be stored already (and
+        # skipped), and the events after it may cite it.
+        sorted(referenced_ids(batch)),
+        terms["version"],
+        terms["sha256"],
+    )
+    found = json.loads(document)
     s = Snapshot()
-    s.stored_ids = {r["id"] for r in await conn.fetch(_SQL_STORED, ids)}
-    s.approved = {r["pubkey"] for r in await conn.fetch(_SQL_APPROVED, signers)}
-    s.terms_signed = {
-        r["pubkey"]
-        for r in await conn.fetch(_SQL_TERMS_SIGNED, signers, terms["version"], terms["sha256"])
-    }
-    for r in await conn.fetch(_SQL_BELONGS_TO, signers):
-        s.belongs_to.setdefault(r["pubkey"], set()).add(r["collection"])
-    for r in await conn.fetch(_SQL_COLLECTIONS, slugs):
-        s.owners[r["slug"]] = r["owner"]
-        s.members[r["slug"]] = set(r["members"] or ())
-        if r["list_id"] is not None:
-            s.heads[r["slug"]] = (r["list_created_at"], r["list_id"])
-    s.refs = {r["id"]: Ref(r["kind"], r["collection"]) for r in await conn.fetch(_SQL_REFS, cited)}
+    s.stored_ids = set(found["stored"] or ())
+    s.approved = set(found["approved"] or ())
+    s.terms_signed = set(found["terms"] or ())
+    for pubkey, collection in found["belongs"] or ():
+        s.belongs_to.setdefault(pubkey, set()).add(collection)
+    for slug, owner, list_id, list_created_at, members in found["collections"] or ():
+        s.owners[slug] = owner
+        s.members[slug] = set(members or ())
+        if list_id is not None:
+            s.heads[slug] = (list_created_at, list_id)
+    s.refs = {event_id: Ref(kind, collection) for event_id, kind, collection in found["refs"] or ()}
     s.profiles = {
-        r["pubkey"]: (r["created_at"], r["id"]) for r in await conn.fetch(_SQL_PROFILES, signers)
+        pubkey: (created_at, event_id) for pubkey, created_at, event_id in found["profiles"] or ()
     }
     return s
 
@@ -104,107 +120,195 @@ async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dic
     return found
 
 
-async def write(conn: Connection, plan: Plan) -> None:
-    """Insert the accepted events, their typed rows, the collections they create, the member
-    lists they make current, and their places in the embedding queue."""
-    accepted = plan.accepted
-    events = [p.event for p in accepted]
-    rows = await conn.fetch(
-        """INSERT INTO events (id, pubkey, created_at, kind, tags, content, sig, collection)
-           SELECT id, pubkey, created_at, kind, tags, content, sig, collection
-           FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::text[],
-                       $7::text[], $8::text[])
-                WITH ORDINALITY AS u(id, pubkey, created_at, kind, tags, content, sig,
-                                     collection, position)
-           ORDER BY position
-           RETURNING id, seq""",
-        [e.id for e in events],
-        [e.pubkey for e in events],
-        [e.created_at for e in events],
-        [e.kind for e in events],
-        [compact_json(e.tags) for e in events],
-        [e.content for e in events],
-        [e.sig for e in events],
-        [p.collection for p in accepted],
+async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[PubKey]]) -> None:
+    """Insert the accepted events, their typed rows, their places in the embedding queue, the
+    collections they create and the member lists they make current, in one statement: each
+    part a data-modifying CTE over arrays (`unnest`), the typed rows joined to the events'
+    new `seq`. `members_before`: each collection's members when the batch began, so that only
+    the keys a new list adds or drops are written."""
+    statement = _Statement()
+    events = [p.event for p in plan.accepted]
+    e = statement.arrays(
+        [
+            ([x.id for x in events], "text"),
+            ([x.pubkey for x in events], "text"),
+            ([x.created_at for x in events], "bigint"),
+            ([x.kind for x in events], "int"),
+            ([compact_json(x.tags) for x in events], "text"),
+            ([x.content for x in events], "text"),
+            ([x.sig for x in events], "text"),
+            ([p.collection for p in plan.accepted], "text"),
+        ]
     )
-    seq = {r["id"]: r["seq"] for r in rows}
-    if plan.new_collections:
-        await conn.executemany(
-            "INSERT INTO collections (slug, owner, created_by) VALUES ($1, $2, $3)",
-            plan.new_collections,
+    statement.parts.append(
+        f"""e AS (
+            INSERT INTO events (id, pubkey, created_at, kind, tags, content, sig, collection)
+            SELECT id, pubkey, created_at, kind, tags, content, sig, collection
+            FROM unnest({e}) WITH ORDINALITY
+                 AS u(id, pubkey, created_at, kind, tags, content, sig, collection, position)
+            ORDER BY position
+            RETURNING id, seq)"""
+    )
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    for p in plan.accepted:
+        for table, row in _TYPED_ROWS[type(p.content)](p.event, p.content):
+            rows.setdefault(table, []).append(row)
+    for table, records in rows.items():
+        columns = _COLUMNS[table]
+        names = ", ".join(name for name, _ in columns)
+        arrays = statement.arrays(
+            [([r[i] for r in records], sql_type) for i, (_, sql_type) in enumerate(columns)]
         )
-    await _write_typed(conn, accepted, seq)
-    searchable = [e.id for e in events if e.kind in EMBEDDED_KINDS]
+        if table == "contradiction_claims":  # no seq: rows of the contradiction's claims
+            select = f"SELECT {names} FROM unnest({arrays}) AS u({names})"
+        else:
+            values = ", ".join(_VALUE.get(name, f"u.{name}") for name, _ in columns[1:])
+            select = (
+                f"SELECT u.id, e.seq, {values} FROM unnest({arrays}) AS u({names}) "
+                "JOIN e ON e.id = u.id"
+            )
+        into = names if table == "contradiction_claims" else names.replace("id", "id, seq", 1)
+        statement.parts.append(f"t_{table} AS (INSERT INTO {table} ({into}) {select})")
+    searchable = [x.id for x in events if x.kind in EMBEDDED_KINDS]
     if searchable:  # their vectors are computed after commit (tms.search.vectors)
-        await conn.execute(
-            "INSERT INTO embedding_queue (event_id, seq) SELECT u.id, u.seq "
-            "FROM unnest($1::text[], $2::bigint[]) AS u(id, seq)",
-            searchable,
-            [seq[i] for i in searchable],
+        ids = statement.arrays([(searchable, "text")])
+        statement.parts.append(
+            "queue AS (INSERT INTO embedding_queue (event_id, seq) "
+            f"SELECT id, seq FROM e WHERE id = ANY({ids}))"
         )
-    for slug, (created_at, list_id, members) in plan.member_lists.items():
-        await conn.execute(
-            """INSERT INTO current_member_lists (collection, list_id, created_at)
-               VALUES ($1, $2, $3)
-               ON CONFLICT (collection) DO UPDATE
-               SET list_id = EXCLUDED.list_id, created_at = EXCLUDED.created_at""",
-            slug,
-            list_id,
-            created_at,
+    if plan.new_collections:
+        made = statement.arrays(
+            [(list(column), "text") for column in zip(*plan.new_collections, strict=True)]
         )
-        await conn.execute("DELETE FROM memberships WHERE collection = $1", slug)
-        await conn.execute(
-            "INSERT INTO memberships (collection, pubkey) SELECT $1, unnest($2::text[])",
-            slug,
-            members,
+        statement.parts.append(
+            "made AS (INSERT INTO collections (slug, owner, created_by) "
+            f"SELECT * FROM unnest({made}))"
+        )
+    if plan.member_lists:
+        _member_lists(statement, plan, members_before)
+    await conn.execute(statement.sql(), *statement.args)
+
+
+def _member_lists(
+    statement: _Statement, plan: Plan, members_before: dict[Slug, set[PubKey]]
+) -> None:
+    slugs = list(plan.member_lists)
+    heads = statement.arrays(
+        [
+            (slugs, "text"),
+            ([plan.member_lists[s][1] for s in slugs], "text"),
+            ([plan.member_lists[s][0] for s in slugs], "bigint"),
+        ]
+    )
+    statement.parts.append(
+        f"""heads AS (
+            INSERT INTO current_member_lists (collection, list_id, created_at)
+            SELECT * FROM unnest({heads})
+            ON CONFLICT (collection) DO UPDATE
+            SET list_id = EXCLUDED.list_id, created_at = EXCLUDED.created_at)"""
+    )
+    dropped: list[tuple[str, str]] = []
+    added: list[tuple[str, str]] = []
+    for slug, (_, _, members) in plan.member_lists.items():
+        before, after = members_before.get(slug, set()), set(members)
+        dropped += [(slug, pubkey) for pubkey in sorted(before - after)]
+        added += [(slug, pubkey) for pubkey in sorted(after - before)]
+    if dropped:
+        gone = statement.arrays(
+            [([s for s, _ in dropped], "text"), ([k for _, k in dropped], "text")]
+        )
+        statement.parts.append(
+            "dropped AS (DELETE FROM memberships m USING unnest("
+            f"{gone}) AS u(collection, pubkey) "
+            "WHERE m.collection = u.collection AND m.pubkey = u.pubkey)"
+        )
+    if added:
+        new = statement.arrays([([s for s, _ in added], "text"), ([k for _, k in added], "text")])
+        statement.parts.append(
+            f"added AS (INSERT INTO memberships (collection, pubkey) SELECT * FROM unnest({new}))"
         )
 
 
-async def _write_typed(conn: Connection, accepted: Sequence[Parsed], seq: dict[str, int]) -> None:
-    """The typed tables, one COPY per table the batch fills."""
-    tables: dict[str, list[tuple[Any, ...]]] = {}
-    for p in accepted:
-        rows = _TYPED_ROWS[type(p.content)](p.event, p.content, seq[p.event.id])
-        for table, row in rows:
-            tables.setdefault(table, []).append(row)
-    for table, records in tables.items():
-        await conn.copy_records_to_table(table, records=records, columns=_COLUMNS[table])
+class _Statement:
+    """One statement of data-modifying CTEs, and the arrays it binds."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.args: list[Any] = []
+
+    def arrays(self, columns: list[tuple[list[Any], str]]) -> str:
+        """Bind each column as an array; the SQL that reads them, for `unnest(...)`."""
+        placeholders = []
+        for values, sql_type in columns:
+            self.args.append(values)
+            placeholders.append(f"${len(self.args)}::{sql_type}[]")
+        return ", ".join(placeholders)
+
+    def sql(self) -> str:
+        return "WITH " + ",\n".join(self.parts) + "\nSELECT 1"
 
 
-TypedRows = Callable[[Event, Any, int], list[tuple[str, tuple[Any, ...]]]]
+TypedRows = Callable[[Event, Any], list[tuple[str, tuple[Any, ...]]]]
 
-# Each kind's rows in the typed tables, as (table, row) pairs whose values follow `_COLUMNS`.
+# Each kind's rows in the typed tables, as (table, row) pairs whose values follow `_COLUMNS`
+# (the seq comes from the events just inserted).
 _TYPED_ROWS: Final[dict[type, TypedRows]] = {
-    Evidence: lambda e, c, s: [
-        ("evidence", (e.id, s, c.collection, e.pubkey, c.title, c.url, c.source, c.text))
+    Evidence: lambda e, c: [
+        ("evidence", (e.id, c.collection, e.pubkey, c.title, c.url, c.source, c.text))
     ],
-    Claim: lambda e, c, s: [("claims", (e.id, s, c.collection, e.pubkey, c.text))],
-    Link: lambda e, c, s: [
-        ("links", (e.id, s, c.collection, e.pubkey, c.from_, c.to, c.relation, c.quote, c.reason))
+    Claim: lambda e, c: [("claims", (e.id, c.collection, e.pubkey, c.text))],
+    Link: lambda e, c: [
+        ("links", (e.id, c.collection, e.pubkey, c.from_, c.to, c.relation, c.quote, c.reason))
     ],
-    Contradiction: lambda e, c, s: [
-        ("contradictions", (e.id, s, c.collection, e.pubkey, c.reason)),
+    Contradiction: lambda e, c: [
+        ("contradictions", (e.id, c.collection, e.pubkey, c.reason)),
         *(("contradiction_claims", (e.id, claim, c.collection)) for claim in c.claims),
     ],
-    Members: lambda e, c, s: [
-        ("member_lists", (e.id, s, c.collection, e.pubkey, e.created_at, list(c.members)))
+    Members: lambda e, c: [
+        ("member_lists", (e.id, c.collection, e.pubkey, e.created_at, json.dumps(c.members)))
     ],
-    Profile: lambda e, c, s: [
-        ("profiles", (e.id, s, e.pubkey, e.created_at, c.name, c.about, c.picture))
+    Profile: lambda e, c: [
+        ("profiles", (e.id, e.pubkey, e.created_at, c.name, c.about, c.picture))
     ],
-    Terms: lambda e, c, s: [("terms_signatures", (e.id, s, e.pubkey, c.version, c.sha256))],
+    Terms: lambda e, c: [("terms_signatures", (e.id, e.pubkey, c.version, c.sha256))],
 }
 
-_COLUMNS: Final[dict[str, list[str]]] = {
-    "evidence": ["id", "seq", "collection", "pubkey", "title", "url", "source", "text"],
-    "claims": ["id", "seq", "collection", "pubkey", "text"],
-    "links": [
-        *("id", "seq", "collection", "pubkey"),
-        *("from_id", "to_id", "relation", "quote", "reason"),
+# Each typed table's columns but `seq`, with the SQL type of the array that carries them.
+_COLUMNS: Final[dict[str, list[tuple[str, str]]]] = {
+    "evidence": [
+        *(("id", "text"), ("collection", "text"), ("pubkey", "text")),
+        *(("title", "text"), ("url", "text"), ("source", "text"), ("text", "text")),
     ],
-    "contradictions": ["id", "seq", "collection", "pubkey", "reason"],
-    "contradiction_claims": ["contradiction_id", "claim_id", "collection"],
-    "member_lists": ["id", "seq", "collection", "pubkey", "created_at", "members"],
-    "profiles": ["id", "seq", "pubkey", "created_at", "name", "about", "picture"],
-    "terms_signatures": ["id", "seq", "pubkey", "version", "sha256"],
+    "claims": [("id", "text"), ("collection", "text"), ("pubkey", "text"), ("text", "text")],
+    "links": [
+        *(("id", "text"), ("collection", "text"), ("pubkey", "text"), ("from_id", "text")),
+        *(("to_id", "text"), ("relation", "text"), ("quote", "text"), ("reason", "text")),
+    ],
+    "contradictions": [
+        ("id", "text"),
+        ("collection", "text"),
+        ("pubkey", "text"),
+        ("reason", "text"),
+    ],
+    "contradiction_claims": [
+        ("contradiction_id", "text"),
+        ("claim_id", "text"),
+        ("collection", "text"),
+    ],
+    "member_lists": [
+        *(("id", "text"), ("collection", "text"), ("pubkey", "text")),
+        *(("created_at", "bigint"), ("members", "text")),
+    ],
+    "profiles": [
+        *(("id", "text"), ("pubkey", "text"), ("created_at", "bigint")),
+        *(("name", "text"), ("about", "text"), ("picture", "text")),
+    ],
+    "terms_signatures": [
+        ("id", "text"),
+        ("pubkey", "text"),
+        ("version", "text"),
+        ("sha256", "text"),
+    ],
 }
+# Values that are not the array's element as it is: a member list travels as JSON text.
+_VALUE: Final = {"members": "ARRAY(SELECT json_array_elements_text(u.members::json))"}

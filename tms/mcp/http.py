@@ -52,14 +52,20 @@ __all__ = ["MAX_BODY", "SMALL_BODY", "McpFront"]
 log = logging.getLogger(__name__)
 
 PRIVATE: Final = {"Cache-Control": "no-store"}
+STARTING_SECONDS: Final = 30.0  # a request that comes as the server starts waits this long
 
 
 class McpFront:
     """The ASGI app at `/mcp`: checks each body, then hands it to `app` (the SDK's)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self) -> None:
+        self.app: ASGIApp | None = None  # the SDK's, once it has loaded (`serve`)
+        self._ready = asyncio.Event()
         self._bodies = BodyReader(MAX_BODY)
+
+    def serve(self, app: ASGIApp) -> None:
+        self.app = app
+        self._ready.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -97,6 +103,15 @@ class McpFront:
                 client = scope.get("client") or ("?", 0)
                 log.info("client %s:%s hung up before sending its whole body", *client)
                 return
+            try:
+                await asyncio.wait_for(self._ready.wait(), STARTING_SECONDS)
+            except TimeoutError:
+                message = "the server is starting; try again shortly"
+                await _error(503, INVALID_REQUEST, message, headers={"Retry-After": "5"})(
+                    scope, receive, send
+                )
+                return
+            assert self.app is not None
             await self.app(scope, _replay(body, receive), send)
 
     async def close(self) -> None:

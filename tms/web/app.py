@@ -32,6 +32,8 @@ without inline script, whose only outside origins are the profile relays).
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -50,7 +52,6 @@ from tms.config import Settings, load_secret
 from tms.errors import DATABASE_UNAVAILABLE, AuthError, sendable
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
-from tms.mcp.server import build_server, http_endpoint
 from tms.nostr import nip98
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime, open_runtime
@@ -78,7 +79,8 @@ async def healthz(request: Request) -> Response:
         log.warning("health check: database unreachable: %s", problem)
         body = {"ok": False, "database": f"unreachable: {problem}"}
         return JSONResponse(body, 503, headers=PRIVATE)
-    return JSONResponse({"ok": True, "database": "reachable"}, headers=PRIVATE)
+    vectors = _runtime(request).services.search.status
+    return JSONResponse({"ok": True, "database": "reachable", "vectors": vectors}, headers=PRIVATE)
 
 
 async def terms(request: Request) -> Response:
@@ -265,6 +267,15 @@ def _base(request: Request) -> str:
 # --- the application ---------------------------------------------------------------------------
 
 
+async def _serve_mcp(runtime: Runtime, front: McpFront, stop: asyncio.Event) -> None:
+    """Build the MCP server and run its session manager until `stop`."""
+    server = await asyncio.to_thread(importlib.import_module, "tms.mcp.server")
+    endpoint, manager = server.http_endpoint(server.build_server(runtime.tools()))
+    async with manager.run():
+        front.serve(endpoint)
+        await stop.wait()
+
+
 def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> Starlette:
     """The app. The database is `database_url` when given, else the one `settings` name (the
     embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); the pools, the model
@@ -284,14 +295,18 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with open_runtime(settings, database_url) as runtime:
-            endpoint, manager = http_endpoint(build_server(runtime.tools()))
-            front = McpFront(endpoint)
+            front = McpFront()
             app.state.runtime = runtime
             app.state.mcp = front
+            # The MCP SDK loads after the server is up (it takes a good part of a second): /mcp
+            # requests that come sooner wait for it, /healthz and the rest answer at once.
+            stop = asyncio.Event()
+            mcp = asyncio.create_task(_serve_mcp(runtime, front, stop), name="tms-mcp")
             try:
-                async with manager.run():
-                    yield
+                yield
             finally:
+                stop.set()
+                await asyncio.gather(mcp, return_exceptions=True)
                 await front.close()
                 await pages.close()
 
