@@ -9,7 +9,6 @@ Each page is saved as a screenshot in tests/artifacts/, at desktop and at phone 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from typing import Any, Final
 import httpx
 import pytest
 from browser import PHONE, Person, Relay, on_ledger, open_person, shot
-from factories import Live, claim, evidence, link, members, profile, terms
+from factories import Live, members, profile, terms
 from fetch_site import Handler, Site
 from playwright.sync_api import Browser, Page, expect
 
@@ -408,10 +407,3 @@ def test_phone_screenshots_of_every_page(
         page.goto(site.url + path)
         shot(page, name, full_page=False)
     expect(page.locator("h1")).to_have_text("Not found")
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value)
-
-
-__all__ = ["claim", "evidence", "link"]
