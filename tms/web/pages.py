@@ -404,10 +404,17 @@ class Pages:
             return await self.not_found(request)
         links = await services.reads.get_links(slug, None, event_id, None, LINKS_SHOWN)
         window = str(event["content"]["text"])
-        spans: list[tuple[int, int, str]] = []
-        if links:
+        # Each link's anchor, stored when it was published; a link stored before anchors
+        # existed, until the start-up back-fill reaches it, is found in the text here.
+        spans = [
+            (anchor["start"], anchor["end"], found["id"])
+            for found in links
+            if (anchor := found.get("anchor")) is not None
+        ]
+        unanchored = [found for found in links if found.get("anchor") is None]
+        if unanchored:
             index = await self._index(reader.pubkey, event_id, services)
-            for found in links:
+            for found in unanchored:
                 span = index.find(found["quote"]) if index is not None else None
                 if span is not None:
                     spans.append((span[0], span[1], found["id"]))
