@@ -517,7 +517,7 @@ REFERENCE_ERRORS: Final[list[Any]] = [
     ),
     pytest.param(
         ln(DOC["id"], DOC["id"], "QUALIFIES"),
-        ["QUALIFIES may only target a claim", "is a evidence"],
+        ["QUALIFIES may only target a claim", "is an evidence"],
         id="qualifies-evidence",
     ),
     pytest.param(

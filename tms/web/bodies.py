@@ -39,6 +39,8 @@ MAX_BRACKETS: Final = 1_000_000  # '[' and '{' in a body: far more than any batc
 BIG_WAIT_SECONDS: Final = 30.0  # a big body waits this long for a slot, then `Busy`
 INSPECT_SECONDS: Final = 30.0
 WORKER_MEMORY: Final = 1536 * MiB  # address space of a worker inspecting a big body
+DISCARD_BYTES: Final = MAX_BODY  # read and dropped after a refusal, so the client hears it
+DISCARD_SECONDS: Final = 10.0
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -90,12 +92,15 @@ class BodyReader:
                 raise Disconnected
             chunk: bytes = message.get("body", b"")
             size += len(chunk)
+            more = message.get("more_body", False)
             if size > limit:
+                await _discard(receive, more)
                 raise TooLarge(f"request body too large: more than {_mib(limit)}")
             # An upper bound on the arrays and objects, as the body arrives (brackets in strings
             # count too): a body made of them is refused after a few MB, not after 64.
             brackets += chunk.count(b"[") + chunk.count(b"{")
             if brackets > MAX_BRACKETS:
+                await _discard(receive, more)
                 raise TooComplex(
                     f"Parse error: the body holds more than {MAX_BRACKETS:,} '[' and '{{' "
                     "characters; send fewer events per batch"
@@ -109,7 +114,7 @@ class BodyReader:
                 spill.write(chunk)
             else:
                 chunks.append(chunk)
-            if not message.get("more_body", False):
+            if not more:
                 if spill is None:
                     return b"".join(chunks)
                 spill.flush()
@@ -146,6 +151,21 @@ class BodyReader:
         except TimeoutError:
             raise Busy from None
         stack.callback(self._slots.release)
+
+
+async def _discard(receive: Receive, more: bool) -> None:
+    """Reads and drops the rest of a refused body, up to `DISCARD_BYTES` or `DISCARD_SECONDS`.
+    A server that closes a connection with unread bytes makes the kernel reset it, and the client
+    often loses the answer it was sent; a client still sending a few MB gets to read it."""
+    dropped = 0
+    try:
+        async with asyncio.timeout(DISCARD_SECONDS):
+            while more and dropped <= DISCARD_BYTES:
+                message = await receive()
+                dropped += len(message.get("body", b""))
+                more = message["type"] == "http.request" and message.get("more_body", False)
+    except TimeoutError:
+        pass
 
 
 def _mib(size: int) -> str:
