@@ -306,9 +306,7 @@ class _Judge:
     def _link(self, slug: Slug, link_id: EventId, link: Link) -> None:
         source = self._ref(slug, link.from_, "from")
         if source.kind != KIND_EVIDENCE:
-            raise PublishError(
-                f"from must be an evidence event; {link.from_} is {_a(source.kind)}"
-            )
+            raise PublishError(f"from must be an evidence event; {link.from_} is {_a(source.kind)}")
         target = self._ref(slug, link.to, "to")
         if target.kind not in LINK_TARGETS:
             raise PublishError(
@@ -316,9 +314,7 @@ class _Judge:
                 f"{_a(target.kind)} event"
             )
         if link.relation == "QUALIFIES" and target.kind != KIND_CLAIM:
-            raise PublishError(
-                f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}"
-            )
+            raise PublishError(f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}")
         found = self._quote(link_id, link)
         if isinstance(found, Miss):
             hint = f"; {found.nearest.describe()}" if found.nearest is not None else ""
