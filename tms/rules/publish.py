@@ -290,9 +290,7 @@ class _Judge:
     def _link(self, slug: Slug, link_id: EventId, link: Link) -> None:
         source = self._ref(slug, link.from_, "from")
         if source.kind != KIND_EVIDENCE:
-            raise PublishError(
-                f"from must be an evidence event; {link.from_} is {_a(source.kind)}"
-            )
+            raise PublishError(f"from must be an evidence event; {link.from_} is {_a(source.kind)}")
         target = self._ref(slug, link.to, "to")
         if target.kind not in LINK_TARGETS:
             raise PublishError(
@@ -300,9 +298,7 @@ class _Judge:
                 f"{_a(target.kind)} event"
             )
         if link.relation == "QUALIFIES" and target.kind != KIND_CLAIM:
-            raise PublishError(
-                f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}"
-            )
+            raise PublishError(f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}")
         if not self._quote_found(link_id, link):
             raise PublishError(
                 f"quote not found verbatim in evidence {link.from_}; copy it exactly from the "

@@ -558,7 +558,10 @@ class Pages:
             collections=readable,
             chosen=chosen if chosen in readable else None,
             stats=stats,
-            chart=charts.activity(stats["activity"]),
+            charts=[
+                ("wide", charts.activity(stats["activity"])),
+                ("narrow", charts.activity(stats["activity"], charts.NARROW_WIDTH)),
+            ],
             kinds_chart=charts.bars([(k["kind_name"], k["events"]) for k in stats["kinds"]]),
         )
 
