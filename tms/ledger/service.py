@@ -18,9 +18,11 @@ from typing import Any, Final, Protocol
 
 from tms.errors import one_line
 from tms.ledger import writes
-from tms.results import PublishResult
+from tms.ledger.tlog import TransparencyLog
+from tms.results import CheckpointInfo, PublishResult
 from tms.rules.publish import Parsed, Plan, check_batch_shape, judge, parse_events
 from tms.store.database import Pool
+from tms.tlog.note import LogSigner
 from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
 
 log = logging.getLogger(__name__)
@@ -41,9 +43,14 @@ class AfterPublish(Protocol):
 
 
 class Ledger:
-    def __init__(self, pool: Pool, *, vectors: AfterPublish | None = None) -> None:
+    def __init__(
+        self, pool: Pool, *, vectors: AfterPublish | None = None, log: LogSigner | None = None
+    ) -> None:
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
+        # The runtime hands in the server's log key; a throwaway one serves tests and the
+        # operator's commands, which never publish.
+        self.log = TransparencyLog(pool, log or LogSigner.throwaway())
 
     # --- publishing ------------------------------------------------------------------------
 
@@ -57,12 +64,15 @@ class Ledger:
             snapshot.quotes = await writes.quotes(conn, batch, _off_loop(_QUOTES))
             members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
             plan = judge(batch, snapshot)
+            checkpoints: dict[Slug, CheckpointInfo] = {}
             if plan.accepted:
                 await writes.write(conn, plan, members_before)
+                checkpoints = await self.log.extend(conn, plan.accepted)
         result: PublishResult = {
             "accepted": [p.event.id for p in plan.accepted],
             "skipped": plan.skipped,
             "collections": plan.collections,
+            "checkpoints": [checkpoints[slug] for slug in plan.collections],
         }
         if plan.superseded:  # only then: the usual answer stays exactly SPEC's
             result["superseded"] = plan.superseded
