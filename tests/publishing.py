@@ -25,6 +25,9 @@ LEDGER_TABLES: Final = (
     "member_lists",
     "profiles",
     "terms_signatures",
+    "tlog_leaves",
+    "tlog_nodes",
+    "tlog_checkpoints",
 )
 STATE_TABLES: Final = ("current_member_lists", "memberships", "approvals")
 ALL_TABLES: Final = LEDGER_TABLES + STATE_TABLES

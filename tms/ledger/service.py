@@ -72,7 +72,7 @@ class Ledger:
             "accepted": [p.event.id for p in plan.accepted],
             "skipped": plan.skipped,
             "collections": plan.collections,
-            "checkpoints": [checkpoints[slug] for slug in plan.collections],
+            "checkpoints": [checkpoints[s] for s in plan.collections if s in checkpoints],
         }
         if plan.superseded:  # only then: the usual answer stays exactly SPEC's
             result["superseded"] = plan.superseded

@@ -68,6 +68,12 @@ _SQL_STATE: Final = """
     CROSS JOIN LATERAL generate_series(0, 62) AS f(level)
     WHERE (c.size >> f.level) & 1 = 1"""
 _SQL_HISTORY: Final = "SELECT id FROM events WHERE collection = $1 ORDER BY seq"
+# What a collection held before a batch (whose events are the last it stored, under its lock).
+_SQL_BEFORE: Final = """
+    SELECT id FROM events WHERE collection = $1
+      AND seq < coalesce((SELECT min(seq) FROM events WHERE id = ANY($2::text[])),
+                         9223372036854775807)
+    ORDER BY seq"""
 _SQL_WRITE: Final = """
     WITH leaves AS (
         INSERT INTO tlog_leaves (collection, idx, event_id)
@@ -83,6 +89,7 @@ _SQL_UNBUILT: Final = """
     SELECT slug FROM collections c
     WHERE NOT EXISTS (SELECT 1 FROM tlog_checkpoints t WHERE t.collection = c.slug)
     ORDER BY slug"""
+_SQL_NEWEST_NOTE: Final = "SELECT note FROM tlog_checkpoints ORDER BY signed_at DESC LIMIT 1"
 _SQL_HAS_CHECKPOINT: Final = "SELECT EXISTS (SELECT 1 FROM tlog_checkpoints WHERE collection = $1)"
 
 
@@ -108,9 +115,9 @@ class TransparencyLog:
         rows = _Rows()
         for slug, ids in added.items():
             tree = trees.get(slug)
-            if tree is None:  # no checkpoint yet: its whole history, this batch included
+            if tree is None:  # no checkpoint yet: what it held before, then this batch
                 tree = _Tree(slug, 0, EMPTY_ROOT, {})
-                ids = [row["id"] for row in await conn.fetch(_SQL_HISTORY, slug)]
+                ids = [row["id"] for row in await conn.fetch(_SQL_BEFORE, slug, ids)] + ids
             tree.add(ids, rows)
             tree.seal(self.signer, rows)
         await rows.write(conn)
@@ -139,6 +146,26 @@ class TransparencyLog:
             tree.seal(self.signer, rows)
             await rows.write(conn)
             return True
+
+    async def check_key(self) -> bool:
+        """Whether the newest stored checkpoint was signed by this server's key. A key that
+        changed (TMS_LOG_KEY, or the data directory's log-key lost) is logged loudly: members
+        holding the old verifier key can no longer check new checkpoints, and older ones no
+        longer verify with GET /log-key."""
+        note = await self.pool.fetchval(_SQL_NEWEST_NOTE)
+        if note is None:
+            return True
+        try:
+            self.signer.key.verifier().open(note)
+        except LogError:
+            log.warning(
+                "the newest checkpoint stored was not signed by this server's log key (%s): was "
+                "TMS_LOG_KEY changed, or TMS_DATA_DIR/log-key lost? Members need the new "
+                "verifier key, and keep the old one for checkpoints signed before",
+                self.signer.key.verifier().encode(),
+            )
+            return False
+        return True
 
     async def backfill(self) -> int:
         """Give every collection stored before the log existed its tree, one collection per
