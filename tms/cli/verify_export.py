@@ -44,7 +44,8 @@ def run(path: str, kept_path: str | None, key: str, out: TextIO) -> int:
         return 2
     for line in report.lines():
         print(line, file=out)
-    verdict = "OK" if report.ok else f"{len(report.problems)} problems"
+    count = len(report.problems)
+    verdict = "OK" if report.ok else f"{count} problem" + ("s" if count > 1 else "")
     print(f"{report.events} events verified, {report.entries} log entries: {verdict}", file=out)
     return 0 if report.ok else 1
 

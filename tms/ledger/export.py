@@ -62,7 +62,8 @@ class Exporter:
             signed = await conn.fetchrow(_SQL_CHECKPOINT, slug) if checkpoint else None
             if checkpoint and signed is None:
                 raise LogError(f"collection '{slug}' has no signed checkpoint yet")
-            others: list[EventId] = []
+            others: list[tuple[EventId, EventId | None]] = []  # with the entry before each
+            entry: EventId | None = None
             owner = await conn.fetchval("SELECT owner FROM collections WHERE slug = $1", slug)
             firsts = {
                 r["pubkey"]: r["first"]
@@ -84,17 +85,18 @@ class Exporter:
             async for row in cursor:
                 while later and later[0]["seq"] < row["seq"]:
                     if members.includes(later[0]["pubkey"]):
-                        others.append(later[0]["id"])
+                        others.append((later[0]["id"], entry))
                         yield _line(later[0])
                     later.popleft()
                 for early in prelude.pop(row["pubkey"], ()):
-                    others.append(early["id"])
+                    others.append((early["id"], entry))
                     yield _line(early)
                 members.apply(row)
+                entry = row["id"]
                 yield _line(row)
             for row in later:
                 if members.includes(row["pubkey"]):
-                    others.append(row["id"])
+                    others.append((row["id"], entry))
                     yield _line(row)
             if signed is not None:
                 entries = await _entries(conn, slug)

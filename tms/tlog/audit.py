@@ -3,8 +3,9 @@ reports.
 
 An export (`tms.ledger.export`) is the collection's events in ledger order, with the terms and
 profiles of the keys that wrote them; asked for, it ends with a *checkpoint line*:
-`{"checkpoint": <signed note>, "entries": [<event ids in log order>], "others": [<ids of the
-profile and terms lines>]}`, a JSON object no event can be (it has no `id`). The audit:
+`{"checkpoint": <signed note>, "entries": [<event ids in log order>], "others": [[<id of a
+profile or terms line>, <id of the entry just before it, or null>], ...]}`, a JSON object no
+event can be (it has no `id`). The audit:
 
 1. checks every event line's id and signature (a changed line is named);
 2. opens every checkpoint (the export's own, and any the member kept) with the server's
@@ -31,16 +32,20 @@ from tms.errors import InvalidEvent, LogError, shown
 from tms.nostr.events import Event, compact_json, is_hex64
 from tms.tlog.merkle import CompactRange, leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint, origin_slug
-from tms.types import KIND_MEMBERS, KIND_TERMS
+from tms.types import KIND_MEMBERS, KIND_PROFILE, KIND_TERMS
 
 ENTRY_KINDS: Final = frozenset(range(4701, KIND_MEMBERS + 1))  # the kinds that name a collection
 CHECKPOINT_KEY: Final = "checkpoint"
 MAX_REPORTED: Final = 1000  # problems printed; the count is always exact
 
 
-def checkpoint_line(note: str, entries: Sequence[str], others: Sequence[str]) -> str:
+Other = tuple[str, str | None]  # a profile or terms line: its id, and the entry before it
+
+
+def checkpoint_line(note: str, entries: Sequence[str], others: Sequence[Other]) -> str:
     """The line an export ends with when asked: its signed checkpoint and what it covers."""
-    return compact_json({CHECKPOINT_KEY: note, "entries": list(entries), "others": list(others)})
+    listed = [list(other) for other in others]
+    return compact_json({CHECKPOINT_KEY: note, "entries": list(entries), "others": listed})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,7 @@ class CheckpointLine:
     number: int
     note: str
     entries: list[str]
-    others: list[str]
+    others: list[Other]
 
 
 def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
@@ -100,10 +105,14 @@ def _checkpoint_line(number: int, obj: object) -> CheckpointLine:
     note, entries, others = obj[CHECKPOINT_KEY], obj["entries"], obj["others"]
     if not isinstance(note, str):
         raise ValueError("its checkpoint must be a signed note")
-    for ids in (entries, others):
-        if not isinstance(ids, list) or not all(is_hex64(i) for i in ids):
-            raise ValueError("its entries and others must be lists of event ids")
-    return CheckpointLine(number, note, entries, others)
+    if not isinstance(entries, list) or not all(is_hex64(i) for i in entries):
+        raise ValueError("its entries must be a list of event ids")
+    if not isinstance(others, list) or not all(
+        isinstance(o, list) and len(o) == 2 and is_hex64(o[0]) and (o[1] is None or is_hex64(o[1]))
+        for o in others
+    ):
+        raise ValueError("its others must be a list of [event id, event id or null]")
+    return CheckpointLine(number, note, entries, [(o[0], o[1]) for o in others])
 
 
 def _claimed_id(raw: bytes) -> str | None:
@@ -304,24 +313,44 @@ def _compare(
 
 
 def _compare_others(lines: list[Line], record: CheckpointLine, report: Report) -> None:
-    """The profile and terms lines the export listed (not signed: profiles and terms are no
-    log's entries, so this catches a line lost or moved, not a server that hides one)."""
-    found = [(line.number, line.id) for line in lines if line.kind in (0, KIND_TERMS)]
-    if [i for _, i in found] == record.others:
-        return
-    listed = set(record.others)
-    present = {event_id for _, event_id in found}
-    for number, event_id in found:
+    """The profile and terms lines the export listed, each after the entry it followed (not
+    signed: profiles and terms are no log's entries, so this catches a line lost or moved in
+    the file, not a server that hides one)."""
+    found: list[tuple[int, str, str | None]] = []  # (line, id, the entry before it)
+    entries: set[str] = set()
+    before: str | None = None
+    for line in lines:
+        if line.id is None:
+            continue
+        if line.kind in ENTRY_KINDS:
+            before = line.id
+            entries.add(line.id)
+        elif line.kind in (KIND_PROFILE, KIND_TERMS):
+            found.append((line.number, line.id, before))
+    listed = dict(record.others)
+    present = {event_id for _, event_id, _ in found}
+    for number, event_id, after in found:
         if event_id not in listed:
             report.problem(f"line {number} ({event_id}): extra: not listed by the export", number)
-    for event_id in record.others:
+        elif listed[event_id] != after and (listed[event_id] or "") in entries | {""}:
+            where = f"entry {listed[event_id]}" if listed[event_id] else "the first entry"
+            side = "after" if listed[event_id] else "before"
+            report.problem(
+                f"line {number} ({event_id}): out of place: the export wrote it {side} {where}",
+                number,
+            )
+    order = [event_id for event_id, _ in record.others if event_id in present]
+    in_file = [(number, event_id) for number, event_id, _ in found if event_id in listed]
+    for (number, event_id), expected in zip(in_file, order, strict=True):
+        if event_id != expected:
+            report.problem(f"line {number} ({event_id}): out of order among profiles and terms")
+            break
+    for event_id, _ in record.others:
         if event_id not in present:
             report.problem(
                 f"missing: the profile or terms line {event_id} the export listed (profiles "
                 "and terms are not log entries: the signature does not cover them)"
             )
-    if listed == present:
-        report.problem("the profile and terms lines are not in the order the export listed")
 
 
 def _longest_increasing(values: list[int]) -> set[int]:
