@@ -20,12 +20,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
-import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tms.config import Settings
@@ -34,8 +33,9 @@ from tms.rules.terms import current_terms
 from tms.search.search import VECTORS_OFF
 from tms.store.database import with_database
 from tms.tlog.note import NoteSigner
-from tms.web.app import create_app
-from tms.web.protocol import ConnectionLimits, GuardedHttpProtocol
+
+if TYPE_CHECKING:
+    from tms.web.protocol import ConnectionLimits
 
 ASSETS: Final = Path(__file__).parent / "assets"
 BIN: Final = Path(sys.executable).parent  # where the installed console scripts are
@@ -316,6 +316,11 @@ def live_server(
 ) -> Iterator[Live]:
     """The real app under uvicorn with the connection limits `tms serve` sets (`limits`, or the
     defaults), in a thread of its own, on a port the OS picks, until the block ends."""
+    import uvicorn  # here: the pure tests need neither it nor the app
+
+    from tms.web.app import create_app
+    from tms.web.protocol import ConnectionLimits, GuardedHttpProtocol
+
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(config or settings(), database_url=database_url),

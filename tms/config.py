@@ -7,6 +7,7 @@ half-way through a request.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from tms.tlog.note import LogSigner
 
 DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_PROFILE_RELAYS: Final = ("wss://relay.damus.io", "wss://relay.primal.net")
+SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_DIR
+MIN_SECRET_CHARS: Final = 32
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 
@@ -81,6 +85,8 @@ class Settings:
     body_seconds: float = 60.0  # and its body within this after the head
     max_connections: int = 1000  # connections held at once
     log_key: str | None = None  # TMS_LOG_KEY; None: generated into data_dir (`load_log_key`)
+    secret: str | None = None  # TMS_SECRET; None: generated into data_dir (`load_secret`)
+    profile_relays: tuple[str, ...] = DEFAULT_PROFILE_RELAYS  # where the pages look up profiles
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -108,6 +114,8 @@ class Settings:
             body_seconds=_number(env, "TMS_BODY_SECONDS", 60, 0.1, 3600, "seconds"),
             max_connections=int(_number(env, "TMS_MAX_CONNECTIONS", 1000, 10, 1_000_000, "")),
             log_key=env.get("TMS_LOG_KEY", "").strip() or None,
+            secret=_secret(env),
+            profile_relays=_relays(env),
         )
 
     @property
@@ -150,6 +158,75 @@ def load_log_key(settings: Settings) -> tuple[LogSigner, str | None]:
     return LogSigner(key, settings.log_host), (
         f"TMS_LOG_KEY is unset: generated the checkpoint key {verifier} into {path}"
     )
+
+
+def _secret(env: Mapping[str, str]) -> str | None:
+    value = env.get("TMS_SECRET", "").strip()
+    if value and len(value) < MIN_SECRET_CHARS:
+        raise ConfigError(
+            f"TMS_SECRET must be at least {MIN_SECRET_CHARS} characters (it signs login "
+            f"cookies); got {len(value)}. `python -c 'import secrets; print(secrets.token_hex())'`"
+            " makes one"
+        )
+    return value or None
+
+
+def _relays(env: Mapping[str, str]) -> tuple[str, ...]:
+    """`TMS_PROFILE_RELAYS`: comma-separated ws:// or wss:// origins (ws:// is for a relay on
+    this machine, as the tests run one). They go into the pages' Content-Security-Policy, so
+    nothing that could widen it is accepted: no paths with spaces, quotes or semicolons."""
+    text = env.get("TMS_PROFILE_RELAYS")
+    if text is None or not text.strip():
+        return DEFAULT_PROFILE_RELAYS
+    relays = []
+    for item in text.split(","):
+        relay = item.strip().rstrip("/")
+        if not relay:
+            continue
+        if not relay.startswith(("wss://", "ws://")) or any(c in relay for c in " ;,'\"*"):
+            raise ConfigError(
+                f"TMS_PROFILE_RELAYS must be comma-separated wss:// addresses, got {relay!r:.100}"
+            )
+        relays.append(relay)
+    return tuple(relays)
+
+
+def load_secret(settings: Settings, *, external_database: bool) -> tuple[bytes, str | None]:
+    """The key that signs login cookies and nonces, and a line to log when it was chosen here.
+
+    `TMS_SECRET` when set. Otherwise the file `TMS_DATA_DIR/secret`, generated on first use
+    (owner-only permissions), so that logins survive a restart and every process on that data
+    directory agrees. With an external database (`TMS_DATABASE_URL`) and no data directory,
+    none is created: a random secret lives as long as the process, which is said in the log,
+    since logins then end at every restart and several servers would not share them."""
+    if settings.secret is not None:
+        return settings.secret.encode(), None
+    folder = settings.data_dir
+    if external_database and not folder.is_dir():
+        return secrets.token_bytes(32), (
+            f"TMS_SECRET is unset and there is no data directory ({folder}): login cookies are "
+            "signed with a random secret that lasts as long as this process, so logins end "
+            "when it restarts; set TMS_SECRET (the same on every server) to keep them"
+        )
+    path = folder / SECRET_FILE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            value = path.read_text("ascii").strip()
+            if len(value) < MIN_SECRET_CHARS:
+                raise ConfigError(
+                    f"{path} holds a secret shorter than {MIN_SECRET_CHARS} characters; delete "
+                    "it to have a new one generated (every browser is logged out)"
+                ) from None
+            return value.encode(), None
+        value = secrets.token_hex(32)
+        with os.fdopen(descriptor, "w", encoding="ascii") as file:
+            file.write(value + "\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read or create the login secret {path}: {exc}") from None
+    return value.encode(), f"TMS_SECRET is unset: generated one into {path}"
 
 
 def _number(

@@ -213,3 +213,57 @@ class ProofResult(TypedDict):
     problems: list[str]
     root: str | None
     tree: str
+
+
+# --- what the pages read beside the tools' results (tms.ledger.keys, tms.ledger.stats) ---------
+
+
+class ProfileInfo(TypedDict):
+    id: str
+    pubkey: str
+    created_at: int
+    name: str
+    about: str | None
+
+
+class MemberListInfo(TypedDict):
+    collection: str
+    owner: str
+    members: Annotated[list[str], Field(description="The current list's keys, as signed.")]
+    list_id: Annotated[str | None, Field(description="The current list's id; null: none yet.")]
+    list_created_at: Annotated[int | None, Field(description="Its created_at, the rule's key.")]
+
+
+class ActivityBucket(TypedDict):
+    start: Annotated[str, Field(description="The bucket's first day, ISO 8601 (UTC).")]
+    events: int
+
+
+class Activity(TypedDict):
+    unit: Literal["day", "week", "month"]
+    buckets: Annotated[list[ActivityBucket], Field(description="Oldest first, empty ones too.")]
+
+
+class KindCount(TypedDict):
+    kind: int
+    kind_name: str
+    events: int
+
+
+class Contributor(TypedDict):
+    pubkey: str
+    author: str | None
+    events: int
+
+
+class SourceCount(TypedDict):
+    source: Annotated[str, Field(description="An evidence `source` value, or a URL's host.")]
+    evidence: int
+
+
+class DashboardStats(TypedDict):
+    activity: Activity
+    kinds: list[KindCount]
+    contributors: list[Contributor]
+    sources: list[SourceCount]
+    domains: list[SourceCount]

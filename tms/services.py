@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tms.ledger.access import Access
+from tms.ledger.keys import Keys
 from tms.ledger.reads import Reads
 from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
+from tms.ledger.sessions import Sessions
+from tms.ledger.stats import Stats
 from tms.ledger.tlog_reads import LogReads
 from tms.search.search import Search
 from tms.search.vectors import Vectors
@@ -25,6 +28,9 @@ class Services:
     reads: Reads
     search: Search
     requests: RequestLog
+    keys: Keys  # the pages' reads about keys and member lists
+    stats: Stats  # the dashboard's figures
+    sessions: Sessions  # browser logins
     tlog: LogReads  # each collection's transparency log: checkpoints, proofs, tiles
     fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
 
@@ -46,6 +52,9 @@ class Services:
             reads=Reads(pool),
             search=Search(pool, vectors),
             requests=RequestLog(pool),
+            keys=Keys(pool),
+            stats=Stats(pool),
+            sessions=Sessions(pool),
             tlog=LogReads(pool, ledger.log),
             fetch_allow=fetch_allow,
         )

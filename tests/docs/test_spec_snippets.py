@@ -47,8 +47,6 @@ from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
 from tms.store.database import open_pool
 
-JS_PACKAGE: Final = Path(__file__).parent / "js"
-
 # What SPEC's snippets say, and what the tests put in its place.
 SPEC_PYTHON_BASE: Final = 'BASE = "https://tms.delegance.ai"'
 SPEC_JS_BASE: Final = "const BASE = 'https://tms.delegance.ai'"
@@ -56,7 +54,6 @@ SPEC_TERMS_SHA256: Final = "ef0c5a74783a3639172ab7dd1d7df764611bb70e29dccfb34823
 
 SERVER_START_SECONDS: Final = 90
 SERVER_STOP_SECONDS: Final = 30
-NPM_SECONDS: Final = 300
 SNIPPET_SECONDS: Final = 180  # the first vector search may load the embedding model
 
 # SPEC "Publishing": the example batch's evidence text.
@@ -207,44 +204,6 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
                 yield Live(base, served_terms["sha256"], owner, python_bot, js_bot, log, page_url)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-# --- Node.js and the packages SPEC's JavaScript imports --------------------------------------
-
-
-@pytest.fixture(scope="session")
-def js_packages() -> Iterator[Path]:
-    """A temporary directory with tests/docs/js's lockfile installed by `npm ci`: scripts placed
-    in it import nostr-tools and @noble/hashes as SPEC's snippet does."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail(
-            "SPEC's JavaScript snippet needs Node.js 18 or later and npm on PATH "
-            "(Debian: apt-get install nodejs npm; .ci/run installs them)",
-            pytrace=False,
-        )
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
-    major = int(version.stdout.strip().lstrip("v").split(".")[0])
-    if major < 18:
-        pytest.fail(f"SPEC's JavaScript needs Node.js 18 or later, found {version.stdout}")
-    root = Path(tempfile.mkdtemp(prefix="tms-spec-js-"))
-    try:
-        for name in ("package.json", "package-lock.json"):
-            shutil.copyfile(JS_PACKAGE / name, root / name)
-        result = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=NPM_SECONDS,
-        )
-        if result.returncode != 0:
-            pytest.fail(
-                f"npm ci of tests/docs/js failed:\n{result.stdout}{result.stderr}", pytrace=False
-            )
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- running a snippet ---------------------------------------------------------------------------

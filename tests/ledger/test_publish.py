@@ -29,6 +29,7 @@ from factories import (
     TERMS,
     EventDict,
     claim,
+    compact,
     contradiction,
     evidence,
     ids,
@@ -265,7 +266,7 @@ async def test_created_at_is_judged_against_the_ledgers_clock(ledger: Ledger) ->
 
 async def test_content_of_two_million_characters_is_stored(ledger: Ledger) -> None:
     await ledger.approve([OWNER.pubkey])
-    shell = json.dumps({"collection": "lab", "text": ""}, separators=(",", ":"))
+    shell = compact({"collection": "lab", "text": ""})
     text = "y" * (2_000_000 - len(shell))
     doc = evidence(OWNER, "lab", text)
     assert len(doc["content"]) == 2_000_000

@@ -148,3 +148,12 @@ async def test_the_export_can_end_with_its_checkpoint_line(
     assert plain.text == "".join(f"{line}\n" for line in lines[:-1])
     bad = await get(client, world.member, "/c/mcas/export.jsonl?checkpoint=yes")
     assert bad.status_code == 400
+
+
+async def test_the_guide_gives_the_log_key_and_the_command(client: httpx.AsyncClient) -> None:
+    guide = (await client.get("/docs.md")).text
+    key = LOG_SIGNER.verifier().encode()
+    assert f"uv run tms verify-export mcas.jsonl --key '{key}'" in guide
+    assert f"```\n{key}\n```" in guide
+    assert "127.0.0.1/c/mcas\n5\n" in guide  # the example checkpoint names this server's logs
+    assert "| `get_checkpoint` |" in guide and "| `get_consistency` |" in guide

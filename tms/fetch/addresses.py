@@ -22,7 +22,7 @@ needs them, and a check of the embedded address could only ever be a way around 
 Compared with Python's `ipaddress` (`is_global`), this policy is never more permissive: where
 they differ it refuses more (multicast, site-local, all of 192.0.0.0/24, 192.88.99.0/24,
 2001::/23, 2002::/16, 3fff::/20, and NAT64 addresses embedding a non-public IPv4 address).
-`tests/test_addresses.py` checks that against `ipaddress` over random addresses.
+`tests/fetch/test_addresses.py` checks that against `ipaddress` over random addresses.
 
 Ports: any port from 1 to 65535 except the "bad ports" the Fetch standard makes browsers refuse
 (SMTP, IRC, SSH and the like), so a URL cannot make us talk HTTP to a mail or chat server.

@@ -17,6 +17,8 @@ from tms.types import PubKey, Slug
 
 _SQL_CAN_READ: Final = "SELECT EXISTS (SELECT 1 FROM readers WHERE collection = $1 AND pubkey = $2)"
 _SQL_READABLE: Final = "SELECT collection FROM readers WHERE pubkey = $1 ORDER BY collection"
+_SQL_OWNS: Final = "SELECT EXISTS (SELECT 1 FROM collections WHERE slug = $1 AND owner = $2)"
+_SQL_APPROVED: Final = "SELECT EXISTS (SELECT 1 FROM approvals WHERE pubkey = $1)"
 _SQL_MAY_USE: Final = """
     SELECT EXISTS (SELECT 1 FROM approvals WHERE pubkey = $1)
         OR EXISTS (SELECT 1 FROM readers WHERE pubkey = $1)"""
@@ -48,6 +50,17 @@ class Access:
     async def readable(self, pubkey: PubKey) -> list[Slug]:
         """The slugs the key may read, in slug order."""
         return [row["collection"] for row in await self.pool.fetch(_SQL_READABLE, pubkey)]
+
+    async def owns(self, pubkey: PubKey, slug: Slug) -> bool:
+        """The collection's owner: who changes its members (the publish rules say so again)."""
+        if not SLUG_PATTERN.fullmatch(slug):
+            return False
+        return bool(await self.pool.fetchval(_SQL_OWNS, slug, pubkey))
+
+    async def may_create(self, pubkey: PubKey) -> bool:
+        """Approved by the operator: who may create collections (the pages offer it only then;
+        the publish rules decide)."""
+        return bool(await self.pool.fetchval(_SQL_APPROVED, pubkey))
 
     async def may_use(self, pubkey: PubKey) -> bool:
         """Approved by the operator, or owner or member of some collection: who may publish, log

@@ -1,9 +1,10 @@
 """The ledger service: the one place where batches are made permanent.
 
-Every door publishes through `Ledger.publish`, so each rule is written once. Publishing is one
-transaction: lock what the batch touches, read a snapshot, let `tms.rules.publish.judge` decide,
-write everything or nothing (`tms.ledger.writes`). Vectors for search are made after commit, by
-whatever `AfterPublish` the runtime hands in.
+Every door publishes through `Ledger.publish`, so each rule is written once. A batch is checked
+(envelopes, signatures, schemas), then committed in one transaction with the batches waiting for
+the same collections (`tms.ledger.commits`): lock, read a snapshot, let
+`tms.rules.publish.judge` decide, write everything or nothing (`tms.ledger.writes`). Vectors
+for search are made after commit, by whatever `AfterPublish` the runtime hands in.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol
 
 from tms.errors import one_line
-from tms.ledger import writes
+from tms.ledger.commits import GroupCommitter
 from tms.ledger.tlog import TransparencyLog
-from tms.results import CheckpointInfo, PublishResult
-from tms.rules.publish import Parsed, Plan, check_batch_shape, judge, parse_events
+from tms.results import PublishResult
+from tms.rules.publish import Parsed, Plan, check_batch_shape, parse_events
 from tms.store.database import Pool
 from tms.tlog.note import LogSigner
 from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
@@ -51,6 +52,7 @@ class Ledger:
         # The runtime hands in the server's log key; a throwaway one serves tests and the
         # operator's commands, which never publish.
         self.log = TransparencyLog(pool, log or LogSigner.throwaway())
+        self._commits = GroupCommitter(pool, _off_loop(_QUOTES), self.log)
 
     # --- publishing ------------------------------------------------------------------------
 
@@ -58,16 +60,7 @@ class Ledger:
         """Store a batch of signed events, all or nothing (SPEC "Publishing")."""
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
-        async with self.pool.acquire() as conn, conn.transaction():
-            await writes.lock(conn, batch)
-            snapshot = await writes.snapshot(conn, batch)
-            snapshot.quotes = await writes.quotes(conn, batch, _off_loop(_QUOTES))
-            members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
-            plan = judge(batch, snapshot)
-            checkpoints: dict[Slug, CheckpointInfo] = {}
-            if plan.accepted:
-                await writes.write(conn, plan, members_before)
-                checkpoints = await self.log.extend(conn, plan.accepted)
+        plan, checkpoints = await self._commits.commit(batch)
         result: PublishResult = {
             "accepted": [p.event.id for p in plan.accepted],
             "skipped": plan.skipped,

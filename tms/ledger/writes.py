@@ -64,12 +64,16 @@ _SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
 OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
 
 
+def lock_keys(batch: Sequence[Parsed]) -> tuple[str, ...]:
+    """What a batch locks: each collection it names, and one key for all profiles and terms."""
+    return tuple(sorted({p.collection or _UNSCOPED_LOCK for p in batch}))
+
+
 async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
     """Serialize batches that touch the same collection (or any profile or terms), so that two
     racing to create one collection end with one owner and a batch sent twice at once is
     stored once."""
-    keys = sorted({p.collection or _UNSCOPED_LOCK for p in batch})
-    await conn.fetchval(_SQL_LOCK, keys)
+    await conn.fetchval(_SQL_LOCK, list(lock_keys(batch)))
 
 
 async def snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:

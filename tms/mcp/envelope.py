@@ -71,6 +71,7 @@ def inspect(body: bytes | str) -> Summary:
         raise BadMessage(INVALID_REQUEST, "Invalid Request: 'jsonrpc' must be \"2.0\"", request_id)
     if "method" not in message:
         if "id" in message and ("result" in message or "error" in message):
+            _check_answer(message, request_id)
             return Summary(None, None, False)  # a client's answer: the SDK takes it as it is
         raise BadMessage(INVALID_REQUEST, "Invalid Request: 'method' is missing", request_id)
     method = message["method"]
@@ -81,6 +82,30 @@ def inspect(body: bytes | str) -> Summary:
         raise BadMessage(INVALID_REQUEST, "Invalid Request: 'params' must be an object", request_id)
     tool = _check_params(method, params or {}, request_id)
     return Summary(method, tool, "id" in message)
+
+
+def _check_answer(message: dict[str, Any], request_id: str | int | None) -> None:
+    """A response or error from the client has the shape the SDK's models need, so a bad one is
+    refused here in plain words rather than in the SDK's validation report."""
+    if "result" in message:
+        if not isinstance(message["result"], dict):
+            raise BadMessage(
+                INVALID_REQUEST, "Invalid Request: 'result' must be an object", request_id
+            )
+        return
+    error = message["error"]
+    if not (
+        isinstance(error, dict)
+        and isinstance(error.get("code"), int)
+        and not isinstance(error.get("code"), bool)
+        and isinstance(error.get("message"), str)
+    ):
+        raise BadMessage(
+            INVALID_REQUEST,
+            "Invalid Request: 'error' must be an object with an integer 'code' and a string "
+            "'message'",
+            request_id,
+        )
 
 
 def inspect_file(path: Path) -> Summary:

@@ -101,7 +101,7 @@ class Ref:
     """What the rules need of a referenced event: its kind and collection."""
 
     kind: int
-    collection: Slug
+    collection: Slug | None  # None for events outside collections (profiles, terms)
 
 
 @dataclass(slots=True)
@@ -290,19 +290,15 @@ class _Judge:
     def _link(self, slug: Slug, link_id: EventId, link: Link) -> None:
         source = self._ref(slug, link.from_, "from")
         if source.kind != KIND_EVIDENCE:
-            raise PublishError(
-                f"from must be an evidence event; {link.from_} is a {KIND_NAMES[source.kind]}"
-            )
+            raise PublishError(f"from must be an evidence event; {link.from_} is {_a(source.kind)}")
         target = self._ref(slug, link.to, "to")
         if target.kind not in LINK_TARGETS:
             raise PublishError(
-                f"to must be a claim, link, contradiction or evidence; {link.to} is a "
-                f"{KIND_NAMES[target.kind]} event"
+                f"to must be a claim, link, contradiction or evidence; {link.to} is "
+                f"{_a(target.kind)} event"
             )
         if link.relation == "QUALIFIES" and target.kind != KIND_CLAIM:
-            raise PublishError(
-                f"QUALIFIES may only target a claim; {link.to} is a {KIND_NAMES[target.kind]}"
-            )
+            raise PublishError(f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}")
         if not self._quote_found(link_id, link):
             raise PublishError(
                 f"quote not found verbatim in evidence {link.from_}; copy it exactly from the "
@@ -364,3 +360,9 @@ def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError
 def judge(batch: Sequence[Parsed], snapshot: Snapshot) -> Plan:
     """Decide the whole batch against `snapshot` (which it updates as the batch goes)."""
     return _Judge(snapshot).judge(batch)
+
+
+def _a(kind: int) -> str:
+    """'a claim', 'an evidence': a kind's name with its article, for refusals."""
+    name = KIND_NAMES[kind]
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"

@@ -4,7 +4,7 @@ Routes (the whole table is `ROUTES` below):
 
     GET /healthz                  {"ok": true, "database": "reachable"}, or 503 when it is not
     GET /terms                    {"version", "sha256", "text"}: the terms every key signs
-    GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98);
+    GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98 or login);
                                   `?checkpoint=1` ends it with the log's checkpoint line
     GET /log-key                  the key checkpoints are signed with (C2SP verifier key)
     GET /c/<slug>/checkpoint      the latest checkpoint (C2SP signed note), members only
@@ -12,11 +12,27 @@ Routes (the whole table is `ROUTES` below):
     GET /c/<slug>/tile/<path>     the log as C2SP tlog-tiles (hashes, entry bundles), members only
     POST /mcp                     the MCP endpoint: tools and prompts (tms.mcp.server)
 
-Handlers are thin: they authenticate, call the ledger, and shape the answer. Every answer is JSON
-`{"error": "..."}` when something is wrong: 401 (with `WWW-Authenticate: Nostr`) when the
-credentials do not hold up, one byte-identical 404 for a collection that does not exist, is not
-the caller's, or cannot be named so, 503 when the database is down, and a bare 500 (logged here,
-never a traceback on the wire) for anything unforeseen.
+and the people's pages (tms.web.pages), logged in with NIP-07 (tms.web.login):
+
+    GET /                         Connect; once logged in, home: terms, profile, collections
+    GET /login/challenge          a nonce and the URL to sign; POST /login, POST /logout
+    GET /submit                   evidence, claims and links; POST /fetch, POST /publish
+    GET /c/<slug>                 claims (sorts, search) and evidence
+    GET /c/<slug>/claims/<id>     a claim with its links, quotes in context, contradictions
+    GET /c/<slug>/evidence/<id>   an evidence text, paged, quotes marked
+    GET /c/<slug>/members         the owner's member list editor (members.json: its head)
+    GET /dashboard                activity, records by kind, contributors, sources
+    GET /docs, /docs.md           the user guide, for this server
+    GET /static/...               the one stylesheet and the pages' scripts
+
+JSON handlers answer `{"error": "..."}` when something is wrong: 401 (with `WWW-Authenticate:
+Nostr`) when the credentials do not hold up, one byte-identical 404 for a collection that does
+not exist, is not the caller's, or cannot be named so, 503 when the database is down, and a bare
+500 (logged here, never a traceback on the wire) for anything unforeseen. Pages answer with
+pages: one 404 page for whatever is missing or closed to the key.
+
+Every response carries the security headers of `tms.web.security` (a Content-Security-Policy
+without inline script, whose only outside origins are the profile relays).
 """
 
 from __future__ import annotations
@@ -25,7 +41,7 @@ import asyncio
 import importlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from typing import Final
 
@@ -33,10 +49,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from tms.config import Settings
+from tms.config import Settings, load_secret
 from tms.errors import DATABASE_UNAVAILABLE, AuthError, LogError, sendable
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
@@ -46,6 +63,11 @@ from tms.runtime import Runtime, open_runtime
 from tms.store.database import is_database_down
 from tms.tlog.tiles import parse_tile_path
 from tms.types import PubKey, Slug
+from tms.web import docs
+from tms.web.login import Keyring, request_url
+from tms.web.pages import Pages
+from tms.web.render import STATIC_DIR, Renderer
+from tms.web.security import SecurityHeaders
 
 log = logging.getLogger("tms.web.app")
 
@@ -79,7 +101,7 @@ async def export(request: Request) -> Response:
     """Every event of the collection, oldest first, exactly as stored. Membership is checked
     before the first byte goes out; the body then streams from a database cursor. With
     `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`)."""
-    pubkey = authenticate(request)
+    pubkey = await caller(request)
     slug = request.path_params["slug"]
     runtime = _runtime(request)
     if not await runtime.access.can_read(pubkey, slug):
@@ -101,8 +123,7 @@ async def export(request: Request) -> Response:
 
 async def log_key(request: Request) -> Response:
     """The verifier key of every checkpoint this server signs: public, one line."""
-    verifier = _runtime(request).ledger.log.signer.key.verifier()
-    return PlainTextResponse(verifier.encode() + "\n", media_type=NOTE_MEDIA_TYPE)
+    return PlainTextResponse(_log_key(request) + "\n", media_type=NOTE_MEDIA_TYPE)
 
 
 async def checkpoint(request: Request) -> Response:
@@ -153,16 +174,67 @@ class _MCP:
         await scope["app"].state.mcp(scope, receive, send)
 
 
+def _page(name: str) -> Callable[[Request], Awaitable[Response]]:
+    """The handler `name` of this app's `Pages` (built by the lifespan, with its secret)."""
+
+    async def handler(request: Request) -> Response:
+        method: Callable[[Request], Awaitable[Response]] = getattr(_pages(request), name)
+        return await method(request)
+
+    handler.__name__ = name
+    return handler
+
+
+async def docs_html(request: Request) -> Response:
+    guide = docs.html(_base(request), _log_key(request), _log_host(request))
+    return await _pages(request).render(request, "docs.html", guide=guide)
+
+
+async def docs_markdown(request: Request) -> Response:
+    guide = docs.markdown(_base(request), _log_key(request), _log_host(request))
+    return Response(guide, media_type="text/markdown; charset=utf-8")
+
+
+def _log_key(request: Request) -> str:
+    return _runtime(request).ledger.log.signer.key.verifier().encode()
+
+
+def _log_host(request: Request) -> str:
+    return _runtime(request).ledger.log.signer.host
+
+
+GET: Final = ["GET"]
+POST: Final = ["POST"]
+
 ROUTES: Final = [
-    Route("/healthz", healthz, methods=["GET"]),
+    Route("/healthz", healthz, methods=GET),
     Route("/mcp", _MCP()),
-    Route("/terms", terms, methods=["GET"]),
+    Route("/terms", terms, methods=GET),
     # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
-    Route("/c/{slug:path}/export.jsonl", export, methods=["GET"]),
-    Route("/log-key", log_key, methods=["GET"]),
-    Route("/c/{slug:path}/checkpoint", checkpoint, methods=["GET"]),
-    Route("/c/{slug:path}/consistency", consistency, methods=["GET"]),
-    Route("/c/{slug:path}/tile/{tile:path}", tile, methods=["GET"]),
+    Route("/c/{slug:path}/export.jsonl", export, methods=GET),
+    # each collection's transparency log
+    Route("/log-key", log_key, methods=GET),
+    Route("/c/{slug:path}/checkpoint", checkpoint, methods=GET),
+    Route("/c/{slug:path}/consistency", consistency, methods=GET),
+    Route("/c/{slug:path}/tile/{tile:path}", tile, methods=GET),
+    # the people's pages
+    Route("/", _page("home"), methods=GET),
+    Route("/login/challenge", _page("login_challenge"), methods=GET),
+    Route("/login", _page("login"), methods=POST),
+    Route("/logout", _page("logout"), methods=POST),
+    Route("/submit", _page("submit"), methods=GET),
+    Route("/fetch", _page("fetch"), methods=POST),
+    Route("/publish", _page("publish"), methods=POST),
+    Route("/dashboard", _page("dashboard"), methods=GET),
+    Route("/docs", docs_html, methods=GET),
+    Route("/docs.md", docs_markdown, methods=GET),
+    Route("/quotes/normalization.json", _page("normalization"), methods=GET),
+    Route("/c/{slug}", _page("collection"), methods=GET),
+    Route("/c/{slug}/members", _page("members"), methods=GET),
+    Route("/c/{slug}/members.json", _page("members_head"), methods=GET),
+    Route("/c/{slug}/claims/{event_id}", _page("claim"), methods=GET),
+    Route("/c/{slug}/evidence/{event_id}", _page("evidence"), methods=GET),
+    Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
 ]
 
 
@@ -180,28 +252,25 @@ def authenticate(request: Request) -> PubKey:
     )
 
 
+async def caller(request: Request) -> PubKey:
+    """Who asks: a bot signs NIP-98; a browser sends its login cookie (`AuthError` if
+    neither holds up)."""
+    session = None
+    if "authorization" not in request.headers:
+        session = await _pages(request).session(request)
+    return session.pubkey if session is not None else authenticate(request)
+
+
 async def _readable(request: Request) -> str | None:
-    """The collection the path names, if the authenticated caller may read it; None for one
-    that does not exist, is closed to the caller, or cannot be named so (the same 404)."""
-    pubkey = authenticate(request)
+    """The collection the path names, if the caller may read it; None for one that does not
+    exist, is closed to the caller, or cannot be named so (the same 404)."""
+    pubkey = await caller(request)
     slug: str = request.path_params["slug"]
     return slug if await _runtime(request).access.can_read(pubkey, slug) else None
 
 
 def _size(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= MAX_SIZE_DIGITS
-
-
-def request_url(request: Request, base_url: str | None) -> str:
-    """The absolute URL a client signs in NIP-98's `u` tag: `TMS_BASE_URL` when the server sits
-    behind a proxy, else the scheme and Host the request names; then the path and query exactly
-    as the client sent them (still percent-encoded), so that a client signing the URL it requests
-    always matches."""
-    origin = base_url or f"{request.url.scheme}://{request.url.netloc}"
-    raw_path = request.scope.get("raw_path")
-    path = raw_path.decode("latin-1") if raw_path else request.url.path
-    query = request.scope.get("query_string", b"").decode("latin-1")
-    return f"{origin}{path}" + (f"?{query}" if query else "")
 
 
 # --- responses ---------------------------------------------------------------------------------
@@ -262,6 +331,8 @@ async def _auth_failed(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
+        if "text/html" in request.headers.get("accept", ""):
+            return await _pages(request).not_found(request)
         return error("not found", 404)
     return error(exc.detail.lower(), exc.status_code, headers=exc.headers)
 
@@ -277,6 +348,17 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 def _runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
+
+
+def _pages(request: Request) -> Pages:
+    pages: Pages = request.app.state.pages
+    return pages
+
+
+def _base(request: Request) -> str:
+    """This server's public origin: `TMS_BASE_URL`, else the request's own."""
+    settings: Settings = request.app.state.settings
+    return settings.base_url or f"{request.url.scheme}://{request.url.netloc}"
 
 
 # --- the application ---------------------------------------------------------------------------
@@ -296,6 +378,16 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); the pools, the model
     and the MCP session manager live as long as the app's lifespan."""
     settings = Settings.from_env() if settings is None else settings
+    external = database_url is not None or settings.database_url is not None
+    secret, chosen = load_secret(settings, external_database=external)
+    if chosen is not None:
+        log.warning("%s", chosen)
+    pages = Pages(
+        Renderer(),
+        Keyring(secret),
+        base_url=settings.base_url,
+        profile_relays=settings.profile_relays,
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -313,6 +405,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
                 stop.set()
                 await asyncio.gather(mcp, return_exceptions=True)
                 await front.close()
+                await pages.close()
 
     app = Starlette(
         routes=ROUTES,
@@ -324,4 +417,6 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
         },
     )
     app.state.settings = settings
+    app.state.pages = pages
+    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)
     return app

@@ -1,0 +1,45 @@
+"""Settings the pages add: the login secret and the profile relays."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from tms.config import DEFAULT_PROFILE_RELAYS, Settings, load_secret
+from tms.errors import ConfigError
+
+
+def test_the_secret_is_generated_once_into_the_data_directory(tmp_path: Path) -> None:
+    settings = Settings.from_env({"TMS_DATA_DIR": str(tmp_path / "data")})
+    secret, said = load_secret(settings, external_database=False)
+    assert said == f"TMS_SECRET is unset: generated one into {tmp_path / 'data' / 'secret'}"
+    assert stat.S_IMODE((tmp_path / "data" / "secret").stat().st_mode) == 0o600
+    assert load_secret(settings, external_database=True) == (secret, None)  # kept
+
+
+def test_without_a_data_directory_an_external_database_gets_a_process_secret(
+    tmp_path: Path,
+) -> None:
+    settings = Settings.from_env({"TMS_DATA_DIR": str(tmp_path / "absent")})
+    one, said = load_secret(settings, external_database=True)
+    assert said is not None and "lasts as long as this process" in said
+    assert load_secret(settings, external_database=True)[0] != one
+    assert not (tmp_path / "absent").exists()
+
+
+def test_a_set_secret_is_used_and_a_short_one_refused(tmp_path: Path) -> None:
+    env = {"TMS_DATA_DIR": str(tmp_path), "TMS_SECRET": "s" * 32}
+    assert load_secret(Settings.from_env(env), external_database=True) == (b"s" * 32, None)
+    with pytest.raises(ConfigError, match="at least 32 characters"):
+        Settings.from_env({**env, "TMS_SECRET": "short"})
+
+
+def test_profile_relays_are_websocket_origins() -> None:
+    assert Settings.from_env({}).profile_relays == DEFAULT_PROFILE_RELAYS
+    relays = Settings.from_env({"TMS_PROFILE_RELAYS": "wss://a.example/, ws://127.0.0.1:7000"})
+    assert relays.profile_relays == ("wss://a.example", "ws://127.0.0.1:7000")
+    for bad in ("https://a.example", "wss://a.example; script-src *", "wss://a b"):
+        with pytest.raises(ConfigError, match="TMS_PROFILE_RELAYS"):
+            Settings.from_env({"TMS_PROFILE_RELAYS": bad})

@@ -1,0 +1,179 @@
+"""The pages' HTTP side without a browser: login (one use per nonce, SPEC's refusal for an
+unknown key), same-origin and CSRF checks on every state-changing request, the publish body's
+bounds, one 404 page for missing and closed, export with the login cookie."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from factories import (
+    Live,
+    claim,
+    fresh_database,
+    live_server,
+    members,
+    nip98_header,
+    settings,
+    terms,
+)
+
+from tms.ledger.service import Ledger
+from tms.nostr.events import SecretKey
+from tms.store.database import open_pool
+
+OWNER = SecretKey(bytes([0x91]) * 32)
+MEMBER = SecretKey(bytes([0x92]) * 32)
+OTHER = SecretKey(bytes([0x93]) * 32)  # approved, owns `other`
+STRANGER = SecretKey(bytes([0x94]) * 32)
+
+
+@pytest.fixture(scope="module")
+def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
+    async def seed(url: str) -> None:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            ledger = Ledger(pool)
+            await ledger.approve([OWNER.pubkey, OTHER.pubkey])
+            await ledger.publish(
+                [
+                    terms(OWNER),
+                    members(OWNER, "mcas", [MEMBER.pubkey]),
+                    claim(OWNER, "mcas", "A claim."),
+                    terms(OTHER),
+                    claim(OTHER, "other", "Elsewhere."),
+                ]
+            )
+        finally:
+            await pool.close()
+
+    with fresh_database(pg_server_url, template_url, "tms_pages") as url:
+        asyncio.run(seed(url))
+        with live_server(url, settings(TMS_EMBED="off")) as server:
+            yield server
+
+
+def login(live: Live, key: SecretKey, *, origin: str | None = None) -> httpx.Response:
+    with httpx.Client(base_url=live.url) as client:
+        challenge = client.get("/login/challenge").json()
+        signed = key.sign(
+            27235, "", int(time.time()), [["u", challenge["url"]], ["method", "POST"]]
+        )
+        return client.post(
+            challenge["url"],
+            headers={"Authorization": nip98_header(signed), "Origin": origin or live.url},
+        )
+
+
+@contextmanager
+def session(live: Live, key: SecretKey) -> Iterator[httpx.Client]:
+    answer = login(live, key)
+    assert answer.status_code == 200, answer.text
+    with httpx.Client(base_url=live.url, cookies=answer.cookies) as client:
+        home = client.get("/").text
+        csrf = home.split('name="tms-csrf" content="')[1].split('"')[0]
+        client.headers.update({"Origin": live.url, "X-CSRF-Token": csrf})
+        yield client
+
+
+def test_login_sets_a_strict_cookie_and_each_nonce_works_once(live: Live) -> None:
+    with httpx.Client(base_url=live.url) as client:
+        challenge = client.get("/login/challenge").json()
+        assert challenge["url"].startswith(f"{live.url}/login?nonce=")
+        tags = [["u", challenge["url"]], ["method", "POST"]]
+        event = OWNER.sign(27235, "", int(time.time()), tags)
+        headers = {"Authorization": nip98_header(event), "Origin": live.url}
+        first = client.post(challenge["url"], headers=headers)
+        assert first.status_code == 200 and first.json()["pubkey"] == OWNER.pubkey
+        cookie = first.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Max-Age=43200" in cookie
+        assert "Secure" not in cookie  # http here; https sets it
+        again = client.post(challenge["url"], headers=headers)
+    assert again.status_code == 401
+    assert again.json() == {"error": "this login was already used: connect again"}
+
+
+def test_logins_that_do_not_hold_up_are_refused(live: Live) -> None:
+    stranger = login(live, STRANGER)
+    assert stranger.status_code == 403
+    assert stranger.json()["error"] == (
+        f"pubkey {STRANGER.pubkey} is not approved and is not a member of any collection"
+    )
+    assert login(live, OWNER, origin="https://evil.example").status_code == 403
+    forged = httpx.post(f"{live.url}/login?nonce=1.2.3", headers={"Origin": live.url})
+    assert forged.status_code == 401
+    assert "missing Authorization header" in forged.json()["error"]
+
+
+def test_state_changing_requests_need_the_origin_and_the_csrf_token(live: Live) -> None:
+    with session(live, OWNER) as client:
+        batch = {"events": [claim(OWNER, "mcas", f"Claim {time.time()}")]}
+        assert client.post("/publish", json=batch).status_code == 200
+        cross = client.post("/publish", json=batch, headers={"Origin": "https://evil.example"})
+        assert cross.status_code == 403 and "cross-site" in cross.json()["error"]
+        stale = client.post("/publish", json=batch, headers={"X-CSRF-Token": "0" * 64})
+        assert stale.status_code == 403 and "CSRF" in stale.json()["error"]
+        anonymous = httpx.post(f"{live.url}/publish", json=batch, headers={"Origin": live.url})
+        assert anonymous.status_code == 401
+        logout = httpx.post(
+            f"{live.url}/logout", cookies=client.cookies, headers={"Origin": live.url}
+        )
+        assert logout.status_code == 403  # no CSRF token in the form: the session stays
+        assert "Log out" in client.get("/").text
+
+
+def test_the_publish_body_is_bounded_and_checked(live: Live) -> None:
+    with session(live, OWNER) as client:
+        other = client.post("/publish", json={"events": [claim(MEMBER, "mcas", "Not mine.")]})
+        assert (
+            other.status_code == 400
+            and "not signed by the key you are logged in with" in (other.json()["error"])
+        )
+        for body, words in [
+            (b"nonsense", "not JSON"),
+            (b'{"events": 1}', 'send {"events": [...]}'),
+            (b'{"events": [], "events": []}', "duplicate key"),
+            (b"[]," * 400_000, "more than 50,000 arrays"),
+        ]:
+            answer = client.post("/publish", content=body)
+            assert answer.status_code == 400, body[:40]
+            assert words in answer.json()["error"]
+        refused = client.post("/publish", json={"events": [claim(OWNER, "other", "Intruding.")]})
+        assert refused.status_code == 400
+        assert refused.json()["error"].startswith("events[0] (")
+
+
+def test_a_closed_collection_reads_exactly_as_a_missing_one(live: Live) -> None:
+    with session(live, MEMBER) as client:
+        closed = client.get("/c/other", headers={"Accept": "text/html"})
+        missing = client.get("/c/nothing", headers={"Accept": "text/html"})
+        assert closed.status_code == missing.status_code == 404
+        assert closed.text == missing.text
+        event = client.get("/c/mcas/claims/" + "ab" * 32)
+        assert event.status_code == 404 and event.text == closed.text
+        assert client.get("/c/mcas/members").status_code == 403  # a member, not the owner
+        assert client.get("/c/mcas/members.json").status_code == 404
+        unknown = client.get("/no/such/page", headers={"Accept": "text/html"})
+        assert unknown.status_code == 404 and "Not found" in unknown.text
+
+
+def test_export_with_the_login_cookie(live: Live) -> None:
+    with session(live, MEMBER) as client:
+        export = client.get("/c/mcas/export.jsonl")
+        assert export.status_code == 200
+        kinds = [json.loads(line)["kind"] for line in export.text.splitlines()]
+        assert 4705 in kinds and 4702 in kinds
+        assert client.get("/c/other/export.jsonl").status_code == 404
+
+
+def test_logged_out_visitors_are_sent_to_connect_and_back(live: Live) -> None:
+    answer = httpx.get(f"{live.url}/c/mcas?sort=links")
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/?next=/c/mcas?sort=links"
+    page = httpx.get(f"{live.url}/?next=//evil.example").text
+    assert 'data-next="/"' in page

@@ -1,0 +1,177 @@
+"""Group commit: batches for the same collections that arrive while a transaction runs are
+judged together in the next one.
+
+Publishes to one collection are serialized by its lock, so each used to wait for the ones before
+it to take the lock, read, write and commit in turn. Here they wait in a queue instead (one per
+set of lock keys, a "lane"), and the lane's task takes everything waiting into one transaction:
+one lock, one snapshot of what all the batches touch, every batch judged in arrival order
+against the state the ones before it left (on a copy, so that a refused batch leaves nothing
+behind), one write for all that passed, one commit. Each caller still gets its own answer:
+its batch accepted whole, or its own refusal; the others are not touched by it. An acknowledged
+event is committed: no caller hears "accepted" before the commit.
+
+Should the group's transaction fail for any reason but a lost database, its batches are tried
+again one by one, each in a transaction of its own, so that an error rolls back only the batch
+that causes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from tms.errors import PublishError
+from tms.ledger import writes
+from tms.ledger.tlog import TransparencyLog
+from tms.ledger.writes import OffLoop
+from tms.results import CheckpointInfo
+from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
+from tms.store.database import Pool, is_database_down
+from tms.types import Slug
+
+MAX_GROUP_BATCHES: Final = 64
+MAX_GROUP_EVENTS: Final = 2000  # a group stops growing here (one batch may be 1,000 alone)
+
+
+# A batch's plan, with the checkpoints its transaction signed (its group's: they cover it).
+Committed = tuple[Plan, dict[Slug, CheckpointInfo]]
+
+
+@dataclass(slots=True)
+class _Waiting:
+    batch: list[Parsed]
+    done: asyncio.Future[Committed]
+
+
+@dataclass(slots=True)
+class _Lane:
+    waiting: list[_Waiting] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+class GroupCommitter:
+    def __init__(self, pool: Pool, quotes_off_loop: OffLoop, log: TransparencyLog) -> None:
+        self.pool = pool
+        self.run = quotes_off_loop
+        self.log = log
+        self._lanes: dict[tuple[str, ...], _Lane] = {}
+
+    async def commit(self, batch: list[Parsed]) -> Committed:
+        """The batch judged and, if it passes, committed; or its `PublishError` (or the
+        database's error)."""
+        keys = writes.lock_keys(batch)
+        lane = self._lanes.setdefault(keys, _Lane())
+        waiting = _Waiting(batch, asyncio.get_running_loop().create_future())
+        # A caller that goes away does not stop its batch: its answer is just not read.
+        waiting.done.add_done_callback(_read_exception)
+        lane.waiting.append(waiting)
+        if lane.task is None:
+            lane.task = asyncio.create_task(self._drain(keys, lane), name="tms-commit")
+        return await asyncio.shield(waiting.done)
+
+    async def _drain(self, keys: tuple[str, ...], lane: _Lane) -> None:
+        try:
+            while lane.waiting:
+                group = _take(lane.waiting)
+                await self._commit_group(group)
+        finally:
+            lane.task = None
+            if not lane.waiting:
+                self._lanes.pop(keys, None)
+
+    async def _commit_group(self, group: list[_Waiting]) -> None:
+        try:
+            outcomes = await self._transaction(group)
+        except Exception as exc:
+            if len(group) == 1 or is_database_down(exc):
+                for waiting in group:
+                    _settle(waiting, exc)
+                return
+            for waiting in group:  # one by one: an error stays with the batch that caused it
+                try:
+                    [outcome] = await self._transaction([waiting])
+                except Exception as single:
+                    outcome = single
+                _settle(waiting, outcome)
+            return
+        for waiting, outcome in zip(group, outcomes, strict=True):
+            _settle(waiting, outcome)
+
+    async def _transaction(self, group: Sequence[_Waiting]) -> list[Committed | Exception]:
+        everything = [item for waiting in group for item in waiting.batch]
+        outcomes: list[Plan | Exception] = []
+        async with self.pool.acquire() as conn, conn.transaction():
+            await writes.lock(conn, everything)
+            snapshot = await writes.snapshot(conn, everything)
+            snapshot.quotes = await writes.quotes(conn, everything, self.run)
+            members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
+            passed: list[Plan] = []
+            for waiting in group:
+                trial = snapshot if len(group) == 1 else copy.deepcopy(snapshot)
+                try:
+                    plan = judge(waiting.batch, trial)
+                except PublishError as exc:
+                    outcomes.append(exc)
+                    continue
+                snapshot = _stored(trial, plan)
+                outcomes.append(plan)
+                passed.append(plan)
+            merged = _merge(passed)
+            signed: dict[Slug, CheckpointInfo] = {}
+            if merged.accepted:
+                await writes.write(conn, merged, members_before)
+                signed = await self.log.extend(conn, merged.accepted)
+        return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
+
+
+def _take(waiting: list[_Waiting]) -> list[_Waiting]:
+    """The next group: the oldest batches, up to the group's limits (one at least)."""
+    group = [waiting.pop(0)]
+    events = len(group[0].batch)
+    while (
+        waiting
+        and len(group) < MAX_GROUP_BATCHES
+        and events + len(waiting[0].batch) <= MAX_GROUP_EVENTS
+    ):
+        events += len(waiting[0].batch)
+        group.append(waiting.pop(0))
+    return group
+
+
+def _stored(snapshot: Snapshot, plan: Plan) -> Snapshot:
+    """The snapshot once `plan` is written: its events stored, and citable by later batches.
+    (The judge has already applied the rest: terms, owners, members, heads, profiles.)"""
+    for item in plan.accepted:
+        snapshot.stored_ids.add(item.event.id)
+        if item.collection is not None:
+            snapshot.refs[item.event.id] = Ref(item.event.kind, item.collection)
+    return snapshot
+
+
+def _merge(plans: Sequence[Plan]) -> Plan:
+    """One plan writing all of `plans`, in order; later member lists replace earlier ones (the
+    judge only records a list that is newer than the one it found)."""
+    merged = Plan()
+    for plan in plans:
+        merged.accepted += plan.accepted
+        merged.new_collections += plan.new_collections
+        merged.member_lists.update(plan.member_lists)
+    return merged
+
+
+def _settle(waiting: _Waiting, outcome: Committed | BaseException) -> None:
+    if waiting.done.done():
+        return
+    if isinstance(outcome, BaseException):
+        waiting.done.set_exception(outcome)
+    else:
+        waiting.done.set_result(outcome)
+
+
+def _read_exception(future: asyncio.Future[Committed]) -> None:
+    with contextlib.suppress(asyncio.CancelledError):
+        future.exception()

@@ -1,0 +1,78 @@
+"""What the pages need to know about a key and a collection's members, beside the tools' reads:
+whether the key signed the current terms, its current profile, the names of a page's keys, and
+a collection's current member list with its head (id and created_at), against which a page
+tells whether a newer list stands.
+
+The caller has asked `tms.ledger.access` first (a member list is read for its owner only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from tms.ledger import records
+from tms.results import MemberListInfo, ProfileInfo
+from tms.rules.terms import current_terms
+from tms.store.database import Pool
+from tms.types import PubKey, Slug
+
+_SQL_TERMS_SIGNED: Final = """
+    SELECT EXISTS (SELECT 1 FROM terms_signatures
+                   WHERE pubkey = $1 AND version = $2 AND sha256 = $3)"""
+# The replaceable rule: newest created_at, ties to the lowest id.
+_SQL_PROFILE: Final = """
+    SELECT id, pubkey, created_at, name, about FROM profiles WHERE pubkey = $1
+    ORDER BY created_at DESC, id LIMIT 1"""
+_SQL_MEMBER_LIST: Final = """
+    SELECT c.slug, c.owner, h.list_id, h.created_at,
+           ARRAY(SELECT m.pubkey FROM memberships m WHERE m.collection = c.slug
+                 ORDER BY m.pubkey) AS members,
+           (SELECT l.members FROM member_lists l WHERE l.id = h.list_id) AS signed
+    FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
+    WHERE c.slug = $1"""
+
+
+class Keys:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def terms_signed(self, pubkey: PubKey) -> bool:
+        """Whether the key signed the current terms (version and sha256): what publish asks
+        before a key's first write, so the pages show the terms until then."""
+        terms = current_terms()
+        return bool(
+            await self.pool.fetchval(_SQL_TERMS_SIGNED, pubkey, terms["version"], terms["sha256"])
+        )
+
+    async def profile(self, pubkey: PubKey) -> ProfileInfo | None:
+        row = await self.pool.fetchrow(_SQL_PROFILE, pubkey)
+        if row is None:
+            return None
+        return {
+            "id": row["id"],
+            "pubkey": row["pubkey"],
+            "created_at": row["created_at"],
+            "name": row["name"],
+            "about": row["about"],
+        }
+
+    async def names(self, pubkeys: Iterable[PubKey]) -> dict[PubKey, str]:
+        """Current profile names; keys without a profile are absent."""
+        async with self.pool.acquire() as conn:
+            return await records.authors(conn, pubkeys)
+
+    async def member_list(self, slug: Slug) -> MemberListInfo | None:
+        """The current list in the order it was signed, with its head; None for no such
+        collection. Without a list yet, `members` is empty and the head null."""
+        row = await self.pool.fetchrow(_SQL_MEMBER_LIST, slug)
+        if row is None:
+            return None
+        signed = row["signed"]
+        return {
+            "collection": row["slug"],
+            "owner": row["owner"],
+            "members": list(signed) if signed is not None else list(row["members"]),
+            "list_id": row["list_id"],
+            "list_created_at": row["created_at"],
+        }

@@ -1,0 +1,196 @@
+"""Request bodies read with bounds, for every door that takes big JSON: `/mcp` and the pages'
+publish. Whatever an unauthenticated client sends costs a bounded amount of memory and time.
+
+- A body is refused past `max_body` bytes, from its Content-Length before a byte is read, or
+  as it arrives;
+- '[' and '{' are counted as it arrives: a body made of millions of empty arrays (6 MB of
+  them would make two million lists) is refused after `MAX_BRACKETS`, a few MB in;
+- a body over `SMALL_BODY` first waits for one of `BIG_BODIES` slots (`Busy` after
+  `BIG_WAIT_SECONDS`), goes to a file as it arrives (this process holds none of it), and can
+  then be inspected by a worker process at a lower CPU priority, with a memory cap, so its
+  parsing never holds the event loop;
+- a client that hangs up mid-body is `Disconnected`, for the door to log in one line.
+
+Each door owns one `BodyReader` (its slots and its worker pool) and decides what to say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import resource
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import AsyncExitStack, contextmanager
+from pathlib import Path
+from typing import IO, Final, TypeVar
+
+from starlette.types import Receive, Scope
+
+MiB: Final = 1024 * 1024
+SMALL_BODY: Final = 1 * MiB  # bodies up to this are read into memory and inspected in place
+MAX_BODY: Final = 64 * MiB  # the largest body: a batch of full-size evidence documents
+BIG_BODIES: Final = 2  # bodies over SMALL_BODY held and inspected at once, per reader
+MAX_BRACKETS: Final = 1_000_000  # '[' and '{' in a body: far more than any batch has
+BIG_WAIT_SECONDS: Final = 30.0  # a big body waits this long for a slot, then `Busy`
+INSPECT_SECONDS: Final = 30.0
+WORKER_MEMORY: Final = 1536 * MiB  # address space of a worker inspecting a big body
+DISCARD_BYTES: Final = MAX_BODY  # read and dropped after a refusal, so the client hears it
+DISCARD_SECONDS: Final = 10.0
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class BodyError(Exception):
+    """A body refused while it was read; the message is for the client."""
+
+
+class TooLarge(BodyError):
+    """Over the size limit, or too large or complex for a worker to inspect (413)."""
+
+
+class TooComplex(BodyError):
+    """More brackets than any real body holds (400: a parse error)."""
+
+
+class Busy(BodyError):
+    """Every slot for big bodies stayed taken (503, with Retry-After)."""
+
+    def __init__(self) -> None:
+        super().__init__("the server is reading other large requests; try again shortly")
+
+
+class Disconnected(Exception):
+    """The client hung up before sending its whole body."""
+
+
+class BodyReader:
+    def __init__(self, max_body: int = MAX_BODY) -> None:
+        self.max_body = max_body
+        self._slots = asyncio.Semaphore(BIG_BODIES)
+        self._workers: ProcessPoolExecutor | None = None
+
+    async def read(self, scope: Scope, receive: Receive, stack: AsyncExitStack) -> bytes | Path:
+        """The body: in memory when small, else in a file written as it arrives (deleted
+        when `stack` closes), so that a big body costs this process no memory until it has
+        passed inspection."""
+        limit = self.max_body
+        length = content_length(scope)
+        if length is not None and length > limit:
+            raise TooLarge(f"request body too large: {length:,} bytes, more than {_mib(limit)}")
+        chunks: list[bytes] = []
+        spill: IO[bytes] | None = None
+        size = brackets = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise Disconnected
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            more = message.get("more_body", False)
+            if size > limit:
+                await _discard(receive, more)
+                raise TooLarge(f"request body too large: more than {_mib(limit)}")
+            # An upper bound on the arrays and objects, as the body arrives (brackets in strings
+            # count too): a body made of them is refused after a few MB, not after 64.
+            brackets += chunk.count(b"[") + chunk.count(b"{")
+            if brackets > MAX_BRACKETS:
+                await _discard(receive, more)
+                raise TooComplex(
+                    f"Parse error: the body holds more than {MAX_BRACKETS:,} '[' and '{{' "
+                    "characters; send fewer events per batch"
+                )
+            if spill is None and (size > SMALL_BODY or (length or 0) > SMALL_BODY):
+                await self._admit(stack)
+                spill = stack.enter_context(_spill_file())
+                spill.writelines(chunks)
+                chunks.clear()
+            if spill is not None:
+                spill.write(chunk)
+            else:
+                chunks.append(chunk)
+            if not more:
+                if spill is None:
+                    return b"".join(chunks)
+                spill.flush()
+                return Path(spill.name)
+
+    async def inspect(self, function: Callable[[Path], T], path: Path) -> T:
+        """`function(path)` in a worker process (low priority, capped memory), within
+        `INSPECT_SECONDS`; its own exceptions come back as they are. A body the worker cannot
+        finish is `TooLarge`. `function` must be importable by the worker (module level)."""
+        if self._workers is None:
+            self._workers = ProcessPoolExecutor(
+                BIG_BODIES,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(WORKER_MEMORY,),
+            )
+        future = asyncio.get_running_loop().run_in_executor(self._workers, function, path)
+        try:
+            return await asyncio.wait_for(future, INSPECT_SECONDS)
+        except (BrokenProcessPool, MemoryError, TimeoutError) as exc:
+            log.warning("a body of %s bytes could not be inspected: %r", path.stat().st_size, exc)
+            if isinstance(exc, BrokenProcessPool | TimeoutError):
+                await self.close()  # a fresh pool for the next one
+            raise TooLarge("request body too large or too complex to read") from None
+
+    async def close(self) -> None:
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
+            self._workers = None
+
+    async def _admit(self, stack: AsyncExitStack) -> None:
+        try:
+            await asyncio.wait_for(self._slots.acquire(), BIG_WAIT_SECONDS)
+        except TimeoutError:
+            raise Busy from None
+        stack.callback(self._slots.release)
+
+
+async def _discard(receive: Receive, more: bool) -> None:
+    """Reads and drops the rest of a refused body, up to `DISCARD_BYTES` or `DISCARD_SECONDS`.
+    A server that closes a connection with unread bytes makes the kernel reset it, and the client
+    often loses the answer it was sent; a client still sending a few MB gets to read it."""
+    dropped = 0
+    try:
+        async with asyncio.timeout(DISCARD_SECONDS):
+            while more and dropped <= DISCARD_BYTES:
+                message = await receive()
+                dropped += len(message.get("body", b""))
+                more = message["type"] == "http.request" and message.get("more_body", False)
+    except TimeoutError:
+        pass
+
+
+def _mib(size: int) -> str:
+    return f"{size // MiB} MiB"
+
+
+@contextmanager
+def _spill_file() -> Iterator[IO[bytes]]:
+    """A file for one big body, deleted when the request is done."""
+    with tempfile.NamedTemporaryFile(prefix="tms-body-") as file:
+        yield file
+
+
+def _start_worker(memory: int) -> None:
+    """In a worker: a body that would need more memory than `memory` fails alone, with
+    MemoryError; and the server's own process comes first for the CPU."""
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    os.nice(10)
+
+
+def content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,92 @@
+"""The user guide, `/docs.md` and `/docs`: SPEC's contract written for this server, with its
+base URL and current terms filled in, and every limit read from the code that enforces it, so
+the numbers in the guide cannot drift from the server's.
+
+The Markdown is a template (`templates/docs.md`); the HTML is that Markdown rendered by
+markdown-it (CommonMark, tables, raw HTML escaped rather than passed through).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, Final
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markdown_it import MarkdownIt
+
+from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
+from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
+from tms.mcp.schemas import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS
+from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
+from tms.rules.publish import MAX_BATCH
+from tms.rules.requests import REQUEST_WINDOW_SECONDS
+from tms.rules.terms import current_terms
+from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS
+from tms.web.bodies import MAX_BODY, SMALL_BODY, MiB
+from tms.web.login import NONCE_SECONDS, SESSION_SECONDS
+from tms.web.pages import EVIDENCE_PAGE_CHARS
+
+TEMPLATE: Final = "docs.md"
+
+
+def limits() -> dict[str, Any]:
+    return {
+        "batch": MAX_BATCH,
+        "content_chars": MAX_CONTENT_CHARS,
+        "request_seconds": REQUEST_WINDOW_SECONDS,
+        "nip98_seconds": NIP98_SECONDS,
+        "future_minutes": MAX_FUTURE_SECONDS // 60,
+        "limit": MAX_LIMIT,
+        "evidence_limit": MAX_EVIDENCE_LIMIT,
+        "links_limit": MAX_LINKS_LIMIT,
+        "query_chars": MAX_QUERY_CHARS,
+        "window": DEFAULT_WINDOW,
+        "fetch_mb": MAX_BYTES // MiB,
+        "fetch_seconds": int(TOTAL_TIMEOUT),
+        "fetch_redirects": MAX_REDIRECTS,
+        "small_body_mib": SMALL_BODY // MiB,
+        "max_body_mib": MAX_BODY // MiB,
+        "login_hours": SESSION_SECONDS // 3600,
+        "login_seconds": NONCE_SECONDS,
+        "sorts": CLAIM_SORTS,
+        "evidence_page": EVIDENCE_PAGE_CHARS,
+    }
+
+
+@cache
+def _environment() -> Environment:
+    return Environment(
+        loader=PackageLoader("tms.web", "templates"),
+        autoescape=False,  # Markdown, not HTML: markdown-it escapes what reaches HTML
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
+
+
+def markdown(base_url: str, log_key: str = "<GET /log-key>", log_host: str = "<host>") -> str:
+    """The guide for this server: its address, terms, limits, its checkpoint key (`log_key`, a
+    C2SP verifier key `<name>+<key ID>+<key>`) and the host its logs are named after."""
+    terms = current_terms()
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            base=base_url,
+            terms=terms,
+            limits=limits(),
+            log_key=log_key,
+            log_name=log_key.split("+", 1)[0],
+            log_origin=log_host,
+        )
+    )
+
+
+@cache
+def _renderer() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+
+
+def html(base_url: str, log_key: str = "<GET /log-key>", log_host: str = "<host>") -> str:
+    """The guide as HTML (trusted: our own text, with raw HTML escaped by markdown-it)."""
+    rendered: str = _renderer().render(markdown(base_url, log_key, log_host))
+    return rendered

@@ -1,0 +1,684 @@
+"""The people's door: server-rendered pages over the same services as the MCP tools.
+
+Every handler here is thin: it finds the session (`tms.web.login`), asks `tms.ledger.access`,
+calls `reads`, `search`, `keys`, `stats` or the ledger, and renders a template. No SQL and no
+rule lives here; a page shows what the services answer, and a publish from a page goes through
+`Ledger.publish` like every other.
+
+A collection the key cannot read, one that does not exist, and an event outside the key's
+collections all get the same 404 page. A visitor without a session who asks for a page is
+sent to the Connect page, which brings them back after login.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import OrderedDict
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qs, quote
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from tms.errors import AuthError, FetchError, NotAUser, TMSError, sendable
+from tms.fetch.client import fetch_url
+from tms.ledger.reads import CLAIM_SORTS
+from tms.mcp.schemas import MAX_QUERY_CHARS
+from tms.nostr import nip98
+from tms.nostr.events import is_hex64, loads_bounded
+from tms.nostr.nip19 import npub_encode
+from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
+from tms.rules.spans import QuoteIndex, casefold_table
+from tms.rules.terms import current_terms
+from tms.search.search import Method
+from tms.services import Services
+from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, PubKey
+from tms.web import charts
+from tms.web.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
+from tms.web.login import (
+    COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    NONCE_SECONDS,
+    SESSION_SECONDS,
+    Keyring,
+    Session,
+    request_url,
+)
+from tms.web.render import Renderer
+
+log = logging.getLogger(__name__)
+
+EVIDENCE_PAGE_CHARS: Final = 20_000  # evidence text shown per page
+CONTEXT_CHARS: Final = 240  # evidence shown either side of a quote on a claim page
+CLAIMS_SHOWN: Final = 100
+EVIDENCE_SHOWN: Final = 100
+LINKS_SHOWN: Final = 200  # links read for a claim page, and quotes marked on an evidence page
+SMALL_JSON: Final = 64 * 1024  # /fetch and /logout bodies
+QUOTE_INDEXES: Final = 16  # evidence texts kept normalized, for marking quotes
+RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
+PRIVATE: Final = {"Cache-Control": "no-store"}
+
+
+class Pages:
+    """The handlers, bound to what they share: the renderer, the keyring and the body reader."""
+
+    def __init__(
+        self,
+        renderer: Renderer,
+        keyring: Keyring,
+        *,
+        base_url: str | None,
+        profile_relays: tuple[str, ...],
+    ) -> None:
+        self.render_template = renderer
+        self.keyring = keyring
+        self.base_url = base_url
+        self.profile_relays = profile_relays
+        self.bodies = BodyReader()
+        self._indexes: OrderedDict[str, QuoteIndex] = OrderedDict()
+
+    async def close(self) -> None:
+        await self.bodies.close()
+
+    # --- sessions --------------------------------------------------------------------------
+
+    async def session(self, request: Request) -> Session | None:
+        """The request's live session, if its cookie names one whose key may still use the
+        service; a session whose key was revoked (and is in no collection) ends here."""
+        cached: Session | bool | None = request.scope.get("tms.session", False)
+        if cached is not False:
+            return cached  # type: ignore[return-value]
+        found: Session | None = None
+        id_sha256 = self.keyring.session_hash(request.cookies.get(COOKIE))
+        if id_sha256 is not None:
+            services = _services(request)
+            pubkey = await services.sessions.pubkey(id_sha256)
+            if pubkey is not None:
+                if await services.access.may_use(pubkey):
+                    found = Session(pubkey, id_sha256, self.keyring.csrf(id_sha256))
+                else:
+                    await services.sessions.close(id_sha256)
+        request.scope["tms.session"] = found
+        return found
+
+    def origin(self, request: Request) -> str:
+        return self.base_url or f"{request.url.scheme}://{request.url.netloc}"
+
+    def same_origin(self, request: Request) -> bool:
+        """A state-changing request must come from our own pages: browsers send `Origin` on
+        every POST, and a cross-site form or fetch names another one."""
+        return request.headers.get("origin") == self.origin(request)
+
+    async def _writer(self, request: Request, form_token: str | None = None) -> Session:
+        """The session of a state-changing request: same origin, logged in, CSRF token."""
+        if not self.same_origin(request):
+            raise _Refused(403, "cross-site request refused: use this site's own pages")
+        session = await self.session(request)
+        if session is None:
+            raise _Refused(401, "not logged in, or the session ended: connect again")
+        token = form_token if form_token is not None else request.headers.get(CSRF_HEADER)
+        if not self.keyring.csrf_ok(session, token):
+            raise _Refused(403, "this page is out of date (its CSRF token is wrong): reload it")
+        return session
+
+    # --- rendering -------------------------------------------------------------------------
+
+    async def render(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        session = await self.session(request)
+        user: dict[str, Any] | None = None
+        if session is not None:
+            names = await _services(request).keys.names([session.pubkey])
+            user = {
+                "pubkey": session.pubkey,
+                "npub": npub_encode(session.pubkey),
+                "name": names.get(session.pubkey),
+                "csrf": session.csrf,
+            }
+        html = self.render_template(
+            template, {"user": user, "path": request.url.path, "status": status, **context}
+        )
+        return HTMLResponse(html, status, headers=PRIVATE)
+
+    async def not_found(self, request: Request) -> HTMLResponse:
+        """The one 404 page: a missing collection or event and one the key cannot read."""
+        return await self.render(request, "404.html", 404)
+
+    async def _reader(self, request: Request) -> Session | Response:
+        """The session of a page that needs one, or the Connect page's redirect back here."""
+        session = await self.session(request)
+        if session is None:
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/?next={quote(target, safe='/?=&')}", 303, headers=PRIVATE)
+        return session
+
+    # --- connect, login and logout ---------------------------------------------------------
+
+    async def home(self, request: Request) -> Response:
+        session = await self.session(request)
+        if session is None:
+            return await self.render(
+                request,
+                "connect.html",
+                next=_local_path(request.query_params.get("next")),
+                relays=self.profile_relays,
+            )
+        services = _services(request)
+        pubkey = session.pubkey
+        terms_signed, profile, collections, may_create = await asyncio.gather(
+            services.keys.terms_signed(pubkey),
+            services.keys.profile(pubkey),
+            services.reads.list_collections(pubkey),
+            services.access.may_create(pubkey),
+        )
+        return await self.render(
+            request,
+            "home.html",
+            terms=current_terms(),
+            terms_signed=terms_signed,
+            profile=profile,
+            collections=collections,
+            may_create=may_create,
+            relays=self.profile_relays,
+        )
+
+    async def login_challenge(self, request: Request) -> Response:
+        nonce = self.keyring.mint_nonce(int(time.time()))
+        url = f"{self.origin(request)}/login?nonce={nonce}"
+        return JSONResponse(
+            {"nonce": nonce, "url": url, "method": "POST", "seconds": NONCE_SECONDS},
+            headers=PRIVATE,
+        )
+
+    async def login(self, request: Request) -> Response:
+        if not self.same_origin(request):
+            return _json_error("cross-site request refused: use this site's own pages", 403)
+        now = int(time.time())
+        services = _services(request)
+        try:
+            pubkey = nip98.check_authorization(
+                request.headers.get("authorization"),
+                url=request_url(request, self.base_url),
+                method="POST",
+                now=now,
+            )
+            nonce = self.keyring.check_nonce(request.query_params.get("nonce"), now)
+        except AuthError as exc:
+            return _json_error(str(exc), 401)
+        if not await services.sessions.use_nonce(nonce, NONCE_SECONDS):
+            return _json_error("this login was already used: connect again", 401)
+        try:
+            await services.access.require_user(pubkey)
+        except NotAUser as exc:
+            return _json_error(str(exc), 403)
+        cookie, id_sha256 = self.keyring.new_session()
+        expires = datetime.now(UTC) + timedelta(seconds=SESSION_SECONDS)
+        await services.sessions.open(id_sha256, pubkey, expires)
+        response = JSONResponse({"pubkey": pubkey, "npub": npub_encode(pubkey)}, headers=PRIVATE)
+        response.set_cookie(
+            COOKIE,
+            cookie,
+            max_age=SESSION_SECONDS,
+            path="/",
+            httponly=True,
+            samesite="lax",
+            secure=self.origin(request).startswith("https://"),
+        )
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        try:
+            form = parse_qs((await _small_body(request)).decode("utf-8", "replace"))
+            session = await self._writer(request, (form.get(CSRF_FIELD) or [""])[0])
+        except _Refused as refused:
+            if refused.status == 401:  # already ended: logging out again is no error
+                return _logged_out(self.origin(request))
+            return await self.render(request, "error.html", refused.status, message=str(refused))
+        await _services(request).sessions.close(session.id_sha256)
+        return _logged_out(self.origin(request))
+
+    # --- writing: publish and fetch --------------------------------------------------------
+
+    async def publish(self, request: Request) -> Response:
+        """A batch signed in the browser, stored by the ledger as any other batch. Every event
+        must be the session's key's: the page publishes what its user signed."""
+        try:
+            session = await self._writer(request)
+            events = await self._read_events(request)
+        except _Refused as refused:
+            return _json_error(str(refused), refused.status, refused.headers)
+        if isinstance(events, Response):
+            return events
+        for position, event in enumerate(events):
+            signer = event.get("pubkey") if isinstance(event, dict) else None
+            if signer != session.pubkey:
+                return _json_error(
+                    f"events[{position}] is not signed by the key you are logged in with; "
+                    "sign with the same extension account",
+                    400,
+                )
+        try:
+            result = await _services(request).ledger.publish(events)
+        except TMSError as exc:
+            return _json_error(str(exc), 400)
+        return JSONResponse(result, headers=PRIVATE)
+
+    async def _read_events(self, request: Request) -> list[Any] | Response:
+        async with AsyncExitStack() as stack:
+            try:
+                body = await self.bodies.read(request.scope, request.receive, stack)
+                if isinstance(body, Path):  # a big batch: its shape is checked in a worker
+                    await self.bodies.inspect(_check_batch_file, body)
+                    data = await asyncio.to_thread(body.read_bytes)
+                else:
+                    data = body
+                parsed = await asyncio.to_thread(_parse_batch, data)
+            except (TooLarge, Busy) as exc:
+                status = 413 if isinstance(exc, TooLarge) else 503
+                headers = {"Retry-After": "5"} if isinstance(exc, Busy) else None
+                raise _Refused(status, str(exc), headers) from None
+            except (BodyError, _BadBody) as exc:
+                raise _Refused(400, str(exc)) from None
+            except Disconnected:
+                log.info("a page's publish hung up before sending its whole body")
+                return Response(status_code=400)
+        return parsed
+
+    async def fetch(self, request: Request) -> Response:
+        """The Fetch button: `fetch_url` for logged-in keys, as the MCP tool."""
+        try:
+            session = await self._writer(request)
+            body = loads_bounded(await _small_body(request), max_containers=10, max_values=10)
+        except _Refused as refused:
+            return _json_error(str(refused), refused.status, refused.headers)
+        except (ValueError, RecursionError) as exc:
+            return _json_error(f'send {{"url": "..."}} as JSON ({exc})', 400)
+        url = body.get("url") if isinstance(body, dict) else None
+        if not isinstance(url, str) or not url.strip():
+            return _json_error("paste an http(s) URL to fetch", 400)
+        services = _services(request)
+        try:
+            await services.access.require_user(session.pubkey)
+            result = await fetch_url(url, allow=services.fetch_allow)
+        except (FetchError, NotAUser) as exc:
+            return _json_error(str(exc), 400)
+        return JSONResponse(result, headers=PRIVATE)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def collection(self, request: Request) -> Response:
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        slug = request.path_params["slug"]
+        services = _services(request)
+        if not await services.access.can_read(reader.pubkey, slug):
+            return await self.not_found(request)
+        sort = request.query_params.get("sort") or "recent"
+        if sort not in CLAIM_SORTS:
+            sort = "recent"
+        text = (request.query_params.get("q") or "").strip()[:MAX_QUERY_CHARS]
+        method: Method = "keyword" if request.query_params.get("method") == "keyword" else "vector"
+        search = None
+        claims: list[Any] = []
+        if text:
+            search = await services.search.claims(slug, text, method, CLAIMS_SHOWN)
+        else:
+            claims = list(await services.reads.list_claims(slug, sort, CLAIMS_SHOWN))
+        evidence = await services.reads.list_evidence(slug, False, None, EVIDENCE_SHOWN)
+        mine = await services.reads.list_collections(reader.pubkey)
+        info = next((c for c in mine if c["slug"] == slug), None)
+        return await self.render(
+            request,
+            "collection.html",
+            slug=slug,
+            info=info,
+            sort=sort,
+            sorts=CLAIM_SORTS,
+            query=text,
+            method=method,
+            search=search,
+            claims=claims,
+            evidence=evidence,
+            owner=info is not None and info["owner"] == reader.pubkey,
+        )
+
+    async def claim(self, request: Request) -> Response:
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        slug, event_id = request.path_params["slug"], request.path_params["event_id"]
+        services = _services(request)
+        event = await self._event(request, reader.pubkey, slug, event_id, KIND_CLAIM)
+        if event is None:
+            return await self.not_found(request)
+        links = await services.reads.get_links(slug, event_id, None, None, LINKS_SHOWN)
+        sources: dict[str, dict[str, Any]] = {}
+        quoted = []
+        for found in links:
+            source = sources.get(found["from"])
+            if source is None:
+                source = await self._evidence_text(reader.pubkey, found["from"], services)
+                sources[found["from"]] = source
+            quoted.append({**found, "context": _context(source, found["quote"])})
+        by_relation = {r: [q for q in quoted if q["relation"] == r] for r in RELATIONS}
+        contradictions = await services.reads.contradictions_with_claim(slug, event_id, 50)
+        return await self.render(
+            request,
+            "claim.html",
+            slug=slug,
+            event=event,
+            by_relation=by_relation,
+            sources=sources,
+            contradictions=contradictions,
+        )
+
+    async def evidence(self, request: Request) -> Response:
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        slug, event_id = request.path_params["slug"], request.path_params["event_id"]
+        services = _services(request)
+        try:
+            page = max(1, int(request.query_params.get("page", "1")))
+        except ValueError:
+            page = 1
+        offset = (page - 1) * EVIDENCE_PAGE_CHARS
+        event = await self._event(
+            request, reader.pubkey, slug, event_id, KIND_EVIDENCE, offset, EVIDENCE_PAGE_CHARS
+        )
+        if event is None:
+            return await self.not_found(request)
+        chars = int(event.get("chars", 0))
+        pages = max(1, -(-chars // EVIDENCE_PAGE_CHARS))
+        if page > pages:
+            return await self.not_found(request)
+        links = await services.reads.get_links(slug, None, event_id, None, LINKS_SHOWN)
+        window = str(event["content"]["text"])
+        spans: list[tuple[int, int, str]] = []
+        if links:
+            index = await self._index(reader.pubkey, event_id, services)
+            for found in links:
+                span = index.find(found["quote"]) if index is not None else None
+                if span is not None:
+                    spans.append((span[0], span[1], found["id"]))
+        segments = _mark(window, offset, spans)
+        return await self.render(
+            request,
+            "evidence.html",
+            slug=slug,
+            event=event,
+            segments=segments,
+            links=links,
+            marked={s[2] for s in spans},
+            page=page,
+            pages=pages,
+        )
+
+    async def _event(
+        self,
+        request: Request,
+        pubkey: PubKey,
+        slug: str,
+        event_id: str,
+        kind: int,
+        offset: int = 0,
+        max_chars: int = EVIDENCE_PAGE_CHARS,
+    ) -> dict[str, Any] | None:
+        """The event if the key may read it, it is of `kind` and in `slug`; else None (the
+        same 404 for each)."""
+        if not is_hex64(event_id) or not SLUG_PATTERN.fullmatch(slug):
+            return None
+        event = await _services(request).reads.get_event(pubkey, event_id, offset, max_chars)
+        if event is None or event["kind"] != kind or event["collection"] != slug:
+            return None
+        return dict(event)
+
+    async def _evidence_text(
+        self, pubkey: PubKey, event_id: str, services: Services
+    ) -> dict[str, Any]:
+        event = await services.reads.get_event(pubkey, event_id, 0, MAX_CONTENT_CHARS)
+        if event is None:  # cannot happen for a stored link's `from`; shown as missing
+            return {"id": event_id, "title": None, "text": "", "index": None}
+        text = str(event["content"]["text"])
+        index = self._indexes.get(event_id)
+        if index is None:
+            index = await asyncio.to_thread(QuoteIndex, text)
+            self._remember(event_id, index)
+        return {
+            "id": event_id,
+            "title": event["content"].get("title"),
+            "url": event["content"].get("url"),
+            "text": text,
+            "index": index,
+        }
+
+    async def _index(self, pubkey: PubKey, event_id: str, services: Services) -> QuoteIndex | None:
+        index = self._indexes.get(event_id)
+        if index is not None:
+            self._indexes.move_to_end(event_id)
+            return index
+        source = await self._evidence_text(pubkey, event_id, services)
+        found: QuoteIndex | None = source["index"]
+        return found
+
+    def _remember(self, event_id: str, index: QuoteIndex) -> None:
+        """Evidence never changes, so its normalized text is kept for the next page view."""
+        self._indexes[event_id] = index
+        while len(self._indexes) > QUOTE_INDEXES:
+            self._indexes.popitem(last=False)
+
+    # --- members ---------------------------------------------------------------------------
+
+    async def members(self, request: Request) -> Response:
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        slug = request.path_params["slug"]
+        services = _services(request)
+        if not await services.access.can_read(reader.pubkey, slug):
+            return await self.not_found(request)
+        if not await services.access.owns(reader.pubkey, slug):
+            return await self.render(
+                request,
+                "error.html",
+                403,
+                message=f"Only the owner of {slug} changes its members.",
+            )
+        current = await services.keys.member_list(slug)
+        if current is None:
+            return await self.not_found(request)
+        names = await services.keys.names([*current["members"], current["owner"]])
+        members = [
+            {"pubkey": m, "npub": npub_encode(m), "name": names.get(m)} for m in current["members"]
+        ]
+        return await self.render(
+            request,
+            "members.html",
+            slug=slug,
+            current=current,
+            members=members,
+            owner_name=names.get(current["owner"]),
+        )
+
+    async def members_head(self, request: Request) -> Response:
+        """The current list's head, which the members page compares with the one it loaded
+        before signing: a list saved meanwhile elsewhere is shown, not overwritten unseen."""
+        session = await self.session(request)
+        slug = request.path_params["slug"]
+        services = _services(request)
+        if session is None or not await services.access.owns(session.pubkey, slug):
+            return _json_error("no such collection", 404)
+        current = await services.keys.member_list(slug)
+        if current is None:
+            return _json_error("no such collection", 404)
+        return JSONResponse(current, headers=PRIVATE)
+
+    # --- submit, dashboard -----------------------------------------------------------------
+
+    async def submit(self, request: Request) -> Response:
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        services = _services(request)
+        collections, terms_signed = await asyncio.gather(
+            services.access.readable(reader.pubkey), services.keys.terms_signed(reader.pubkey)
+        )
+        chosen = request.query_params.get("c")
+        return await self.render(
+            request,
+            "submit.html",
+            collections=collections,
+            chosen=chosen if chosen in collections else None,
+            terms_signed=terms_signed,
+            relations=RELATIONS,
+        )
+
+    async def dashboard(self, request: Request) -> Response:
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        services = _services(request)
+        readable = await services.access.readable(reader.pubkey)
+        chosen = request.query_params.get("c")
+        slugs = [chosen] if chosen in readable else readable
+        stats = await services.stats.dashboard(slugs)
+        return await self.render(
+            request,
+            "dashboard.html",
+            collections=readable,
+            chosen=chosen if chosen in readable else None,
+            stats=stats,
+            chart=charts.activity(stats["activity"]),
+            kinds_chart=charts.bars([(k["kind_name"], k["events"]) for k in stats["kinds"]]),
+        )
+
+    # --- what the pages' scripts read ------------------------------------------------------
+
+    async def normalization(self, request: Request) -> Response:
+        """The server's quote normalization as data, for the submit page's script: this
+        Python's case folding, character by character, and the character map."""
+        table = await asyncio.to_thread(casefold_table)
+        body = {"casefold": table, "map": dict(CHARACTER_MAP), "whitespace": WHITESPACE}
+        return JSONResponse(body, headers={"Cache-Control": "public, max-age=3600"})
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+
+
+class _BadBody(ValueError):
+    pass
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.runtime.services
+    return services
+
+
+def _json_error(message: str, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": sendable(message)}, status, headers={**PRIVATE, **(headers or {})}
+    )
+
+
+def _logged_out(origin: str) -> Response:
+    response = RedirectResponse("/", 303, headers=PRIVATE)
+    response.delete_cookie(
+        COOKIE, path="/", httponly=True, samesite="lax", secure=origin.startswith("https://")
+    )
+    return response
+
+
+def _local_path(target: str | None) -> str:
+    """Where to go after login: a path on this site only, never another origin."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target[:2000]
+
+
+async def _small_body(request: Request) -> bytes:
+    """A body that must be small (a form, a URL): refused past `SMALL_JSON` bytes."""
+    size = 0
+    chunks = []
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > SMALL_JSON:
+            raise _Refused(413, f"request body too large: more than {SMALL_JSON // 1024} KiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# A batch is at most 1,000 events of a few fields each: far below these.
+_BATCH_CONTAINERS: Final = 50_000
+_BATCH_VALUES: Final = 500_000
+
+
+def _parse_batch(data: bytes) -> list[Any]:
+    try:
+        body = loads_bounded(data, max_containers=_BATCH_CONTAINERS, max_values=_BATCH_VALUES)
+    except UnicodeDecodeError:
+        raise _BadBody("the body is not UTF-8") from None
+    except (ValueError, RecursionError) as exc:
+        raise _BadBody(f"the body is not JSON: {sendable(str(exc))[:200]}") from None
+    if (
+        not isinstance(body, dict)
+        or set(body) != {"events"}
+        or not isinstance(body["events"], list)
+    ):
+        raise _BadBody('send {"events": [...]}: a list of signed events')
+    events: list[Any] = body["events"]
+    return events
+
+
+def _check_batch_file(path: Path) -> None:
+    """In a worker process: a big batch parses within its bounds (or the error says why)."""
+    _parse_batch(path.read_bytes())
+
+
+def _context(source: dict[str, Any], quote: str) -> dict[str, str] | None:
+    """The quote in its evidence: some text before, the matched span, some after."""
+    index: QuoteIndex | None = source.get("index")
+    span = index.find(quote) if index is not None else None
+    if span is None:
+        return None
+    text: str = source["text"]
+    start, end = span
+    before_start = max(0, start - CONTEXT_CHARS)
+    after_end = min(len(text), end + CONTEXT_CHARS)
+    return {
+        "before": ("…" if before_start > 0 else "") + text[before_start:start],
+        "quote": text[start:end],
+        "after": text[end:after_end] + ("…" if after_end < len(text) else ""),
+    }
+
+
+def _mark(window: str, offset: int, spans: list[tuple[int, int, str]]) -> list[dict[str, Any]]:
+    """The window cut into pieces, each either plain or inside one or more quoted spans (with
+    the ids of the links quoting it), for the template to escape and mark."""
+    end = offset + len(window)
+    cuts = {offset, end}
+    for start, stop, _ in spans:
+        if stop > offset and start < end:
+            cuts.update((max(start, offset), min(stop, end)))
+    points = sorted(cuts)
+    segments: list[dict[str, Any]] = []
+    for left, right in itertools.pairwise(points):
+        links = [link for start, stop, link in spans if start <= left and right <= stop]
+        segments.append({"text": window[left - offset : right - offset], "links": links})
+    return segments

@@ -1,0 +1,75 @@
+"""Templates: Jinja2 with autoescaping on every HTML template, so whatever a record holds
+(evidence text is untrusted HTML) reaches the page as text. Markdown templates (the docs) are
+not HTML and are rendered to HTML by `tms.web.docs`, which escapes raw HTML itself.
+
+The static files' URLs carry a hash of their content, so a browser never runs a stale script
+against a newer page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Final
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from tms.nostr.nip19 import npub_encode
+
+STATIC_DIR: Final = Path(str(files("tms.web").joinpath("static")))
+
+
+def _npub(pubkey: str) -> str:
+    return npub_encode(pubkey)
+
+
+def _short_key(pubkey: str) -> str:
+    npub = npub_encode(pubkey)
+    return f"{npub[:12]}…{npub[-6:]}"
+
+
+def _cut(text: object, limit: int = 300) -> str:
+    value = "" if text is None else str(text)
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def _when(value: object) -> str:
+    """An ISO 8601 time or a Unix time, as a reader wants it: minutes, UTC."""
+    if isinstance(value, int):
+        moment = datetime.fromtimestamp(value, UTC)
+    else:
+        moment = datetime.fromisoformat(str(value))
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _http_url(url: object) -> str | None:
+    """A URL fit for a link: http(s) only, never `javascript:` or `data:`."""
+    if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
+        return url
+    return None
+
+
+class Renderer:
+    def __init__(self) -> None:
+        self.env = Environment(
+            loader=PackageLoader("tms.web", "templates"),
+            autoescape=lambda name: name is None or not name.endswith(".md"),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        self.env.filters.update(
+            npub=_npub, shortkey=_short_key, cut=_cut, when=_when, http_url=_http_url
+        )
+        versions = {
+            path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+            for path in STATIC_DIR.iterdir()
+            if path.is_file()
+        }
+        self.env.globals["static"] = lambda name: f"/static/{name}?v={versions.get(name, '0')}"
+
+    def __call__(self, template: str, context: dict[str, Any]) -> str:
+        return self.env.get_template(template).render(context)
