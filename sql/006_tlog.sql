@@ -7,20 +7,23 @@
 -- An entry is the 32 raw bytes of an event id (leaf hash = SHA-256(0x00 || id)), so the full
 -- text stays out of the tree. The leaf hash is never stored: it is one SHA-256 away from the id.
 
--- The leaf index of each event: where it sits in its collection's tree.
+-- The leaf index of each event: where it sits in its collection's tree. The entry is kept as
+-- the 32 bytes it is (half the index a hex id would make: this index is the log's dearest row).
 CREATE TABLE tlog_leaves (
     collection  slug NOT NULL,
     idx         bigint NOT NULL CHECK (idx >= 0),
-    event_id    hex64 NOT NULL UNIQUE,     -- an event is an entry of one log, once
+    event_id    bytea NOT NULL UNIQUE CHECK (length(event_id) = 32),  -- an entry of one log, once
     PRIMARY KEY (collection, idx)
 );
 
--- Every perfect subtree above the leaves, written once when its last leaf arrives: the node
--- (level, idx) is the Merkle Tree Hash of leaves [idx * 2^level, (idx + 1) * 2^level). Proofs,
--- the frontier a publish extends, and tlog-tiles (the nodes at levels 8, 16, ...) read them.
+-- Perfect subtrees above the leaves, written once when their last leaf arrives: the node
+-- (level, idx) is the Merkle Tree Hash of leaves [idx * 2^level, (idx + 1) * 2^level). Only
+-- the levels divisible by 4 are kept (a fifteenth of the rows of every level; any other
+-- subtree is at most 8 stored ones away), which tlog-tiles' levels 8, 16, ... are among.
+-- Proofs and the frontier a publish extends are folded from them (tms/ledger/tlog.py STRIDE).
 CREATE TABLE tlog_nodes (
     collection  slug NOT NULL,
-    level       smallint NOT NULL CHECK (level BETWEEN 1 AND 63),
+    level       smallint NOT NULL CHECK (level BETWEEN 4 AND 60 AND level % 4 = 0),
     idx         bigint NOT NULL CHECK (idx >= 0),
     hash        bytea NOT NULL CHECK (length(hash) = 32),
     PRIMARY KEY (collection, level, idx)

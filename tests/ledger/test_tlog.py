@@ -44,7 +44,7 @@ async def leaves(ledger: Ledger, slug: str) -> list[bytes]:
         "SELECT idx, event_id FROM tlog_leaves WHERE collection = $1 ORDER BY idx", slug
     )
     assert [r["idx"] for r in rows] == list(range(len(rows)))  # no gap, no repeat
-    return [bytes.fromhex(r["event_id"]) for r in rows]
+    return [bytes(r["event_id"]) for r in rows]
 
 
 def opened(ledger: Ledger, checkpoint: dict[str, Any]) -> tuple[int, bytes]:
@@ -216,7 +216,10 @@ async def test_a_tree_that_no_longer_extends_its_checkpoint_is_never_signed(
     )  # size 3: (1,0), leaf 2
     async with ledger.pool.acquire() as conn:
         await conn.execute("SET session_replication_role = replica")  # triggers off (superuser)
-        await conn.execute("UPDATE tlog_nodes SET hash = sha256(hash) WHERE collection = 'lab'")
+        await conn.execute(  # a leaf's entry: the first two no longer hash as signed
+            "UPDATE tlog_leaves SET event_id = sha256(event_id) "
+            "WHERE collection = 'lab' AND idx = 0"
+        )
         await conn.execute("RESET session_replication_role")
     before = await counts(ledger)
     with pytest.raises(LogError, match="no longer extends its checkpoint of size 3"):
@@ -227,12 +230,13 @@ async def test_a_tree_that_no_longer_extends_its_checkpoint_is_never_signed(
 
 async def test_a_missing_subtree_is_named(ledger: Ledger) -> None:
     await open_collection(ledger, OWNER, "lab")
-    await publish(ledger, claim(OWNER, "lab", "c"))  # size 2: the node (1, 0)
+    await publish(ledger, *(claim(OWNER, "lab", f"c{i}") for i in range(15)))  # 16: node (4, 0)
+    assert await ledger.pool.fetchval("SELECT count(*) FROM tlog_nodes") == 1
     async with ledger.pool.acquire() as conn:
         await conn.execute("SET session_replication_role = replica")
         await conn.execute("DELETE FROM tlog_nodes WHERE collection = 'lab'")
         await conn.execute("RESET session_replication_role")
-    with pytest.raises(LogError, match=r"lacks the subtree \(1, 0\)"):
+    with pytest.raises(LogError, match=r"lacks the subtree \(4, 0\)"):
         await publish(ledger, claim(OWNER, "lab", "one more"))
 
 

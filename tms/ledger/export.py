@@ -112,7 +112,8 @@ async def _entries(conn: Connection, slug: Slug) -> list[EventId]:
     """The log's entries in order, read from the log itself (not from the events just
     exported), so that an export that lost an event is caught by its own last line."""
     return [
-        row["event_id"] async for row in conn.cursor(_SQL_ENTRIES, slug, prefetch=EXPORT_BATCH * 20)
+        row["event_id"].hex()
+        async for row in conn.cursor(_SQL_ENTRIES, slug, prefetch=EXPORT_BATCH * 20)
     ]
 
 

@@ -34,8 +34,10 @@ from tms.tlog.merkle import (
     CompactRange,
     Node,
     consistency_ranges,
+    frontier,
     leaf_hash,
     proof_hashes,
+    rebuild,
     verify_consistency,
 )
 from tms.tlog.note import LogSigner
@@ -49,24 +51,33 @@ BUILD_CHUNK: Final = 20_000  # entries hashed and written at once while a tree i
 # must wait for publishes to the same collection, and they for it.
 SQL_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))"
 
-# Each collection's last checkpoint and the frontier of its tree: one row per perfect subtree
-# the size is made of, the one of level b at index (size >> b) - 1. At level 0 that is a leaf,
-# whose entry (the event id) is read instead. A collection without a checkpoint has no row.
-_SQL_STATE: Final = """
-    SELECT s.collection, c.size, c.root, f.level,
-           CASE WHEN f.level = 0 THEN
-               (SELECT decode(l.event_id, 'hex') FROM tlog_leaves l
-                WHERE l.collection = s.collection AND l.idx = c.size - 1)
-           ELSE
-               (SELECT n.hash FROM tlog_nodes n
-                WHERE n.collection = s.collection AND n.level = f.level
-                  AND n.idx = (c.size >> f.level) - 1)
-           END AS value
+# The tree stores the leaves and one level of perfect subtrees in STRIDE (sql/006): a fifth of
+# the rows every level would take, while a subtree between two stored levels is at most 2**3
+# stored ones away. Tiles read the levels divisible by 8, all stored.
+STRIDE: Final = 4
+
+# Each collection's last checkpoint and what its frontier is made of: for each bit b of the
+# size, the perfect subtree (b, (size >> b) - 1), as the stored nodes below it (at the level
+# b - b % STRIDE; at level 0, the leaves' entries). A collection without a checkpoint has no row.
+_SQL_STATE: Final = f"""
+    SELECT s.collection, c.size, c.root, f.bit, d.idx, d.value
     FROM unnest($1::text[]) AS s(collection)
     CROSS JOIN LATERAL (SELECT size, root FROM tlog_checkpoints t
                         WHERE t.collection = s.collection ORDER BY size DESC LIMIT 1) AS c
-    CROSS JOIN LATERAL generate_series(0, 62) AS f(level)
-    WHERE (c.size >> f.level) & 1 = 1"""
+    CROSS JOIN LATERAL generate_series(0, 62) AS f(bit)
+    CROSS JOIN LATERAL (
+        SELECT f.bit - f.bit % {STRIDE} AS base,
+               ((c.size >> f.bit) - 1) << (f.bit % {STRIDE}) AS first,
+               1 << (f.bit % {STRIDE}) AS count) AS r
+    LEFT JOIN LATERAL (  -- a missing one leaves its row, so that _Tree names what is missing
+        SELECT l.idx, l.event_id AS value FROM tlog_leaves l
+        WHERE r.base = 0 AND l.collection = s.collection
+          AND l.idx >= r.first AND l.idx < r.first + r.count
+        UNION ALL
+        SELECT n.idx, n.hash FROM tlog_nodes n
+        WHERE r.base > 0 AND n.collection = s.collection AND n.level = r.base
+          AND n.idx >= r.first AND n.idx < r.first + r.count) AS d ON true
+    WHERE (c.size >> f.bit) & 1 = 1"""
 _SQL_HISTORY: Final = "SELECT id FROM events WHERE collection = $1 ORDER BY seq"
 # What a collection held before a batch (whose events are the last it stored, under its lock).
 _SQL_BEFORE: Final = """
@@ -77,7 +88,7 @@ _SQL_BEFORE: Final = """
 _SQL_WRITE: Final = """
     WITH leaves AS (
         INSERT INTO tlog_leaves (collection, idx, event_id)
-        SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])),
+        SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])),
     nodes AS (
         INSERT INTO tlog_nodes (collection, level, idx, hash)
         SELECT * FROM unnest($4::text[], $5::smallint[], $6::bigint[], $7::bytea[])),
@@ -182,18 +193,19 @@ class _Tree:
     """One collection's tree as a transaction extends it: its frontier, and, while the tree
     that was signed last is not empty, every hash a consistency proof from it may need."""
 
-    def __init__(self, slug: Slug, size: int, root: bytes, nodes: dict[Node, bytes]) -> None:
+    def __init__(self, slug: Slug, size: int, root: bytes, stored: dict[Node, bytes]) -> None:
         self.slug = slug
         self.old_size = size
         self.old_root = root
         try:
-            self.range = CompactRange.of(size, nodes)
+            nodes = rebuild(frontier(size), stored, STRIDE)
         except KeyError as missing:
             raise LogError(
                 f"the log of collection '{slug}' lacks the subtree {missing} its last checkpoint "
                 f"(size {size}) rests on: nothing more is signed until an operator looks"
             ) from None
-        self.known = dict(nodes) if size else {}
+        self.range = CompactRange.of(size, nodes)
+        self.known = nodes if size else {}
 
     @property
     def size(self) -> int:
@@ -202,10 +214,11 @@ class _Tree:
     def add(self, ids: Sequence[EventId], rows: _Rows) -> None:
         """Append events (ids in `seq` order) and record the rows that store them."""
         start = self.range.size
-        leaves = [leaf_hash(bytes.fromhex(event_id)) for event_id in ids]
+        entries = [bytes.fromhex(event_id) for event_id in ids]
+        leaves = [leaf_hash(entry) for entry in entries]
         completed = self.range.append(leaves)
-        rows.leaves(self.slug, start, ids)
-        rows.nodes(self.slug, completed)
+        rows.leaves(self.slug, start, entries)
+        rows.nodes(self.slug, [(node, h) for node, h in completed if node[0] % STRIDE == 0])
         if self.old_size:  # kept for the consistency proof: a batch's worth at most
             self.known.update(((0, start + i), h) for i, h in enumerate(leaves))
             self.known.update(completed)
@@ -239,16 +252,16 @@ class _Rows:
     """The rows one write statement inserts, as arrays (one `unnest` per table)."""
 
     def __init__(self) -> None:
-        self.leaf_rows: tuple[list[str], list[int], list[str]] = ([], [], [])
+        self.leaf_rows: tuple[list[str], list[int], list[bytes]] = ([], [], [])
         self.node_rows: tuple[list[str], list[int], list[int], list[bytes]] = ([], [], [], [])
         self.checkpoint_rows: tuple[list[str], list[int], list[bytes], list[str]] = ([], [], [], [])
         self.sealed: list[CheckpointInfo] = []
 
-    def leaves(self, slug: Slug, start: int, ids: Sequence[EventId]) -> None:
+    def leaves(self, slug: Slug, start: int, entries: Sequence[bytes]) -> None:
         collections, indexes, event_ids = self.leaf_rows
-        collections.extend([slug] * len(ids))
-        indexes.extend(range(start, start + len(ids)))
-        event_ids.extend(ids)
+        collections.extend([slug] * len(entries))
+        indexes.extend(range(start, start + len(entries)))
+        event_ids.extend(entries)
 
     def nodes(self, slug: Slug, completed: Sequence[tuple[Node, bytes]]) -> None:
         collections, levels, indexes, hashes = self.node_rows
@@ -270,9 +283,9 @@ async def _state(conn: Connection, slugs: list[Slug]) -> dict[Slug, _Tree]:
     """Each collection's tree as its last checkpoint left it (absent: none yet)."""
     found: dict[Slug, tuple[int, bytes, dict[Node, bytes]]] = {}
     for row in await conn.fetch(_SQL_STATE, slugs):
-        size, level, value = row["size"], row["level"], row["value"]
-        _, _, nodes = found.setdefault(row["collection"], (size, bytes(row["root"]), {}))
-        if value is not None:  # a missing one is named by _Tree
-            node = (level, (size >> level) - 1)
-            nodes[node] = leaf_hash(bytes(value)) if level == 0 else bytes(value)
+        size, bit, value = row["size"], row["bit"], row["value"]
+        _, _, stored = found.setdefault(row["collection"], (size, bytes(row["root"]), {}))
+        if value is not None:
+            base = bit - bit % STRIDE
+            stored[(base, row["idx"])] = leaf_hash(value) if base == 0 else bytes(value)
     return {slug: _Tree(slug, *state) for slug, state in found.items()}

@@ -14,7 +14,7 @@ import base64
 from typing import Final
 
 from tms.errors import LogError
-from tms.ledger.tlog import TransparencyLog
+from tms.ledger.tlog import STRIDE, TransparencyLog
 from tms.results import CheckpointInfo, ConsistencyProof, InclusionProof
 from tms.store.database import Connection, Pool
 from tms.tlog import tiles
@@ -25,6 +25,8 @@ from tms.tlog.merkle import (
     leaf_hash,
     nodes_for,
     proof_hashes,
+    rebuild,
+    stored_below,
 )
 from tms.tlog.tiles import Tile
 from tms.types import EventId, Slug
@@ -33,7 +35,7 @@ _SQL_LATEST: Final = """
     SELECT size, root, note FROM tlog_checkpoints WHERE collection = $1
     ORDER BY size DESC LIMIT 1"""
 _SQL_AT: Final = "SELECT size, root, note FROM tlog_checkpoints WHERE collection = $1 AND size = $2"
-_SQL_LEAF: Final = "SELECT idx FROM tlog_leaves WHERE event_id = $1 AND collection = $2"
+_SQL_LEAF: Final = "SELECT idx FROM tlog_leaves WHERE event_id = $1::bytea AND collection = $2"
 # One index look-up per subtree (a lateral join, so the plan can never become a scan): the
 # perfect subtrees above the leaves from tlog_nodes, the leaves' entries from tlog_leaves.
 _SQL_NODES: Final = """
@@ -42,7 +44,7 @@ _SQL_NODES: Final = """
     CROSS JOIN LATERAL (SELECT hash FROM tlog_nodes t
                         WHERE t.collection = $1 AND t.level = u.level AND t.idx = u.idx) AS n
     UNION ALL
-    SELECT 0, l.idx, decode(l.event_id, 'hex')
+    SELECT 0, l.idx, l.event_id
     FROM tlog_leaves l WHERE l.collection = $1 AND l.idx = ANY($4::bigint[])"""
 _SQL_TILE_NODES: Final = """
     SELECT hash FROM tlog_nodes
@@ -74,7 +76,7 @@ class LogReads:
         None if it is not an entry of that log."""
         checkpoint = await self.checkpoint(slug)
         async with self.pool.acquire() as conn:
-            index = await conn.fetchval(_SQL_LEAF, event_id, slug)
+            index = await conn.fetchval(_SQL_LEAF, bytes.fromhex(event_id), slug)
             if index is None:
                 return None
             size = checkpoint["size"]
@@ -125,7 +127,7 @@ class LogReads:
             data = [bytes(r["hash"]) for r in rows]
         else:
             rows = await self.pool.fetch(_SQL_TILE_LEAVES, slug, first, end)
-            entries = [bytes.fromhex(r["event_id"]) for r in rows]
+            entries = [bytes(r["event_id"]) for r in rows]
             if tile.level == tiles.ENTRIES:
                 return tiles.entry_bundle(entries) if len(entries) == tile.width else None
             data = [leaf_hash(entry) for entry in entries]
@@ -142,22 +144,23 @@ class LogReads:
 
 
 async def _hashes(conn: Connection, slug: Slug, nodes: set[Node]) -> dict[Node, bytes]:
-    """The hashes of these perfect subtrees of the collection's tree."""
-    above = sorted(node for node in nodes if node[0] > 0)
-    leaves = sorted(index for level, index in nodes if level == 0)
+    """The hashes of these perfect subtrees of the collection's tree, from the stored ones."""
+    wanted = {below for node in nodes for below in stored_below(node, STRIDE)}
+    above = sorted(node for node in wanted if node[0] > 0)
+    leaves = sorted(index for level, index in wanted if level == 0)
     rows = await conn.fetch(
         _SQL_NODES, slug, [lv for lv, _ in above], [i for _, i in above], leaves
     )
-    found = {
+    stored = {
         (r["level"], r["idx"]): leaf_hash(bytes(r["value"]))
         if r["level"] == 0
         else bytes(r["value"])
         for r in rows
     }
-    if len(found) != len(nodes):
-        missing = sorted(nodes - set(found))[:3]
-        raise LogError(f"the log of collection '{slug}' lacks the subtrees {missing}")
-    return found
+    try:
+        return rebuild(nodes, stored, STRIDE)
+    except KeyError as missing:
+        raise LogError(f"the log of collection '{slug}' lacks the subtree {missing}") from None
 
 
 def _b64(raw: bytes) -> str:

@@ -126,6 +126,32 @@ def proof_hashes(ranges: Sequence[Range], hashes: Mapping[Node, bytes]) -> list[
     return [range_hash(start, end, hashes) for start, end in ranges]
 
 
+# --- a log that stores one level in `stride` ----------------------------------------------------
+
+
+def stored_below(node: Node, stride: int) -> list[Node]:
+    """The nodes a log that stores only the levels divisible by `stride` (and the leaves)
+    keeps for `node`: the node itself, or its `2**k` descendants at the stored level below."""
+    level, index = node
+    k = level % stride
+    return [(level - k, (index << k) + child) for child in range(1 << k)]
+
+
+def fold(values: Sequence[bytes]) -> bytes:
+    """The hash of a perfect subtree from its descendants' hashes at one level (a power of two
+    of them, left to right)."""
+    layer = list(values)
+    while len(layer) > 1:
+        layer = [node_hash(layer[i], layer[i + 1]) for i in range(0, len(layer), 2)]
+    return layer[0]
+
+
+def rebuild(nodes: Iterable[Node], stored: Mapping[Node, bytes], stride: int) -> dict[Node, bytes]:
+    """The hashes of `nodes` from what a log storing one level in `stride` holds (KeyError
+    naming a stored node that is missing)."""
+    return {node: fold([stored[n] for n in stored_below(node, stride)]) for node in nodes}
+
+
 # --- appending -------------------------------------------------------------------------------
 
 
