@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 import pytest
 import rfc6962 as rfc
 from factories import MEMBER, OWNER, OWNER2, claim, evidence, link, profile, terms
-from publishing import counts, join, open_collection, publish
+from publishing import counts, join, open_collection, publish, without_log
 
 from tms.errors import LogError
 from tms.ledger.service import Ledger
@@ -241,21 +240,6 @@ async def test_a_missing_subtree_is_named(ledger: Ledger) -> None:
 
 
 # --- collections stored before the log ---------------------------------------------------------
-
-
-async def without_log(ledger: Ledger, *batches: list[dict[str, Any]]) -> None:
-    """Publish as a server before this change did: events, no log."""
-
-    async def nothing(conn: asyncpg.Connection, accepted: Any) -> dict[str, Any]:
-        return {}
-
-    hook = ledger.log.extend
-    ledger.log.extend = nothing  # type: ignore[method-assign]
-    try:
-        for batch in batches:
-            await publish(ledger, *batch)
-    finally:
-        ledger.log.extend = hook  # type: ignore[method-assign]
 
 
 async def test_backfill_builds_old_collections_in_seq_order(ledger: Ledger) -> None:

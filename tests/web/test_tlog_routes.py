@@ -9,11 +9,12 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import anyio
 import httpx
 import pytest
 import rfc6962 as rfc
 from factories import LOG_SIGNER, nip98_auth, settings, signed, terms
-from publishing import publish
+from publishing import publish, without_log
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
@@ -157,3 +158,21 @@ async def test_the_guide_gives_the_log_key_and_the_command(client: httpx.AsyncCl
     assert f"```\n{key}\n```" in guide
     assert "127.0.0.1/c/mcas\n5\n" in guide  # the example checkpoint names this server's logs
     assert "| `get_checkpoint` |" in guide and "| `get_consistency` |" in guide
+
+
+async def test_the_server_builds_the_logs_of_older_collections_at_start_up(
+    db_url: str, ledger: Ledger
+) -> None:
+    owner = SecretKey.generate()
+    await ledger.approve([owner.pubkey])
+    old = [signed(owner, 4702, {"collection": s, "text": s}) for s in ("a", "b", "c")]
+    await without_log(ledger, [terms(owner), *old])
+    assert await ledger.pool.fetchval("SELECT count(*) FROM tlog_checkpoints") == 0
+    app = create_app(SETTINGS, database_url=db_url)
+    async with app.router.lifespan_context(app):
+        for _ in range(200):  # in the background, once the server is up
+            if await ledger.pool.fetchval("SELECT count(*) FROM tlog_checkpoints") == 3:
+                break
+            await anyio.sleep(0.05)
+    notes = await ledger.pool.fetch("SELECT note FROM tlog_checkpoints ORDER BY collection")
+    assert [open_checkpoint(r["note"], LOG_SIGNER.verifier()).size for r in notes] == [1, 1, 1]
