@@ -35,7 +35,11 @@ _SQL_LATEST: Final = """
     SELECT size, root, note FROM tlog_checkpoints WHERE collection = $1
     ORDER BY size DESC LIMIT 1"""
 _SQL_AT: Final = "SELECT size, root, note FROM tlog_checkpoints WHERE collection = $1 AND size = $2"
-_SQL_LEAF: Final = "SELECT idx FROM tlog_leaves WHERE event_id = $1::bytea AND collection = $2"
+# The latest checkpoint and the entry's leaf index, in one round trip.
+_SQL_LATEST_AND_LEAF: Final = """
+    SELECT size, root, note,
+           (SELECT idx FROM tlog_leaves WHERE event_id = $2::bytea AND collection = $1) AS idx
+    FROM tlog_checkpoints WHERE collection = $1 ORDER BY size DESC LIMIT 1"""
 # One index look-up per subtree (a lateral join, so the plan can never become a scan): the
 # perfect subtrees above the leaves from tlog_nodes, the leaves' entries from tlog_leaves.
 _SQL_NODES: Final = """
@@ -74,12 +78,15 @@ class LogReads:
     async def inclusion(self, slug: Slug, event_id: EventId) -> InclusionProof | None:
         """Where the event sits in its collection's log, proved against the latest checkpoint;
         None if it is not an entry of that log."""
-        checkpoint = await self.checkpoint(slug)
         async with self.pool.acquire() as conn:
-            index = await conn.fetchval(_SQL_LEAF, bytes.fromhex(event_id), slug)
-            if index is None:
+            row = await conn.fetchrow(_SQL_LATEST_AND_LEAF, slug, bytes.fromhex(event_id))
+            if row is None:  # a log not built yet: built now, then read again
+                await self.checkpoint(slug)
+                row = await conn.fetchrow(_SQL_LATEST_AND_LEAF, slug, bytes.fromhex(event_id))
+            if row is None or row["idx"] is None:
                 return None
-            size = checkpoint["size"]
+            size, index = row["size"], row["idx"]
+            checkpoint = self._info(slug, size, row["root"], row["note"])
             ranges = inclusion_ranges(index, size)
             hashes = await _hashes(conn, slug, nodes_for(ranges))
         return {
