@@ -35,7 +35,7 @@ from tms.store.database import with_database
 from tms.tlog.note import NoteSigner
 
 if TYPE_CHECKING:
-    from tms.web.protocol import ConnectionLimits
+    from tms.http.protocol import ConnectionLimits
 
 ASSETS: Final = Path(__file__).parent / "assets"
 BIN: Final = Path(sys.executable).parent  # where the installed console scripts are
@@ -318,8 +318,8 @@ def live_server(
     defaults), in a thread of its own, on a port the OS picks, until the block ends."""
     import uvicorn  # here: the pure tests need neither it nor the app
 
+    from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
     from tms.web.app import create_app
-    from tms.web.protocol import ConnectionLimits, GuardedHttpProtocol
 
     server = uvicorn.Server(
         uvicorn.Config(

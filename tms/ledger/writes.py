@@ -151,7 +151,7 @@ async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[Pub
             FROM unnest({e}) WITH ORDINALITY
                  AS u(id, pubkey, created_at, kind, tags, content, sig, collection, position)
             ORDER BY position
-            RETURNING id, seq)"""
+            RETURNING id, seq, kind)"""
     )
     rows: dict[str, list[tuple[Any, ...]]] = {}
     for p in plan.accepted:
@@ -173,12 +173,10 @@ async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[Pub
             )
         into = names if table == "contradiction_claims" else names.replace("id", "id, seq", 1)
         statement.parts.append(f"t_{table} AS (INSERT INTO {table} ({into}) {select})")
-    searchable = [x.id for x in events if x.kind in EMBEDDED_KINDS]
-    if searchable:  # their vectors are computed after commit (tms.search.vectors)
-        ids = statement.arrays([(searchable, "text")])
+    if any(x.kind in EMBEDDED_KINDS for x in events):  # vectors come after commit (search)
         statement.parts.append(
             "queue AS (INSERT INTO embedding_queue (event_id, seq) "
-            f"SELECT id, seq FROM e WHERE id = ANY({ids}))"
+            f"SELECT id, seq FROM e WHERE kind IN ({_EMBEDDED}))"  # by kind: no id lookups
         )
     if plan.new_collections:
         made = statement.arrays(
@@ -231,6 +229,9 @@ def _member_lists(
         statement.parts.append(
             f"added AS (INSERT INTO memberships (collection, pubkey) SELECT * FROM unnest({new}))"
         )
+
+
+_EMBEDDED: Final = ", ".join(str(kind) for kind in sorted(EMBEDDED_KINDS))
 
 
 class _Statement:

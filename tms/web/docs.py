@@ -15,6 +15,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markdown_it import MarkdownIt
 
 from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
+from tms.http.bodies import MAX_BODY, SMALL_BODY, MiB
 from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.schemas import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
@@ -22,7 +23,6 @@ from tms.rules.publish import MAX_BATCH
 from tms.rules.requests import REQUEST_WINDOW_SECONDS
 from tms.rules.terms import current_terms
 from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS
-from tms.web.bodies import MAX_BODY, SMALL_BODY, MiB
 from tms.web.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.web.pages import EVIDENCE_PAGE_CHARS
 

@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from tms.errors import AuthError, FetchError, NotAUser, TMSError, sendable
 from tms.fetch.client import fetch_url
+from tms.http.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
 from tms.ledger.reads import CLAIM_SORTS
 from tms.mcp.schemas import MAX_QUERY_CHARS
 from tms.nostr import nip98
@@ -41,7 +42,6 @@ from tms.search.search import Method
 from tms.services import Services
 from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, PubKey
 from tms.web import charts
-from tms.web.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
 from tms.web.login import (
     COOKIE,
     CSRF_FIELD,
@@ -558,7 +558,10 @@ class Pages:
             collections=readable,
             chosen=chosen if chosen in readable else None,
             stats=stats,
-            chart=charts.activity(stats["activity"]),
+            charts=[
+                ("wide", charts.activity(stats["activity"])),
+                ("narrow", charts.activity(stats["activity"], charts.NARROW_WIDTH)),
+            ],
             kinds_chart=charts.bars([(k["kind_name"], k["events"]) for k in stats["kinds"]]),
         )
 
