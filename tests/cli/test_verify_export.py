@@ -179,6 +179,11 @@ async def test_the_command(published: Published, tmp_path: Path) -> None:
     assert good.returncode == 0, good.stderr
     assert good.stdout.splitlines()[-1] == "9 events verified, 5 log entries: OK"
 
+    plain = subprocess.run(  # tms verify checks each line, and leaves the last to verify-export
+        [str(BIN / "tms"), "verify", str(export)], capture_output=True, text=True, check=False
+    )
+    assert (plain.returncode, plain.stdout) == (0, "9 events verified, 0 invalid\n")
+
     lines = published.lines
     export.write_text("".join(f"{line}\n" for line in [*lines[:4], *lines[5:]]))  # evidence
     bad = verify_export(str(export), "--key", key)
@@ -221,3 +226,17 @@ def test_big_exports_are_checked_by_worker_processes(tmp_path: Path) -> None:
     report = out.read_text().splitlines()
     assert report[0].startswith(f"line 5001 ({ids[4999]}): changed: id does not match")
     assert report[-1] == "8100 events verified, 8100 log entries: 1 problem"  # one changed
+
+
+async def test_the_operators_export_ends_with_its_checkpoint(
+    published: Published, db_url: str, tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [str(BIN / "tms"), "export", "lab", "--checkpoint"],
+        env=environment(TMS_DATABASE_URL=db_url),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().split("\n")[:-1] == published.lines

@@ -168,8 +168,9 @@ TOOLS: Final[dict[str, Tool]] = {
             "allowed) nothing is stored and the error names the event. Events already stored "
             "are skipped, so resending a batch is safe. Sign the terms (kind 4706) before your "
             "first write. At most 1000 events per batch, 2,000,000 characters of content each. "
-            "Returns the accepted and skipped ids, the collections touched, and how many "
-            "vectors were computed for search (`embedded`).",
+            "Returns the accepted and skipped ids, the collections touched, how many "
+            "vectors were computed for search (`embedded`), and each collection's new signed "
+            "checkpoint (`checkpoints`): keep them to check later exports against.",
             s.PublishArgs,
             PublishResult,
             _publish,
