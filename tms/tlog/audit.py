@@ -202,21 +202,26 @@ def _entries(lines: list[Line], slug: str, report: Report) -> list[tuple[int, st
     """The collection's log entries in file order `(line, id)`, each line's problems noted."""
     entries = []
     for line in lines:
-        named = f"line {line.number}" + (f" ({shown(line.id)})" if line.id else "")
         if line.problem is not None:
-            report.problem(f"{named}: {line.problem}", line.number)
+            report.problem(f"{_named(line)}: {line.problem}", line.number)
         else:
             report.events += 1
         if line.id is None or line.kind not in ENTRY_KINDS:
             continue
         if line.collection != slug:
             where = shown(line.collection) if line.collection else "no collection"
-            report.problem(f"{named}: extra: an event of {where}, not of '{slug}'", line.number)
+            report.problem(
+                f"{_named(line)}: extra: an event of {where}, not of '{slug}'", line.number
+            )
             continue
         entries.append((line.number, line.id))
     report.entries = len(entries)
     _check_terms(lines, report)
     return entries
+
+
+def _named(line: Line) -> str:
+    return f"line {line.number}" + (f" ({shown(line.id)})" if line.id else "")
 
 
 def _check_terms(lines: list[Line], report: Report) -> None:
