@@ -123,3 +123,8 @@ DATABASE_UNAVAILABLE = "database unavailable, try again shortly"
 
 class DatabaseError(TMSError):
     """The database cannot be reached or is not in a state this version of TMS can use."""
+
+
+class LogError(TMSError):
+    """A transparency-log checkpoint, key, proof, tile or export that does not hold up: a note
+    whose signature fails, a key in the wrong format, a tree size the log never had."""

@@ -12,9 +12,11 @@ from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
 from tms.ledger.stats import Stats
+from tms.ledger.tlog_reads import LogReads
 from tms.search.search import Search
 from tms.search.vectors import Vectors
 from tms.store.database import Pool
+from tms.tlog.note import LogSigner
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,15 +31,23 @@ class Services:
     keys: Keys  # the pages' reads about keys and member lists
     stats: Stats  # the dashboard's figures
     sessions: Sessions  # browser logins
+    tlog: LogReads  # each collection's transparency log: checkpoints, proofs, tiles
     fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
 
     @classmethod
     def over(
-        cls, pool: Pool, vectors: Vectors | None = None, *, fetch_allow: str | None = None
+        cls,
+        pool: Pool,
+        vectors: Vectors | None = None,
+        *,
+        fetch_allow: str | None = None,
+        log: LogSigner | None = None,
     ) -> Services:
-        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off)."""
+        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); `log`:
+        the server's checkpoint key (None: a throwaway one, for tests)."""
+        ledger = Ledger(pool, vectors=vectors, log=log)
         return cls(
-            ledger=Ledger(pool, vectors=vectors),
+            ledger=ledger,
             access=Access(pool),
             reads=Reads(pool),
             search=Search(pool, vectors),
@@ -45,5 +55,6 @@ class Services:
             keys=Keys(pool),
             stats=Stats(pool),
             sessions=Sessions(pool),
+            tlog=LogReads(pool, ledger.log),
             fetch_allow=fetch_allow,
         )

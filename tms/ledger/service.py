@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol
 from tms.errors import QuoteNotFound, one_line
 from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
+from tms.ledger.tlog import TransparencyLog
 from tms.results import PublishResult
 from tms.rules.publish import (
     Parsed,
@@ -30,6 +31,7 @@ from tms.rules.publish import (
     with_nearest,
 )
 from tms.store.database import Pool
+from tms.tlog.note import LogSigner
 from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
 
 log = logging.getLogger(__name__)
@@ -50,10 +52,15 @@ class AfterPublish(Protocol):
 
 
 class Ledger:
-    def __init__(self, pool: Pool, *, vectors: AfterPublish | None = None) -> None:
+    def __init__(
+        self, pool: Pool, *, vectors: AfterPublish | None = None, log: LogSigner | None = None
+    ) -> None:
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
-        self._commits = GroupCommitter(pool, _off_loop(_QUOTES))
+        # The runtime hands in the server's log key; a throwaway one serves tests and the
+        # operator's commands, which never publish.
+        self.log = TransparencyLog(pool, log or LogSigner.throwaway())
+        self._commits = GroupCommitter(pool, _off_loop(_QUOTES), self.log)
 
     # --- publishing ------------------------------------------------------------------------
 
@@ -62,7 +69,7 @@ class Ledger:
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
         try:
-            plan = await self._commits.commit(batch)
+            plan, checkpoints = await self._commits.commit(batch)
         except QuoteNotFound as refusal:
             if refusal.hinted:
                 raise
@@ -71,6 +78,7 @@ class Ledger:
             "accepted": [p.event.id for p in plan.accepted],
             "skipped": plan.skipped,
             "collections": plan.collections,
+            "checkpoints": [checkpoints[s] for s in plan.collections if s in checkpoints],
         }
         if plan.superseded:  # only then: the usual answer stays exactly SPEC's
             result["superseded"] = plan.superseded

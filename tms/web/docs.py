@@ -63,9 +63,22 @@ def _environment() -> Environment:
     )
 
 
-def markdown(base_url: str) -> str:
+def markdown(base_url: str, log_key: str = "<GET /log-key>", log_host: str = "<host>") -> str:
+    """The guide for this server: its address, terms, limits, its checkpoint key (`log_key`, a
+    C2SP verifier key `<name>+<key ID>+<key>`) and the host its logs are named after."""
     terms = current_terms()
-    return _environment().get_template(TEMPLATE).render(base=base_url, terms=terms, limits=limits())
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            base=base_url,
+            terms=terms,
+            limits=limits(),
+            log_key=log_key,
+            log_name=log_key.split("+", 1)[0],
+            log_origin=log_host,
+        )
+    )
 
 
 @cache
@@ -73,7 +86,7 @@ def _renderer() -> MarkdownIt:
     return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 
 
-def html(base_url: str) -> str:
+def html(base_url: str, log_key: str = "<GET /log-key>", log_host: str = "<host>") -> str:
     """The guide as HTML (trusted: our own text, with raw HTML escaped by markdown-it)."""
-    rendered: str = _renderer().render(markdown(base_url))
+    rendered: str = _renderer().render(markdown(base_url, log_key, log_host))
     return rendered
