@@ -37,6 +37,7 @@ from typing import Any, Final
 from serving import tms_command
 
 from tms.ledger.service import Ledger
+from tms.ledger.tlog import LogRows
 from tms.ledger.tlog_reads import LogReads
 from tms.nostr.events import SecretKey
 from tms.rules.terms import current_terms
@@ -69,27 +70,27 @@ async def overhead(ledger: Ledger, batches: int) -> None:
     key = SecretKey.generate()
     await ledger.approve([key.pubkey])
     await ledger.publish([terms(key), *claims(key, "with", 1, 0), *claims(key, "without", 1, 0)])
-    hook = ledger.log.extend
+    hook = ledger.log.prepare
     hook_times: list[float] = []
 
-    async def timed(conn: Any, accepted: Any) -> Any:
+    async def timed(conn: Any, accepted: Any, state: Any) -> Any:
         started = time.perf_counter()
-        result = await hook(conn, accepted)
+        result = await hook(conn, accepted, state)
         hook_times.append(time.perf_counter() - started)
         return result
 
-    async def nothing(conn: Any, accepted: Any) -> dict[str, Any]:
-        return {}
+    async def nothing(conn: Any, accepted: Any, state: Any) -> LogRows:
+        return LogRows()
 
     times: dict[str, list[float]] = {"with": [], "without": []}
     for n in range(batches):
         for slug in ("with", "without") if n % 2 else ("without", "with"):
             batch = claims(key, slug, BATCH, 1 + n * BATCH)
-            ledger.log.extend = timed if slug == "with" else nothing  # type: ignore[method-assign]
+            ledger.log.prepare = timed if slug == "with" else nothing  # type: ignore[method-assign]
             started = time.perf_counter()
             await ledger.publish(batch)
             times[slug].append(time.perf_counter() - started)
-    ledger.log.extend = hook  # type: ignore[method-assign]
+    ledger.log.prepare = hook  # type: ignore[method-assign]
     with_log, without = (statistics.median(times[s][1:]) for s in ("with", "without"))
     hook_time = statistics.median(hook_times)
     print(

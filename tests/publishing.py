@@ -10,6 +10,7 @@ import pytest
 from factories import NOW, EventDict, members, terms, where
 
 from tms.ledger.service import Ledger
+from tms.ledger.tlog import LogRows
 from tms.nostr.events import SecretKey
 from tms.rules.publish import PublishError
 
@@ -82,13 +83,13 @@ async def join(ledger: Ledger, signer: SecretKey) -> None:
 async def without_log(ledger: Ledger, *batches: list[EventDict]) -> None:
     """Publish as a server before the transparency log did: events stored, no log."""
 
-    async def nothing(conn: object, accepted: object) -> dict[str, Any]:
-        return {}
+    async def nothing(conn: object, accepted: object, state: object) -> LogRows:
+        return LogRows()
 
-    hook = ledger.log.extend
-    ledger.log.extend = nothing  # type: ignore[method-assign,assignment]
+    hook = ledger.log.prepare
+    ledger.log.prepare = nothing  # type: ignore[method-assign]
     try:
         for batch in batches:
             await publish(ledger, *batch)
     finally:
-        ledger.log.extend = hook  # type: ignore[method-assign]
+        ledger.log.prepare = hook  # type: ignore[method-assign]

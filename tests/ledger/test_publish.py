@@ -45,6 +45,7 @@ from publishing import LEDGER_TABLES, counts, join, open_collection, publish, re
 
 from tms.ledger.access import Access
 from tms.ledger.service import Ledger
+from tms.ledger.tlog import STATE_SQL
 from tms.ledger.writes import quotes
 from tms.ledger.writes import snapshot as read_snapshot
 from tms.rules.anchors import Anchor
@@ -97,8 +98,11 @@ async def test_the_snapshot_holds_what_the_batch_touches(ledger: Ledger) -> None
     ]
     async with ledger.pool.acquire() as conn, conn.transaction():
         parsed = parse_events(batch, NOW)
-        snapshot = await read_snapshot(conn, parsed)
+        snapshot, read = await read_snapshot(conn, parsed, {"log": STATE_SQL})
         found = await quotes(conn, parsed, run_here)
+    # What the log reads in the same round trip: the trees of the batch's collections only
+    # (`fresh` has none yet; `mine` and `other` are not the batch's).
+    assert {row[0] for row in read["log"]} == {"lab"}
     assert snapshot == Snapshot(
         stored_ids={doc["id"]},
         approved={OWNER.pubkey},  # of the batch's signers: OWNER, MEMBER, STRANGER

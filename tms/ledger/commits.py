@@ -26,7 +26,7 @@ from typing import Final
 
 from tms.errors import PublishError
 from tms.ledger import writes
-from tms.ledger.tlog import TransparencyLog
+from tms.ledger.tlog import STATE_SQL, TransparencyLog
 from tms.ledger.writes import OffLoop
 from tms.results import CheckpointInfo
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
@@ -106,7 +106,7 @@ class GroupCommitter:
         outcomes: list[Plan | Exception] = []
         async with self.pool.acquire() as conn, conn.transaction():
             await writes.lock(conn, everything)
-            snapshot = await writes.snapshot(conn, everything)
+            snapshot, read = await writes.snapshot(conn, everything, {"log": STATE_SQL})
             snapshot.quotes = await writes.quotes(conn, everything, self.run)
             members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
             passed: list[Plan] = []
@@ -123,8 +123,9 @@ class GroupCommitter:
             merged = _merge(passed)
             signed: dict[Slug, CheckpointInfo] = {}
             if merged.accepted:
-                await writes.write(conn, merged, members_before)
-                signed = await self.log.extend(conn, merged.accepted)
+                log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
+                await writes.write(conn, merged, members_before, [log_rows.ctes])
+                signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
 
 

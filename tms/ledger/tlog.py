@@ -1,14 +1,15 @@
 """Each collection's transparency log, as the ledger writes it: extended in the publish
 transaction, under the collection's lock, and sealed with a signed checkpoint.
 
-`TransparencyLog.extend` is the publish hook. For the collections a batch wrote it reads, in
-one statement, the last checkpoint and the frontier of the tree it signed (the perfect
-subtrees the tree's size is made of, sql/006); appends the batch's events in order (their
-`seq` order: one batch's events are inserted in batch order, and batches of one collection are
-serialized by its lock); checks that a consistency proof from the last checkpoint to the new
-tree holds, refusing to sign otherwise; signs; and writes the leaves, the completed subtrees and
-the checkpoint in one more statement. Two round trips, whatever the batch holds; batches of one
-collection written one after another in one transaction each find the one before.
+`TransparencyLog.prepare` is the publish hook. For the collections a batch touches, the
+publish's snapshot statement also reads (`STATE_SQL`) the last checkpoint and the frontier of
+the tree it signed (the perfect subtrees the tree's size is made of, sql/006); the hook appends
+the batch's accepted events in order (their `seq` order: one batch's events are inserted in
+batch order, and batches of one collection are serialized by its lock); checks that a
+consistency proof from the last checkpoint to the new tree holds, refusing to sign otherwise;
+signs; and hands the publish's write statement the leaves, the completed subtrees and the
+checkpoint to insert (`LogRows.ctes`). No round trip of its own, whatever the batch holds.
+`extend` does the same in two round trips, for a transaction that is not a publish.
 
 A collection whose events were stored before the log existed gets its tree once, in `seq`
 order: by `backfill` in the background at start-up, or, if a publish or a read reaches it
@@ -22,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Final
 
 from tms.errors import LogError
+from tms.ledger.writes import Binder
 from tms.results import CheckpointInfo
 from tms.rules.publish import Parsed
 from tms.store.database import Connection, Pool
@@ -59,9 +61,9 @@ STRIDE: Final = 4
 # Each collection's last checkpoint and what its frontier is made of: for each bit b of the
 # size, the perfect subtree (b, (size >> b) - 1), as the stored nodes below it (at the level
 # b - b % STRIDE; at level 0, the leaves' entries). A collection without a checkpoint has no row.
-_SQL_STATE: Final = f"""
+_SQL_STATE_ROWS: Final = f"""
     SELECT s.collection, c.size, c.root, f.bit, d.idx, d.value
-    FROM unnest($1::text[]) AS s(collection)
+    FROM unnest({{collections}}) AS s(collection)
     CROSS JOIN LATERAL (SELECT size, root FROM tlog_checkpoints t
                         WHERE t.collection = s.collection ORDER BY size DESC LIMIT 1) AS c
     CROSS JOIN LATERAL generate_series(0, 62) AS f(bit)
@@ -78,8 +80,15 @@ _SQL_STATE: Final = f"""
         WHERE r.base > 0 AND n.collection = s.collection AND n.level = r.base
           AND n.idx >= r.first AND n.idx < r.first + r.count) AS d ON true
     WHERE (c.size >> f.bit) & 1 = 1"""
+_SQL_STATE: Final = _SQL_STATE_ROWS.format(collections="$1::text[]")
+# The same rows as one JSON value, for the publish's snapshot statement (binary as base64).
+STATE_SQL: Final = f"""(
+    SELECT json_agg(json_build_array(collection, size, encode(root, 'base64'), bit, idx,
+                                     encode(value, 'base64')))
+    FROM ({_SQL_STATE_ROWS}) AS state)"""
 _SQL_HISTORY: Final = "SELECT id FROM events WHERE collection = $1 ORDER BY seq"
-# What a collection held before a batch (whose events are the last it stored, under its lock).
+# What a collection held before a batch (whose events are not stored yet, or the last it stored:
+# under its lock either way).
 _SQL_BEFORE: Final = """
     SELECT id FROM events WHERE collection = $1
       AND seq < coalesce((SELECT min(seq) FROM events WHERE id = ANY($2::text[])),
@@ -111,19 +120,21 @@ class TransparencyLog:
         self.pool = pool
         self.signer = signer
 
-    async def extend(
-        self, conn: Connection, accepted: Sequence[Parsed]
-    ) -> dict[Slug, CheckpointInfo]:
-        """The publish hook: add the batch's accepted events to their collections' logs, in
-        the transaction that stored them, and return each collection's new checkpoint."""
+    async def prepare(
+        self, conn: Connection, accepted: Sequence[Parsed], state: list[list[Any]] | None
+    ) -> LogRows:
+        """The publish hook: the rows that add a batch's accepted events to their collections'
+        logs, and each collection's new checkpoint, signed; `state` is what `STATE_SQL` read
+        for (at least) those collections in this transaction, under their locks. The rows are
+        written by the statement that stores the events: until then, nothing is stored."""
         added: dict[Slug, list[EventId]] = {}
         for parsed in accepted:
             if parsed.collection is not None:
                 added.setdefault(parsed.collection, []).append(parsed.event.id)
+        rows = LogRows()
         if not added:
-            return {}
-        trees = await _state(conn, sorted(added))
-        rows = _Rows()
+            return rows
+        trees = _trees(_decoded(state or ()))
         for slug, ids in added.items():
             tree = trees.get(slug)
             if tree is None:  # no checkpoint yet: what it held before, then this batch
@@ -131,8 +142,18 @@ class TransparencyLog:
                 ids = [row["id"] for row in await conn.fetch(_SQL_BEFORE, slug, ids)] + ids
             tree.add(ids, rows)
             tree.seal(self.signer, rows)
+        return rows
+
+    async def extend(
+        self, conn: Connection, accepted: Sequence[Parsed]
+    ) -> dict[Slug, CheckpointInfo]:
+        """`prepare` and write, for events already stored in this transaction: each
+        collection's new checkpoint."""
+        slugs = sorted({p.collection for p in accepted if p.collection is not None})
+        state = [list(row) for row in await conn.fetch(_SQL_STATE, slugs)]
+        rows = await self.prepare(conn, accepted, state)
         await rows.write(conn)
-        return {info["collection"]: info for info in rows.sealed}
+        return rows.checkpoints()
 
     async def build(self, slug: Slug) -> bool:
         """Build the log of a collection that has none yet, from its events in `seq` order, in
@@ -143,14 +164,14 @@ class TransparencyLog:
             if await conn.fetchval(_SQL_HAS_CHECKPOINT, slug):
                 return False
             tree = _Tree(slug, 0, EMPTY_ROOT, {})
-            rows = _Rows()
+            rows = LogRows()
             chunk: list[EventId] = []
             async for row in conn.cursor(_SQL_HISTORY, slug, prefetch=BUILD_CHUNK):
                 chunk.append(row["id"])
                 if len(chunk) == BUILD_CHUNK:  # hashed off the event loop, written, let go
                     await asyncio.to_thread(tree.add, chunk, rows)
                     await rows.write(conn)
-                    rows, chunk = _Rows(), []
+                    rows, chunk = LogRows(), []
             tree.add(chunk, rows)
             if tree.size == 0:
                 return False
@@ -211,7 +232,7 @@ class _Tree:
     def size(self) -> int:
         return self.range.size
 
-    def add(self, ids: Sequence[EventId], rows: _Rows) -> None:
+    def add(self, ids: Sequence[EventId], rows: LogRows) -> None:
         """Append events (ids in `seq` order) and record the rows that store them."""
         start = self.range.size
         entries = [bytes.fromhex(event_id) for event_id in ids]
@@ -223,7 +244,7 @@ class _Tree:
             self.known.update(((0, start + i), h) for i, h in enumerate(leaves))
             self.known.update(completed)
 
-    def seal(self, signer: LogSigner, rows: _Rows) -> None:
+    def seal(self, signer: LogSigner, rows: LogRows) -> None:
         """Sign the new checkpoint, and record it; only once a consistency proof from the last
         one holds: a log must never sign a tree that does not extend what it signed before."""
         size, root = self.range.size, self.range.root()
@@ -248,8 +269,9 @@ class _Tree:
         )
 
 
-class _Rows:
-    """The rows one write statement inserts, as arrays (one `unnest` per table)."""
+class LogRows:
+    """The rows one write statement inserts, as arrays (one `unnest` per table), and the
+    checkpoints they seal."""
 
     def __init__(self) -> None:
         self.leaf_rows: tuple[list[str], list[int], list[bytes]] = ([], [], [])
@@ -275,17 +297,48 @@ class _Rows:
         for column, value in zip(self.checkpoint_rows, (slug, size, root, note), strict=True):
             column.append(value)  # type: ignore[attr-defined]
 
+    def checkpoints(self) -> dict[Slug, CheckpointInfo]:
+        return {info["collection"]: info for info in self.sealed}
+
     async def write(self, conn: Connection) -> None:
         await conn.execute(_SQL_WRITE, *self.leaf_rows, *self.node_rows, *self.checkpoint_rows)
 
+    def ctes(self, arrays: Binder) -> list[str]:
+        """The same inserts as `write`, as parts of the publish's write statement."""
+        if not self.sealed:
+            return []
+        leaves = arrays(list(zip(self.leaf_rows, ("text", "bigint", "bytea"), strict=True)))
+        nodes = arrays(
+            list(zip(self.node_rows, ("text", "smallint", "bigint", "bytea"), strict=True))
+        )
+        checkpoints = arrays(
+            list(zip(self.checkpoint_rows, ("text", "bigint", "bytea", "text"), strict=True))
+        )
+        return [
+            "tlog_l AS (INSERT INTO tlog_leaves (collection, idx, event_id) "
+            f"SELECT * FROM unnest({leaves}))",
+            "tlog_n AS (INSERT INTO tlog_nodes (collection, level, idx, hash) "
+            f"SELECT * FROM unnest({nodes}))",
+            "tlog_c AS (INSERT INTO tlog_checkpoints (collection, size, root, note) "
+            f"SELECT * FROM unnest({checkpoints}))",
+        ]
 
-async def _state(conn: Connection, slugs: list[Slug]) -> dict[Slug, _Tree]:
+
+def _decoded(state: Iterable[Sequence[Any]]) -> Iterator[tuple[Slug, int, bytes, int, int, Any]]:
+    """`STATE_SQL`'s JSON rows as `_SQL_STATE`'s (binary values arrive in base64 there)."""
+    for slug, size, root, bit, idx, value in state:
+        if isinstance(root, str):
+            root = base64.b64decode(root)
+            value = None if value is None else base64.b64decode(value)
+        yield slug, size, root, bit, idx, value
+
+
+def _trees(state: Iterable[tuple[Slug, int, bytes, int, int, Any]]) -> dict[Slug, _Tree]:
     """Each collection's tree as its last checkpoint left it (absent: none yet)."""
     found: dict[Slug, tuple[int, bytes, dict[Node, bytes]]] = {}
-    for row in await conn.fetch(_SQL_STATE, slugs):
-        size, bit, value = row["size"], row["bit"], row["value"]
-        _, _, stored = found.setdefault(row["collection"], (size, bytes(row["root"]), {}))
+    for slug, size, root, bit, idx, value in state:
+        _, _, stored = found.setdefault(slug, (size, bytes(root), {}))
         if value is not None:
             base = bit - bit % STRIDE
-            stored[(base, row["idx"])] = leaf_hash(value) if base == 0 else bytes(value)
-    return {slug: _Tree(slug, *state) for slug, state in found.items()}
+            stored[(base, idx)] = leaf_hash(value) if base == 0 else bytes(value)
+    return {slug: _Tree(slug, *found_state) for slug, found_state in found.items()}

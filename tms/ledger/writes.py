@@ -2,7 +2,9 @@
 read the snapshot the rules judge it against, and write what they accept.
 
 Each step is one statement, so a publish costs few round trips whatever its batch holds: begin,
-lock, snapshot, (one per quoted evidence stored before,) write, commit. The locks come in a
+lock, snapshot, (one per quoted evidence stored before,) write, commit. Other parts of the
+ledger that keep rows per collection (the transparency log) read with the snapshot and write
+with the write (`also`, `Extra`), rather than in round trips of their own. The locks come in a
 statement of their own: in READ COMMITTED a statement reads the ledger as it stood when the
 statement began, so a snapshot read in the statement that takes the locks could miss what the
 batch it waited for had written.
@@ -11,7 +13,7 @@ batch it waited for had written.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from tms.ledger.anchors import ANCHOR_COLUMNS
@@ -60,10 +62,15 @@ _SQL_SNAPSHOT: Final = """
         'profiles', (
             SELECT json_agg(json_build_array(pubkey, created_at, id)) FROM (
                 SELECT DISTINCT ON (pubkey) pubkey, created_at, id FROM profiles
-                WHERE pubkey = ANY($2::text[]) ORDER BY pubkey, created_at DESC, id) AS p))::text"""
+                WHERE pubkey = ANY($2::text[]) ORDER BY pubkey, created_at DESC, id) AS p){also}
+    )::text"""
 SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
 
 OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
+# Binds columns as arrays in the write statement; returns the SQL that reads them (`unnest`).
+Binder = Callable[[list[tuple[list[Any], str]]], str]
+# More data-modifying CTEs for the write statement, given its binder.
+Extra = Callable[[Binder], list[str]]
 
 
 def lock_keys(batch: Sequence[Parsed]) -> tuple[str, ...]:
@@ -78,11 +85,19 @@ async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
     await conn.fetchval(_SQL_LOCK, list(lock_keys(batch)))
 
 
-async def snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
-    """The ledger as the batch finds it, limited to what the batch touches."""
+async def snapshot(
+    conn: Connection, batch: Sequence[Parsed], also: Mapping[str, str] | None = None
+) -> tuple[Snapshot, dict[str, Any]]:
+    """The ledger as the batch finds it, limited to what the batch touches; and, under each
+    name in `also`, the JSON value of its SQL expression over `{collections}` (the batch's
+    collections, a text[]), read in the same round trip."""
     terms = current_terms()
+    extra = "".join(
+        f",\n        '{name}', {sql.format(collections='$3::text[]')}"
+        for name, sql in (also or {}).items()
+    )
     document = await conn.fetchval(
-        _SQL_SNAPSHOT,
+        _SQL_SNAPSHOT.format(also=extra),
         [p.event.id for p in batch],
         sorted({p.event.pubkey for p in batch}),
         sorted({p.collection for p in batch if p.collection is not None}),
@@ -108,7 +123,7 @@ async def snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
     s.profiles = {
         pubkey: (created_at, event_id) for pubkey, created_at, event_id in found["profiles"] or ()
     }
-    return s
+    return s, {name: found[name] for name in also or {}}
 
 
 async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dict[EventId, Verdict]:
@@ -127,13 +142,18 @@ async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dic
     return found
 
 
-async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[PubKey]]) -> None:
+async def write(
+    conn: Connection,
+    plan: Plan,
+    members_before: dict[Slug, set[PubKey]],
+    also: Sequence[Extra] = (),
+) -> None:
     """Insert the accepted events, their typed rows, their links' anchors, their places in the
-    embedding queue, the collections they create and the member lists they make current, in
-    one statement: each
-    part a data-modifying CTE over arrays (`unnest`), the typed rows joined to the events'
-    new `seq`. `members_before`: each collection's members when the batch began, so that only
-    the keys a new list adds or drops are written."""
+    embedding queue, the collections they create, the member lists they make current and the
+    rows `also` adds, in one statement: each part a data-modifying CTE over arrays (`unnest`),
+    the typed rows joined to the events' new `seq`. `members_before`: each collection's
+    members when the batch began, so that only the keys a new list adds or drops are
+    written."""
     statement = _Statement()
     events = [p.event for p in plan.accepted]
     e = statement.arrays(
@@ -195,6 +215,8 @@ async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[Pub
         )
     if plan.member_lists:
         _member_lists(statement, plan, members_before)
+    for extra in also:
+        statement.parts.extend(extra(statement.arrays))
     await conn.execute(statement.sql(), *statement.args)
 
 
