@@ -37,6 +37,7 @@ from tms.types import EventId
 log = logging.getLogger(__name__)
 
 EXPORT_CONNECTIONS: Final = 4  # downloads in flight at once; more wait for one to finish
+PUBLISH_CONNECTIONS: Final = 8  # publish transactions at once (one per group of collections)
 POOL_CLOSE_SECONDS: Final = 10.0
 
 
@@ -85,6 +86,12 @@ async def open_runtime(
         # few, so that slow downloaders queue behind each other and never block publishing.
         export_pool = await database.open_pool(url, min_size=0, max_size=EXPORT_CONNECTIONS)
         stack.push_async_callback(close_pool, export_pool)
+        # Publishes run the same few statements by key over and over: on connections of their
+        # own, PostgreSQL plans each once (generic plans), not at every call as it chose to.
+        publish_pool = await database.open_pool(
+            url, min_size=1, max_size=PUBLISH_CONNECTIONS, generic_plans=True
+        )
+        stack.push_async_callback(close_pool, publish_pool)
         health = database.HealthCheck(url)
         stack.push_async_callback(health.close)
         # Links stored before anchors existed get theirs in the background: reads show
@@ -94,7 +101,7 @@ async def open_runtime(
         signer, chosen = load_log_key(settings)
         if chosen is not None:
             log.warning("%s", chosen)
-        services = Services.over(pool, None, log=signer)
+        services = Services.over(pool, None, log=signer, publish_pool=publish_pool)
         # Collections stored before the transparency log existed get their trees in the
         # background: a publish or read that reaches one first builds it there, under the
         # collection's lock, so nothing waits for the whole back-fill (tms.ledger.tlog).

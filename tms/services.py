@@ -42,10 +42,12 @@ class Services:
         *,
         fetch_allow: str | None = None,
         log: LogSigner | None = None,
+        publish_pool: Pool | None = None,
     ) -> Services:
         """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); `log`:
-        the server's checkpoint key (None: a throwaway one, for tests)."""
-        ledger = Ledger(pool, vectors=vectors, log=log)
+        the server's checkpoint key (None: a throwaway one, for tests); `publish_pool`:
+        publishes' own connections (None: `pool`'s)."""
+        ledger = Ledger(pool, vectors=vectors, log=log, publish_pool=publish_pool)
         return cls(
             ledger=ledger,
             access=Access(pool),

@@ -53,14 +53,21 @@ class AfterPublish(Protocol):
 
 class Ledger:
     def __init__(
-        self, pool: Pool, *, vectors: AfterPublish | None = None, log: LogSigner | None = None
+        self,
+        pool: Pool,
+        *,
+        vectors: AfterPublish | None = None,
+        log: LogSigner | None = None,
+        publish_pool: Pool | None = None,
     ) -> None:
+        """`publish_pool`: the connections publishes' transactions run on (default `pool`);
+        the runtime gives them their own, with generic plans (`open_pool`)."""
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
         # The runtime hands in the server's log key; a throwaway one serves tests and the
         # operator's commands, which never publish.
         self.log = TransparencyLog(pool, log or LogSigner.throwaway())
-        self._commits = GroupCommitter(pool, _off_loop(_QUOTES), self.log)
+        self._commits = GroupCommitter(publish_pool or pool, _off_loop(_QUOTES), self.log)
 
     # --- publishing ------------------------------------------------------------------------
 
