@@ -207,6 +207,12 @@ def test_export_with_the_login_cookie(live: Live) -> None:
         kinds = [json.loads(line)["kind"] for line in export.text.splitlines()]
         assert 4705 in kinds and 4702 in kinds
         assert client.get("/c/other/export.jsonl").status_code == 404
+        # The collection page also offers the export that ends with the signed checkpoint.
+        page = client.get("/c/mcas").text
+        assert 'href="/c/mcas/export.jsonl?checkpoint=1"' in page
+        lines = client.get("/c/mcas/export.jsonl?checkpoint=1").text.splitlines()
+        assert len(lines) == len(kinds) + 1
+        assert "kind" not in json.loads(lines[-1]) and "entries" in json.loads(lines[-1])
 
 
 def test_logged_out_visitors_are_sent_to_connect_and_back(live: Live) -> None:
