@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from tms.errors import LogError
-from tms.ledger.writes import Binder
+from tms.ledger.writes import Binder, hold_locks
 from tms.results import CheckpointInfo
 from tms.rules.publish import Parsed
 from tms.store.database import Connection, Pool
@@ -48,10 +48,6 @@ from tms.types import EventId, Slug
 log = logging.getLogger(__name__)
 
 BUILD_CHUNK: Final = 20_000  # entries hashed and written at once while a tree is built whole
-
-# The lock `tms.ledger.writes.lock` takes for a collection: building a tree outside a publish
-# must wait for publishes to the same collection, and they for it.
-SQL_LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))"
 
 # The tree stores the leaves and one level of perfect subtrees in STRIDE (sql/006): a fifth of
 # the rows every level would take, while a subtree between two stored levels is at most 2**3
@@ -160,7 +156,9 @@ class TransparencyLog:
         a transaction of its own under the collection's lock. False if it had one already (or
         has no events)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(SQL_LOCK, slug)
+            # Building a tree outside a publish waits for publishes to the collection, and
+            # they for it: the lock a publish takes.
+            await hold_locks(conn, [slug])
             if await conn.fetchval(_SQL_HAS_CHECKPOINT, slug):
                 return False
             tree = _Tree(slug, 0, EMPTY_ROOT, {})

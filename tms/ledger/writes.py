@@ -82,7 +82,13 @@ async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
     """Serialize batches that touch the same collection (or any profile or terms), so that two
     racing to create one collection end with one owner and a batch sent twice at once is
     stored once."""
-    await conn.fetchval(_SQL_LOCK, list(lock_keys(batch)))
+    await hold_locks(conn, lock_keys(batch))
+
+
+async def hold_locks(conn: Connection, keys: Sequence[str]) -> None:
+    """Take these lock keys (collections' slugs) until the transaction ends: also for work on
+    a collection outside a publish (building its log) that must not interleave with one."""
+    await conn.fetchval(_SQL_LOCK, list(keys))
 
 
 async def snapshot(
