@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from tms.errors import LogError
-from tms.ledger.writes import Binder, hold_locks
+from tms.ledger.writes import Binder, Statement, hold_locks
 from tms.results import CheckpointInfo
 from tms.rules.publish import Parsed
 from tms.store.database import Connection, Pool
@@ -90,17 +90,10 @@ _SQL_BEFORE: Final = """
       AND seq < coalesce((SELECT min(seq) FROM events WHERE id = ANY($2::text[])),
                          9223372036854775807)
     ORDER BY seq"""
-_SQL_WRITE: Final = """
-    WITH leaves AS (
-        INSERT INTO tlog_leaves (collection, idx, event_id)
-        SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])),
-    nodes AS (
-        INSERT INTO tlog_nodes (collection, level, idx, hash)
-        SELECT * FROM unnest($4::text[], $5::smallint[], $6::bigint[], $7::bytea[])),
-    checkpoints AS (
-        INSERT INTO tlog_checkpoints (collection, size, root, note)
-        SELECT * FROM unnest($8::text[], $9::bigint[], $10::bytea[], $11::text[]))
-    SELECT 1"""
+# The column types of the log's three tables, for their inserts (`LogRows.ctes`).
+_LEAF_TYPES: Final = ("text", "bigint", "bytea")
+_NODE_TYPES: Final = ("text", "smallint", "bigint", "bytea")
+_CP_TYPES: Final = ("text", "bigint", "bytea", "text")
 _SQL_UNBUILT: Final = """
     SELECT slug FROM collections c
     WHERE NOT EXISTS (SELECT 1 FROM tlog_checkpoints t WHERE t.collection = c.slug)
@@ -299,26 +292,24 @@ class LogRows:
         return {info["collection"]: info for info in self.sealed}
 
     async def write(self, conn: Connection) -> None:
-        await conn.execute(_SQL_WRITE, *self.leaf_rows, *self.node_rows, *self.checkpoint_rows)
+        """The rows, in a statement of their own (building a tree outside a publish)."""
+        statement = Statement()
+        statement.parts.extend(self.ctes(statement.arrays))
+        if statement.parts:
+            await conn.execute(statement.sql(), *statement.args)
 
     def ctes(self, arrays: Binder) -> list[str]:
-        """The same inserts as `write`, as parts of the publish's write statement."""
-        if not self.sealed:
-            return []
-        leaves = arrays(list(zip(self.leaf_rows, ("text", "bigint", "bytea"), strict=True)))
-        nodes = arrays(
-            list(zip(self.node_rows, ("text", "smallint", "bigint", "bytea"), strict=True))
-        )
-        checkpoints = arrays(
-            list(zip(self.checkpoint_rows, ("text", "bigint", "bytea", "text"), strict=True))
+        """The inserts, as parts of a write statement (the publish's, or `write`'s)."""
+        tables = (
+            ("tlog_leaves (collection, idx, event_id)", self.leaf_rows, _LEAF_TYPES),
+            ("tlog_nodes (collection, level, idx, hash)", self.node_rows, _NODE_TYPES),
+            ("tlog_checkpoints (collection, size, root, note)", self.checkpoint_rows, _CP_TYPES),
         )
         return [
-            "tlog_l AS (INSERT INTO tlog_leaves (collection, idx, event_id) "
-            f"SELECT * FROM unnest({leaves}))",
-            "tlog_n AS (INSERT INTO tlog_nodes (collection, level, idx, hash) "
-            f"SELECT * FROM unnest({nodes}))",
-            "tlog_c AS (INSERT INTO tlog_checkpoints (collection, size, root, note) "
-            f"SELECT * FROM unnest({checkpoints}))",
+            f"tlog_{n} AS (INSERT INTO {table} SELECT * FROM unnest("
+            f"{arrays(list(zip(rows, types, strict=True)))}))"
+            for n, (table, rows, types) in enumerate(tables)
+            if rows[0]
         ]
 
 

@@ -160,7 +160,7 @@ async def write(
     the typed rows joined to the events' new `seq`. `members_before`: each collection's
     members when the batch began, so that only the keys a new list adds or drops are
     written."""
-    statement = _Statement()
+    statement = Statement()
     events = [p.event for p in plan.accepted]
     e = statement.arrays(
         [
@@ -226,7 +226,7 @@ async def write(
     await conn.execute(statement.sql(), *statement.args)
 
 
-def _anchors(statement: _Statement, anchored: list[tuple[Parsed, Anchor]]) -> None:
+def _anchors(statement: Statement, anchored: list[tuple[Parsed, Anchor]]) -> None:
     values = statement.arrays(
         [
             ([p.event.id for p, _ in anchored], "text"),
@@ -246,7 +246,7 @@ def _anchors(statement: _Statement, anchored: list[tuple[Parsed, Anchor]]) -> No
 
 
 def _member_lists(
-    statement: _Statement, plan: Plan, members_before: dict[Slug, set[PubKey]]
+    statement: Statement, plan: Plan, members_before: dict[Slug, set[PubKey]]
 ) -> None:
     slugs = list(plan.member_lists)
     heads = statement.arrays(
@@ -288,7 +288,7 @@ def _member_lists(
 _EMBEDDED: Final = ", ".join(str(kind) for kind in sorted(EMBEDDED_KINDS))
 
 
-class _Statement:
+class Statement:
     """One statement of data-modifying CTEs, and the arrays it binds."""
 
     def __init__(self) -> None:
