@@ -275,9 +275,14 @@ async def allow_connections(server_url: str, database_url: str, allowed: bool) -
 # --- a live server -----------------------------------------------------------------------------
 
 
+UNLIMITED: Final = {f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY", "FETCH", "LOGIN")}
+
+
 def settings(**env: str) -> Settings:
-    """Settings from `env` alone, never from the test's environment or a data directory."""
-    return Settings.from_env({"TMS_DATA_DIR": "/nonexistent-tms-data", **env})
+    """Settings from `env` alone, never from the test's environment or a data directory. Rate
+    limits are off unless `env` sets them: every test client comes from 127.0.0.1, often with
+    one key, faster than anyone would (tests/web/test_rates.py tests the limits)."""
+    return Settings.from_env({"TMS_DATA_DIR": "/nonexistent-tms-data", **UNLIMITED, **env})
 
 
 @dataclass(frozen=True)
@@ -322,6 +327,7 @@ def live_server(
             log_level="warning",
             lifespan="on",
             http=GuardedHttpProtocol.with_limits(limits or ConnectionLimits()),
+            proxy_headers=False,  # as `tms serve`: X-Forwarded-For only via TMS_TRUSTED_PROXIES
         )
     )
     thread = threading.Thread(target=server.run, name="tms-live", daemon=True)

@@ -20,8 +20,11 @@ import asyncpg
 from tms.config import EmbeddingConfig, Settings
 from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
+from tms.guard.rates import Throttle
+from tms.guard.refusals import RefusalLog
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
+from tms.ledger.refusals import RefusalStore
 from tms.ledger.service import Ledger
 from tms.mcp.tools import Tools
 from tms.nostr.events import SecretKey
@@ -86,7 +89,10 @@ async def open_runtime(
         stack.push_async_callback(close_pool, export_pool)
         health = database.HealthCheck(url)
         stack.push_async_callback(health.close)
-        services = Services.over(pool, None)
+        refusals = RefusalLog(RefusalStore(pool), settings.refusals_keep)
+        refusals.start()
+        stack.push_async_callback(refusals.close)  # before the pool closes: the last records
+        services = Services.over(pool, None, throttle=Throttle(settings.rates), refusals=refusals)
         if settings.embedding.enabled:
             # The model loads after the server is up: until then search answers by keyword
             # with a note saying so, and a publish waits for it within its embedding budget.

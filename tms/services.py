@@ -3,8 +3,10 @@ same ledger, access module, reads and search, so no door can hold a rule of its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tms.guard.rates import Throttle
+from tms.guard.refusals import RefusalLog
 from tms.ledger.access import Access
 from tms.ledger.keys import Keys
 from tms.ledger.reads import Reads
@@ -30,14 +32,24 @@ class Services:
     stats: Stats  # the dashboard's figures
     sessions: Sessions  # browser logins
     fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
+    throttle: Throttle = field(default_factory=Throttle)  # rate limits; none by default
+    refusals: RefusalLog = field(default_factory=lambda: RefusalLog(None))  # where refusals go
 
     @classmethod
     def over(
-        cls, pool: Pool, vectors: Vectors | None = None, *, fetch_allow: str | None = None
+        cls,
+        pool: Pool,
+        vectors: Vectors | None = None,
+        *,
+        fetch_allow: str | None = None,
+        throttle: Throttle | None = None,
+        refusals: RefusalLog | None = None,
     ) -> Services:
-        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off)."""
+        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); no
+        `throttle`: no rate limits; no `refusals`: refusals are not written anywhere."""
+        throttle = throttle or Throttle()
         return cls(
-            ledger=Ledger(pool, vectors=vectors),
+            ledger=Ledger(pool, vectors=vectors, throttle=throttle),
             access=Access(pool),
             reads=Reads(pool),
             search=Search(pool, vectors),
@@ -46,4 +58,6 @@ class Services:
             stats=Stats(pool),
             sessions=Sessions(pool),
             fetch_allow=fetch_allow,
+            throttle=throttle,
+            refusals=refusals or RefusalLog(None),
         )

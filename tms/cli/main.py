@@ -129,6 +129,7 @@ def _serve(host: str | None, port: int | None) -> int:
         port=port,
         lifespan="on",
         http=GuardedHttpProtocol.with_limits(limits),
+        proxy_headers=False,  # X-Forwarded-For is read by the app, from TMS_TRUSTED_PROXIES only
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol
 
 from tms.errors import one_line
+from tms.guard.rates import Throttle
 from tms.ledger.commits import GroupCommitter
 from tms.results import PublishResult
 from tms.rules.publish import Parsed, Plan, check_batch_shape, parse_events
@@ -42,9 +43,16 @@ class AfterPublish(Protocol):
 
 
 class Ledger:
-    def __init__(self, pool: Pool, *, vectors: AfterPublish | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        vectors: AfterPublish | None = None,
+        throttle: Throttle | None = None,
+    ) -> None:
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
+        self.throttle = throttle  # None: no rate limits (the operator's commands, tests)
         self._commits = GroupCommitter(pool, _off_loop(_QUOTES))
 
     # --- publishing ------------------------------------------------------------------------
@@ -53,6 +61,9 @@ class Ledger:
         """Store a batch of signed events, all or nothing (SPEC "Publishing")."""
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
+        if self.throttle is not None:
+            # Only now, with every signature verified: a forged event spends nobody's budget.
+            await self.throttle.keys([item.event.pubkey for item in batch])
         plan = await self._commits.commit(batch)
         result: PublishResult = {
             "accepted": [p.event.id for p in plan.accepted],

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.errors import InvalidEvent, PublishError
+from tms.errors import InvalidEvent, PublishError, Refusal
 from tms.nostr.events import Event
 from tms.rules.kinds import (
     Content,
@@ -70,7 +70,9 @@ def check_batch_shape(raw: object) -> list[object]:
     if not raw:
         raise PublishError("events is empty: send at least one signed event")
     if len(raw) > MAX_BATCH:
-        raise PublishError(f"at most {MAX_BATCH} events per batch; this one has {len(raw)}")
+        raise PublishError(
+            f"at most {MAX_BATCH} events per batch; this one has {len(raw)}"
+        ).refused_as(Refusal.TOO_LARGE)
     return raw
 
 
@@ -91,7 +93,7 @@ def parse_events(raw: Sequence[object], now: int, offset: int = 0) -> list[Parse
             content = validate_content(event)
             check_created_at(event, now)
         except InvalidEvent as exc:
-            raise PublishError(f"{label}: {exc}") from None
+            raise PublishError(f"{label}: {exc}").refused_as(exc.refusal) from None
         parsed.append(Parsed(event, content))
     return parsed
 
@@ -210,7 +212,10 @@ class _Judge:
                 seen.add(event_id)
                 self._one(item)
             except PublishError as exc:
-                raise PublishError(f"{_where(position, event_id)}: {exc}") from None
+                # Every event here has verified: the refusal is its signer's.
+                raise PublishError(f"{_where(position, event_id)}: {exc}").refused_as(
+                    exc.refusal, item.event.pubkey
+                ) from None
             self.plan.accepted.append(item)
         self.plan.superseded = [
             p.event.id
@@ -225,7 +230,7 @@ class _Judge:
         if signer not in self.s.approved and not self.s.belongs_to.get(signer):
             raise PublishError(
                 f"pubkey {signer} is not approved and is not a member of any collection"
-            )
+            ).refused_as(Refusal.NOT_MEMBER)
 
     def _may_write_in(self, item: Parsed) -> None:
         """The signer may write to the collection the event names: its owner, or (except for
@@ -241,7 +246,9 @@ class _Judge:
                 raise _not_a_member(signer, slug, approved=False)
         elif isinstance(item.content, Members):
             if signer != owner:
-                raise PublishError(f"only the owner of collection '{slug}' changes its members")
+                raise PublishError(
+                    f"only the owner of collection '{slug}' changes its members"
+                ).refused_as(Refusal.NOT_MEMBER)
         elif signer != owner and signer not in s.members.get(slug, ()):
             raise _not_a_member(signer, slug, approved=signer in s.approved)
 
@@ -290,9 +297,7 @@ class _Judge:
     def _link(self, slug: Slug, link_id: EventId, link: Link) -> None:
         source = self._ref(slug, link.from_, "from")
         if source.kind != KIND_EVIDENCE:
-            raise PublishError(
-                f"from must be an evidence event; {link.from_} is {_a(source.kind)}"
-            )
+            raise PublishError(f"from must be an evidence event; {link.from_} is {_a(source.kind)}")
         target = self._ref(slug, link.to, "to")
         if target.kind not in LINK_TARGETS:
             raise PublishError(
@@ -300,9 +305,7 @@ class _Judge:
                 f"{_a(target.kind)} event"
             )
         if link.relation == "QUALIFIES" and target.kind != KIND_CLAIM:
-            raise PublishError(
-                f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}"
-            )
+            raise PublishError(f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}")
         if not self._quote_found(link_id, link):
             raise PublishError(
                 f"quote not found verbatim in evidence {link.from_}; copy it exactly from the "
@@ -358,7 +361,7 @@ def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError
     )
     return PublishError(
         message if approved else f"{message}; only approved pubkeys create collections"
-    )
+    ).refused_as(Refusal.NOT_MEMBER)
 
 
 def judge(batch: Sequence[Parsed], snapshot: Snapshot) -> Plan:

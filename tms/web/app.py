@@ -49,7 +49,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings, load_secret
-from tms.errors import DATABASE_UNAVAILABLE, AuthError, sendable
+from tms.errors import DATABASE_UNAVAILABLE, AuthError, RateLimited, Refusal, sendable
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
 from tms.nostr import nip98
@@ -58,6 +58,7 @@ from tms.runtime import Runtime, open_runtime
 from tms.store.database import is_database_down
 from tms.types import PubKey, Slug
 from tms.web import docs
+from tms.web.gate import Gate, route_name
 from tms.web.login import Keyring, request_url
 from tms.web.pages import Pages
 from tms.web.render import STATIC_DIR, Renderer
@@ -97,7 +98,9 @@ async def export(request: Request) -> Response:
     pubkey = session.pubkey if session is not None else authenticate(request)
     slug = request.path_params["slug"]
     runtime = _runtime(request)
+    await runtime.services.throttle.key(pubkey)
     if not await runtime.access.can_read(pubkey, slug):
+        runtime.services.refusals.record(Refusal.NOT_MEMBER, "export", pubkey)
         return no_such_collection()
     headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{slug}.jsonl"'}
     if request.method == "HEAD":
@@ -228,7 +231,14 @@ class _ClosingStreamingResponse(StreamingResponse):
 
 
 async def _auth_failed(request: Request, exc: Exception) -> Response:
+    _runtime(request).services.refusals.refused(exc, route_name(request.scope))
     return error(str(exc), 401, headers={"WWW-Authenticate": "Nostr"})
+
+
+async def _rate_limited(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RateLimited)
+    _runtime(request).services.refusals.refused(exc, route_name(request.scope))
+    return error(str(exc), 429, headers={"Retry-After": str(exc.retry_after)})
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -295,7 +305,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with open_runtime(settings, database_url) as runtime:
-            front = McpFront()
+            front = McpFront(runtime.services.refusals)
             app.state.runtime = runtime
             app.state.mcp = front
             # The MCP SDK loads after the server is up (it takes a good part of a second): /mcp
@@ -315,11 +325,13 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
         lifespan=lifespan,
         exception_handlers={
             AuthError: _auth_failed,
+            RateLimited: _rate_limited,
             HTTPException: _http_error,
             Exception: _internal_error,
         },
     )
     app.state.settings = settings
     app.state.pages = pages
-    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)
+    app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
+    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)  # outermost: every answer
     return app
