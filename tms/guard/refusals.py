@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 QUEUE: Final = 10_000  # records waiting for the writer, at most
 FLUSH_SECONDS: Final = 1.0
 FLUSH_AT: Final = 1_000  # a queue this long is written at once
-RETRY_SECONDS: Final = 5.0  # after a failed write
+RETRY_SECONDS: Final = 1.0  # after a failed write
 CLOSE_SECONDS: Final = 5.0
 MAX_TOOL_CHARS: Final = 64
 
