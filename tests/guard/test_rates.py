@@ -26,7 +26,9 @@ async def test_a_key_over_its_budget_is_told_when_to_come_back() -> None:
     with pytest.raises(RateLimited) as refused:
         await limits.key(A)
     message = str(refused.value)
-    assert message.startswith("rate limited: too many requests from this key (at most 3 per minute)")
+    assert message.startswith(
+        "rate limited: too many requests from this key (at most 3 per minute)"
+    )
     assert f"try again in {refused.value.retry_after} s" in message
     assert 1 <= refused.value.retry_after <= 60
     assert refused.value.refusal is Refusal.RATE_LIMITED and refused.value.pubkey == A
