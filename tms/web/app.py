@@ -130,11 +130,14 @@ def _page(name: str) -> Callable[[Request], Awaitable[Response]]:
 
 
 async def docs_html(request: Request) -> Response:
-    return await _pages(request).render(request, "docs.html", guide=docs.html(_base(request)))
+    return await _pages(request).render(
+        request, "docs.html", guide=docs.html(_base(request), request.app.state.settings)
+    )
 
 
 async def docs_markdown(request: Request) -> Response:
-    return Response(docs.markdown(_base(request)), media_type="text/markdown; charset=utf-8")
+    guide = docs.markdown(_base(request), request.app.state.settings)
+    return Response(guide, media_type="text/markdown; charset=utf-8")
 
 
 GET: Final = ["GET"]

@@ -12,12 +12,17 @@ from functools import cache
 from typing import Any, Final
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from limits import RateLimitItem
 from markdown_it import MarkdownIt
 
+from tms.config import Settings
 from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
 from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
+from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.mcp.schemas import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS
+from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
+from tms.rules.kinds import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
 from tms.rules.publish import MAX_BATCH
 from tms.rules.requests import REQUEST_WINDOW_SECONDS
 from tms.rules.terms import current_terms
@@ -25,11 +30,14 @@ from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS
 from tms.web.bodies import MAX_BODY, SMALL_BODY, MiB
 from tms.web.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.web.pages import EVIDENCE_PAGE_CHARS
+from tms.web.protocol import MAX_HEAD_BYTES
 
 TEMPLATE: Final = "docs.md"
 
 
-def limits() -> dict[str, Any]:
+def limits(settings: Settings) -> dict[str, Any]:
+    """Every number the guide states: the code's constants, and this server's settings."""
+    rates = settings.rates
     return {
         "batch": MAX_BATCH,
         "content_chars": MAX_CONTENT_CHARS,
@@ -50,7 +58,34 @@ def limits() -> dict[str, Any]:
         "login_seconds": NONCE_SECONDS,
         "sorts": CLAIM_SORTS,
         "evidence_page": EVIDENCE_PAGE_CHARS,
+        "depth": MAX_DEPTH,
+        "tags": MAX_TAGS,
+        "tag_chars": MAX_TAG_CHARS,
+        "body_containers": MAX_CONTAINERS,
+        "body_values": MAX_VALUES,
+        "content_containers": MAX_CONTENT_CONTAINERS,
+        "content_values": MAX_CONTENT_VALUES,
+        "head_seconds": f"{settings.head_seconds:g}",
+        "body_seconds": f"{settings.body_seconds:g}",
+        "head_kib": MAX_HEAD_BYTES // 1024,
+        "rate_address": _rates(rates.address),
+        "rate_key": _rates(rates.key),
+        "rate_fetch": _rates(rates.fetch),
+        "rate_login": _rates(rates.login),
     }
+
+
+def _rates(items: tuple[RateLimitItem, ...]) -> str:
+    """`10 per second and 300 per minute`, or `none`."""
+    if not items:
+        return "none"
+    said = [
+        f"{item.amount:,} per {item.GRANULARITY.name}"
+        if item.multiples == 1
+        else f"{item.amount:,} per {item.multiples} {item.GRANULARITY.name}s"
+        for item in items
+    ]
+    return " and ".join(said)
 
 
 @cache
@@ -63,9 +98,13 @@ def _environment() -> Environment:
     )
 
 
-def markdown(base_url: str) -> str:
+def markdown(base_url: str, settings: Settings) -> str:
     terms = current_terms()
-    return _environment().get_template(TEMPLATE).render(base=base_url, terms=terms, limits=limits())
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(base=base_url, terms=terms, limits=limits(settings))
+    )
 
 
 @cache
@@ -73,7 +112,7 @@ def _renderer() -> MarkdownIt:
     return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 
 
-def html(base_url: str) -> str:
+def html(base_url: str, settings: Settings) -> str:
     """The guide as HTML (trusted: our own text, with raw HTML escaped by markdown-it)."""
-    rendered: str = _renderer().render(markdown(base_url))
+    rendered: str = _renderer().render(markdown(base_url, settings))
     return rendered
