@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -107,3 +108,52 @@ def test_a_flood_of_slow_connections_cannot_lock_out_health_checks(port: int) ->
     finally:
         for s in flood:
             s.close()
+
+
+def test_two_hundred_slowloris_clients_leave_health_checks_answering(
+    pg_server_url: str, template_url: str
+) -> None:
+    """A hundred heads and a hundred bodies, each dribbled a byte at a time: /healthz answers
+    throughout, and every one of them is cut off at its deadline (the cap is not reached, so
+    nothing here is evicted: the deadlines alone do it)."""
+    limits = ConnectionLimits(head_seconds=2.0, body_seconds=2.0, max_connections=1000)
+    with (
+        fresh_database(pg_server_url, template_url) as database,
+        live_server(database, limits=limits) as live,
+    ):
+        port = int(live.url.rsplit(":", 1)[1])
+        slow = []
+        for n in range(200):
+            s = connect(port)
+            if n % 2:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            else:
+                s.sendall(
+                    b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Accept: application/json\r\nContent-Length: 100000\r\n\r\n{"
+                )
+            slow.append(s)
+        stop = threading.Event()
+
+        def dribble() -> None:
+            while not stop.is_set():
+                for s in slow:
+                    with contextlib.suppress(OSError):
+                        s.send(b"a")
+                time.sleep(0.2)
+
+        dribbler = threading.Thread(target=dribble, daemon=True)
+        dribbler.start()
+        try:
+            with httpx.Client(timeout=10) as http:
+                for _ in range(10):
+                    assert http.get(f"{live.url}/healthz").status_code == 200
+                    time.sleep(0.1)
+            deadline = time.monotonic() + 15
+            for s in slow:  # each is closed by the server, whatever it keeps sending
+                assert closed_within(s, max(deadline - time.monotonic(), 0.1)) is not None
+        finally:
+            stop.set()
+            dribbler.join(5)
+            for s in slow:
+                s.close()
