@@ -245,7 +245,19 @@ async def create_database(server_url: str, template_url: str, prefix: str = "tms
 
 
 async def drop_database(server_url: str, database_url: str) -> None:
-    await admin(server_url, f'DROP DATABASE IF EXISTS "{database_name(database_url)}" WITH (FORCE)')
+    """Ends this role's own connections to it, then drops it. Not `WITH (FORCE)`: that must
+    also end an autovacuum worker that happens to be there, which takes `pg_signal_backend`;
+    a plain DROP waits for autovacuum by itself, so the tests' role needs no such grant."""
+    name = database_name(database_url)
+    await admin(server_url, _terminate_own(name), f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def _terminate_own(name: str) -> str:
+    """End the connections this role holds to database `name` (a role may always end its own)."""
+    return (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE datname = '{name}' AND usename = current_user AND pid <> pg_backend_pid()"
+    )
 
 
 @contextmanager
@@ -265,10 +277,7 @@ async def allow_connections(server_url: str, database_url: str, allowed: bool) -
     name = database_name(database_url)
     statements = [f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allowed).lower()}']
     if not allowed:
-        statements.append(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-        )
+        statements.append(_terminate_own(name))
     await admin(server_url, *statements)
 
 
