@@ -33,7 +33,7 @@ from tms.search.search import VECTORS_OFF
 from tms.store.database import with_database
 
 if TYPE_CHECKING:
-    from tms.web.protocol import ConnectionLimits
+    from tms.http.protocol import ConnectionLimits
 
 ASSETS: Final = Path(__file__).parent / "assets"
 BIN: Final = Path(sys.executable).parent  # where the installed console scripts are
@@ -325,8 +325,8 @@ def live_server(
     defaults), in a thread of its own, on a port the OS picks, until the block ends."""
     import uvicorn  # here: the pure tests need neither it nor the app
 
+    from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
     from tms.web.app import create_app
-    from tms.web.protocol import ConnectionLimits, GuardedHttpProtocol
 
     server = uvicorn.Server(
         uvicorn.Config(

@@ -26,7 +26,7 @@ LEDGER_TABLES: Final = (
     "profiles",
     "terms_signatures",
 )
-STATE_TABLES: Final = ("current_member_lists", "memberships", "approvals")
+STATE_TABLES: Final = ("current_member_lists", "memberships", "approvals", "link_anchors")
 ALL_TABLES: Final = LEDGER_TABLES + STATE_TABLES
 
 

@@ -90,6 +90,22 @@ class PublishError(TMSError):
     """A batch refused as a whole. The message names the failing event when there is one."""
 
 
+class QuoteNotFound(PublishError):
+    """A batch refused for a link's quote that is not in its evidence. It carries what the
+    nearest passage is looked for with, so that the publish can add it to the message after
+    its transaction, outside the locks; `hinted` says whether the message has it already."""
+
+    def __init__(self, message: str, evidence_id: str, quote: str, *, hinted: bool) -> None:
+        super().__init__(message)
+        self.evidence_id = evidence_id
+        self.quote = quote
+        self.hinted = hinted
+
+    def located(self, where: str) -> QuoteNotFound:
+        """The same refusal, its message prefixed with where the event sits in the batch."""
+        return QuoteNotFound(f"{where}: {self}", self.evidence_id, self.quote, hinted=self.hinted)
+
+
 class RequestError(TMSError):
     """A tool call whose `request` is missing, malformed, stale, for another tool or reused."""
 

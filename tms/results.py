@@ -13,6 +13,36 @@ from typing import Annotated, Literal, NotRequired
 from pydantic import Field
 from typing_extensions import TypedDict
 
+
+class AnchorInfo(TypedDict):
+    """Where a link's quote sits in its evidence: W3C's TextPositionSelector (`start`, `end`)
+    and TextQuoteSelector (`exact`, `prefix`, `suffix`)."""
+
+    start: Annotated[
+        int,
+        Field(
+            description="Where the quote starts in the evidence text, in code points of the "
+            "text as signed (as get_event's `offset` counts), not of its normalized form."
+        ),
+    ]
+    end: Annotated[int, Field(description="Where it ends (exclusive), counted the same way.")]
+    exact: Annotated[str, Field(description="The evidence's characters from `start` to `end`.")]
+    prefix: Annotated[str, Field(description="Up to 32 characters before `start`.")]
+    suffix: Annotated[str, Field(description="Up to 32 characters after `end`.")]
+    occurrences: Annotated[
+        int,
+        Field(
+            description="How many times the normalized quote occurs in the normalized text "
+            "(without overlaps); the anchor is the first."
+        ),
+    ]
+
+
+_ANCHOR = Annotated[
+    AnchorInfo | None,
+    Field(description="Where the quote sits in its evidence; null until it is computed."),
+]
+
 # `from` is a Python keyword, so a link is spelled in the functional form.
 LinkInfo = TypedDict(
     "LinkInfo",
@@ -26,6 +56,7 @@ LinkInfo = TypedDict(
         "quote": str,
         "reason": str,
         "received_at": str,
+        "anchor": NotRequired[_ANCHOR],  # get_links only
     },
 )
 
@@ -90,6 +121,12 @@ class EventInfo(TypedDict):
     chars: NotRequired[Annotated[int, Field(description="Evidence only: the full text's length.")]]
     offset: NotRequired[
         Annotated[int, Field(description="Evidence only: where `content.text` starts.")]
+    ]
+    anchor: NotRequired[
+        Annotated[
+            AnchorInfo | None,
+            Field(description="Links only: where the quote sits in its evidence, or null."),
+        ]
     ]
 
 
@@ -159,11 +196,36 @@ class ContradictionInfo(TypedDict):
     rank: NotRequired[Annotated[float, Field(description="Text search by keyword: ts_rank.")]]
 
 
+class Dispute(TypedDict):
+    id: str
+    reason: Annotated[str, Field(description="Its reason, cut to 200 characters.")]
+
+
+class ContestedClaim(TypedDict):
+    claim: Annotated[str, Field(description="The id of a claim the proof cites.")]
+    rebuts: Annotated[
+        list[Dispute],
+        Field(description="REBUTS links pointing at it: the first 10, oldest first."),
+    ]
+    contradictions: Annotated[
+        list[Dispute],
+        Field(description="Contradictions naming it: the first 10, oldest first."),
+    ]
+
+
 class ProofResult(TypedDict):
     ok: bool
     problems: list[str]
     root: str | None
     tree: str
+    contested: Annotated[
+        list[ContestedClaim],
+        Field(
+            description="The claims the proof cites that a REBUTS link in the collection "
+            "targets or a contradiction in it names, first cited first; `ok` does not "
+            "depend on it."
+        ),
+    ]
 
 
 # --- what the pages read beside the tools' results (tms.ledger.keys, tms.ledger.stats) ---------

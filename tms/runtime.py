@@ -22,6 +22,7 @@ from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
 from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
+from tms.ledger import anchors
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.refusals import RefusalStore
@@ -89,6 +90,10 @@ async def open_runtime(
         stack.push_async_callback(close_pool, export_pool)
         health = database.HealthCheck(url)
         stack.push_async_callback(health.close)
+        # Links stored before anchors existed get theirs in the background: reads show
+        # `anchor: null` for them meanwhile, and nothing waits.
+        backfill = asyncio.create_task(_anchor_stored_links(pool), name="tms-anchors")
+        stack.push_async_callback(_cancel, backfill)
         refusals = RefusalLog(RefusalStore(pool), settings.refusals_keep)
         refusals.start()
         stack.push_async_callback(refusals.close)  # before the pool closes: the last records
@@ -157,6 +162,17 @@ async def _stop_vectors(loading: asyncio.Task[None], services: Services) -> None
     vectors = services.search.vectors
     if vectors is not None:
         await vectors.close()
+
+
+async def _anchor_stored_links(pool: asyncpg.Pool) -> None:
+    """The one-off back-fill of anchors (tms.ledger.anchors); a failure is logged, never
+    raised: the links stay without anchors until the next start-up tries again."""
+    try:
+        await anchors.backfill(pool)
+    except Exception as exc:
+        log.warning(
+            "anchoring the stored links failed: %s; the next start-up tries again", one_line(exc)
+        )
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -47,6 +47,7 @@ from tms.ledger.access import Access
 from tms.ledger.service import Ledger
 from tms.ledger.writes import quotes
 from tms.ledger.writes import snapshot as read_snapshot
+from tms.rules.anchors import Anchor
 from tms.rules.publish import MAX_BATCH, PublishError, Ref, Snapshot, parse_events
 
 pytestmark = pytest.mark.anyio
@@ -114,8 +115,11 @@ async def test_the_snapshot_holds_what_the_batch_touches(ledger: Ledger) -> None
         },
         profiles={OWNER.pubkey: (T0, me["id"])},  # the signers' current profiles
     )
-    # Every link's quote, looked for in its evidence (the stored ones read one at a time).
-    assert found == {batch[2]["id"]: True, batch[3]["id"]: True}
+    # Every link's quote, looked for in its evidence (the stored ones read one at a time), and
+    # anchored in it: the first "DAO" of the text, which holds it twice.
+    start = DOC.index("DAO")
+    dao = Anchor(start, start + 3, "DAO", DOC[start - 32 : start], DOC[start + 3 : start + 35], 2)
+    assert found == {batch[2]["id"]: dao, batch[3]["id"]: dao}
 
 
 # --- the result ------------------------------------------------------------------------------

@@ -435,9 +435,10 @@ async def test_search_claims_links_cut_quotes_and_contradictions(
     # Elsewhere quotes come back whole.
     full = await reads.get_links("lab", cid(world, 1), None, None, 10)
     assert full[0]["quote"] == LONG_QUOTE
-    assert {k: v for k, v in full[0].items() if k != "quote"} == {
+    assert {k: v for k, v in full[0].items() if k not in ("quote", "anchor")} == {
         k: v for k, v in long_link.items() if k != "quote"
     }
+    assert "anchor" not in long_link  # get_links only
 
 
 # --- search_claims (vector) -------------------------------------------------------------------
@@ -733,19 +734,30 @@ async def test_get_links_filters(ledger: Ledger, reads: Reads) -> None:
     assert await got(from_id=world.other_doc["id"]) == []
 
     links = await reads.get_links("lab", None, None, "QUALIFIES", 10)
-    assert links == [
-        {
-            "id": L["q4"],
-            "pubkey": MEMBER.pubkey,
-            "author": "bot",
-            "from": world.doc["id"],
-            "to": cid(world, 4),
-            "relation": "QUALIFIES",
-            "quote": "The end",
-            "reason": "the quote says so",
-            "received_at": links[0]["received_at"],
-        }
-    ]
+    assert (
+        links
+        == [
+            {
+                "id": L["q4"],
+                "pubkey": MEMBER.pubkey,
+                "author": "bot",
+                "from": world.doc["id"],
+                "to": cid(world, 4),
+                "relation": "QUALIFIES",
+                "quote": "The end",
+                "reason": "the quote says so",
+                "received_at": links[0]["received_at"],
+                "anchor": {  # where "The end" sits in the evidence as signed
+                    "start": DOC_TEXT.index("The end"),
+                    "end": DOC_TEXT.index("The end") + 7,
+                    "exact": "The end",
+                    "prefix": DOC_TEXT[DOC_TEXT.index("The end") - 32 : DOC_TEXT.index("The end")],
+                    "suffix": DOC_TEXT[DOC_TEXT.index("The end") + 7 :][:32],
+                    "occurrences": 1,
+                },
+            }
+        ]
+    )
     iso(links[0]["received_at"])
 
 

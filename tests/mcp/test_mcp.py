@@ -217,6 +217,7 @@ def test_every_tool_result_matches_its_schema(world: World, caller: Caller) -> N
         ("list_collections", {}),
         ("get_event", {"id": world.doc["id"]}),
         ("get_event", {"id": "0" * 64}),
+        ("get_event", {"id": world.link["id"]}),
         ("search_claims", {"collection": SLUG, "text": "DAO activity", "method": "keyword"}),
         ("search_claims", {"collection": SLUG, "text": "what causes histamine intolerance"}),
         ("list_claims", {"collection": SLUG, "sort": "contested"}),
@@ -242,6 +243,25 @@ def test_list_collections(world: World, caller: Caller) -> None:
     member_view = caller.tool(world.member, "list_collections")["result"]
     assert [c["slug"] for c in member_view] == [SLUG]
     assert caller.tool(world.stranger, "list_collections") == {"result": []}
+
+
+def test_links_come_with_their_anchors(world: World, caller: Caller) -> None:
+    quote = "Serum DAO measurements correlate poorly with symptoms"
+    start = DOC_TEXT.index(quote)
+    anchor = {
+        "start": start,
+        "end": start + len(quote),
+        "exact": quote,
+        "prefix": DOC_TEXT[start - 32 : start],
+        "suffix": DOC_TEXT[start + len(quote) :][:32],
+        "occurrences": 1,
+    }
+    (rebut,) = caller.tool(world.member, "get_links", collection=SLUG, to_id=world.claim2["id"])[
+        "result"
+    ]
+    assert rebut["anchor"] == anchor
+    event = caller.tool(world.member, "get_event", id=world.rebut["id"])["result"]
+    assert event["anchor"] == anchor and event["content"]["quote"] == quote
 
 
 def test_get_event_windows_evidence_text(world: World, caller: Caller) -> None:
@@ -295,6 +315,23 @@ def test_check_proof_over_the_callers_collection(world: World, caller: Caller) -
     result = caller.tool(world.member, "check_proof", collection=SLUG, proof=proof)
     assert result["ok"] is True and result["problems"] == [] and result["root"] == "root"
     assert "thought to result from reduced diamine oxidase" in result["tree"]
+    # Where the quote sits, and the contradiction that names the cited claim.
+    start = DOC_TEXT.index("thought to result")
+    assert f"at characters {start}-{start + 61}" in result["tree"]
+    assert result["contested"] == [
+        {
+            "claim": world.claim["id"],
+            "rebuts": [],
+            "contradictions": [
+                {
+                    "id": world.contradiction["id"],
+                    "reason": "If serum DAO does not track symptoms, low DAO alone cannot cause "
+                    "it.",
+                }
+            ],
+        }
+    ]
+    assert "[contested]" in result["tree"]
     # an event of another collection is "not in this collection", and never named
     proof["steps"][0]["from"] = [world.elsewhere["id"]]
     result = caller.tool(world.member, "check_proof", collection=SLUG, proof=proof)

@@ -65,7 +65,8 @@ FIELDS = {
     *"name about picture url title source from to quote reason claims version sha256".split(),
     *"accepted skipped embedded author received_at chars distance rank links".split(),
     *"contradiction_ids supports qualifies rebuts findings link_count claim_ids".split(),
-    *"ok problems root tree question steps say gap".split(),
+    *"ok problems root tree question steps say gap contested".split(),
+    *"anchor start end occurrences".split(),
 }
 RENDERS: list[Callable[[str], str]] = [claims_pass, briefing]
 
@@ -214,6 +215,8 @@ def test_claims_pass_teaches_the_rules() -> None:
         "kind 4706",
         "whose `to` is that event's id",
         "never decides what is true",
+        "look at `contested` before relying on it",
+        "nearest passage",
     ):
         assert phrase in text, phrase
 
@@ -229,6 +232,8 @@ def test_briefing_teaches_the_rules() -> None:
         "`tree`",
         "never decides what is true",
         "TMS_NSEC",
+        "`contested` before relying on the proof",
+        "`ok` does not depend on it",
     ):
         assert phrase in text, phrase
 

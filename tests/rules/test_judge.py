@@ -611,7 +611,15 @@ NOT_FORGIVEN: Final = [
 def test_quotes_are_found_after_normalization() -> None:
     doc = evidence(OWNER, "lab", QUOTED)
     c = claim(OWNER, "lab", "Diet tunes DAO.")
-    accepted(world(), doc, c, *(link(OWNER, "lab", doc["id"], c["id"], q) for q in FORGIVEN))
+    links = [link(OWNER, "lab", doc["id"], c["id"], q) for q in FORGIVEN]
+    plan = accepted(world(), doc, c, *links)
+    # Each is anchored where it sits in the text as signed.
+    assert set(plan.anchors) == set(ids(links))
+    for quoted in links:
+        found = plan.anchors[quoted["id"]]
+        assert QUOTED[found.start : found.end] == found.exact
+        assert normalize(found.exact) == normalize(content_of(quoted)["quote"])
+    assert plan.anchors[links[4]["id"]].exact == "is\n\n\ufb01ne-tuned by diet"
     # ... in stored evidence too.
     s = world()
     s.evidence_texts[DOC["id"]] = QUOTED
@@ -630,6 +638,30 @@ def test_a_quote_not_found_refuses_the_batch(quote: str) -> None:
         f"quote not found verbatim in evidence {doc['id']}; copy it exactly",
         position=3,
     )
+
+
+def test_a_refused_quote_names_the_nearest_passage() -> None:
+    """A quote with one changed word is refused in SPEC's words, and the refusal points at the
+    passage it was meant to copy, as the evidence has it, with a similarity."""
+    doc = evidence(OWNER, "lab", QUOTED)
+    c = claim(OWNER, "lab", "Diet tunes DAO.")
+    bad = link(OWNER, "lab", doc["id"], c["id"], "is fine-tuned by food")
+    start = QUOTED.index("is\n\n")
+    message = refused(
+        world(),
+        [doc, c, bad],
+        f"quote not found verbatim in evidence {doc['id']}; copy it exactly from the evidence "
+        "text (case, whitespace, quote and dash styles may differ; nothing else); the nearest "
+        f"passage is characters {start}-{start + 22} of its text (similarity 0.",
+        '): "is\\n\\n\ufb01ne-tuned by diet,"',
+        position=2,
+    )
+    assert "\n" not in message
+    # The same from stored evidence.
+    stored = link(OWNER, "lab", DOC["id"], C1["id"], "is fine-tuned by food")
+    s = world()
+    s.evidence_texts[DOC["id"]] = QUOTED
+    refused(s, [stored], '): "is\\n\\n\ufb01ne-tuned by diet,"', position=0)
 
 
 def test_a_quote_is_checked_against_its_own_evidence_only() -> None:

@@ -126,7 +126,7 @@ def spec_example() -> dict[str, Any]:
 def check(proof: object, events: dict[str, Event] | None = None) -> ProofResult:
     """What the service does: ask for the cited ids, fetch this collection's, then check."""
     pool = COLLECTION if events is None else events
-    found = cited(pool[i] for i in cited_event_ids(proof) if i in pool)
+    found = cited((pool[i] for i in cited_event_ids(proof) if i in pool), pool.values())
     result = check_proof(proof, found)
     assert_shape(result)
     return result
@@ -134,7 +134,11 @@ def check(proof: object, events: dict[str, Event] | None = None) -> ProofResult:
 
 def assert_shape(result: ProofResult) -> None:
     data = result
-    assert set(data) == {"ok", "problems", "root", "tree"}
+    assert set(data) == {"ok", "problems", "root", "tree", "contested"}
+    for entry in data["contested"]:
+        assert set(entry) == {"claim", "rebuts", "contradictions"}
+        assert entry["rebuts"] or entry["contradictions"]
+        assert all(len(d["reason"]) <= 200 for d in entry["rebuts"] + entry["contradictions"])
     assert isinstance(data["ok"], bool)
     assert isinstance(data["problems"], list)
     assert all(isinstance(problem, str) and "\n" not in problem for problem in data["problems"])
@@ -164,6 +168,21 @@ def only_problem(result: ProofResult) -> str:
 def test_spec_example_passes_and_expands_every_event() -> None:
     result = check(spec_example())
     assert result["ok"], result["problems"]
+    # The cited claim is named by the cited contradiction: contested, and marked in the tree.
+    assert result["contested"] == [
+        {
+            "claim": CLAIM.id,
+            "rebuts": [],
+            "contradictions": [
+                {
+                    "id": CONTRADICTION.id,
+                    "reason": "Serum levels disagree with the proposed mechanism.",
+                }
+            ],
+        }
+    ]
+    assert f"claim {CLAIM.id[:12]}…: [contested] Reduced DAO" in result["tree"]
+    assert f"contested: in contradiction {CONTRADICTION.id[:12]}…" in result["tree"]
     assert result["problems"] == []
     assert result["root"] == "root"
     tree = result["tree"]
@@ -690,3 +709,88 @@ def test_valid_proofs_pass_and_show_every_step_once(proof: dict[str, Any]) -> No
     lines = [line.strip() for line in result["tree"].splitlines()]
     for raw in proof["steps"]:
         assert lines.count(f"{raw['id']}: {'[gap] ' if raw['gap'] else ''}{raw['say']}") == 1
+
+
+# --- contested premises (reading them from the ledger: tests/ledger/test_cited.py) ----------------
+
+
+REBUTTAL = sign(
+    KEY,
+    KIND_LINK,
+    {
+        "collection": "mcas",
+        "from": EVIDENCE.id,
+        "to": CLAIM_2.id,
+        "relation": "REBUTS",
+        "quote": "Full text",
+        "reason": "x" * 300,
+    },
+)
+
+
+def test_contested_lists_the_disputes_of_cited_claims_without_touching_the_rules() -> None:
+    collection = {**COLLECTION, REBUTTAL.id: REBUTTAL}
+    proof = {"steps": [step("s1", cites=[CLAIM_2.id]), step("root", cites=["s1", CLAIM.id])]}
+    result = check(proof, collection)
+    assert result["ok"] and result["problems"] == []
+    assert [entry["claim"] for entry in result["contested"]] == [CLAIM_2.id, CLAIM.id]
+    rebutted = result["contested"][0]
+    assert rebutted["rebuts"] == [{"id": REBUTTAL.id, "reason": "x" * 199 + "…"}]
+    assert [d["id"] for d in rebutted["contradictions"]] == [CONTRADICTION.id]
+    tree = result["tree"]
+    assert f"contested: rebutted by link {REBUTTAL.id[:12]}…, in contradiction" in tree
+    # Without the disputes, the same proof is exactly as well formed and nothing is contested.
+    plain = check_proof(proof, cited(collection[i] for i in (CLAIM.id, CLAIM_2.id)))
+    assert (plain["ok"], plain["problems"], plain["root"]) == (True, [], "root")
+    assert plain["contested"] == [] and "contested" not in plain["tree"]
+
+
+def test_only_claims_are_contested() -> None:
+    """A rebutted link or a contradiction cited in a proof is not a contested claim."""
+    against_link = sign(
+        KEY,
+        KIND_LINK,
+        {
+            "collection": "mcas",
+            "from": EVIDENCE.id,
+            "to": LINK.id,
+            "relation": "REBUTS",
+            "quote": "review",
+            "reason": "Out of context.",
+        },
+    )
+    collection = {EVIDENCE.id: EVIDENCE, LINK.id: LINK, against_link.id: against_link}
+    result = check({"steps": [step("root", cites=[LINK.id, EVIDENCE.id])]}, collection)
+    assert result["ok"] and result["contested"] == []
+
+
+def test_a_links_anchor_shows_in_the_tree() -> None:
+    quoted = sign(
+        KEY,
+        KIND_LINK,
+        {
+            "collection": "mcas",
+            "from": EVIDENCE.id,
+            "to": CLAIM.id,
+            "relation": "SUPPORTS",
+            "quote": "text of THE review",
+            "reason": "It says so.",
+        },
+    )
+    twice = sign(KEY, KIND_EVIDENCE, {"collection": "mcas", "text": "a b. A B."})
+    again = sign(
+        KEY,
+        KIND_LINK,
+        {
+            "collection": "mcas",
+            "from": twice.id,
+            "to": CLAIM.id,
+            "relation": "SUPPORTS",
+            "quote": "a b",
+            "reason": "Twice.",
+        },
+    )
+    collection = {e.id: e for e in (EVIDENCE, CLAIM, quoted, twice, again)}
+    tree = check({"steps": [step("root", cites=[quoted.id, again.id])]}, collection)["tree"]
+    assert 'quote: "text of THE review" at characters 5-23\n' in tree + "\n"
+    assert 'quote: "a b" at characters 0-3 (the first of 2 occurrences)' in tree

@@ -1,5 +1,5 @@
 """Connections that crawl are closed, and a flood of them cannot lock anyone out: the limits of
-`tms.web.protocol`, on a real uvicorn over the real app, with short limits for the test."""
+`tms.http.protocol`, on a real uvicorn over the real app, with short limits for the test."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import httpx
 import pytest
 from factories import fresh_database, live_server
 
-from tms.web.protocol import MAX_HEAD_BYTES, ConnectionLimits
+from tms.http.protocol import MAX_HEAD_BYTES, ConnectionLimits
 
 LIMITS = ConnectionLimits(head_seconds=1.0, body_seconds=1.5, max_connections=20)
 

@@ -10,12 +10,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import asyncpg
 import httpx
 import pytest
 from factories import (
     Live,
     claim,
+    evidence,
     fresh_database,
+    link,
     live_server,
     members,
     nip98_header,
@@ -31,6 +34,9 @@ OWNER = SecretKey(bytes([0x91]) * 32)
 MEMBER = SecretKey(bytes([0x92]) * 32)
 OTHER = SecretKey(bytes([0x93]) * 32)  # approved, owns `other`
 STRANGER = SecretKey(bytes([0x94]) * 32)
+DOC = evidence(OWNER, "mcas", "Die Straße ist lang. Die STRASSE ist breit.")
+ROAD = claim(OWNER, "mcas", "The road is long.")
+QUOTED = link(OWNER, "mcas", DOC["id"], ROAD["id"], "strasse ist")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +51,9 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
                     terms(OWNER),
                     members(OWNER, "mcas", [MEMBER.pubkey]),
                     claim(OWNER, "mcas", "A claim."),
+                    DOC,
+                    ROAD,
+                    QUOTED,
                     terms(OTHER),
                     claim(OTHER, "other", "Elsewhere."),
                 ]
@@ -160,6 +169,34 @@ def test_a_closed_collection_reads_exactly_as_a_missing_one(live: Live) -> None:
         assert client.get("/c/mcas/members.json").status_code == 404
         unknown = client.get("/no/such/page", headers={"Accept": "text/html"})
         assert unknown.status_code == 404 and "Not found" in unknown.text
+
+
+def test_the_evidence_page_marks_a_quote_where_its_anchor_says(live: Live) -> None:
+    """The page marks the span stored with the link (its first whole occurrence, `Straße ist`),
+    and finds the quote in the text itself only for a link without one."""
+    with session(live, MEMBER) as client:
+        page = client.get(f"/c/mcas/evidence/{DOC['id']}").text
+        assert f'<mark data-links="{QUOTED["id"]}">Straße ist</mark>' in page
+
+        async def move_anchor(start: int | None) -> None:
+            conn = await asyncpg.connect(live.database_url)
+            try:
+                if start is None:
+                    await conn.execute("DELETE FROM link_anchors")
+                else:
+                    await conn.execute(
+                        "UPDATE link_anchors SET start_offset = $1, end_offset = $1 + 11",
+                        start,
+                    )
+            finally:
+                await conn.close()
+
+        asyncio.run(move_anchor(25))  # the second occurrence, as a stored anchor may say
+        page = client.get(f"/c/mcas/evidence/{DOC['id']}").text
+        assert f'<mark data-links="{QUOTED["id"]}">STRASSE ist</mark>' in page
+        asyncio.run(move_anchor(None))  # no anchor yet: found in the text
+        page = client.get(f"/c/mcas/evidence/{DOC['id']}").text
+        assert f'<mark data-links="{QUOTED["id"]}">Straße ist</mark>' in page
 
 
 def test_export_with_the_login_cookie(live: Live) -> None:

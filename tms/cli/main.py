@@ -36,9 +36,9 @@ from tms.rules.kinds import validate_content
 from tms.types import PubKey
 
 if TYPE_CHECKING:
+    from tms.http.protocol import ConnectionLimits
     from tms.ledger.service import Ledger
     from tms.store.database import Pool
-    from tms.web.protocol import ConnectionLimits
 
 
 def verify_lines(lines: Iterable[str], out: TextIO) -> tuple[int, int]:
@@ -102,8 +102,8 @@ def _serve(host: str | None, port: int | None) -> int:
     (the embedded PostgreSQL stops with the last process using it)."""
     import uvicorn
 
+    from tms.http.protocol import GuardedHttpProtocol
     from tms.web.app import create_app
-    from tms.web.protocol import GuardedHttpProtocol
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
     # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
@@ -142,7 +142,7 @@ def _connection_limits(settings: Settings) -> ConnectionLimits:
     have: connections beyond what descriptors allow would fail where nobody sees it."""
     import resource
 
-    from tms.web.protocol import ConnectionLimits
+    from tms.http.protocol import ConnectionLimits
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = settings.max_connections + FILES_BESIDES_CONNECTIONS

@@ -150,6 +150,7 @@ def _merge(plans: Sequence[Plan]) -> Plan:
         merged.accepted += plan.accepted
         merged.new_collections += plan.new_collections
         merged.member_lists.update(plan.member_lists)
+        merged.anchors.update(plan.anchors)
     return merged
 
 

@@ -25,8 +25,14 @@ from tms.results import (
     EvidenceSummary,
     LinkInfo,
 )
-from tms.rules.cited import CITED_TEXT_CHARS, Cited
-from tms.store.database import Pool
+from tms.rules.cited import (
+    CITED_TEXT_CHARS,
+    DISPUTE_REASON_CHARS,
+    MAX_DISPUTES,
+    Cited,
+    Dispute,
+)
+from tms.store.database import Connection, Pool
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,
@@ -57,6 +63,56 @@ _SORT_KEYS: Final[dict[str, str]] = {
 _SQL_AGGREGATE_SETTINGS: Final = """
     SELECT set_config('max_parallel_workers_per_gather', '0', true),
            set_config('work_mem', '32MB', true)"""
+
+
+# What a proof's tree prints of each cited event of one collection ($1): $2 the ids, $3 how
+# much of each text (never a document's text). Links come with their anchors.
+_SQL_CITED: Final = f"""
+    SELECT id, {KIND_CLAIM} AS kind, left(text, $3) AS text, NULL AS title,
+           NULL AS url, NULL AS source, NULL AS relation, NULL AS from_id,
+           NULL AS to_id, NULL AS quote, NULL AS reason, NULL::bigint AS claims,
+           NULL::int AS start_offset, NULL::int AS end_offset, NULL::int AS occurrences
+    FROM claims WHERE collection = $1 AND id = ANY($2::text[])
+    UNION ALL
+    SELECT id, {KIND_EVIDENCE}, NULL, left(title, $3), left(url, $3),
+           left(source, $3), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    FROM evidence WHERE collection = $1 AND id = ANY($2::text[])
+    UNION ALL
+    SELECT l.id, {KIND_LINK}, NULL, NULL, NULL, NULL, l.relation, l.from_id, l.to_id,
+           left(l.quote, $3), NULL, NULL, a.start_offset, a.end_offset, a.occurrences
+    FROM links l LEFT JOIN link_anchors a ON a.link_id = l.id
+    WHERE l.collection = $1 AND l.id = ANY($2::text[])
+    UNION ALL
+    SELECT c.id, {KIND_CONTRADICTION}, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, left(c.reason, $3),
+           (SELECT count(*) FROM contradiction_claims x
+            WHERE x.contradiction_id = c.id),
+           NULL, NULL, NULL
+    FROM contradictions c WHERE c.collection = $1 AND c.id = ANY($2::text[])
+    UNION ALL
+    SELECT id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL
+    FROM events WHERE collection = $1 AND id = ANY($2::text[])
+      AND kind = {KIND_MEMBERS}"""
+
+# The disputes of claims ($2) in one collection ($1): REBUTS links pointing at each and the
+# contradictions naming each, the first $3 of each kind per claim, oldest first, reasons cut to
+# $4 characters (ellipsis included). Each claim's look-ups walk its own index entries.
+_SQL_DISPUTES: Final = """
+    SELECT c.claim_id, d.is_link, d.id,
+           CASE WHEN char_length(d.reason) > $4 THEN left(d.reason, $4 - 1) || '…'
+                ELSE d.reason END AS reason
+    FROM unnest($2::text[]) AS c(claim_id)
+    CROSS JOIN LATERAL (
+        (SELECT true AS is_link, l.id, l.reason, l.seq FROM links l
+         WHERE l.collection = $1 AND l.to_id = c.claim_id AND l.relation = 'REBUTS'
+         ORDER BY l.seq LIMIT $3)
+        UNION ALL
+        (SELECT false, k.id, k.reason, k.seq FROM contradiction_claims cc
+         JOIN contradictions k ON k.id = cc.contradiction_id
+         WHERE cc.collection = $1 AND cc.claim_id = c.claim_id AND k.collection = $1
+         ORDER BY k.seq LIMIT $3)) AS d
+    ORDER BY c.claim_id, d.seq"""
 
 
 class Reads:
@@ -120,6 +176,9 @@ class Reads:
             if row is None:
                 return None
             names = await records.authors(conn, [row["pubkey"]])
+            anchored = None
+            if row["kind"] == KIND_LINK:
+                anchored = await conn.fetchrow(records.SQL_ANCHOR, event_id)
         content = json.loads(row["content"])
         result: EventInfo = {
             "id": row["id"],
@@ -137,42 +196,23 @@ class Reads:
             content["text"] = text[offset : offset + max_chars]
             result["chars"] = len(text)
             result["offset"] = offset
+        elif row["kind"] == KIND_LINK:
+            result["anchor"] = records.anchor(anchored)
         return result
 
     async def cited(self, collection: Slug, ids: Collection[str]) -> dict[EventId, Cited]:
         """What a proof's tree prints of the cited events that belong to `collection`: kinds
-        and short fields from the typed tables, never a document's text. An id from elsewhere
-        is simply absent, so a proof can never learn another collection's contents (or that
-        the id exists)."""
+        and short fields from the typed tables, never a document's text; a link's anchor; and
+        what disputes each claim in this collection (`disputes`). An id from elsewhere is
+        simply absent, so a proof can never learn another collection's contents (or that the
+        id exists)."""
         if not ids:
             return {}
-        rows = await self.pool.fetch(
-            f"""SELECT id, {KIND_CLAIM} AS kind, left(text, $3) AS text, NULL AS title,
-                       NULL AS url, NULL AS source, NULL AS relation, NULL AS from_id,
-                       NULL AS to_id, NULL AS quote, NULL AS reason, NULL::bigint AS claims
-                FROM claims WHERE collection = $1 AND id = ANY($2::text[])
-                UNION ALL
-                SELECT id, {KIND_EVIDENCE}, NULL, left(title, $3), left(url, $3),
-                       left(source, $3), NULL, NULL, NULL, NULL, NULL, NULL
-                FROM evidence WHERE collection = $1 AND id = ANY($2::text[])
-                UNION ALL
-                SELECT id, {KIND_LINK}, NULL, NULL, NULL, NULL, relation, from_id, to_id,
-                       left(quote, $3), NULL, NULL
-                FROM links WHERE collection = $1 AND id = ANY($2::text[])
-                UNION ALL
-                SELECT c.id, {KIND_CONTRADICTION}, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                       NULL, left(c.reason, $3),
-                       (SELECT count(*) FROM contradiction_claims x
-                        WHERE x.contradiction_id = c.id)
-                FROM contradictions c WHERE c.collection = $1 AND c.id = ANY($2::text[])
-                UNION ALL
-                SELECT id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-                FROM events WHERE collection = $1 AND id = ANY($2::text[])
-                  AND kind = {KIND_MEMBERS}""",
-            collection,
-            list(ids),
-            CITED_TEXT_CHARS,
-        )
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(_SQL_CITED, collection, list(ids), CITED_TEXT_CHARS)
+            claims = [r["id"] for r in rows if r["kind"] == KIND_CLAIM]
+            disputes = await self.disputes(conn, collection, claims)
+        none: tuple[list[Dispute], list[Dispute]] = ([], [])
         return {
             r["id"]: Cited(
                 r["kind"],
@@ -184,11 +224,35 @@ class Reads:
                 from_=r["from_id"],
                 to=r["to_id"],
                 quote=r["quote"],
+                anchor=None
+                if r["start_offset"] is None
+                else (r["start_offset"], r["end_offset"], r["occurrences"]),
                 reason=r["reason"],
                 claims=r["claims"],
+                rebuts=tuple(disputes.get(r["id"], none)[0]),
+                contradictions=tuple(disputes.get(r["id"], none)[1]),
             )
             for r in rows
         }
+
+    @staticmethod
+    async def disputes(
+        conn: Connection, collection: Slug, claims: list[EventId]
+    ) -> dict[EventId, tuple[list[Dispute], list[Dispute]]]:
+        """For each claim, the REBUTS links of `collection` pointing at it and the
+        contradictions of `collection` naming it: the first `MAX_DISPUTES` of each, oldest
+        first, reasons cut. One statement for all the claims, read as the proof is checked, so
+        a dispute stored since the last check shows."""
+        found: dict[EventId, tuple[list[Dispute], list[Dispute]]] = {}
+        if not claims:
+            return found
+        rows = await conn.fetch(
+            _SQL_DISPUTES, collection, claims, MAX_DISPUTES, DISPUTE_REASON_CHARS
+        )
+        for r in rows:
+            rebuts, contradictions = found.setdefault(r["claim_id"], ([], []))
+            (rebuts if r["is_link"] else contradictions).append(Dispute(r["id"], r["reason"]))
+        return found
 
     # --- claims ----------------------------------------------------------------------------
 
@@ -265,12 +329,14 @@ class Reads:
                 SELECT * FROM links l WHERE {" AND ".join(where)}
                 ORDER BY l.seq LIMIT {page_size(limit)})
             SELECT l.id, l.pubkey, l.from_id, l.to_id, l.relation, l.quote, l.reason,
-                   e.received_at
-            FROM page l JOIN events e ON e.seq = l.seq ORDER BY l.seq"""
+                   e.received_at, {records.ANCHOR_COLUMNS}
+            FROM page l JOIN events e ON e.seq = l.seq
+            LEFT JOIN link_anchors a ON a.link_id = l.id
+            ORDER BY l.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, *args)
             names = await records.authors(conn, (r["pubkey"] for r in rows))
-        return [records.link(r, names) for r in rows]
+        return [records.anchored_link(r, names) for r in rows]
 
     async def list_evidence(
         self, collection: Slug, ungrounded_only: bool, source: str | None, limit: int

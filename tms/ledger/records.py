@@ -15,7 +15,7 @@ from typing import Final, Literal
 
 import asyncpg
 
-from tms.results import ClaimBrief, ClaimHit, ContradictionInfo, LinkInfo
+from tms.results import AnchorInfo, ClaimBrief, ClaimHit, ContradictionInfo, LinkInfo
 from tms.store.database import Connection
 from tms.types import EventId, PubKey, Slug
 
@@ -24,6 +24,10 @@ ELLIPSIS: Final = "…"
 COUNT_NAMES: Final = ("supports", "qualifies", "rebuts", "findings")
 # What `contradictions` reads of each row: `c` a contradiction, `e` its event.
 CONTRADICTION_COLUMNS: Final = "c.id, c.seq, c.pubkey, c.reason, e.content, e.received_at"
+
+# What `anchor` reads of a row joined to `link_anchors` as `a`.
+ANCHOR_COLUMNS: Final = "a.start_offset, a.end_offset, a.exact, a.prefix, a.suffix, a.occurrences"
+SQL_ANCHOR: Final = f"SELECT {ANCHOR_COLUMNS} FROM link_anchors a WHERE a.link_id = $1"
 
 Score = Literal["distance", "rank"]
 Counts = dict[str, int]
@@ -85,6 +89,28 @@ def link(row: asyncpg.Record, names: dict[PubKey, str]) -> LinkInfo:
         "reason": row["reason"],
         "received_at": row["received_at"].isoformat(),
     }
+
+
+def anchor(row: asyncpg.Record | None) -> AnchorInfo | None:
+    """A link's anchor from its `link_anchors` columns; None for a link without one (stored
+    before anchors existed, until the start-up back-fill reaches it)."""
+    if row is None or row["start_offset"] is None:
+        return None
+    return {
+        "start": row["start_offset"],
+        "end": row["end_offset"],
+        "exact": row["exact"],
+        "prefix": row["prefix"],
+        "suffix": row["suffix"],
+        "occurrences": row["occurrences"],
+    }
+
+
+def anchored_link(row: asyncpg.Record, names: dict[PubKey, str]) -> LinkInfo:
+    """A link with its anchor (`get_links`): the row carries `ANCHOR_COLUMNS`."""
+    found = link(row, names)
+    found["anchor"] = anchor(row)
+    return found
 
 
 async def links_to(

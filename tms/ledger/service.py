@@ -17,11 +17,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol
 
-from tms.errors import one_line
+from tms.errors import QuoteNotFound, one_line
 from tms.guard.rates import Throttle
+from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
 from tms.results import PublishResult
-from tms.rules.publish import Parsed, Plan, check_batch_shape, parse_events
+from tms.rules.publish import (
+    Parsed,
+    Plan,
+    batch_texts,
+    check_batch_shape,
+    parse_events,
+    with_nearest,
+)
 from tms.store.database import Pool
 from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
 
@@ -64,7 +72,12 @@ class Ledger:
         if self.throttle is not None:
             # Only now, with every signature verified: a forged event spends nobody's budget.
             await self.throttle.keys([item.event.pubkey for item in batch])
-        plan = await self._commits.commit(batch)
+        try:
+            plan = await self._commits.commit(batch)
+        except QuoteNotFound as refusal:
+            if refusal.hinted:
+                raise
+            raise await self._with_nearest(refusal, batch) from None
         result: PublishResult = {
             "accepted": [p.event.id for p in plan.accepted],
             "skipped": plan.skipped,
@@ -78,6 +91,17 @@ class Ledger:
         else:
             result["embedding_error"] = error
         return result
+
+    async def _with_nearest(self, refusal: QuoteNotFound, batch: list[Parsed]) -> QuoteNotFound:
+        """The refusal with the nearest passage of the evidence, looked for after the batch's
+        transaction, outside its locks: evidence never changes, so reading it again is safe."""
+        text = batch_texts(batch).get(refusal.evidence_id)
+        if text is None:
+            text = await self.pool.fetchval(writes.SQL_TEXT, refusal.evidence_id)
+        if text is None:
+            return refusal
+        hinted: QuoteNotFound = await _off_loop(_QUOTES)(with_nearest, refusal, text)
+        return hinted.refused_as(refusal.refusal, refusal.pubkey)
 
     async def _embed(self, plan: Plan) -> tuple[int, str | None]:
         """Vectors for the claims and contradictions just committed (what search reads), within

@@ -14,7 +14,9 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
+from tms.ledger.anchors import ANCHOR_COLUMNS
 from tms.nostr.events import Event, compact_json
+from tms.rules.anchors import Anchor, Verdict
 from tms.rules.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
 from tms.rules.publish import (
     Parsed,
@@ -59,7 +61,7 @@ _SQL_SNAPSHOT: Final = """
             SELECT json_agg(json_build_array(pubkey, created_at, id)) FROM (
                 SELECT DISTINCT ON (pubkey) pubkey, created_at, id FROM profiles
                 WHERE pubkey = ANY($2::text[]) ORDER BY pubkey, created_at DESC, id) AS p))::text"""
-_SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
+SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
 
 OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
 
@@ -109,24 +111,26 @@ async def snapshot(conn: Connection, batch: Sequence[Parsed]) -> Snapshot:
     return s
 
 
-async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dict[EventId, bool]:
+async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dict[EventId, Verdict]:
     """`Snapshot.quotes`: every link's quote looked for in its evidence, one evidence at a time
     (read, normalized off the event loop by `run`, then let go), so memory stays bounded by
-    the largest document, not by how many the batch quotes."""
+    the largest document, not by how many the batch quotes. Each found quote comes back with
+    its anchor."""
     own = batch_texts(batch)
-    found: dict[EventId, bool] = {}
+    found: dict[EventId, Verdict] = {}
     for evidence_id, quoted in quotes_by_evidence(batch).items():
         text = own.get(evidence_id)
         if text is None:
-            text = await conn.fetchval(_SQL_TEXT, evidence_id)
+            text = await conn.fetchval(SQL_TEXT, evidence_id)
         if text is not None:
             found.update(await run(quotes_found, text, quoted))
     return found
 
 
 async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[PubKey]]) -> None:
-    """Insert the accepted events, their typed rows, their places in the embedding queue, the
-    collections they create and the member lists they make current, in one statement: each
+    """Insert the accepted events, their typed rows, their links' anchors, their places in the
+    embedding queue, the collections they create and the member lists they make current, in
+    one statement: each
     part a data-modifying CTE over arrays (`unnest`), the typed rows joined to the events'
     new `seq`. `members_before`: each collection's members when the batch began, so that only
     the keys a new list adds or drops are written."""
@@ -151,7 +155,7 @@ async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[Pub
             FROM unnest({e}) WITH ORDINALITY
                  AS u(id, pubkey, created_at, kind, tags, content, sig, collection, position)
             ORDER BY position
-            RETURNING id, seq)"""
+            RETURNING id, seq, kind)"""
     )
     rows: dict[str, list[tuple[Any, ...]]] = {}
     for p in plan.accepted:
@@ -173,12 +177,13 @@ async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[Pub
             )
         into = names if table == "contradiction_claims" else names.replace("id", "id, seq", 1)
         statement.parts.append(f"t_{table} AS (INSERT INTO {table} ({into}) {select})")
-    searchable = [x.id for x in events if x.kind in EMBEDDED_KINDS]
-    if searchable:  # their vectors are computed after commit (tms.search.vectors)
-        ids = statement.arrays([(searchable, "text")])
+    anchored = [(p, plan.anchors[p.event.id]) for p in plan.accepted if p.event.id in plan.anchors]
+    if anchored:  # where each new link's quote sits in its evidence (sql/005)
+        _anchors(statement, anchored)
+    if any(x.kind in EMBEDDED_KINDS for x in events):  # vectors come after commit (search)
         statement.parts.append(
             "queue AS (INSERT INTO embedding_queue (event_id, seq) "
-            f"SELECT id, seq FROM e WHERE id = ANY({ids}))"
+            f"SELECT id, seq FROM e WHERE kind IN ({_EMBEDDED}))"  # by kind: no id lookups
         )
     if plan.new_collections:
         made = statement.arrays(
@@ -191,6 +196,25 @@ async def write(conn: Connection, plan: Plan, members_before: dict[Slug, set[Pub
     if plan.member_lists:
         _member_lists(statement, plan, members_before)
     await conn.execute(statement.sql(), *statement.args)
+
+
+def _anchors(statement: _Statement, anchored: list[tuple[Parsed, Anchor]]) -> None:
+    values = statement.arrays(
+        [
+            ([p.event.id for p, _ in anchored], "text"),
+            ([p.collection for p, _ in anchored], "text"),
+            ([a.start for _, a in anchored], "int"),
+            ([a.end for _, a in anchored], "int"),
+            ([a.exact for _, a in anchored], "text"),
+            ([a.prefix for _, a in anchored], "text"),
+            ([a.suffix for _, a in anchored], "text"),
+            ([a.occurrences for _, a in anchored], "int"),
+        ]
+    )
+    statement.parts.append(
+        f"anchors AS (INSERT INTO link_anchors ({', '.join(ANCHOR_COLUMNS)}) "
+        f"SELECT * FROM unnest({values}))"
+    )
 
 
 def _member_lists(
@@ -231,6 +255,9 @@ def _member_lists(
         statement.parts.append(
             f"added AS (INSERT INTO memberships (collection, pubkey) SELECT * FROM unnest({new}))"
         )
+
+
+_EMBEDDED: Final = ", ".join(str(kind) for kind in sorted(EMBEDDED_KINDS))
 
 
 class _Statement:

@@ -1,13 +1,13 @@
 """`/mcp` over HTTP: MCP's streamable HTTP transport (the SDK's, stateless, JSON responses),
 behind a front that bounds what an unauthenticated body can cost.
 
-Every body is read with the bounds of `tms.web.bodies` and inspected here
+Every body is read with the bounds of `tms.http.bodies` and inspected here
 (`tms.mcp.envelope`) before the SDK sees it:
 
 - at most `SMALL_BODY` bytes for any call; only `publish` may send more, up to `MAX_BODY`,
   because one full-size evidence document (2,000,000 characters) needs several MiB;
 - '[' and '{' are counted as the body arrives, and a body over `SMALL_BODY` waits for a slot,
-  goes to a file, and is inspected by a worker process (`tms.web.bodies`). A small body is
+  goes to a file, and is inspected by a worker process (`tms.http.bodies`). A small body is
   inspected in place, its cost bounded by its shape as well as its size;
 - whatever is wrong comes back as a JSON-RPC error in plain words (413 and 503 included), and
   a client that hangs up mid-body is one log line.
@@ -30,14 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tms.errors import Refusal
 from tms.guard.refusals import RefusalLog
-from tms.mcp.envelope import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    BadMessage,
-    inspect,
-    inspect_file,
-)
-from tms.web.bodies import (
+from tms.http.bodies import (
     MAX_BODY,
     SMALL_BODY,
     BodyError,
@@ -47,6 +40,13 @@ from tms.web.bodies import (
     MiB,
     TooComplex,
     TooLarge,
+)
+from tms.mcp.envelope import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    BadMessage,
+    inspect,
+    inspect_file,
 )
 
 __all__ = ["MAX_BODY", "SMALL_BODY", "McpFront"]

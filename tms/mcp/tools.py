@@ -145,7 +145,8 @@ TOOLS: Final[dict[str, Tool]] = {
             "Store signed events (evidence, claims, links, contradictions, member lists, "
             "profiles, terms) as one batch, all or nothing: if any event breaks a rule (a quote "
             "not found verbatim in its evidence, a reference to a missing event, a key not "
-            "allowed) nothing is stored and the error names the event. Events already stored "
+            "allowed) nothing is stored and the error names the event; a quote not found comes "
+            "with the nearest passage of the evidence, as a hint. Events already stored "
             "are skipped, so resending a batch is safe. Sign the terms (kind 4706) before your "
             "first write. At most 1000 events per batch, 2,000,000 characters of content each. "
             "Returns the accepted and skipped ids, the collections touched, and how many "
@@ -168,7 +169,8 @@ TOOLS: Final[dict[str, Tool]] = {
             "Read one event by id: its signed content, signer, author name and times. For "
             "evidence, the text comes in windows: `max_chars` (default 20,000) from `offset`; "
             "`chars` is the full length, so page until offset + max_chars >= chars. Returns "
-            "null for an id that does not exist or is outside your collections." + _SIGNED,
+            "null for an id that does not exist or is outside your collections. A link comes "
+            "with its `anchor` (where its quote sits in the evidence)." + _SIGNED,
             s.GetEventArgs,
             EventInfo | None,
             _get_event,
@@ -204,7 +206,10 @@ TOOLS: Final[dict[str, Tool]] = {
             "List links in a collection, oldest first, optionally only those pointing at "
             "`to_id`, quoting evidence `from_id`, or of one `relation`. A link is a verbatim "
             "quote from evidence that SUPPORTS, REBUTS or QUALIFIES a claim (or supports or "
-            "rebuts a link, contradiction or evidence). limit 1-1000, default 100." + _SIGNED,
+            "rebuts a link, contradiction or evidence). Each has an `anchor`: where its quote "
+            "sits in the evidence text (`start` and `end` in characters, as get_event's "
+            "`offset` counts; the `exact` text with 32 characters of `prefix` and `suffix`; "
+            "how many `occurrences`). limit 1-1000, default 100." + _SIGNED,
             s.GetLinksArgs,
             list[LinkInfo],
             _get_links,
@@ -236,7 +241,10 @@ TOOLS: Final[dict[str, Tool]] = {
             "you answer: every `from` is an event of the collection or an earlier step, "
             "exactly one step (the answer) is cited by no other, and every step rests on an "
             "event or is marked `gap`. Returns `ok`, every broken rule in `problems`, the "
-            "`root` step and a readable `tree` with events expanded. Stores nothing." + _SIGNED,
+            "`root` step, a readable `tree` with events expanded, and `contested`: the cited "
+            "claims that a REBUTS link targets or a contradiction names, with their reasons. "
+            "`ok` ignores disputes; look at `contested` before relying on the proof. Stores "
+            "nothing." + _SIGNED,
             s.CheckProofArgs,
             ProofResult,
             _check_proof,

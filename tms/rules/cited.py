@@ -1,16 +1,22 @@
 """What a proof's tree prints of a cited event: the `Cited` record the ledger reads for it (its
-kind and a few short fields, never a document's text) and the line or two each kind becomes.
-Pure; `tms.rules.proofs` builds the tree from these lines.
+kind and a few short fields, never a document's text) and the line or two each kind becomes;
+and which cited claims are contested. Pure; `tms.rules.proofs` builds the tree from these lines.
+
+A claim is contested when a REBUTS link of its collection points at it or a contradiction of its
+collection names it. The ledger reads the first `MAX_DISPUTES` of each (oldest first) with the
+claim; a proof lists them in `contested` and marks the claim in its tree. Disputes never change
+whether a proof is well formed (SPEC's rules 1-3): they say what a reader should weigh.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from tms.nostr.events import is_hex64
+from tms.results import ContestedClaim
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, KIND_NAMES, EventId
 
 MAX_TEXT_CHARS: Final = 300  # texts (say, claim text, quote, ...) are trimmed to this in the tree
@@ -18,7 +24,19 @@ MAX_TEXT_CHARS: Final = 300  # texts (say, claim text, quote, ...) are trimmed t
 # more tells it the text went on.
 CITED_TEXT_CHARS: Final = MAX_TEXT_CHARS * 4 + 1
 _SHORT_ID_CHARS: Final = 12
+MAX_DISPUTES: Final = 10  # rebutting links, and contradictions, listed per contested claim
+MAX_CONTESTED: Final = 500  # contested claims listed per proof (first cited first)
+DISPUTE_REASON_CHARS: Final = 200  # a dispute's reason, ellipsis included
 _SPACES = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Dispute:
+    """A REBUTS link pointing at a claim, or a contradiction naming it: its id and its reason
+    (cut to `DISPUTE_REASON_CHARS`)."""
+
+    id: EventId
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +53,15 @@ class Cited:
     from_: str | None = None
     to: str | None = None
     quote: str | None = None
+    anchor: tuple[int, int, int] | None = None  # a link's: start, end, occurrences
     reason: str | None = None  # a contradiction's, with how many claims it names
     claims: int | None = None
+    rebuts: tuple[Dispute, ...] = ()  # a claim's disputes, the first MAX_DISPUTES of each
+    contradictions: tuple[Dispute, ...] = ()
+
+    @property
+    def contested(self) -> bool:
+        return bool(self.rebuts or self.contradictions)
 
 
 def event_lines(event_id: EventId, event: Cited) -> list[str]:
@@ -47,7 +72,13 @@ def event_lines(event_id: EventId, event: Cited) -> list[str]:
 
 
 def _claim_lines(head: str, claim: Cited) -> list[str]:
-    return [f"{head}: {_text(claim.text) or '(no text)'}"]
+    mark = "[contested] " if claim.contested else ""
+    lines = [f"{head}: {mark}{_text(claim.text) or '(no text)'}"]
+    if claim.contested:
+        against = [f"rebutted by link {short(d.id)}" for d in claim.rebuts]
+        against += [f"in contradiction {short(d.id)}" for d in claim.contradictions]
+        lines.append(f"contested: {', '.join(against)}")
+    return lines
 
 
 def _evidence_lines(head: str, evidence: Cited) -> list[str]:
@@ -60,7 +91,15 @@ def _link_lines(head: str, link: Cited) -> list[str]:
     relation = _text(link.relation, 20) or "?"
     line = f"{head}: {_ref_id(link.from_)} {relation} {_ref_id(link.to)}"
     quote = _text(link.quote)
-    return [line, f"quote: {_dq(quote)}"] if quote else [line]
+    if not quote:
+        return [line]
+    where = ""
+    if link.anchor is not None:
+        start, end, occurrences = link.anchor
+        where = f" at characters {start}-{end}"
+        if occurrences > 1:
+            where += f" (the first of {occurrences} occurrences)"
+    return [line, f"quote: {_dq(quote)}{where}"]
 
 
 def _contradiction_lines(head: str, contradiction: Cited) -> list[str]:
@@ -75,6 +114,27 @@ _RENDER: Final[dict[int, Callable[[str, Cited], list[str]]]] = {
     KIND_LINK: _link_lines,
     KIND_CONTRADICTION: _contradiction_lines,
 }
+
+
+def contested(
+    event_ids: Iterable[EventId], events: Mapping[EventId, Cited]
+) -> list[ContestedClaim]:
+    """The contested claims among `event_ids` (in their order), at most `MAX_CONTESTED`."""
+    found: list[ContestedClaim] = []
+    for event_id in event_ids:
+        event = events.get(event_id)
+        if event is None or event.kind != KIND_CLAIM or not event.contested:
+            continue
+        if len(found) == MAX_CONTESTED:
+            break
+        found.append(
+            {
+                "claim": event_id,
+                "rebuts": [{"id": d.id, "reason": d.reason} for d in event.rebuts],
+                "contradictions": [{"id": d.id, "reason": d.reason} for d in event.contradictions],
+            }
+        )
+    return found
 
 
 def _text(value: str | None, limit: int = MAX_TEXT_CHARS) -> str:

@@ -59,7 +59,7 @@ from typing import Final
 
 from tms.nostr.events import is_hex64
 from tms.results import ProofResult
-from tms.rules.cited import Cited, clip, event_lines, short
+from tms.rules.cited import Cited, clip, contested, event_lines, short
 from tms.types import (
     EventId,
 )
@@ -378,7 +378,14 @@ def check_proof(proof: object, events: Mapping[EventId, Cited]) -> ProofResult:
             )
 
     tree = _tree(parsed, events, root)
-    return {"ok": problems.count == 0, "problems": problems.listed(), "root": root, "tree": tree}
+    return {
+        "ok": problems.count == 0,
+        "problems": problems.listed(),
+        "root": root,
+        "tree": tree,
+        # Beside the rules, never one of them: the claims a reader should weigh.
+        "contested": contested(parsed.event_ids, events),
+    }
 
 
 # --- the tree -----------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.errors import InvalidEvent, PublishError, Refusal
+from tms.errors import InvalidEvent, PublishError, QuoteNotFound, Refusal
 from tms.nostr.events import Event
+from tms.rules.anchors import Anchor, Miss, Verdict, nearest, verdict
 from tms.rules.kinds import (
     Content,
     Contradiction,
@@ -120,10 +121,11 @@ class Snapshot:
     heads: dict[Slug, tuple[int, EventId]] = field(default_factory=dict)  # current list's key
     profiles: dict[PubKey, tuple[int, EventId]] = field(default_factory=dict)  # current profile
     refs: dict[EventId, Ref] = field(default_factory=dict)  # stored events the batch cites
-    # Each link of the batch: is its quote in its `from` evidence? The service looks them up
-    # beforehand, one evidence at a time (`quotes_found`); for a link it did not, the judge reads
-    # the evidence's text from the batch or from `evidence_texts` itself.
-    quotes: dict[EventId, bool] = field(default_factory=dict)
+    # Each link of the batch: where its quote sits in its `from` evidence (an anchor), or a
+    # miss. The service looks them up beforehand, one evidence at a time (`quotes_found`); for a
+    # link it did not, the judge reads the evidence's text from the batch or from
+    # `evidence_texts` itself (and then looks for the nearest passage of a miss too).
+    quotes: dict[EventId, Verdict] = field(default_factory=dict)
     evidence_texts: dict[EventId, str] = field(default_factory=dict)  # stored, quoted evidence
 
 
@@ -138,6 +140,7 @@ class Plan:
     # Member lists and profiles stored but not current: they lost the replaceable rule, to an
     # event stored before or to a later one in the batch.
     superseded: list[EventId] = field(default_factory=list)
+    anchors: dict[EventId, Anchor] = field(default_factory=dict)  # each accepted link's quote
 
     @property
     def collections(self) -> list[Slug]:
@@ -179,11 +182,22 @@ def batch_texts(batch: Iterable[Parsed]) -> dict[EventId, str]:
     return {p.event.id: p.content.text for p in batch if isinstance(p.content, Evidence)}
 
 
-def quotes_found(text: str, quotes: Sequence[tuple[EventId, str]]) -> dict[EventId, bool]:
-    """Which of these links' quotes the evidence text holds. CPU-bound for long texts: the
-    service runs it off the event loop, one evidence at a time."""
+def quotes_found(text: str, quotes: Sequence[tuple[EventId, str]]) -> dict[EventId, Verdict]:
+    """Where each of these links' quotes sits in the evidence text (its anchor), or a miss.
+    CPU-bound for long texts: the service runs it off the event loop, one evidence at a time."""
     prepared = PreparedText(text)
-    return {link_id: prepared.contains(quote) for link_id, quote in quotes}
+    return {link_id: verdict(prepared, quote) for link_id, quote in quotes}
+
+
+def with_nearest(refusal: QuoteNotFound, text: str) -> QuoteNotFound:
+    """A refusal for a missing quote, with the passage of its evidence text nearest the quote
+    added: looked for only for the link a refusal names (bounded, but dearer than finding a
+    quote). CPU-bound: run it off the event loop."""
+    found = nearest(PreparedText(text), refusal.quote)
+    if found is None:
+        return refusal
+    message = f"{refusal}; {found.describe()}"
+    return QuoteNotFound(message, refusal.evidence_id, refusal.quote, hinted=True)
 
 
 class _Judge:
@@ -211,6 +225,9 @@ class _Judge:
                     continue
                 seen.add(event_id)
                 self._one(item)
+            except QuoteNotFound as exc:
+                located = exc.located(_where(position, event_id))
+                raise located.refused_as(exc.refusal, item.event.pubkey) from None
             except PublishError as exc:
                 # Every event here has verified: the refusal is its signer's.
                 raise PublishError(f"{_where(position, event_id)}: {exc}").refused_as(
@@ -306,20 +323,29 @@ class _Judge:
             )
         if link.relation == "QUALIFIES" and target.kind != KIND_CLAIM:
             raise PublishError(f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}")
-        if not self._quote_found(link_id, link):
-            raise PublishError(
+        found = self._quote(link_id, link)
+        if isinstance(found, Miss):
+            hint = f"; {found.nearest.describe()}" if found.nearest is not None else ""
+            raise QuoteNotFound(
                 f"quote not found verbatim in evidence {link.from_}; copy it exactly from the "
                 "evidence text (case, whitespace, quote and dash styles may differ; nothing else)"
+                + hint,
+                link.from_,
+                link.quote,
+                hinted=found.looked,
             )
+        self.plan.anchors[link_id] = found
 
-    def _quote_found(self, link_id: EventId, link: Link) -> bool:
+    def _quote(self, link_id: EventId, link: Link) -> Verdict:
         found = self.s.quotes.get(link_id)
         if found is None:
             prepared = self.prepared.get(link.from_)
             if prepared is None:
                 text = self.texts.get(link.from_) or self.s.evidence_texts.get(link.from_, "")
                 prepared = self.prepared[link.from_] = PreparedText(text)
-            found = prepared.contains(link.quote)
+            found = verdict(prepared, link.quote)
+            if isinstance(found, Miss):  # the batch stops here: worth the nearest passage
+                found = Miss(nearest(prepared, link.quote), looked=True)
         return found
 
     def _contradiction(self, slug: Slug, contradiction: Contradiction) -> None:

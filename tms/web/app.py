@@ -50,6 +50,7 @@ from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings, load_secret
 from tms.errors import DATABASE_UNAVAILABLE, AuthError, RateLimited, Refusal, sendable
+from tms.http.gate import Gate, route_name
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
 from tms.nostr import nip98
@@ -58,7 +59,6 @@ from tms.runtime import Runtime, open_runtime
 from tms.store.database import is_database_down
 from tms.types import PubKey, Slug
 from tms.web import docs
-from tms.web.gate import Gate, route_name
 from tms.web.login import Keyring, request_url
 from tms.web.pages import Pages
 from tms.web.render import STATIC_DIR, Renderer

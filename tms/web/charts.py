@@ -8,6 +8,7 @@ from typing import Any, Final
 from tms.results import Activity
 
 WIDTH: Final = 720
+NARROW_WIDTH: Final = 360  # drawn too, for phones: the same 12px labels stay legible
 HEIGHT: Final = 220
 LEFT: Final = 40  # room for the y axis labels
 BOTTOM: Final = 24  # room for the x axis labels
@@ -15,27 +16,30 @@ TOP: Final = 10
 BAR_HEIGHT: Final = 22  # one row of a horizontal bar chart
 MAX_BAR_WIDTH: Final = 40.0
 BARS_WIDTH: Final = 360  # a horizontal bar chart sits in half a page
+CHAR_WIDTH: Final = 7.2  # a 12px axis label's average character width, to keep it in view
 
 
-def activity(data: Activity) -> dict[str, Any]:
-    """Vertical bars, one per bucket, on a y axis from 0 to the busiest bucket."""
+def activity(data: Activity, width: int = WIDTH) -> dict[str, Any]:
+    """Vertical bars, one per bucket, on a y axis from 0 to the busiest bucket. An SVG scales
+    its text with it, so a phone gets a chart drawn `NARROW_WIDTH` wide rather than the wide
+    one shrunk."""
     buckets = data["buckets"]
     peak = max((b["events"] for b in buckets), default=0)
     scale = _nice(peak)
-    plot_width = WIDTH - LEFT - 8
+    plot_width = width - LEFT - 8
     plot_height = HEIGHT - TOP - BOTTOM
     step = plot_width / max(1, len(buckets))
     bars = []
     for i, bucket in enumerate(buckets):
         height = plot_height * bucket["events"] / scale if scale else 0
-        width = max(1.0, min(step * 0.8, MAX_BAR_WIDTH))
+        bar = max(1.0, min(step * 0.8, MAX_BAR_WIDTH))
         bars.append(
             {
-                "x": round(LEFT + i * step + (step - width) / 2, 2),
+                "x": round(LEFT + i * step + (step - bar) / 2, 2),
                 "y": round(TOP + plot_height - height, 2),
-                "width": round(width, 2),
+                "width": round(bar, 2),
                 "height": round(height, 2),
-                "label": f"{bucket['start']}: {bucket['events']} events",
+                "label": f"{bucket['start']}: {_events(bucket['events'])}",
             }
         )
     ticks = [
@@ -45,18 +49,18 @@ def activity(data: Activity) -> dict[str, Any]:
     labels = []
     if buckets:
         for i in sorted({0, len(buckets) // 2, len(buckets) - 1}):
-            anchor = "start" if i == 0 else "end" if i == len(buckets) - 1 else "middle"
-            x = (
-                LEFT
-                + i * step
-                + (0 if anchor == "start" else step if anchor == "end" else step / 2)
-            )
-            labels.append({"x": round(x, 2), "text": buckets[i]["start"], "anchor": anchor})
+            # Under its bar, centred, but kept inside the chart: a lone day's date sits under
+            # its one bar, not at the axis's far end.
+            text = buckets[i]["start"]
+            half = len(text) * CHAR_WIDTH / 2
+            centre = LEFT + i * step + step / 2
+            x = min(max(centre, half), width - half)
+            labels.append({"x": round(x, 2), "text": text, "anchor": "middle"})
     return {
-        "width": WIDTH,
+        "width": width,
         "height": HEIGHT,
         "left": LEFT,
-        "right": WIDTH - 8,
+        "right": width - 8,
         "baseline": TOP + plot_height,
         "bars": bars,
         "ticks": ticks,
@@ -86,6 +90,10 @@ def bars(items: list[tuple[str, int]]) -> dict[str, Any]:
         "label_width": label_width,
         "rows": rows,
     }
+
+
+def _events(count: int) -> str:
+    return f"{count} event{'' if count == 1 else 's'}"
 
 
 def _nice(peak: int) -> int:

@@ -17,6 +17,8 @@ from markdown_it import MarkdownIt
 
 from tms.config import Settings
 from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
+from tms.http.bodies import MAX_BODY, SMALL_BODY, MiB
+from tms.http.protocol import MAX_HEAD_BYTES
 from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.mcp.schemas import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS
@@ -27,10 +29,8 @@ from tms.rules.publish import MAX_BATCH
 from tms.rules.requests import REQUEST_WINDOW_SECONDS
 from tms.rules.terms import current_terms
 from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS
-from tms.web.bodies import MAX_BODY, SMALL_BODY, MiB
 from tms.web.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.web.pages import EVIDENCE_PAGE_CHARS
-from tms.web.protocol import MAX_HEAD_BYTES
 
 TEMPLATE: Final = "docs.md"
 

@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from tms.errors import AuthError, FetchError, NotAUser, RateLimited, Refusal, TMSError, sendable
 from tms.fetch.client import fetch_url
+from tms.http.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
 from tms.ledger.reads import CLAIM_SORTS
 from tms.mcp.schemas import MAX_QUERY_CHARS
 from tms.nostr import nip98
@@ -41,7 +42,6 @@ from tms.search.search import Method
 from tms.services import Services
 from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, PubKey
 from tms.web import charts
-from tms.web.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
 from tms.web.login import (
     COOKIE,
     CSRF_FIELD,
@@ -423,10 +423,17 @@ class Pages:
             return await self.not_found(request)
         links = await services.reads.get_links(slug, None, event_id, None, LINKS_SHOWN)
         window = str(event["content"]["text"])
-        spans: list[tuple[int, int, str]] = []
-        if links:
+        # Each link's anchor, stored when it was published; a link stored before anchors
+        # existed, until the start-up back-fill reaches it, is found in the text here.
+        spans = [
+            (anchor["start"], anchor["end"], found["id"])
+            for found in links
+            if (anchor := found.get("anchor")) is not None
+        ]
+        unanchored = [found for found in links if found.get("anchor") is None]
+        if unanchored:
             index = await self._index(reader.pubkey, event_id, services)
-            for found in links:
+            for found in unanchored:
                 span = index.find(found["quote"]) if index is not None else None
                 if span is not None:
                     spans.append((span[0], span[1], found["id"]))
@@ -577,7 +584,10 @@ class Pages:
             collections=readable,
             chosen=chosen if chosen in readable else None,
             stats=stats,
-            chart=charts.activity(stats["activity"]),
+            charts=[
+                ("wide", charts.activity(stats["activity"])),
+                ("narrow", charts.activity(stats["activity"], charts.NARROW_WIDTH)),
+            ],
             kinds_chart=charts.bars([(k["kind_name"], k["events"]) for k in stats["kinds"]]),
         )
 

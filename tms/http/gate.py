@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tms.errors import RateLimited, Refusal
 from tms.guard import clients
 from tms.guard.clients import Network
-from tms.web.bodies import content_length, discard
+from tms.http.bodies import content_length, discard
 
 UNLIMITED: Final = ("/healthz", "/static/")
 DISCARD_BYTES: Final = 1024 * 1024  # of a refused request's body, read so the client hears us
