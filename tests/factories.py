@@ -290,7 +290,7 @@ UNLIMITED: Final = {f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY",
 def settings(**env: str) -> Settings:
     """Settings from `env` alone, never from the test's environment or a data directory. Rate
     limits are off unless `env` sets them: every test client comes from 127.0.0.1, often with
-    one key, faster than anyone would (tests/web/test_rates.py tests the limits)."""
+    one key, faster than anyone would (tests/web/test_rate_limits.py tests the limits)."""
     return Settings.from_env({"TMS_DATA_DIR": "/nonexistent-tms-data", **UNLIMITED, **env})
 
 
