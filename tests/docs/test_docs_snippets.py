@@ -131,8 +131,8 @@ def test_the_guides_javascript_runs(
 
 def test_the_guide_states_the_rate_limits_a_server_is_set_to() -> None:
     defaults = docs.markdown("https://tms.example.org", Settings.from_env({}))
-    assert "| Requests per client address | 30 per second and 600 per minute," in defaults
-    assert "| Calls per key | 10 per second and 300 per minute:" in defaults
+    assert "| Requests per client address | 40 per second and 1,200 per minute," in defaults
+    assert "| Calls per key | 20 per second and 600 per minute:" in defaults
     assert "| `fetch_url` per key | 10 per minute and 100 per hour" in defaults
     assert "| Logins per key | 5 per minute and 30 per hour |" in defaults
     tuned = Settings.from_env({"TMS_RATE_KEY": "2 per 5 seconds", "TMS_HEAD_SECONDS": "2.5"})

@@ -31,8 +31,8 @@ from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from tms.errors import ConfigError, RateLimited, Refusal
 
 OFF: Final = "off"
-DEFAULT_ADDRESS: Final = "30/second;600/minute"
-DEFAULT_KEY: Final = "10/second;300/minute"
+DEFAULT_ADDRESS: Final = "40/second;1200/minute"
+DEFAULT_KEY: Final = "20/second;600/minute"
 DEFAULT_FETCH: Final = "10/minute;100/hour"
 DEFAULT_LOGIN: Final = "5/minute;30/hour"
 IPV6_PREFIX: Final = 64
