@@ -25,12 +25,14 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tms.config import Settings
 from tms.nostr.events import Event, SecretKey
 from tms.rules.terms import current_terms
 from tms.search.search import VECTORS_OFF
 from tms.store.database import with_database
+from tms.tlog.note import NoteSigner
 
 if TYPE_CHECKING:
     from tms.http.protocol import ConnectionLimits
@@ -286,12 +288,16 @@ async def allow_connections(server_url: str, database_url: str, allowed: bool) -
 
 UNLIMITED: Final = {f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY", "FETCH", "LOGIN")}
 
+# The live servers' checkpoint key (TMS_LOG_KEY), fixed so that failures are reproducible.
+LOG_SIGNER: Final = NoteSigner("127.0.0.1", Ed25519PrivateKey.from_private_bytes(bytes([7]) * 32))
+
 
 def settings(**env: str) -> Settings:
     """Settings from `env` alone, never from the test's environment or a data directory. Rate
     limits are off unless `env` sets them: every test client comes from 127.0.0.1, often with
     one key, faster than anyone would (tests/web/test_rate_limits.py tests the limits)."""
-    return Settings.from_env({"TMS_DATA_DIR": "/nonexistent-tms-data", **UNLIMITED, **env})
+    defaults = {"TMS_DATA_DIR": "/nonexistent-tms-data", "TMS_LOG_KEY": LOG_SIGNER.encode()}
+    return Settings.from_env({**defaults, **UNLIMITED, **env})
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ LEDGER_TABLES: Final = (
     "member_lists",
     "profiles",
     "terms_signatures",
+    "tlog_leaves",
+    "tlog_nodes",
+    "tlog_checkpoints",
 )
 STATE_TABLES: Final = ("current_member_lists", "memberships", "approvals", "link_anchors")
 ALL_TABLES: Final = LEDGER_TABLES + STATE_TABLES
@@ -74,3 +77,18 @@ async def open_collection(
 async def join(ledger: Ledger, signer: SecretKey) -> None:
     """A member (or approved key) signs the current terms."""
     await publish(ledger, terms(signer))
+
+
+async def without_log(ledger: Ledger, *batches: list[EventDict]) -> None:
+    """Publish as a server before the transparency log did: events stored, no log."""
+
+    async def nothing(conn: object, accepted: object) -> dict[str, Any]:
+        return {}
+
+    hook = ledger.log.extend
+    ledger.log.extend = nothing  # type: ignore[method-assign,assignment]
+    try:
+        for batch in batches:
+            await publish(ledger, *batch)
+    finally:
+        ledger.log.extend = hook  # type: ignore[method-assign]

@@ -11,9 +11,9 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from tms.errors import ConfigError, EmbeddingError
+from tms.errors import ConfigError, EmbeddingError, LogError
 from tms.guard.clients import Network, parse_networks
 from tms.guard.rates import (
     DEFAULT_ADDRESS,
@@ -24,12 +24,16 @@ from tms.guard.rates import (
     parse_rates,
 )
 
+if TYPE_CHECKING:
+    from tms.tlog.note import LogSigner
+
 DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_PROFILE_RELAYS: Final = ("wss://relay.damus.io", "wss://relay.primal.net")
 SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_DIR
 MIN_SECRET_CHARS: Final = 32
 DEFAULT_KEEP: Final = 100_000  # records the refusal log keeps (TMS_REFUSALS_KEEP)
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
+LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 
 
 def _default_threads() -> int:
@@ -90,6 +94,7 @@ class Settings:
     head_seconds: float = 10.0  # a request's head must arrive within this
     body_seconds: float = 60.0  # and its body within this after the head
     max_connections: int = 1000  # connections held at once
+    log_key: str | None = None  # TMS_LOG_KEY; None: generated into data_dir (`load_log_key`)
     secret: str | None = None  # TMS_SECRET; None: generated into data_dir (`load_secret`)
     profile_relays: tuple[str, ...] = DEFAULT_PROFILE_RELAYS  # where the pages look up profiles
     rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_*; none when built by hand
@@ -121,6 +126,7 @@ class Settings:
             head_seconds=_number(env, "TMS_HEAD_SECONDS", 10, 0.1, 3600, "seconds"),
             body_seconds=_number(env, "TMS_BODY_SECONDS", 60, 0.1, 3600, "seconds"),
             max_connections=int(_number(env, "TMS_MAX_CONNECTIONS", 1000, 10, 1_000_000, "")),
+            log_key=env.get("TMS_LOG_KEY", "").strip() or None,
             secret=_secret(env),
             profile_relays=_relays(env),
             rates=RateLimits(
@@ -138,6 +144,47 @@ class Settings:
                 _number(env, "TMS_REFUSALS_KEEP", DEFAULT_KEEP, 100, 100_000_000, "")
             ),
         )
+
+    @property
+    def log_host(self) -> str:
+        """What the transparency logs are named after: `TMS_BASE_URL` without its scheme (the
+        public address), else `TMS_HOST`."""
+        if self.base_url is not None:
+            return self.base_url.split("://", 1)[1]
+        return self.host
+
+
+def load_log_key(settings: Settings) -> tuple[LogSigner, str | None]:
+    """The key that signs every collection's checkpoints, and a line to log when it was chosen
+    here. `TMS_LOG_KEY` when set; otherwise the file `TMS_DATA_DIR/log-key`, generated on first
+    use (owner-only permissions, the directory created if need be) under the name
+    `Settings.log_host`. The key must outlive the process: members check checkpoints with its
+    public half (GET /log-key), so one that changed at each restart would disown every
+    checkpoint signed before. A key that cannot be read or made stops start-up."""
+    from tms.tlog.note import LogSigner, NoteSigner
+
+    path = settings.data_dir / LOG_KEY_FILE
+    try:
+        if settings.log_key is not None:
+            return LogSigner(NoteSigner.parse(settings.log_key), settings.log_host), None
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            key = NoteSigner.parse(path.read_text("ascii"))
+            return LogSigner(key, settings.log_host), None
+        key = NoteSigner.generate(settings.log_host)
+        with os.fdopen(descriptor, "w", encoding="ascii") as file:
+            file.write(key.encode() + "\n")
+    except LogError as exc:
+        where = "TMS_LOG_KEY" if settings.log_key is not None else str(path)
+        raise ConfigError(f"{where}: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read or create the log key {path}: {exc}") from None
+    verifier = key.verifier().encode()
+    return LogSigner(key, settings.log_host), (
+        f"TMS_LOG_KEY is unset: generated the checkpoint key {verifier} into {path}"
+    )
 
 
 def _secret(env: Mapping[str, str]) -> str | None:

@@ -184,3 +184,8 @@ class DatabaseError(TMSError):
     """The database cannot be reached or is not in a state this version of TMS can use."""
 
     refusal = None
+
+
+class LogError(TMSError):
+    """A transparency-log checkpoint, key, proof, tile or export that does not hold up: a note
+    whose signature fails, a key in the wrong format, a tree size the log never had."""

@@ -61,6 +61,45 @@ LinkInfo = TypedDict(
 )
 
 
+class CheckpointInfo(TypedDict):
+    collection: str
+    origin: Annotated[str, Field(description="The log's name: <host>/c/<slug>.")]
+    size: Annotated[
+        int, Field(description="Entries in the log: the collection's events (not profiles, terms).")
+    ]
+    root: Annotated[str, Field(description="The RFC 6962 root hash at that size, base64.")]
+    note: Annotated[
+        str,
+        Field(
+            description="The checkpoint as a C2SP signed note (tlog-checkpoint), signed by the "
+            "server's key (GET /log-key): keep it, and check later exports against it."
+        ),
+    ]
+
+
+class InclusionProof(TypedDict):
+    leaf_index: Annotated[int, Field(description="The event's place in its collection's log.")]
+    tree_size: int
+    hashes: Annotated[
+        list[str], Field(description="The RFC 9162 inclusion path, from the leaf up, base64.")
+    ]
+    checkpoint: Annotated[CheckpointInfo, Field(description="The checkpoint it proves against.")]
+
+
+class ConsistencyProof(TypedDict):
+    collection: str
+    old_size: int
+    new_size: int
+    hashes: Annotated[
+        list[str],
+        Field(description="The RFC 9162 consistency proof from old_size to new_size, base64."),
+    ]
+    checkpoint: Annotated[
+        CheckpointInfo | None,
+        Field(description="The server's signed checkpoint at new_size, if it signed one."),
+    ]
+
+
 class PublishResult(TypedDict):
     accepted: list[str]
     skipped: Annotated[list[str], Field(description="Ids already stored, so not stored again.")]
@@ -81,6 +120,10 @@ class PublishResult(TypedDict):
             str,
             Field(description="Instead of `embedded` when embedding failed; events are stored."),
         ]
+    ]
+    checkpoints: Annotated[
+        list[CheckpointInfo],
+        Field(description="Each collection written: its log's new signed checkpoint."),
     ]
 
 
@@ -126,6 +169,12 @@ class EventInfo(TypedDict):
         Annotated[
             AnchorInfo | None,
             Field(description="Links only: where the quote sits in its evidence, or null."),
+        ]
+    ]
+    proof: NotRequired[
+        Annotated[
+            InclusionProof,
+            Field(description="With `proof: true`: the event's place in its collection's log."),
         ]
     ]
 

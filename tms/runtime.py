@@ -17,7 +17,7 @@ from typing import Final
 
 import asyncpg
 
-from tms.config import EmbeddingConfig, Settings
+from tms.config import EmbeddingConfig, Settings, load_log_key
 from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
 from tms.guard.rates import Throttle
@@ -92,12 +92,22 @@ async def open_runtime(
         stack.push_async_callback(health.close)
         # Links stored before anchors existed get theirs in the background: reads show
         # `anchor: null` for them meanwhile, and nothing waits.
-        backfill = asyncio.create_task(_anchor_stored_links(pool), name="tms-anchors")
-        stack.push_async_callback(_cancel, backfill)
+        anchoring = asyncio.create_task(_anchor_stored_links(pool), name="tms-anchors")
+        stack.push_async_callback(_cancel, anchoring)
         refusals = RefusalLog(RefusalStore(pool), settings.refusals_keep)
         refusals.start()
         stack.push_async_callback(refusals.close)  # before the pool closes: the last records
-        services = Services.over(pool, None, throttle=Throttle(settings.rates), refusals=refusals)
+        signer, chosen = load_log_key(settings)
+        if chosen is not None:
+            log.warning("%s", chosen)
+        services = Services.over(
+            pool, None, log=signer, throttle=Throttle(settings.rates), refusals=refusals
+        )
+        # Collections stored before the transparency log existed get their trees in the
+        # background: a publish or read that reaches one first builds it there, under the
+        # collection's lock, so nothing waits for the whole back-fill (tms.ledger.tlog).
+        building_logs = asyncio.create_task(_backfill_logs(services), name="tms-tlog")
+        stack.push_async_callback(_cancel, building_logs)
         if settings.embedding.enabled:
             # The model loads after the server is up: until then search answers by keyword
             # with a note saying so, and a publish waits for it within its embedding budget.
@@ -155,6 +165,19 @@ async def _start_vectors(settings: Settings, services: Services, starting: Start
     services.search.vectors = vectors
     starting.ready.set()
     log.info("vector search is ready (%s)", embedder.model_id)
+
+
+async def _backfill_logs(services: Services) -> None:
+    try:
+        await services.ledger.log.check_key()
+        built = await services.ledger.log.backfill()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # each collection's log is built when first needed instead
+        log.error("building the transparency logs failed: %s", one_line(exc))
+        return
+    if built:
+        log.info("transparency logs built for %d collections stored before them", built)
 
 
 async def _stop_vectors(loading: asyncio.Task[None], services: Services) -> None:

@@ -14,9 +14,11 @@ from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
 from tms.ledger.stats import Stats
+from tms.ledger.tlog_reads import LogReads
 from tms.search.search import Search
 from tms.search.vectors import Vectors
 from tms.store.database import Pool
+from tms.tlog.note import LogSigner
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,7 @@ class Services:
     keys: Keys  # the pages' reads about keys and member lists
     stats: Stats  # the dashboard's figures
     sessions: Sessions  # browser logins
+    tlog: LogReads  # each collection's transparency log: checkpoints, proofs, tiles
     fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
     throttle: Throttle = field(default_factory=Throttle)  # rate limits; none by default
     refusals: RefusalLog = field(default_factory=lambda: RefusalLog(None))  # where refusals go
@@ -42,14 +45,17 @@ class Services:
         vectors: Vectors | None = None,
         *,
         fetch_allow: str | None = None,
+        log: LogSigner | None = None,
         throttle: Throttle | None = None,
         refusals: RefusalLog | None = None,
     ) -> Services:
-        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); no
-        `throttle`: no rate limits; no `refusals`: refusals are not written anywhere."""
+        """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); `log`:
+        the server's checkpoint key (None: a throwaway one, for tests); no `throttle`: no rate
+        limits; no `refusals`: refusals are not written anywhere."""
         throttle = throttle or Throttle()
+        ledger = Ledger(pool, vectors=vectors, log=log, throttle=throttle)
         return cls(
-            ledger=Ledger(pool, vectors=vectors, throttle=throttle),
+            ledger=ledger,
             access=Access(pool),
             reads=Reads(pool),
             search=Search(pool, vectors),
@@ -57,6 +63,7 @@ class Services:
             keys=Keys(pool),
             stats=Stats(pool),
             sessions=Sessions(pool),
+            tlog=LogReads(pool, ledger.log),
             fetch_allow=fetch_allow,
             throttle=throttle,
             refusals=refusals or RefusalLog(None),

@@ -67,6 +67,8 @@ PAGE_TEXT: Final = (
 TOOLS: Final = [
     "check_proof",
     "fetch_url",
+    "get_checkpoint",
+    "get_consistency",
     "get_event",
     "get_links",
     "list_claims",
@@ -329,13 +331,18 @@ def test_spec_python_snippet(live: Live, tmp_path: Path) -> None:
     assert set(search) == {"method", "note", "items"}
     assert search["method"] == "keyword"
     assert bot.pubkey not in {item["pubkey"] for item in search["items"]}  # not written yet
-    # SPEC: {"accepted": [<3 ids>], "skipped": [], "embedded": 1, "collections": ["mcas"]}
-    assert published == {
+    # SPEC: {"accepted": [<3 ids>], "skipped": [], "embedded": 1, "collections": ["mcas"]}:
+    # SPEC's fields exactly, beside the checkpoints the transparency log adds.
+    spec_fields = {"accepted", "skipped", "embedded", "collections"}
+    assert {k: v for k, v in published.items() if k in spec_fields} == {
         "accepted": [ids["doc"], ids["claim"], ids["link"]],
         "skipped": [],
         "embedded": 1,
         "collections": ["mcas"],
     }
+    assert set(published) == spec_fields | {"checkpoints"}
+    [signed] = published["checkpoints"]
+    assert (signed["collection"], signed["origin"]) == ("mcas", "127.0.0.1/c/mcas")
 
     republished = s["republish"]
     assert republished["accepted"] == []

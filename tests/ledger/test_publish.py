@@ -134,8 +134,13 @@ async def test_result_shape_order_and_retry(ledger: Ledger) -> None:
     batch = [terms(OWNER), profile(OWNER, "owner"), doc, hit, supports, other]
 
     result = await publish(ledger, *batch)
-    assert set(result) == {"accepted", "skipped", "collections", "embedded"}
+    assert set(result) == {"accepted", "skipped", "collections", "embedded", "checkpoints"}
     assert result["accepted"] == ids(batch)  # in batch order
+    # One signed checkpoint per collection written (tests/ledger/test_tlog.py says more).
+    assert [(c["collection"], c["size"]) for c in result["checkpoints"]] == [
+        ("alpha", 1),
+        ("beta", 3),
+    ]
     assert result["skipped"] == []
     assert result["collections"] == ["alpha", "beta"]  # the slugs written, sorted
     assert result["embedded"] == 0  # this ledger has no embedder
@@ -184,6 +189,9 @@ async def test_typed_rows_are_written_with_the_events(ledger: Ledger) -> None:
         "member_lists": 1,
         "profiles": 1,
         "terms_signatures": 2,
+        "tlog_leaves": 6,  # the 6 events of "lab": members, then the member's 5
+        "tlog_nodes": 0,  # the log stores subtrees of 16, 256, ... entries: none yet
+        "tlog_checkpoints": 2,  # one per publish that wrote in "lab"
     }
     row = await ledger.pool.fetchrow("SELECT from_id, to_id, relation, quote FROM links")
     assert tuple(row) == (doc["id"], c1["id"], "SUPPORTS", "reduced diamine oxidase")
@@ -665,6 +673,9 @@ UPDATABLE = {
     "member_lists": "members",
     "profiles": "name",
     "terms_signatures": "version",
+    "tlog_leaves": "event_id",
+    "tlog_nodes": "hash",
+    "tlog_checkpoints": "note",
 }
 
 
@@ -681,6 +692,7 @@ async def fill_every_ledger_table(ledger: Ledger) -> None:
         c2,
         link(OWNER, "lab", doc["id"], c1["id"], "DAO"),
         contradiction(OWNER, "lab", [c1["id"], c2["id"]]),
+        *(claim(OWNER, "lab", f"claim {i}") for i in range(10)),  # 16 entries: a stored subtree
     )
     got = await counts(ledger)
     assert all(got[table] > 0 for table in LEDGER_TABLES), got

@@ -5,6 +5,7 @@ authorization, and the replay race."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +13,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+import rfc6962 as rfc
 from factories import (
+    LOG_SIGNER,
     Live,
     allow_connections,
     compact,
@@ -26,6 +29,7 @@ from factories import (
 from mcp_helpers import HEADERS, Caller, approve
 
 from tms.nostr.events import SecretKey
+from tms.tlog.note import open_checkpoint
 
 SLUG = "mcas"
 DOC_TEXT = (
@@ -43,6 +47,8 @@ TOOL_NAMES = {
     "search_contradictions",
     "check_proof",
     "fetch_url",
+    "get_checkpoint",
+    "get_consistency",
 }
 
 
@@ -218,6 +224,9 @@ def test_every_tool_result_matches_its_schema(world: World, caller: Caller) -> N
         ("get_event", {"id": world.doc["id"]}),
         ("get_event", {"id": "0" * 64}),
         ("get_event", {"id": world.link["id"]}),
+        ("get_event", {"id": world.doc["id"], "proof": True}),
+        ("get_checkpoint", {"collection": SLUG}),
+        ("get_consistency", {"collection": SLUG, "old_size": 1}),
         ("search_claims", {"collection": SLUG, "text": "DAO activity", "method": "keyword"}),
         ("search_claims", {"collection": SLUG, "text": "what causes histamine intolerance"}),
         ("list_claims", {"collection": SLUG, "sort": "contested"}),
@@ -681,3 +690,40 @@ def test_a_database_outage_is_a_clear_tool_error_then_recovers(
     finally:
         asyncio.run(allow_connections(pg_server_url, database, True))
     assert caller.tool(world.owner, "list_claims", collection=SLUG)["result"]
+
+
+# --- the transparency log ------------------------------------------------------------------------
+
+
+def test_the_transparency_log_over_mcp(world: World, caller: Caller) -> None:
+    """A member's checkpoint verifies with the server's key; an event's inclusion proof and a
+    consistency proof from the first checkpoint verify by the RFCs' algorithms."""
+    key = LOG_SIGNER.verifier()
+    latest = caller.tool(world.member, "get_checkpoint", collection=SLUG)
+    signed_latest = open_checkpoint(latest["note"], key)
+    assert (signed_latest.origin, signed_latest.size) == (f"127.0.0.1/c/{SLUG}", latest["size"])
+
+    event = caller.tool(world.member, "get_event", id=world.link["id"], proof=True)["result"]
+    proof = event["proof"]
+    assert proof["checkpoint"] == latest and proof["tree_size"] == latest["size"]
+    path = [base64.b64decode(h) for h in proof["hashes"]]
+    leaf = rfc.leaf(bytes.fromhex(world.link["id"]))
+    assert rfc.verify_inclusion(proof["leaf_index"], latest["size"], leaf, path, signed_latest.root)
+    assert "proof" not in caller.tool(world.member, "get_event", id=world.link["id"])["result"]
+
+    [first] = world.setup["checkpoints"]
+    signed_first = open_checkpoint(first["note"], key)
+    grown = caller.tool(world.member, "get_consistency", collection=SLUG, old_size=first["size"])
+    hashes = [base64.b64decode(h) for h in grown["hashes"]]
+    assert rfc.verify_consistency(
+        signed_first.size, signed_latest.size, signed_first.root, signed_latest.root, hashes
+    )
+    too_big = caller.tool_error(
+        world.member, "get_consistency", collection=SLUG, old_size=latest["size"] + 1
+    )
+    assert "no consistency proof" in too_big
+
+    for tool, args in [("get_checkpoint", {}), ("get_consistency", {"old_size": 0})]:
+        closed = caller.tool_error(world.stranger, tool, collection=SLUG, **args)
+        missing = caller.tool_error(world.stranger, tool, collection="no-such", **args)
+        assert closed == missing.replace("no-such", SLUG)

@@ -1368,6 +1368,24 @@ def stored_after(snapshot: Snapshot, plan: Plan) -> Snapshot:
     return s
 
 
+def assert_removed_by_its_own_list(sent: Sequence[Parsed], first: Outcome, error: str) -> None:
+    """The one retry refused by design (README, "Publishing rules"): the part stored first holds
+    a member list that removed one of its own signers; sent again, that signer's stored event is
+    refused, as any event of a key that may no longer write."""
+    found = re.match(r"events\[(\d+)\]", error)
+    assert found, error
+    item = sent[int(found.group(1))]
+    assert first.plan is not None and first.plan.member_lists, error
+    assert item.event.id in {p.event.id for p in first.plan.accepted}, error
+    signer = item.event.pubkey
+    assert signer not in first.after.approved, error
+    if item.collection is None:
+        assert not first.after.belongs_to.get(signer), error
+    else:
+        assert item.collection in first.plan.member_lists, error
+        assert signer not in first.after.members[item.collection], error
+
+
 @SETTINGS
 @given(batch=random_batches(), data=st.data())
 def test_a_stored_prefix_changes_nothing_but_what_is_skipped(
@@ -1385,7 +1403,10 @@ def test_a_stored_prefix_changes_nothing_but_what_is_skipped(
         assert whole.error == first.error
         return
     again = run(items, stored_after(first.after, first.plan))
-    assert again.error == whole.error
+    if again.error != whole.error:  # the retry is refused at an event the first part stored
+        assert again.error is not None, whole.error
+        assert_removed_by_its_own_list(items[:split], first, again.error)
+        return
     if whole.plan is None or again.plan is None:
         return
     stored_first = [p.event.id for p in first.plan.accepted]

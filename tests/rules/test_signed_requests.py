@@ -143,6 +143,8 @@ GOOD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "proof": json_values,
     "url": st.just("https://example.org/"),
     "events": st.lists(json_values, max_size=3),
+    "old_size": st.integers(0, 10**6),
+    "new_size": st.integers(0, 10**6),
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 from factories import (
     Live,
     claim,
+    contradiction,
     evidence,
     fresh_database,
     link,
@@ -214,3 +215,48 @@ def test_logged_out_visitors_are_sent_to_connect_and_back(live: Live) -> None:
     assert answer.headers["location"] == "/?next=/c/mcas?sort=links"
     page = httpx.get(f"{live.url}/?next=//evil.example").text
     assert 'data-next="/"' in page
+
+
+def test_each_quote_on_the_evidence_page_says_what_it_points_at_and_links_only_to_pages(
+    live: Live,
+) -> None:
+    """A link may target a claim, a link, a contradiction or an evidence; only claims and
+    evidence have pages, and a link is shown on its claim's page. Every href resolves."""
+    other_claim = claim(OWNER, "mcas", "The road is wide.")
+    disputed = contradiction(OWNER, "mcas", [ROAD["id"], other_claim["id"]], "long or wide")
+    second_doc = evidence(OWNER, "mcas", "Another text.", title="The second text")
+    on_link = link(OWNER, "mcas", DOC["id"], QUOTED["id"], "Die Straße", relation="REBUTS")
+    on_contradiction = link(OWNER, "mcas", DOC["id"], disputed["id"], "ist breit")
+    on_evidence = link(OWNER, "mcas", DOC["id"], second_doc["id"], "ist lang")
+
+    async def publish() -> None:
+        pool = await open_pool(live.database_url, min_size=1, max_size=2)
+        try:
+            batch = [other_claim, disputed, second_doc, on_link, on_contradiction, on_evidence]
+            await Ledger(pool).publish(batch)
+        finally:
+            await pool.close()
+
+    asyncio.run(publish())
+    with session(live, MEMBER) as client:
+        page = client.get(f"/c/mcas/evidence/{DOC['id']}").text
+        quotes = page.split('<section class="section" id="quotes">')[1]
+        item = {
+            found["id"]: quotes.split(f'id="quote-{found["id"]}"')[1].split("</li>")[0]
+            for found in (QUOTED, on_link, on_contradiction, on_evidence)
+        }
+        assert f'href="/c/mcas/claims/{ROAD["id"]}#link-{QUOTED["id"]}"' in item[QUOTED["id"]]
+        assert "supports the claim: " in item[QUOTED["id"]]
+        assert "rebuts the link: " in item[on_link["id"]]
+        assert f'href="/c/mcas/claims/{ROAD["id"]}#link-{QUOTED["id"]}"' in item[on_link["id"]]
+        assert "supports the contradiction: long or wide" in item[on_contradiction["id"]]
+        assert "href" not in item[on_contradiction["id"]]
+        assert "supports the evidence: " in item[on_evidence["id"]]
+        assert "The second text" in item[on_evidence["id"]]
+        hrefs = {part.split('"')[0] for part in quotes.split('href="')[1:]}
+        assert len(hrefs) == 3
+        for href in hrefs:
+            answer = client.get(href.split("#")[0])
+            assert answer.status_code == 200, href
+            if "#link-" in href:
+                assert f'id="link-{href.split("#link-")[1]}"' in answer.text

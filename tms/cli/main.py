@@ -1,7 +1,8 @@
 """`tms`: the operator's command line.
 
 `tms verify` checks an exported JSON Lines file offline, line by line, exactly as a member's own
-Nostr library would: envelope, id, signature, and the kind's content schema.
+Nostr library would: envelope, id, signature, and the kind's content schema. `tms verify-export`
+checks it against its collection's signed transparency log (`tms.cli.verify_export`).
 
 `tms fetch URL` downloads a page or document as the ledger's `fetch_url` tool does and prints
 `{"url", "title", "chars", "text"}` as one JSON line; a refusal is one line on stderr, exit 2.
@@ -45,7 +46,7 @@ def verify_lines(lines: Iterable[str], out: TextIO) -> tuple[int, int]:
     """Print one line per bad event; return (good, bad). Blank lines are skipped."""
     good = bad = 0
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
+        if not line.strip() or line.startswith('{"checkpoint"'):  # for tms verify-export
             continue
         try:
             event = Event.from_json(line)
@@ -284,8 +285,9 @@ async def _approved() -> int:
     return 0
 
 
-async def _export(slug: str) -> int:
-    """The collection's JSON Lines on stdout, streamed from one consistent snapshot."""
+async def _export(slug: str, checkpoint: bool) -> int:
+    """The collection's JSON Lines on stdout, streamed from one consistent snapshot; with
+    `checkpoint`, ending with the log's signed checkpoint line (`tms verify-export`)."""
     from tms.ledger.export import Exporter
     from tms.rules.kinds import SLUG_PATTERN
 
@@ -295,7 +297,9 @@ async def _export(slug: str) -> int:
             if not SLUG_PATTERN.fullmatch(slug) or not await ledger.collection_exists(slug):
                 print(f"tms: no such collection {slug!r}", file=sys.stderr)
                 return 1
-            lines = Exporter(ledger.pool).lines(slug)
+            if checkpoint:
+                await ledger.log.build(slug)  # if the start-up back-fill has not reached it
+            lines = Exporter(ledger.pool).lines(slug, checkpoint=checkpoint)
             async with aclosing(lines):
                 async for line in lines:
                     out.write(f"{line}\n".encode())
@@ -391,6 +395,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         "export", help="write a collection as JSON Lines to stdout, from the database (backups)"
     )
     export.add_argument("slug", help="the collection")
+    export.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="end with the log's signed checkpoint line, for tms verify-export",
+    )
+    audit = commands.add_parser(
+        "verify-export",
+        help="prove offline that an export holds its collection's whole log, unaltered and in "
+        "order, against signed checkpoints",
+    )
+    audit.add_argument("file", help="the export (.jsonl), ideally ending with its checkpoint line")
+    audit.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="a checkpoint you kept (a signed note, or JSON holding one): the export must "
+        "extend it",
+    )
+    audit.add_argument(
+        "--key",
+        required=True,
+        metavar="VERIFIER_KEY",
+        help="the server's log key (GET /log-key), or a file holding it",
+    )
     refusals = commands.add_parser(
         "refusals",
         help="what was refused (bad signatures, non-members, replays, rate limits, SSRF...): "
@@ -420,7 +447,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ns.command == "approved":
         raise SystemExit(_operator(_approved()))
     if ns.command == "export":
-        raise SystemExit(_operator(_export(ns.slug)))
+        raise SystemExit(_operator(_export(ns.slug, ns.checkpoint)))
+    if ns.command == "verify-export":
+        from tms.cli.verify_export import run
+
+        raise SystemExit(run(ns.file, ns.checkpoint, ns.key, sys.stdout))
     if ns.command == "refusals":
         since = since_when(ns.since, datetime.now(UTC))
         if since is None:

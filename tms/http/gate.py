@@ -67,6 +67,13 @@ def route_name(scope: Scope) -> str:
         return "mcp"
     if path.endswith("/export.jsonl"):
         return "export"
+    if path.startswith("/c/"):
+        # The log's routes: /c/<slug>/checkpoint, /c/<slug>/consistency, /c/<slug>/tile/...
+        for route in ("checkpoint", "consistency"):
+            if path.endswith(f"/{route}"):
+                return f"log {route}"
+        if "/tile/" in path:
+            return "log tile"
     if path in ("/login", "/publish", "/fetch"):
         return f"page {path[1:]}"
     return "page"

@@ -26,18 +26,25 @@ from typing import Final
 
 from tms.errors import PublishError
 from tms.ledger import writes
+from tms.ledger.tlog import TransparencyLog
 from tms.ledger.writes import OffLoop
+from tms.results import CheckpointInfo
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
 from tms.store.database import Pool, is_database_down
+from tms.types import Slug
 
 MAX_GROUP_BATCHES: Final = 64
 MAX_GROUP_EVENTS: Final = 2000  # a group stops growing here (one batch may be 1,000 alone)
 
 
+# A batch's plan, with the checkpoints its transaction signed (its group's: they cover it).
+Committed = tuple[Plan, dict[Slug, CheckpointInfo]]
+
+
 @dataclass(slots=True)
 class _Waiting:
     batch: list[Parsed]
-    done: asyncio.Future[Plan]
+    done: asyncio.Future[Committed]
 
 
 @dataclass(slots=True)
@@ -47,12 +54,13 @@ class _Lane:
 
 
 class GroupCommitter:
-    def __init__(self, pool: Pool, quotes_off_loop: OffLoop) -> None:
+    def __init__(self, pool: Pool, quotes_off_loop: OffLoop, log: TransparencyLog) -> None:
         self.pool = pool
         self.run = quotes_off_loop
+        self.log = log
         self._lanes: dict[tuple[str, ...], _Lane] = {}
 
-    async def commit(self, batch: list[Parsed]) -> Plan:
+    async def commit(self, batch: list[Parsed]) -> Committed:
         """The batch judged and, if it passes, committed; or its `PublishError` (or the
         database's error)."""
         keys = writes.lock_keys(batch)
@@ -93,7 +101,7 @@ class GroupCommitter:
         for waiting, outcome in zip(group, outcomes, strict=True):
             _settle(waiting, outcome)
 
-    async def _transaction(self, group: Sequence[_Waiting]) -> list[Plan | Exception]:
+    async def _transaction(self, group: Sequence[_Waiting]) -> list[Committed | Exception]:
         everything = [item for waiting in group for item in waiting.batch]
         outcomes: list[Plan | Exception] = []
         async with self.pool.acquire() as conn, conn.transaction():
@@ -113,9 +121,11 @@ class GroupCommitter:
                 outcomes.append(plan)
                 passed.append(plan)
             merged = _merge(passed)
+            signed: dict[Slug, CheckpointInfo] = {}
             if merged.accepted:
                 await writes.write(conn, merged, members_before)
-        return outcomes
+                signed = await self.log.extend(conn, merged.accepted)
+        return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
 
 
 def _take(waiting: list[_Waiting]) -> list[_Waiting]:
@@ -154,7 +164,7 @@ def _merge(plans: Sequence[Plan]) -> Plan:
     return merged
 
 
-def _settle(waiting: _Waiting, outcome: Plan | BaseException) -> None:
+def _settle(waiting: _Waiting, outcome: Committed | BaseException) -> None:
     if waiting.done.done():
         return
     if isinstance(outcome, BaseException):
@@ -163,6 +173,6 @@ def _settle(waiting: _Waiting, outcome: Plan | BaseException) -> None:
         waiting.done.set_result(outcome)
 
 
-def _read_exception(future: asyncio.Future[Plan]) -> None:
+def _read_exception(future: asyncio.Future[Committed]) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         future.exception()

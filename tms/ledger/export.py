@@ -14,9 +14,11 @@ from typing import Final
 
 import asyncpg
 
+from tms.errors import LogError
 from tms.nostr.events import Event
 from tms.rules.publish import newer
-from tms.store.database import Pool
+from tms.store.database import Connection, Pool
+from tms.tlog.audit import checkpoint_line
 from tms.types import KIND_MEMBERS, EventId, PubKey, Slug
 
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
@@ -27,13 +29,16 @@ _SQL_EXPORT: Final = """
 _SQL_EXPORT_UNSCOPED: Final = """
     SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
     WHERE collection IS NULL AND pubkey = ANY($1::text[]) ORDER BY seq"""
+_SQL_CHECKPOINT: Final = """
+    SELECT size, note FROM tlog_checkpoints WHERE collection = $1 ORDER BY size DESC LIMIT 1"""
+_SQL_ENTRIES: Final = "SELECT event_id FROM tlog_leaves WHERE collection = $1 ORDER BY idx"
 
 
 class Exporter:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
-    async def lines(self, slug: Slug) -> AsyncGenerator[str, None]:
+    async def lines(self, slug: Slug, *, checkpoint: bool = False) -> AsyncGenerator[str, None]:
         """Every event of the collection, oldest first, one signed JSON line each, exactly as
         stored; streamed from a cursor, so memory stays flat whatever the size. It holds a
         pooled connection until exhausted or closed: callers close it (`aclosing`).
@@ -43,11 +48,22 @@ class Exporter:
         its first write). Those a key signed before its first event here, perhaps while it
         belonged only to another collection, come right before that first event, after the
         member list that let it in; later ones come in ledger order, while the key belongs to
-        this collection (one it signed after being removed would not be accepted on replay)."""
+        this collection (one it signed after being removed would not be accepted on replay).
+
+        With `checkpoint`, a last line holds the collection log's latest signed checkpoint, the
+        log's entries (event ids in log order) and the ids of the profile and terms lines
+        (`tms.tlog.audit.checkpoint_line`), all read from the same snapshot as the events, so
+        that `tms verify-export` needs nothing but the file. The collection's log must exist
+        (`LogReads.checkpoint` builds one not built yet)."""
         async with (
             self.pool.acquire() as conn,
             conn.transaction(isolation="repeatable_read"),
         ):
+            signed = await conn.fetchrow(_SQL_CHECKPOINT, slug) if checkpoint else None
+            if checkpoint and signed is None:
+                raise LogError(f"collection '{slug}' has no signed checkpoint yet")
+            others: list[tuple[EventId, EventId | None]] = []  # with the entry before each
+            entry: EventId | None = None
             owner = await conn.fetchval("SELECT owner FROM collections WHERE slug = $1", slug)
             firsts = {
                 r["pubkey"]: r["first"]
@@ -69,15 +85,36 @@ class Exporter:
             async for row in cursor:
                 while later and later[0]["seq"] < row["seq"]:
                     if members.includes(later[0]["pubkey"]):
+                        others.append((later[0]["id"], entry))
                         yield _line(later[0])
                     later.popleft()
                 for early in prelude.pop(row["pubkey"], ()):
+                    others.append((early["id"], entry))
                     yield _line(early)
                 members.apply(row)
+                entry = row["id"]
                 yield _line(row)
             for row in later:
                 if members.includes(row["pubkey"]):
+                    others.append((row["id"], entry))
                     yield _line(row)
+            if signed is not None:
+                entries = await _entries(conn, slug)
+                if len(entries) != signed["size"]:
+                    raise LogError(
+                        f"the log of '{slug}' holds {len(entries)} entries, not "
+                        f"the {signed['size']} its checkpoint signs"
+                    )
+                yield checkpoint_line(signed["note"], entries, others)
+
+
+async def _entries(conn: Connection, slug: Slug) -> list[EventId]:
+    """The log's entries in order, read from the log itself (not from the events just
+    exported), so that an export that lost an event is caught by its own last line."""
+    return [
+        row["event_id"].hex()
+        async for row in conn.cursor(_SQL_ENTRIES, slug, prefetch=EXPORT_BATCH * 20)
+    ]
 
 
 class _Membership:

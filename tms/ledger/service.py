@@ -21,6 +21,7 @@ from tms.errors import QuoteNotFound, one_line
 from tms.guard.rates import Throttle
 from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
+from tms.ledger.tlog import TransparencyLog
 from tms.results import PublishResult
 from tms.rules.publish import (
     Parsed,
@@ -31,6 +32,7 @@ from tms.rules.publish import (
     with_nearest,
 )
 from tms.store.database import Pool
+from tms.tlog.note import LogSigner
 from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
 
 log = logging.getLogger(__name__)
@@ -56,12 +58,16 @@ class Ledger:
         pool: Pool,
         *,
         vectors: AfterPublish | None = None,
+        log: LogSigner | None = None,
         throttle: Throttle | None = None,
     ) -> None:
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
         self.throttle = throttle  # None: no rate limits (the operator's commands, tests)
-        self._commits = GroupCommitter(pool, _off_loop(_QUOTES))
+        # The runtime hands in the server's log key; a throwaway one serves tests and the
+        # operator's commands, which never publish.
+        self.log = TransparencyLog(pool, log or LogSigner.throwaway())
+        self._commits = GroupCommitter(pool, _off_loop(_QUOTES), self.log)
 
     # --- publishing ------------------------------------------------------------------------
 
@@ -73,7 +79,7 @@ class Ledger:
             # Only now, with every signature verified: a forged event spends nobody's budget.
             await self.throttle.keys([item.event.pubkey for item in batch])
         try:
-            plan = await self._commits.commit(batch)
+            plan, checkpoints = await self._commits.commit(batch)
         except QuoteNotFound as refusal:
             if refusal.hinted:
                 raise
@@ -82,6 +88,7 @@ class Ledger:
             "accepted": [p.event.id for p in plan.accepted],
             "skipped": plan.skipped,
             "collections": plan.collections,
+            "checkpoints": [checkpoints[s] for s in plan.collections if s in checkpoints],
         }
         if plan.superseded:  # only then: the usual answer stays exactly SPEC's
             result["superseded"] = plan.superseded

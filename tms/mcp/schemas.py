@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
 from tms.ledger.reads import DEFAULT_WINDOW
 from tms.rules.kinds import CollectionSlug, EventIdField, NonBlank
+from tms.tlog.note import MAX_TREE_SIZE
 
 MAX_LIMIT = 200
 MAX_EVIDENCE_LIMIT = 500
@@ -53,6 +54,11 @@ class GetEventArgs(_Args):
         ge=1,
         le=2_000_000,
         description=f"Evidence only: window length in characters (default {DEFAULT_WINDOW:,}).",
+    )
+    proof: bool = Field(
+        False,
+        description="Also return `proof`: the event's leaf index in its collection's "
+        "transparency log and its inclusion proof against the latest checkpoint.",
     )
 
 
@@ -103,6 +109,21 @@ class CheckProofArgs(_Args):
     collection: Collection
     proof: Any = Field(
         description='The proof: {"question", "steps": [{"id", "say", "from": [...], "gap"?}]}.'
+    )
+
+
+class GetCheckpointArgs(_Args):
+    collection: Collection
+
+
+class GetConsistencyArgs(_Args):
+    collection: Collection
+    old_size: int = Field(ge=0, le=MAX_TREE_SIZE, description="The size of the older log.")
+    new_size: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TREE_SIZE,
+        description="The size of the newer log (default: the latest checkpoint's).",
     )
 
 

@@ -21,8 +21,10 @@ from tms.fetch.client import fetch_url
 from tms.mcp import schemas as s
 from tms.nostr.events import SecretKey, compact_json
 from tms.results import (
+    CheckpointInfo,
     ClaimSummary,
     CollectionInfo,
+    ConsistencyProof,
     ContradictionInfo,
     EventInfo,
     EvidenceSummary,
@@ -70,7 +72,26 @@ async def _list_collections(
 
 
 async def _get_event(services: Services, caller: PubKey, args: s.GetEventArgs) -> EventInfo | None:
-    return await services.reads.get_event(caller, args.id, args.offset, args.max_chars)
+    event = await services.reads.get_event(caller, args.id, args.offset, args.max_chars)
+    if event is not None and args.proof and event["collection"] is not None:
+        proof = await services.tlog.inclusion(event["collection"], event["id"])
+        if proof is not None:
+            event["proof"] = proof
+    return event
+
+
+async def _get_checkpoint(
+    services: Services, caller: PubKey, args: s.GetCheckpointArgs
+) -> CheckpointInfo:
+    await services.access.require_reader(caller, args.collection)
+    return await services.tlog.checkpoint(args.collection)
+
+
+async def _get_consistency(
+    services: Services, caller: PubKey, args: s.GetConsistencyArgs
+) -> ConsistencyProof:
+    await services.access.require_reader(caller, args.collection)
+    return await services.tlog.consistency(args.collection, args.old_size, args.new_size)
 
 
 async def _search_claims(
@@ -149,8 +170,9 @@ TOOLS: Final[dict[str, Tool]] = {
             "with the nearest passage of the evidence, as a hint. Events already stored "
             "are skipped, so resending a batch is safe. Sign the terms (kind 4706) before your "
             "first write. At most 1000 events per batch, 2,000,000 characters of content each. "
-            "Returns the accepted and skipped ids, the collections touched, and how many "
-            "vectors were computed for search (`embedded`).",
+            "Returns the accepted and skipped ids, the collections touched, how many "
+            "vectors were computed for search (`embedded`), and each collection's new signed "
+            "checkpoint (`checkpoints`): keep them to check later exports against.",
             s.PublishArgs,
             PublishResult,
             _publish,
@@ -168,7 +190,9 @@ TOOLS: Final[dict[str, Tool]] = {
             "get_event",
             "Read one event by id: its signed content, signer, author name and times. For "
             "evidence, the text comes in windows: `max_chars` (default 20,000) from `offset`; "
-            "`chars` is the full length, so page until offset + max_chars >= chars. Returns "
+            "`chars` is the full length, so page until offset + max_chars >= chars. With "
+            "`proof: true`, adds the event's leaf index in its collection's transparency log "
+            "and an RFC 9162 inclusion proof against the latest signed checkpoint. Returns "
             "null for an id that does not exist or is outside your collections. A link comes "
             "with its `anchor` (where its quote sits in the evidence)." + _SIGNED,
             s.GetEventArgs,
@@ -248,6 +272,28 @@ TOOLS: Final[dict[str, Tool]] = {
             s.CheckProofArgs,
             ProofResult,
             _check_proof,
+        ),
+        Tool(
+            "get_checkpoint",
+            "Read a collection's latest checkpoint: the size and RFC 6962 root of its "
+            "transparency log (every event of the collection, in ledger order), signed by the "
+            "server as a C2SP signed note. Keep it: a later export, or a consistency proof, "
+            "shows whether the server still shows you the same history. Check the signature "
+            "with the key at GET /log-key." + _SIGNED,
+            s.GetCheckpointArgs,
+            CheckpointInfo,
+            _get_checkpoint,
+        ),
+        Tool(
+            "get_consistency",
+            "Prove that a collection's transparency log at `old_size` entries is a prefix of "
+            "it at `new_size` (default: the latest checkpoint's size): the RFC 9162 "
+            "consistency proof, and the signed checkpoint at `new_size`. With a checkpoint you "
+            "kept, this shows that nothing you were shown was dropped, changed or "
+            "reordered." + _SIGNED,
+            s.GetConsistencyArgs,
+            ConsistencyProof,
+            _get_consistency,
         ),
         Tool(
             "fetch_url",

@@ -4,7 +4,12 @@ Routes (the whole table is `ROUTES` below):
 
     GET /healthz                  {"ok": true, "database": "reachable"}, or 503 when it is not
     GET /terms                    {"version", "sha256", "text"}: the terms every key signs
-    GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98 or login)
+    GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98 or login);
+                                  `?checkpoint=1` ends it with the log's checkpoint line
+    GET /log-key                  the key checkpoints are signed with (C2SP verifier key)
+    GET /c/<slug>/checkpoint      the latest checkpoint (C2SP signed note), members only
+    GET /c/<slug>/consistency     ?old=M[&new=N]: an RFC 9162 consistency proof, members only
+    GET /c/<slug>/tile/<path>     the log as C2SP tlog-tiles (hashes, entry bundles), members only
     POST /mcp                     the MCP endpoint: tools and prompts (tms.mcp.server)
 
 and the people's pages (tms.web.pages), logged in with NIP-07 (tms.web.login):
@@ -43,13 +48,13 @@ from typing import Final
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings, load_secret
-from tms.errors import DATABASE_UNAVAILABLE, AuthError, RateLimited, Refusal, sendable
+from tms.errors import DATABASE_UNAVAILABLE, AuthError, LogError, RateLimited, Refusal, sendable
 from tms.http.gate import Gate, route_name
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
@@ -57,6 +62,7 @@ from tms.nostr import nip98
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime, open_runtime
 from tms.store.database import is_database_down
+from tms.tlog.tiles import parse_tile_path
 from tms.types import PubKey, Slug
 from tms.web import docs
 from tms.web.login import Keyring, request_url
@@ -69,6 +75,10 @@ log = logging.getLogger("tms.web.app")
 EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
 PRIVATE: Final = {"Cache-Control": "no-store"}
+# A tile never changes once the log holds it (tlog-tiles); it is still a member's to see.
+IMMUTABLE: Final = {"Cache-Control": "private, max-age=31536000, immutable"}
+NOTE_MEDIA_TYPE: Final = "text/plain; charset=utf-8"
+MAX_SIZE_DIGITS: Final = 19  # a tree size in a query: bigint's range
 
 
 # --- handlers ----------------------------------------------------------------------------------
@@ -90,24 +100,70 @@ async def terms(request: Request) -> Response:
 
 async def export(request: Request) -> Response:
     """Every event of the collection, oldest first, exactly as stored. Membership is checked
-    before the first byte goes out; the body then streams from a database cursor. A bot signs
-    NIP-98; a browser sends its login cookie."""
-    session = None
-    if "authorization" not in request.headers:
-        session = await _pages(request).session(request)
-    pubkey = session.pubkey if session is not None else authenticate(request)
-    slug = request.path_params["slug"]
-    runtime = _runtime(request)
-    await runtime.services.throttle.key(pubkey)
-    if not await runtime.access.can_read(pubkey, slug):
-        runtime.services.refusals.record(Refusal.NOT_MEMBER, "export", pubkey)
+    before the first byte goes out; the body then streams from a database cursor. With
+    `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`)."""
+    slug = await _readable(request)
+    if slug is None:
         return no_such_collection()
+    runtime = _runtime(request)
+    flag = request.query_params.get("checkpoint", "0")
+    if flag not in ("0", "1"):
+        return error("checkpoint must be 0 or 1", 400)
     headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{slug}.jsonl"'}
     if request.method == "HEAD":
         return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
+    if flag == "1":
+        await runtime.services.tlog.checkpoint(slug)  # builds a log not built yet
     return _ClosingStreamingResponse(
-        _export_body(runtime.exporter, slug), media_type=EXPORT_MEDIA_TYPE, headers=headers
+        _export_body(runtime.exporter, slug, flag == "1"),
+        media_type=EXPORT_MEDIA_TYPE,
+        headers=headers,
     )
+
+
+async def log_key(request: Request) -> Response:
+    """The verifier key of every checkpoint this server signs: public, one line."""
+    return PlainTextResponse(_log_key(request) + "\n", media_type=NOTE_MEDIA_TYPE)
+
+
+async def checkpoint(request: Request) -> Response:
+    """The collection log's latest checkpoint, as tlog-tiles serves it: the signed note."""
+    slug = await _readable(request)
+    if slug is None:
+        return no_such_collection()
+    note = (await _runtime(request).services.tlog.checkpoint(slug))["note"]
+    return PlainTextResponse(note, media_type=NOTE_MEDIA_TYPE, headers=PRIVATE)
+
+
+async def consistency(request: Request) -> Response:
+    """`?old=M[&new=N]`: the proof that the log at M entries is a prefix of it at N (default:
+    the latest checkpoint's size), as `get_consistency` returns it."""
+    slug = await _readable(request)
+    if slug is None:
+        return no_such_collection()
+    sizes = [request.query_params.get(name) for name in ("old", "new")]
+    if sizes[0] is None or not all(_size(text) for text in sizes if text is not None):
+        return error("old (and new) must be tree sizes: ?old=M or ?old=M&new=N", 400)
+    old, new = (None if text is None else int(text) for text in sizes)
+    assert old is not None
+    try:
+        proof = await _runtime(request).services.tlog.consistency(slug, old, new)
+    except LogError as exc:
+        return error(str(exc), 400)
+    return JSONResponse(proof, headers=PRIVATE)
+
+
+async def tile(request: Request) -> Response:
+    """One tile or entry bundle of the collection's log (C2SP tlog-tiles), or 404 while the
+    log does not hold it; the same 404 for any path that names no tile."""
+    slug = await _readable(request)
+    if slug is None:
+        return no_such_collection()
+    wanted = parse_tile_path(request.path_params["tile"])
+    data = None if wanted is None else await _runtime(request).services.tlog.tile(slug, wanted)
+    if data is None:
+        return error("no such tile", 404)
+    return Response(data, media_type="application/octet-stream", headers=IMMUTABLE)
 
 
 class _MCP:
@@ -130,14 +186,23 @@ def _page(name: str) -> Callable[[Request], Awaitable[Response]]:
 
 
 async def docs_html(request: Request) -> Response:
-    return await _pages(request).render(
-        request, "docs.html", guide=docs.html(_base(request), request.app.state.settings)
-    )
+    settings = request.app.state.settings
+    guide = docs.html(_base(request), settings, _log_key(request), _log_host(request))
+    return await _pages(request).render(request, "docs.html", guide=guide)
 
 
 async def docs_markdown(request: Request) -> Response:
-    guide = docs.markdown(_base(request), request.app.state.settings)
+    settings = request.app.state.settings
+    guide = docs.markdown(_base(request), settings, _log_key(request), _log_host(request))
     return Response(guide, media_type="text/markdown; charset=utf-8")
+
+
+def _log_key(request: Request) -> str:
+    return _runtime(request).ledger.log.signer.key.verifier().encode()
+
+
+def _log_host(request: Request) -> str:
+    return _runtime(request).ledger.log.signer.host
 
 
 GET: Final = ["GET"]
@@ -149,6 +214,11 @@ ROUTES: Final = [
     Route("/terms", terms, methods=GET),
     # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
     Route("/c/{slug:path}/export.jsonl", export, methods=GET),
+    # each collection's transparency log
+    Route("/log-key", log_key, methods=GET),
+    Route("/c/{slug:path}/checkpoint", checkpoint, methods=GET),
+    Route("/c/{slug:path}/consistency", consistency, methods=GET),
+    Route("/c/{slug:path}/tile/{tile:path}", tile, methods=GET),
     # the people's pages
     Route("/", _page("home"), methods=GET),
     Route("/login/challenge", _page("login_challenge"), methods=GET),
@@ -184,6 +254,33 @@ def authenticate(request: Request) -> PubKey:
     )
 
 
+async def caller(request: Request) -> PubKey:
+    """Who asks: a bot signs NIP-98; a browser sends its login cookie (`AuthError` if
+    neither holds up)."""
+    session = None
+    if "authorization" not in request.headers:
+        session = await _pages(request).session(request)
+    return session.pubkey if session is not None else authenticate(request)
+
+
+async def _readable(request: Request) -> str | None:
+    """The collection the path names, if the caller may read it; None for one that does not
+    exist, is closed to the caller, or cannot be named so (the same 404, noted in the refusal
+    log). The caller's key spends its rate limit first (`RateLimited`: a 429)."""
+    pubkey = await caller(request)
+    slug: str = request.path_params["slug"]
+    services = _runtime(request).services
+    await services.throttle.key(pubkey)
+    if await services.access.can_read(pubkey, slug):
+        return slug
+    services.refusals.record(Refusal.NOT_MEMBER, route_name(request.scope), pubkey)
+    return None
+
+
+def _size(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= MAX_SIZE_DIGITS
+
+
 # --- responses ---------------------------------------------------------------------------------
 
 
@@ -199,10 +296,12 @@ def no_such_collection() -> JSONResponse:
     return error("no such collection", 404)
 
 
-async def _export_body(exporter: Exporter, slug: Slug) -> AsyncGenerator[bytes, None]:
+async def _export_body(
+    exporter: Exporter, slug: Slug, checkpoint: bool
+) -> AsyncGenerator[bytes, None]:
     chunk: list[bytes] = []
     size = 0
-    lines = exporter.lines(slug)
+    lines = exporter.lines(slug, checkpoint=checkpoint)
     async with aclosing(lines):
         async for line in lines:
             data = f"{line}\n".encode()

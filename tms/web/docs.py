@@ -98,12 +98,27 @@ def _environment() -> Environment:
     )
 
 
-def markdown(base_url: str, settings: Settings) -> str:
+def markdown(
+    base_url: str,
+    settings: Settings,
+    log_key: str = "<GET /log-key>",
+    log_host: str = "<host>",
+) -> str:
+    """The guide for this server: its address, terms, limits (this server's `settings`), its
+    checkpoint key (`log_key`, a C2SP verifier key `<name>+<key ID>+<key>`) and the host its
+    logs are named after."""
     terms = current_terms()
     return (
         _environment()
         .get_template(TEMPLATE)
-        .render(base=base_url, terms=terms, limits=limits(settings))
+        .render(
+            base=base_url,
+            terms=terms,
+            limits=limits(settings),
+            log_key=log_key,
+            log_name=log_key.split("+", 1)[0],
+            log_origin=log_host,
+        )
     )
 
 
@@ -112,7 +127,12 @@ def _renderer() -> MarkdownIt:
     return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 
 
-def html(base_url: str, settings: Settings) -> str:
+def html(
+    base_url: str,
+    settings: Settings,
+    log_key: str = "<GET /log-key>",
+    log_host: str = "<host>",
+) -> str:
     """The guide as HTML (trusted: our own text, with raw HTML escaped by markdown-it)."""
-    rendered: str = _renderer().render(markdown(base_url, settings))
+    rendered: str = _renderer().render(markdown(base_url, settings, log_key, log_host))
     return rendered

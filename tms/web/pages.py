@@ -20,7 +20,7 @@ from collections import OrderedDict
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qs, quote
 
 from starlette.requests import Request
@@ -34,13 +34,14 @@ from tms.mcp.schemas import MAX_QUERY_CHARS
 from tms.nostr import nip98
 from tms.nostr.events import is_hex64, loads_bounded
 from tms.nostr.nip19 import npub_encode
+from tms.results import LinkInfo
 from tms.rules.kinds import SLUG_PATTERN
 from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
 from tms.rules.spans import QuoteIndex, casefold_table
 from tms.rules.terms import current_terms
 from tms.search.search import Method
 from tms.services import Services
-from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, PubKey
+from tms.types import KIND_CLAIM, KIND_EVIDENCE, KIND_LINK, MAX_CONTENT_CHARS, PubKey, Slug
 from tms.web import charts
 from tms.web.login import (
     COOKIE,
@@ -65,6 +66,15 @@ SMALL_JSON: Final = 64 * 1024  # /fetch and /logout bodies
 QUOTE_INDEXES: Final = 16  # evidence texts kept normalized, for marking quotes
 RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
 PRIVATE: Final = {"Cache-Control": "no-store"}
+
+
+class Target(NamedTuple):
+    """What a link on the evidence page points at: its kind, words to show, and the page
+    that shows it (None when no page does)."""
+
+    kind: str
+    words: str
+    href: str | None
 
 
 class Pages:
@@ -438,17 +448,44 @@ class Pages:
                 if span is not None:
                     spans.append((span[0], span[1], found["id"]))
         segments = _mark(window, offset, spans)
+        targets = await self._targets(slug, links, services)
         return await self.render(
             request,
             "evidence.html",
             slug=slug,
             event=event,
             segments=segments,
-            links=links,
+            links=[{**found, "target": targets.get(found["to"])} for found in links],
             marked={s[2] for s in spans},
             page=page,
             pages=pages,
         )
+
+    @staticmethod
+    async def _targets(slug: Slug, links: list[LinkInfo], services: Services) -> dict[str, Target]:
+        """What each link points at, and where a page shows it: a claim or an evidence has its
+        own page, a link is shown on its claim's page, a contradiction on no page of its own
+        (only its words are given). A target outside the collection is simply absent."""
+        cited = await services.reads.cited(slug, {found["to"] for found in links})
+        inner = {c.to for c in cited.values() if c.kind == KIND_LINK and c.to is not None}
+        below = await services.reads.cited(slug, inner - cited.keys()) if inner else {}
+        kinds = {i: c.kind for i, c in (below | cited).items()}
+        base = f"/c/{quote(slug)}"
+        targets: dict[str, Target] = {}
+        for target_id, c in cited.items():
+            if c.kind == KIND_CLAIM:
+                targets[target_id] = Target("claim", c.text or "", f"{base}/claims/{target_id}")
+            elif c.kind == KIND_EVIDENCE:
+                title = c.title or "Untitled document"
+                targets[target_id] = Target("evidence", title, f"{base}/evidence/{target_id}")
+            elif c.kind == KIND_LINK:
+                shown = c.to is not None and kinds.get(c.to) == KIND_CLAIM
+                href = f"{base}/claims/{c.to}#link-{target_id}" if shown else None
+                words = f"{c.relation or ''} link: “{c.quote or ''}”"
+                targets[target_id] = Target("link", words, href)
+            else:
+                targets[target_id] = Target("contradiction", c.reason or "", None)
+        return targets
 
     async def _event(
         self,

@@ -1,0 +1,398 @@
+"""Checking an export against its collection's signed log, offline: what `tms verify-export`
+reports.
+
+An export (`tms.ledger.export`) is the collection's events in ledger order, with the terms and
+profiles of the keys that wrote them; asked for, it ends with a *checkpoint line*:
+`{"checkpoint": <signed note>, "entries": [<event ids in log order>], "others": [[<id of a
+profile or terms line>, <id of the entry just before it, or null>], ...]}`, a JSON object no
+event can be (it has no `id`). The audit:
+
+1. checks every event line's id and signature (a changed line is named);
+2. opens every checkpoint (the export's own, and any the member kept) with the server's
+   verifier key, and learns the collection from the checkpoints' origin `<host>/c/<slug>`;
+3. rebuilds the tree from the collection's events in file order, and checks that its first
+   `size` entries hash to each checkpoint's root;
+4. with the checkpoint line's entries (authentic once they hash to the signed root), names
+   exactly what is missing, extra or out of order, by line and id; its `others` (not covered
+   by the signature: profiles and terms are not entries) name a dropped profile or terms line.
+
+Pure: lines in, a report out. Reading the file and spreading the signature checks over the
+CPUs is the CLI's (`tms.cli.verify_export`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+from tms.errors import InvalidEvent, LogError, shown
+from tms.nostr.events import Event, compact_json, is_hex64
+from tms.tlog.merkle import CompactRange, leaf_hash, root_of
+from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint, origin_slug
+from tms.types import KIND_MEMBERS, KIND_PROFILE, KIND_TERMS
+
+ENTRY_KINDS: Final = frozenset(range(4701, KIND_MEMBERS + 1))  # the kinds that name a collection
+CHECKPOINT_KEY: Final = "checkpoint"
+MAX_REPORTED: Final = 1000  # problems printed; the count is always exact
+
+
+Other = tuple[str, str | None]  # a profile or terms line: its id, and the entry before it
+
+
+def checkpoint_line(note: str, entries: Sequence[str], others: Sequence[Other]) -> str:
+    """The line an export ends with when asked: its signed checkpoint and what it covers."""
+    listed = [list(other) for other in others]
+    return compact_json({CHECKPOINT_KEY: note, "entries": list(entries), "others": listed})
+
+
+class Line(NamedTuple):
+    """One line of an export, as far as it could be read and checked (a tuple: workers send
+    hundreds of thousands back, and tuples pickle several times faster than objects)."""
+
+    number: int
+    id: str | None  # the id the line claims (None: not an event at all)
+    kind: int | None = None
+    pubkey: str | None = None
+    collection: str | None = None
+    problem: str | None = None  # why it does not verify
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointLine:
+    number: int
+    note: str
+    entries: list[str]
+    others: list[Other]
+
+
+def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
+    """Parse and check one line (its id and signature): the CPU-bound part of an audit."""
+    if raw.startswith(b'{"' + CHECKPOINT_KEY.encode() + b'"'):
+        try:
+            return _checkpoint_line(number, json.loads(raw))
+        except (ValueError, TypeError) as exc:
+            return Line(number, None, problem=f"not an event nor a checkpoint line: {exc}")
+    try:
+        event = Event.from_json(raw)
+    except InvalidEvent as exc:
+        return Line(number, _claimed_id(raw), problem=f"not an event: {exc}")
+    collection = None
+    if event.kind in ENTRY_KINDS:
+        try:
+            content = json.loads(event.content)
+            named = content.get("collection") if isinstance(content, dict) else None
+            collection = named if isinstance(named, str) else None
+        except ValueError:
+            pass
+    try:
+        event.verify()
+    except InvalidEvent as exc:
+        return Line(number, event.id, event.kind, event.pubkey, collection, f"changed: {exc}")
+    return Line(number, event.id, event.kind, event.pubkey, collection)
+
+
+def read_lines(numbers: Sequence[int], raws: Sequence[bytes]) -> list[Line | CheckpointLine]:
+    """`read_line` over a block of lines (a worker's share)."""
+    return [read_line(number, raw) for number, raw in zip(numbers, raws, strict=True)]
+
+
+def _checkpoint_line(number: int, obj: object) -> CheckpointLine:
+    if not isinstance(obj, dict) or set(obj) != {CHECKPOINT_KEY, "entries", "others"}:
+        raise ValueError('it must hold exactly "checkpoint", "entries" and "others"')
+    note, entries, others = obj[CHECKPOINT_KEY], obj["entries"], obj["others"]
+    if not isinstance(note, str):
+        raise ValueError("its checkpoint must be a signed note")
+    if not isinstance(entries, list) or not all(is_hex64(i) for i in entries):
+        raise ValueError("its entries must be a list of event ids")
+    if not isinstance(others, list) or not all(
+        isinstance(o, list) and len(o) == 2 and is_hex64(o[0]) and (o[1] is None or is_hex64(o[1]))
+        for o in others
+    ):
+        raise ValueError("its others must be a list of [event id, event id or null]")
+    return CheckpointLine(number, note, entries, [(o[0], o[1]) for o in others])
+
+
+def _claimed_id(raw: bytes) -> str | None:
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    claimed = obj.get("id") if isinstance(obj, dict) else None
+    return claimed if isinstance(claimed, str) else None
+
+
+@dataclass
+class Report:
+    problems: list[tuple[float, str]] = field(default_factory=list)  # (line, text), for order
+    findings: list[str] = field(default_factory=list)  # what was checked and held
+    events: int = 0  # lines that are events whose id and signature verify
+    entries: int = 0  # lines that are entries of the collection's log
+
+    def problem(self, text: str, line: float = float("inf")) -> None:
+        self.problems.append((line, text))
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        """What to print: every problem by line (the first MAX_REPORTED), then findings."""
+        ordered = [text for _, text in sorted(self.problems, key=lambda p: p[0])]
+        if len(ordered) > MAX_REPORTED:
+            ordered = [*ordered[:MAX_REPORTED], f"... and {len(ordered) - MAX_REPORTED} more"]
+        return [*ordered, *self.findings]
+
+
+def audit(
+    items: Iterable[Line | CheckpointLine], verifier: NoteVerifier, kept: Sequence[str] = ()
+) -> Report:
+    """Check an export's lines (in file order) against its own checkpoint line, if it ends
+    with one, and against the checkpoints the member `kept` (signed notes)."""
+    report = Report()
+    lines: list[Line] = []
+    record: CheckpointLine | None = None
+    for item in items:
+        if record is not None:  # a checkpoint line is the last line, or not one at all
+            report.problem(f"line {record.number}: a checkpoint line before the end", record.number)
+            record = None
+        if isinstance(item, CheckpointLine):
+            record = item
+        else:
+            lines.append(item)
+    checkpoints = _open(record, kept, verifier, report)
+    if not checkpoints:
+        return report
+    origin = checkpoints[0].origin
+    slug = origin_slug(origin)
+    if any(c.origin != origin for c in checkpoints) or slug is None:
+        names = ", ".join(sorted({c.origin for c in checkpoints}))
+        report.problem(f"the checkpoints are not of one TMS collection's log: {names}")
+        return report
+    entries = _entries(lines, slug, report)
+    _check_roots(entries, checkpoints, report)
+    if record is not None:
+        _compare(entries, record, checkpoints[0], report)
+        _compare_others(lines, record, report)
+    return report
+
+
+def _open(
+    record: CheckpointLine | None, kept: Sequence[str], verifier: NoteVerifier, report: Report
+) -> list[Checkpoint]:
+    """Every checkpoint whose signature holds, the export's own first."""
+    opened = []
+    notes = [("the export's checkpoint line", record.note)] if record is not None else []
+    notes += [(f"checkpoint {i + 1} given", note) for i, note in enumerate(kept)]
+    if not notes:
+        report.problem("no checkpoint: the export has no checkpoint line, and none was given")
+    for where, note in notes:
+        try:
+            opened.append(open_checkpoint(note, verifier))
+        except LogError as exc:
+            report.problem(f"{where}: {exc}")
+    if len(opened) < len(notes):
+        return []
+    return opened
+
+
+def _entries(lines: list[Line], slug: str, report: Report) -> list[tuple[int, str]]:
+    """The collection's log entries in file order `(line, id)`, each line's problems noted."""
+    entries = []
+    for line in lines:
+        if line.problem is not None:
+            report.problem(f"{_named(line)}: {line.problem}", line.number)
+        else:
+            report.events += 1
+        if line.id is None or line.kind not in ENTRY_KINDS:
+            continue
+        if line.collection != slug:
+            where = shown(line.collection) if line.collection else "no collection"
+            report.problem(
+                f"{_named(line)}: extra: an event of {where}, not of '{slug}'", line.number
+            )
+            continue
+        entries.append((line.number, line.id))
+    report.entries = len(entries)
+    _check_terms(lines, report)
+    return entries
+
+
+def _named(line: Line) -> str:
+    return f"line {line.number}" + (f" ({shown(line.id)})" if line.id else "")
+
+
+def _check_terms(lines: list[Line], report: Report) -> None:
+    """Every author signs the terms before its first write, so an export that can be
+    published again holds each author's terms before the author's first entry."""
+    signed: set[str] = set()
+    for line in lines:
+        if line.kind == KIND_TERMS and line.pubkey is not None:
+            signed.add(line.pubkey)
+        elif line.kind in ENTRY_KINDS and line.pubkey is not None and line.pubkey not in signed:
+            signed.add(line.pubkey)  # named once, at the author's first entry
+            report.problem(
+                f"line {line.number} ({line.id}): its author {line.pubkey} signed no terms "
+                "earlier in the file: a terms line is missing or out of order",
+                line.number,
+            )
+
+
+def _check_roots(
+    entries: list[tuple[int, str]], checkpoints: list[Checkpoint], report: Report
+) -> None:
+    """Step 3: the tree rebuilt from the file, at each checkpoint's size."""
+    tree = CompactRange()
+    for checkpoint in sorted(checkpoints, key=lambda c: c.size):
+        if checkpoint.size > len(entries):
+            report.problem(
+                f"the file holds {len(entries)} entries of {checkpoint.origin}, but the "
+                f"checkpoint signed {checkpoint.size}: {checkpoint.size - len(entries)} missing"
+            )
+            continue
+        ids = (bytes.fromhex(i) for _, i in entries[tree.size : checkpoint.size])
+        tree.append(leaf_hash(i) for i in ids)
+        if tree.root() == checkpoint.root:
+            report.findings.append(
+                f"the first {checkpoint.size} entries hash to the root signed at size "
+                f"{checkpoint.size} ({checkpoint.origin})"
+            )
+        else:
+            report.problem(
+                f"the file's first {checkpoint.size} entries do not hash to the root signed at "
+                f"size {checkpoint.size}: an entry is missing, extra, changed or out of order"
+            )
+    largest = max(c.size for c in checkpoints)
+    if len(entries) > largest:
+        report.findings.append(
+            f"{len(entries) - largest} entries after entry {largest} are newer than every "
+            "checkpoint given"
+        )
+
+
+def _compare(
+    entries: list[tuple[int, str]], record: CheckpointLine, own: Checkpoint, report: Report
+) -> None:
+    """Step 4: the file's entries against the log's, named one by one."""
+    log = record.entries
+    if len(log) != own.size or root_of(leaf_hash(bytes.fromhex(i)) for i in log) != own.root:
+        report.problem(
+            f"line {record.number}: its entries do not hash to the root it signs: the "
+            "checkpoint line was altered, so what is missing cannot be named",
+            record.number,
+        )
+        return
+    if [i for _, i in entries] == log:
+        return
+    place = {event_id: index for index, event_id in enumerate(log)}
+    seen: dict[str, int] = {}
+    kept: list[tuple[int, int, str]] = []  # (log index, line, id), first occurrences in the log
+    for number, event_id in entries:
+        if event_id in seen:
+            report.problem(
+                f"line {number} ({event_id}): extra: repeats line {seen[event_id]}", number
+            )
+            continue
+        seen[event_id] = number
+        if event_id not in place:
+            report.problem(f"line {number} ({event_id}): extra: not in the log", number)
+        else:
+            kept.append((place[event_id], number, event_id))
+    in_order = _longest_increasing([index for index, _, _ in kept])
+    for index, number, event_id in kept:
+        if index not in in_order:
+            report.problem(
+                f"line {number} ({event_id}): out of order: it is entry {index} of the log",
+                number,
+            )
+    line_of = {index: number for index, number, _ in kept}
+    previous = 0.0
+    for index, event_id in enumerate(log):
+        if index in line_of:
+            previous = line_of[index]
+        elif event_id not in seen:
+            where = f"after line {int(previous)}" if previous else "before the first entry"
+            report.problem(f"missing: entry {index} of the log ({event_id}), {where}", previous)
+
+
+def _compare_others(lines: list[Line], record: CheckpointLine, report: Report) -> None:
+    """The profile and terms lines the export listed, each after the entry it followed (not
+    signed: profiles and terms are no log's entries, so this catches a line lost or moved in
+    the file, not a server that hides one)."""
+    found: list[tuple[int, str, str | None]] = []  # (line, id, the entry before it)
+    entries: set[str] = set()
+    before: str | None = None
+    for line in lines:
+        if line.id is None:
+            continue
+        if line.kind in ENTRY_KINDS:
+            before = line.id
+            entries.add(line.id)
+        elif line.kind in (KIND_PROFILE, KIND_TERMS):
+            found.append((line.number, line.id, before))
+    listed = dict(record.others)
+    present = {event_id for _, event_id, _ in found}
+    for number, event_id, after in found:
+        if event_id not in listed:
+            report.problem(f"line {number} ({event_id}): extra: not listed by the export", number)
+        elif listed[event_id] != after and (listed[event_id] or "") in entries | {""}:
+            where = f"entry {listed[event_id]}" if listed[event_id] else "the first entry"
+            side = "after" if listed[event_id] else "before"
+            report.problem(
+                f"line {number} ({event_id}): out of place: the export wrote it {side} {where}",
+                number,
+            )
+    order = [event_id for event_id, _ in record.others if event_id in present]
+    in_file = [(number, event_id) for number, event_id, _ in found if event_id in listed]
+    for (number, event_id), expected in zip(in_file, order, strict=True):
+        if event_id != expected:
+            report.problem(f"line {number} ({event_id}): out of order among profiles and terms")
+            break
+    for event_id, _ in record.others:
+        if event_id not in present:
+            report.problem(
+                f"missing: the profile or terms line {event_id} the export listed (profiles "
+                "and terms are not log entries: the signature does not cover them)"
+            )
+
+
+def _longest_increasing(values: list[int]) -> set[int]:
+    """The values of one longest strictly increasing subsequence (patience sorting)."""
+    tails: list[int] = []  # tails[k]: smallest tail of an increasing run of length k + 1
+    tail_at: list[int] = []  # positions of those tails in `values`
+    before = [-1] * len(values)
+    for position, value in enumerate(values):
+        k = bisect.bisect_left(tails, value)
+        if k == len(tails):
+            tails.append(value)
+            tail_at.append(position)
+        else:
+            tails[k] = value
+            tail_at[k] = position
+        before[position] = tail_at[k - 1] if k else -1
+    chosen: set[int] = set()
+    position = tail_at[-1] if tail_at else -1
+    while position >= 0:
+        chosen.add(values[position])
+        position = before[position]
+    return chosen
+
+
+def read_kept(text: str) -> list[str]:
+    """The checkpoints in a file a member kept: a signed note, or JSON holding them (a
+    checkpoint line, a `get_checkpoint` result, an export's last line)."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return [text]
+    try:
+        obj = json.loads(stripped.rsplit("\n", 1)[-1])  # JSON, or an export's last line
+    except ValueError as exc:
+        raise LogError(f"not a signed note, nor JSON holding one: {exc}") from None
+    note = obj.get(CHECKPOINT_KEY, obj.get("note")) if isinstance(obj, dict) else None
+    if isinstance(note, dict):
+        note = note.get("note")
+    if not isinstance(note, str):
+        raise LogError('no checkpoint found: expected a signed note, or JSON with "note"')
+    return [note]
