@@ -82,6 +82,45 @@ def test_a_keep_alive_connection_is_served_then_closed_when_idle(port: int) -> N
         assert http.get("/healthz").status_code == 200  # the same connection, again
 
 
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One response from `sock`: its status line and its body (by Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "closed mid-body"
+        body += chunk
+    return head.split(b"\r\n", 1)[0], body
+
+
+def test_a_request_answered_before_its_body_ends_leaves_the_connection_usable(port: int) -> None:
+    """/logout reads 64 KiB and answers 413; the rest of a 4 MB body arrives after that answer.
+    It is still that request's body, not the next request's head (which has a limit of its own),
+    so the same connection then serves the next request."""
+    body = b"x" * (4 * 1024 * 1024)
+    with connect(port) as s:
+        s.settimeout(30)
+        s.sendall(
+            b"POST /logout HTTP/1.1\r\nHost: x\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        status, _ = read_response(s)
+        assert status.startswith(b"HTTP/1.1 413"), status
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, answer = read_response(s)
+        assert status.startswith(b"HTTP/1.1 200"), (status, answer)
+
+
 def test_a_flood_of_slow_connections_cannot_lock_out_health_checks(port: int) -> None:
     """Twice the cap in half-sent heads: each new connection evicts the oldest idle one, so
     /healthz still answers at once, and the server holds no more than the cap."""
