@@ -265,6 +265,33 @@ def test_every_refusal_is_recorded_with_who_where_and_what_kind_never_content(li
             assert abs(row["at"].timestamp() - time.time()) < 120
 
 
+def test_the_logs_routes_note_their_refusals_and_spend_the_key_budget(live: Live) -> None:
+    """The transparency log's member-only routes refuse as export does: a 401 without
+    credentials, the same 404 for a non-member (noted under the route's name, never the slug),
+    and the caller's key budget spent before membership is looked up."""
+    with Client(live, "198.51.100.9") as client:
+        stranger = key(0xAC)
+        paths = ["/c/lab/checkpoint", "/c/lab/consistency?old=1", "/c/lab/tile/0/000"]
+        assert client.http.get(paths[0]).status_code == 401
+        for path in paths:  # three: the key's budget of 3 a minute
+            url = f"{live.url}{path}"
+            event = stranger.sign(27235, "", int(time.time()), [["u", url], ["method", "GET"]])
+            answer = client.http.get(url, headers={"Authorization": nip98_header(event)})
+            assert answer.status_code == 404 and answer.json() == {"error": "no such collection"}
+        url = f"{live.url}/c/lab/checkpoint"
+        event = stranger.sign(27235, "", int(time.time()), [["u", url], ["method", "GET"]])
+        over = client.http.get(url, headers={"Authorization": nip98_header(event)})
+        assert over.status_code == 429 and int(over.headers["Retry-After"]) >= 1
+        rows = refusals(live.database_url, "198.51.100.9", 5)
+        assert [(r["kind"], r["tool"], r["pubkey"]) for r in rows] == [
+            ("unauthenticated", "log checkpoint", None),
+            ("not_member", "log checkpoint", stranger.pubkey),
+            ("not_member", "log consistency", stranger.pubkey),
+            ("not_member", "log tile", stranger.pubkey),
+            ("rate_limited", "log checkpoint", stranger.pubkey),
+        ]
+
+
 def test_recording_never_changes_an_answer(live: Live) -> None:
     """With the log's table gone, refusals are answered exactly as before; the records wait in
     memory and are written once the table is back."""
