@@ -68,7 +68,7 @@ def template_url(pg_server_url: str) -> Iterator[str]:
 
     asyncio.run(build())
     yield with_database(pg_server_url, TEMPLATE)
-    asyncio.run(admin(pg_server_url, f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)'))
+    asyncio.run(drop_database(pg_server_url, with_database(pg_server_url, TEMPLATE)))
 
 
 @pytest.fixture

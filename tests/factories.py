@@ -247,7 +247,19 @@ async def create_database(server_url: str, template_url: str, prefix: str = "tms
 
 
 async def drop_database(server_url: str, database_url: str) -> None:
-    await admin(server_url, f'DROP DATABASE IF EXISTS "{database_name(database_url)}" WITH (FORCE)')
+    """Ends this role's own connections to it, then drops it. Not `WITH (FORCE)`: that must
+    also end an autovacuum worker that happens to be there, which takes `pg_signal_backend`;
+    a plain DROP waits for autovacuum by itself, so the tests' role needs no such grant."""
+    name = database_name(database_url)
+    await admin(server_url, _terminate_own(name), f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def _terminate_own(name: str) -> str:
+    """End the connections this role holds to database `name` (a role may always end its own)."""
+    return (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE datname = '{name}' AND usename = current_user AND pid <> pg_backend_pid()"
+    )
 
 
 @contextmanager
@@ -267,24 +279,25 @@ async def allow_connections(server_url: str, database_url: str, allowed: bool) -
     name = database_name(database_url)
     statements = [f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allowed).lower()}']
     if not allowed:
-        statements.append(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-        )
+        statements.append(_terminate_own(name))
     await admin(server_url, *statements)
 
 
 # --- a live server -----------------------------------------------------------------------------
 
 
+UNLIMITED: Final = {f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY", "FETCH", "LOGIN")}
+
 # The live servers' checkpoint key (TMS_LOG_KEY), fixed so that failures are reproducible.
 LOG_SIGNER: Final = NoteSigner("127.0.0.1", Ed25519PrivateKey.from_private_bytes(bytes([7]) * 32))
 
 
 def settings(**env: str) -> Settings:
-    """Settings from `env` alone, never from the test's environment or a data directory."""
+    """Settings from `env` alone, never from the test's environment or a data directory. Rate
+    limits are off unless `env` sets them: every test client comes from 127.0.0.1, often with
+    one key, faster than anyone would (tests/web/test_rate_limits.py tests the limits)."""
     defaults = {"TMS_DATA_DIR": "/nonexistent-tms-data", "TMS_LOG_KEY": LOG_SIGNER.encode()}
-    return Settings.from_env({**defaults, **env})
+    return Settings.from_env({**defaults, **UNLIMITED, **env})
 
 
 @dataclass(frozen=True)
@@ -329,6 +342,7 @@ def live_server(
             log_level="warning",
             lifespan="on",
             http=GuardedHttpProtocol.with_limits(limits or ConnectionLimits()),
+            proxy_headers=False,  # as `tms serve`: X-Forwarded-For only via TMS_TRUSTED_PROXIES
         )
     )
     thread = threading.Thread(target=server.run, name="tms-live", daemon=True)

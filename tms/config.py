@@ -9,11 +9,20 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from tms.errors import ConfigError, EmbeddingError, LogError
+from tms.guard.clients import Network, parse_networks
+from tms.guard.rates import (
+    DEFAULT_ADDRESS,
+    DEFAULT_FETCH,
+    DEFAULT_KEY,
+    DEFAULT_LOGIN,
+    RateLimits,
+    parse_rates,
+)
 
 if TYPE_CHECKING:
     from tms.tlog.note import LogSigner
@@ -22,6 +31,7 @@ DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_PROFILE_RELAYS: Final = ("wss://relay.damus.io", "wss://relay.primal.net")
 SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_DIR
 MIN_SECRET_CHARS: Final = 32
+DEFAULT_KEEP: Final = 100_000  # records the refusal log keeps (TMS_REFUSALS_KEEP)
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 
@@ -87,6 +97,9 @@ class Settings:
     log_key: str | None = None  # TMS_LOG_KEY; None: generated into data_dir (`load_log_key`)
     secret: str | None = None  # TMS_SECRET; None: generated into data_dir (`load_secret`)
     profile_relays: tuple[str, ...] = DEFAULT_PROFILE_RELAYS  # where the pages look up profiles
+    rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_*; none when built by hand
+    trusted_proxies: tuple[Network, ...] = ()  # peers whose X-Forwarded-For is believed
+    refusals_keep: int = DEFAULT_KEEP  # records the refusal log keeps
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -116,6 +129,20 @@ class Settings:
             log_key=env.get("TMS_LOG_KEY", "").strip() or None,
             secret=_secret(env),
             profile_relays=_relays(env),
+            rates=RateLimits(
+                address=parse_rates(
+                    "TMS_RATE_ADDRESS", env.get("TMS_RATE_ADDRESS", DEFAULT_ADDRESS)
+                ),
+                key=parse_rates("TMS_RATE_KEY", env.get("TMS_RATE_KEY", DEFAULT_KEY)),
+                fetch=parse_rates("TMS_RATE_FETCH", env.get("TMS_RATE_FETCH", DEFAULT_FETCH)),
+                login=parse_rates("TMS_RATE_LOGIN", env.get("TMS_RATE_LOGIN", DEFAULT_LOGIN)),
+            ),
+            trusted_proxies=parse_networks(
+                "TMS_TRUSTED_PROXIES", env.get("TMS_TRUSTED_PROXIES", "")
+            ),
+            refusals_keep=int(
+                _number(env, "TMS_REFUSALS_KEEP", DEFAULT_KEEP, 100, 100_000_000, "")
+            ),
         )
 
     @property

@@ -4,9 +4,16 @@ Every front door (CLI, MCP, web) shows `str(error)` unchanged, so the wording he
 these are raised is the wording of SPEC.md's "Common errors" table. Every subclass a user can
 meet is defined here, so the whole vocabulary of refusals reads in one place. Nothing here
 imports anything but the standard library.
+
+Each error also says how the refusal log (`tms.guard.refusals`) files it: its `refusal` kind
+(None for what is not a refusal of the caller, such as a database that is down), and `pubkey`,
+the caller's key once its signature has verified. Neither is ever shown to anyone.
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
 
 
 def one_line(exc: BaseException, limit: int | None = None) -> str:
@@ -30,8 +37,32 @@ def sendable(message: str) -> str:
     return message.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+class Refusal(StrEnum):
+    """The kinds of refusal the refusal log counts: what an operator looks for when probing."""
+
+    BAD_SIGNATURE = "bad_signature"  # an id or signature that does not verify
+    UNAUTHENTICATED = "unauthenticated"  # credentials missing, malformed, or for another request
+    NOT_MEMBER = "not_member"  # a key that may not do this (not a member, not approved, not owner)
+    REPLAY = "replay"  # a request or login used before
+    STALE = "stale"  # signed too long ago (or too far ahead)
+    RATE_LIMITED = "rate_limited"
+    SSRF = "ssrf"  # a URL the fetcher will not go to
+    TOO_LARGE = "too_large"  # a body, a document or a batch over a limit
+    INVALID = "invalid"  # anything else a client sent wrong
+
+
 class TMSError(Exception):
     """Base of every error a user may see; its message is shown verbatim."""
+
+    refusal: Refusal | None = Refusal.INVALID  # how the refusal log files it; None: not at all
+    pubkey: str | None = None  # the caller's key, once its signature verified
+
+    def refused_as(self, refusal: Refusal | None, pubkey: str | None = None) -> Self:
+        """Say how the refusal log files this one (and whose it is, when that is known)."""
+        self.refusal = refusal
+        if pubkey is not None:
+            self.pubkey = pubkey
+        return self
 
 
 # --- what a client sent ------------------------------------------------------------------------
@@ -47,6 +78,8 @@ class InvalidEvent(TMSError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+        if field in ("id", "sig"):
+            self.refusal = Refusal.BAD_SIGNATURE
 
 
 class InvalidKey(TMSError):
@@ -86,12 +119,16 @@ class AuthError(TMSError):
 
     The web layer answers 401 with this message and `WWW-Authenticate: Nostr`."""
 
+    refusal = Refusal.UNAUTHENTICATED
+
 
 # --- who may do what ---------------------------------------------------------------------------
 
 
 class AccessDenied(TMSError):
     """The caller's key may not do this."""
+
+    refusal = Refusal.NOT_MEMBER
 
 
 class NotAReader(AccessDenied):
@@ -106,15 +143,37 @@ class NotAUser(AccessDenied):
 
 
 class FetchError(TMSError):
-    """A URL the fetcher refused or could not turn into evidence text: one line, shown as is."""
+    """A URL the fetcher refused or could not turn into evidence text: one line, shown as is.
+
+    A page that could not be had ("fetch failed: ...") is no refusal of the caller; one the
+    fetcher will not have ("refused: ...") is, and the address rules mark theirs as SSRF."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        if not message.startswith("refused:"):
+            self.refusal = None
+
+
+class RateLimited(TMSError):
+    """Over a rate limit (`tms.guard.rates`): HTTP answers 429 with `Retry-After`."""
+
+    refusal = Refusal.RATE_LIMITED
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class EmbeddingError(TMSError):
     """The model could not be configured, loaded or run; one line, shown as is."""
 
+    refusal = None
+
 
 class ConfigError(TMSError):
     """A `TMS_*` variable holds a value we cannot use."""
+
+    refusal = None
 
 
 # What every door says when the database cannot be used (tms.store.database.is_database_down).
@@ -123,6 +182,8 @@ DATABASE_UNAVAILABLE = "database unavailable, try again shortly"
 
 class DatabaseError(TMSError):
     """The database cannot be reached or is not in a state this version of TMS can use."""
+
+    refusal = None
 
 
 class LogError(TMSError):

@@ -20,9 +20,12 @@ import asyncpg
 from tms.config import EmbeddingConfig, Settings, load_log_key
 from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
+from tms.guard.rates import Throttle
+from tms.guard.refusals import RefusalLog
 from tms.ledger import anchors
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
+from tms.ledger.refusals import RefusalStore
 from tms.ledger.service import Ledger
 from tms.mcp.tools import Tools
 from tms.nostr.events import SecretKey
@@ -98,10 +101,20 @@ async def open_runtime(
         # `anchor: null` for them meanwhile, and nothing waits.
         anchoring = asyncio.create_task(_anchor_stored_links(pool), name="tms-anchors")
         stack.push_async_callback(_cancel, anchoring)
+        refusals = RefusalLog(RefusalStore(pool), settings.refusals_keep)
+        refusals.start()
+        stack.push_async_callback(refusals.close)  # before the pool closes: the last records
         signer, chosen = load_log_key(settings)
         if chosen is not None:
             log.warning("%s", chosen)
-        services = Services.over(pool, None, log=signer, publish_pool=publish_pool)
+        services = Services.over(
+            pool,
+            None,
+            log=signer,
+            publish_pool=publish_pool,
+            throttle=Throttle(settings.rates),
+            refusals=refusals,
+        )
         # Collections stored before the transparency log existed get their trees in the
         # background: a publish or read that reaches one first builds it there, under the
         # collection's lock, so nothing waits for the whole back-fill (tms.ledger.tlog).

@@ -3,8 +3,10 @@ same ledger, access module, reads and search, so no door can hold a rule of its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tms.guard.rates import Throttle
+from tms.guard.refusals import RefusalLog
 from tms.ledger.access import Access
 from tms.ledger.keys import Keys
 from tms.ledger.reads import Reads
@@ -33,6 +35,8 @@ class Services:
     sessions: Sessions  # browser logins
     tlog: LogReads  # each collection's transparency log: checkpoints, proofs, tiles
     fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
+    throttle: Throttle = field(default_factory=Throttle)  # rate limits; none by default
+    refusals: RefusalLog = field(default_factory=lambda: RefusalLog(None))  # where refusals go
 
     @classmethod
     def over(
@@ -43,11 +47,17 @@ class Services:
         fetch_allow: str | None = None,
         log: LogSigner | None = None,
         publish_pool: Pool | None = None,
+        throttle: Throttle | None = None,
+        refusals: RefusalLog | None = None,
     ) -> Services:
         """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); `log`:
         the server's checkpoint key (None: a throwaway one, for tests); `publish_pool`:
-        publishes' own connections (None: `pool`'s)."""
-        ledger = Ledger(pool, vectors=vectors, log=log, publish_pool=publish_pool)
+        publishes' own connections (None: `pool`'s); no `throttle`: no rate limits; no
+        `refusals`: refusals are not written anywhere."""
+        throttle = throttle or Throttle()
+        ledger = Ledger(
+            pool, vectors=vectors, log=log, publish_pool=publish_pool, throttle=throttle
+        )
         return cls(
             ledger=ledger,
             access=Access(pool),
@@ -59,4 +69,6 @@ class Services:
             sessions=Sessions(pool),
             tlog=LogReads(pool, ledger.log),
             fetch_allow=fetch_allow,
+            throttle=throttle,
+            refusals=refusals or RefusalLog(None),
         )

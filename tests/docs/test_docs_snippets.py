@@ -17,10 +17,12 @@ import httpx
 import pytest
 from factories import Live, environment, fresh_database, live_server, members, settings, terms
 
+from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
+from tms.web import docs
 
 FENCE: Final = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 RUN_SECONDS: Final = 120
@@ -73,6 +75,10 @@ def test_the_guide_is_this_servers(live: Live) -> None:
         "`unchallenged`: fewest REBUTS links plus contradictions",
         "`contested`: most REBUTS links plus contradictions first",
         "50 MB before extraction",
+        "| JSON nesting | 64 levels",
+        "| Tags per event | 1,000 tags and 100,000 characters in all",
+        "must arrive within 10 seconds, the body within 60 seconds",
+        "| Requests per client address | none,",  # the tests' servers run without rate limits
     ):
         assert words in guide, words
     page = httpx.get(live.url + "/docs", headers={"Accept": "text/html"})
@@ -121,3 +127,14 @@ def test_the_guides_javascript_runs(
     assert result.returncode == 0, result.stderr
     assert "slug: 'mcas'" in result.stdout
     assert "accepted: [" in result.stdout
+
+
+def test_the_guide_states_the_rate_limits_a_server_is_set_to() -> None:
+    defaults = docs.markdown("https://tms.example.org", Settings.from_env({}))
+    assert "| Requests per client address | 40 per second and 1,200 per minute," in defaults
+    assert "| Calls per key | 20 per second and 600 per minute:" in defaults
+    assert "| `fetch_url` per key | 10 per minute and 100 per hour" in defaults
+    assert "| Logins per key | 5 per minute and 30 per hour |" in defaults
+    tuned = Settings.from_env({"TMS_RATE_KEY": "2 per 5 seconds", "TMS_HEAD_SECONDS": "2.5"})
+    guide = docs.markdown("https://tms.example.org", tuned)
+    assert "| Calls per key | 2 per 5 seconds:" in guide and "within 2.5 seconds" in guide

@@ -4,6 +4,7 @@ shutdown, even when an operator command started it again first."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -27,7 +28,8 @@ HEADERS = {"Accept": "application/json, text/event-stream"}
 
 def environment(**values: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
-    return {**env, "TMS_EMBED": "off", **values}
+    # The outage is polled faster than the key's rate limit allows.
+    return {**env, "TMS_EMBED": "off", "TMS_RATE_KEY": "off", **values}
 
 
 def free_port() -> int:
@@ -91,6 +93,14 @@ def list_collections(base: str, key: SecretKey) -> dict[str, object]:
     return result["result"]  # type: ignore[return-value]
 
 
+def exported(base: str, key: SecretKey) -> httpx.Response:
+    """A NIP-98 export of a collection the key is not in: a 404 while the database is up."""
+    url = f"{base}/c/lab/export.jsonl"
+    event = key.sign(27235, "", int(time.time()), [["u", url], ["method", "GET"]])
+    header = "Nostr " + base64.b64encode(event.to_json().encode()).decode()
+    return httpx.get(url, headers={"Authorization": header}, timeout=5)
+
+
 def test_a_killed_database_comes_back_by_itself(
     served: tuple[subprocess.Popen[bytes], str, Path],
 ) -> None:
@@ -102,6 +112,7 @@ def test_a_killed_database_comes_back_by_itself(
     killed = time.monotonic()
     first.wait(10)
     answers = []
+    exports = []  # the HTTP door meanwhile: 503 and the same words, as JSON
     while True:
         health = httpx.get(f"{base}/healthz", timeout=5)
         answers.append(health.status_code)
@@ -112,11 +123,21 @@ def test_a_killed_database_comes_back_by_itself(
                 assert outage["content"] == [
                     {"type": "text", "text": "database unavailable, try again shortly"}
                 ]
+            export = exported(base, key)
+            exports.append(export.status_code)
+            if export.status_code == 503:
+                assert export.json() == {"error": "database unavailable, try again shortly"}
         if health.status_code == 200:
             break
         assert time.monotonic() - killed < 10, f"not back within 10 s: {answers}"
         time.sleep(0.05)
     assert 503 in answers
+    # Each export was asked between two health checks: with the database down at both, it
+    # answered 503; otherwise 503 or, the database back, the non-member's 404.
+    assert set(exports) <= {503, 404}, exports
+    for i, status in enumerate(exports):
+        if answers[i + 1] == 503:
+            assert status == 503, (answers, exports)
     second = postmaster(data_dir)
     assert second is not None and second.pid != first.pid
     # The pools reconnected: a tool answers again.

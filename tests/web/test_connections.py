@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -81,6 +82,45 @@ def test_a_keep_alive_connection_is_served_then_closed_when_idle(port: int) -> N
         assert http.get("/healthz").status_code == 200  # the same connection, again
 
 
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One response from `sock`: its status line and its body (by Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "closed mid-body"
+        body += chunk
+    return head.split(b"\r\n", 1)[0], body
+
+
+def test_a_request_answered_before_its_body_ends_leaves_the_connection_usable(port: int) -> None:
+    """/logout reads 64 KiB and answers 413; the rest of a 4 MB body arrives after that answer.
+    It is still that request's body, not the next request's head (which has a limit of its own),
+    so the same connection then serves the next request."""
+    body = b"x" * (4 * 1024 * 1024)
+    with connect(port) as s:
+        s.settimeout(30)
+        s.sendall(
+            b"POST /logout HTTP/1.1\r\nHost: x\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        status, _ = read_response(s)
+        assert status.startswith(b"HTTP/1.1 413"), status
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, answer = read_response(s)
+        assert status.startswith(b"HTTP/1.1 200"), (status, answer)
+
+
 def test_a_flood_of_slow_connections_cannot_lock_out_health_checks(port: int) -> None:
     """Twice the cap in half-sent heads: each new connection evicts the oldest idle one, so
     /healthz still answers at once, and the server holds no more than the cap."""
@@ -107,3 +147,52 @@ def test_a_flood_of_slow_connections_cannot_lock_out_health_checks(port: int) ->
     finally:
         for s in flood:
             s.close()
+
+
+def test_two_hundred_slowloris_clients_leave_health_checks_answering(
+    pg_server_url: str, template_url: str
+) -> None:
+    """A hundred heads and a hundred bodies, each dribbled a byte at a time: /healthz answers
+    throughout, and every one of them is cut off at its deadline (the cap is not reached, so
+    nothing here is evicted: the deadlines alone do it)."""
+    limits = ConnectionLimits(head_seconds=2.0, body_seconds=2.0, max_connections=1000)
+    with (
+        fresh_database(pg_server_url, template_url) as database,
+        live_server(database, limits=limits) as live,
+    ):
+        port = int(live.url.rsplit(":", 1)[1])
+        slow = []
+        for n in range(200):
+            s = connect(port)
+            if n % 2:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            else:
+                s.sendall(
+                    b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Accept: application/json\r\nContent-Length: 100000\r\n\r\n{"
+                )
+            slow.append(s)
+        stop = threading.Event()
+
+        def dribble() -> None:
+            while not stop.is_set():
+                for s in slow:
+                    with contextlib.suppress(OSError):
+                        s.send(b"a")
+                time.sleep(0.2)
+
+        dribbler = threading.Thread(target=dribble, daemon=True)
+        dribbler.start()
+        try:
+            with httpx.Client(timeout=10) as http:
+                for _ in range(10):
+                    assert http.get(f"{live.url}/healthz").status_code == 200
+                    time.sleep(0.1)
+            deadline = time.monotonic() + 15
+            for s in slow:  # each is closed by the server, whatever it keeps sending
+                assert closed_within(s, max(deadline - time.monotonic(), 0.1)) is not None
+        finally:
+            stop.set()
+            dribbler.join(5)
+            for s in slow:
+                s.close()

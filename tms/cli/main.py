@@ -8,7 +8,7 @@ checks it against its collection's signed transparency log (`tms.cli.verify_expo
 `{"url", "title", "chars", "text"}` as one JSON line; a refusal is one line on stderr, exit 2.
 
 `tms serve` runs the HTTP server; `tms stdio` serves the same MCP tools over stdin and stdout for
-a local agent. `tms approve`, `revoke`, `approved` and `export` are the
+a local agent. `tms approve`, `revoke`, `approved`, `export` and `refusals` are the
 operator's: they work on the same database as the server (`TMS_DATABASE_URL`, else the embedded
 PostgreSQL in `TMS_DATA_DIR`), whether or not the server is running. A bad key is one line on
 stderr and exit 2; a database that cannot be used, or an unknown collection, one line and exit 1.
@@ -20,10 +20,12 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -130,6 +132,7 @@ def _serve(host: str | None, port: int | None) -> int:
         port=port,
         lifespan="on",
         http=GuardedHttpProtocol.with_limits(limits),
+        proxy_headers=False,  # X-Forwarded-For is read by the app, from TMS_TRUSTED_PROXIES only
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0
@@ -307,6 +310,57 @@ async def _export(slug: str, checkpoint: bool) -> int:
     return 0
 
 
+_AGO = re.compile(r"(\d+)\s*([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def since_when(text: str, now: datetime) -> datetime | None:
+    """`--since`: an age (`90s`, `15m`, `1h`, `2d`, `1w`) or an ISO 8601 time (UTC unless it
+    says otherwise); None when it is neither."""
+    text = text.strip().lower()
+    match = _AGO.fullmatch(text)
+    if match:
+        return now - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        when = datetime.fromisoformat(text.upper())
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+async def _refusals(since: datetime, pubkey: PubKey | None, limit: int) -> int:
+    from tms.ledger.refusals import RefusalStore
+
+    settings = Settings.from_env()
+    _, pool = await _open_pool(settings, max_size=1)
+    try:
+        store = RefusalStore(pool)
+        counts = await store.counts(since, pubkey)
+        newest = await store.newest(since, pubkey, limit) if limit else []
+        dropped = await store.dropped()
+    finally:
+        await pool.close()
+    whose = f" by {nip19.npub_encode(pubkey)}" if pubkey else ""
+    print(f"refusals{whose} since {_utc(since)}: {sum(counts.values()):,}")
+    width = max((len(kind) for kind in counts), default=0)
+    for kind, count in counts.items():
+        print(f"  {kind:<{width}}  {count:>9,}")
+    print(
+        f"dropped so far: {dropped:,} (the log keeps the newest {settings.refusals_keep:,}; "
+        "TMS_REFUSALS_KEEP)"
+    )
+    if newest:
+        print(f"the newest {len(newest):,}, oldest first (time, kind, tool, address, key):")
+    for record in newest:
+        key = nip19.npub_encode(record.pubkey) if record.pubkey else "-"
+        print(f"{_utc(record.at)}  {record.kind}  {record.tool}  {record.address or '-'}  {key}")
+    return 0
+
+
+def _utc(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tms", description="TMS, the evidence ledger.")
     parser.add_argument("--version", action="version", version=f"tms {version('tms')}")
@@ -364,6 +418,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="VERIFIER_KEY",
         help="the server's log key (GET /log-key), or a file holding it",
     )
+    refusals = commands.add_parser(
+        "refusals",
+        help="what was refused (bad signatures, non-members, replays, rate limits, SSRF...): "
+        "counts by kind, then the newest records",
+    )
+    refusals.add_argument(
+        "--since", default="24h", help="an age (15m, 1h, 7d) or an ISO 8601 time; default 24h"
+    )
+    refusals.add_argument("--key", metavar="NPUB_OR_HEX", help="only this key's refusals")
+    refusals.add_argument(
+        "--limit", type=int, default=50, help="newest records to list (default 50; 0: counts only)"
+    )
     ns = parser.parse_args(argv)
     if ns.command == "verify":
         raise SystemExit(_verify(ns.file))
@@ -386,3 +452,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         from tms.cli.verify_export import run
 
         raise SystemExit(run(ns.file, ns.checkpoint, ns.key, sys.stdout))
+    if ns.command == "refusals":
+        since = since_when(ns.since, datetime.now(UTC))
+        if since is None:
+            print(
+                f"tms: --since {ns.since!r}: give an age (15m, 1h, 7d) or an ISO 8601 time",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+        keys = _pubkeys([ns.key], "shown") if ns.key is not None else []
+        if keys is None:
+            raise SystemExit(2)
+        if not 0 <= ns.limit <= 100_000:
+            print("tms: --limit must be from 0 to 100000", file=sys.stderr)
+            raise SystemExit(2)
+        raise SystemExit(_operator(_refusals(since, keys[0] if keys else None, ns.limit)))

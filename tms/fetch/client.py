@@ -64,7 +64,7 @@ from typing import Final
 import httpcore
 import httpx
 
-from tms.errors import FetchError, one_line
+from tms.errors import FetchError, Refusal, one_line
 from tms.fetch.addresses import (
     IPAddress,
     classify,
@@ -176,7 +176,7 @@ def _check_publishable(text: str, url: str, title: str, max_chars: int) -> None:
         f"title count too), more than the {max_chars:,} characters one evidence holds; save "
         f"the document, split it by pages or sections into parts of at most about {part:,} "
         "characters, and publish each part as its own evidence"
-    )
+    ).refused_as(Refusal.TOO_LARGE)
 
 
 @functools.cache
@@ -213,7 +213,9 @@ async def _download(
         except _AddressRefused as exc:
             if previous is None:
                 raise
-            raise FetchError(f"{exc} (a redirect from {_shown(previous)})") from None
+            raise FetchError(f"{exc} (a redirect from {_shown(previous)})").refused_as(
+                Refusal.SSRF
+            ) from None
         except httpcore.ConnectTimeout:
             raise FetchError(
                 f"fetch failed: could not connect to {_authority(current)} within "
@@ -238,14 +240,18 @@ def _checked(url: str, base: httpx.URL | None = None) -> httpx.URL:
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
         raise FetchError(f"refused: {_shown(url)} is not a valid URL{where} ({exc})") from None
     if parsed.scheme not in ("http", "https"):
-        raise FetchError(f"refused: {_shown(url)} is not an http or https URL{where}")
+        raise FetchError(f"refused: {_shown(url)} is not an http or https URL{where}").refused_as(
+            Refusal.SSRF
+        )
     if not parsed.host:
         raise FetchError(f"refused: {_shown(url)} has no host{where}")
     if parsed.userinfo:
-        raise FetchError(f"refused: URLs with a user name or password are not fetched{where}")
+        raise FetchError(
+            f"refused: URLs with a user name or password are not fetched{where}"
+        ).refused_as(Refusal.SSRF)
     reason = port_refusal(_port(parsed))
     if reason is not None:
-        raise FetchError(f"refused: {_shown(parsed)}: {reason}{where}")
+        raise FetchError(f"refused: {_shown(parsed)}: {reason}{where}").refused_as(Refusal.SSRF)
     return parsed
 
 
@@ -256,7 +262,7 @@ async def _read_body(response: httpx.Response, url: httpx.URL) -> bytes:
         raise FetchError(
             f"refused: {_shown(url)} is {int(declared):,} bytes, more than the "
             f"{MAX_BYTES:,}-byte (50 MB) limit"
-        )
+        ).refused_as(Refusal.TOO_LARGE)
     inflater = _Inflater(response.headers.get("content-encoding", ""), url)
     received = 0
     parts: list[bytes] = []
@@ -266,7 +272,7 @@ async def _read_body(response: httpx.Response, url: httpx.URL) -> bytes:
             raise FetchError(
                 f"refused: {_shown(url)} is larger than the 50 MB limit; stopped reading "
                 f"after {MAX_BYTES:,} bytes"
-            )
+            ).refused_as(Refusal.TOO_LARGE)
         parts.append(inflater.feed(chunk))
     parts.append(inflater.finish())
     return b"".join(parts)
@@ -350,7 +356,7 @@ class _Inflater:
             raise FetchError(
                 f"refused: {_shown(self._url)} decompresses to more than the 50 MB limit "
                 f"({MAX_BYTES:,} bytes)"
-            )
+            ).refused_as(Refusal.TOO_LARGE)
 
 
 async def resolve(host: str, port: int) -> list[IPAddress]:
@@ -373,7 +379,10 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
 
 
 class _AddressRefused(FetchError):
-    """The host resolves to an address the policy refuses."""
+    """The host resolves to an address the policy refuses: what an attacker probing for
+    internal services meets, so the refusal log files it as SSRF."""
+
+    refusal = Refusal.SSRF
 
 
 class _VettedBackend(httpcore.AsyncNetworkBackend):
@@ -420,7 +429,7 @@ class _VettedBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        raise FetchError("refused: Unix sockets are never fetched")
+        raise FetchError("refused: Unix sockets are never fetched").refused_as(Refusal.SSRF)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

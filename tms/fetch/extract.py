@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Final
 
-from tms.errors import FetchError
+from tms.errors import FetchError, Refusal
 
 HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
 TEXT_TYPES: Final = frozenset({"text/plain"})
@@ -245,4 +245,4 @@ def _check_length(chars: int, url: str, max_chars: int, *, partial: bool = False
         raise FetchError(
             f"refused: the text of {url} is {size}more than the {max_chars:,} characters one "
             f"evidence holds; {SPLIT_ADVICE}"
-        )
+        ).refused_as(Refusal.TOO_LARGE)

@@ -94,13 +94,13 @@ class BodyReader:
             size += len(chunk)
             more = message.get("more_body", False)
             if size > limit:
-                await _discard(receive, more)
+                await discard(receive, more)
                 raise TooLarge(f"request body too large: more than {_mib(limit)}")
             # An upper bound on the arrays and objects, as the body arrives (brackets in strings
             # count too): a body made of them is refused after a few MB, not after 64.
             brackets += chunk.count(b"[") + chunk.count(b"{")
             if brackets > MAX_BRACKETS:
-                await _discard(receive, more)
+                await discard(receive, more)
                 raise TooComplex(
                     f"Parse error: the body holds more than {MAX_BRACKETS:,} '[' and '{{' "
                     "characters; send fewer events per batch"
@@ -153,14 +153,19 @@ class BodyReader:
         stack.callback(self._slots.release)
 
 
-async def _discard(receive: Receive, more: bool) -> None:
-    """Reads and drops the rest of a refused body, up to `DISCARD_BYTES` or `DISCARD_SECONDS`.
-    A server that closes a connection with unread bytes makes the kernel reset it, and the client
-    often loses the answer it was sent; a client still sending a few MB gets to read it."""
+async def discard(
+    receive: Receive,
+    more: bool,
+    max_bytes: int = DISCARD_BYTES,
+    seconds: float = DISCARD_SECONDS,
+) -> None:
+    """Reads and drops the rest of a refused body, up to `max_bytes` or `seconds`. A server
+    that closes a connection with unread bytes makes the kernel reset it, and the client often
+    loses the answer it was sent; a client still sending a few MB gets to read it."""
     dropped = 0
     try:
-        async with asyncio.timeout(DISCARD_SECONDS):
-            while more and dropped <= DISCARD_BYTES:
+        async with asyncio.timeout(seconds):
+            while more and dropped <= max_bytes:
                 message = await receive()
                 dropped += len(message.get("body", b""))
                 more = message["type"] == "http.request" and message.get("more_body", False)

@@ -55,6 +55,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         self._deadline: asyncio.TimerHandle | None = None
         self._in_head = True  # waiting for, or reading, a request's head
+        self._in_body = False  # reading a request's body (it may outlast the response)
         self._head_bytes = 0
 
     @classmethod
@@ -90,8 +91,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     # --- deadlines ------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        was_in_head = self._in_head
         super().data_received(data)
-        if self._in_head:  # the head is not complete yet: this all went into it
+        # The head is not complete yet: this all went into it. A chunk that began in a body (its
+        # end, then perhaps the next head's start) is not counted: the next one is.
+        if was_in_head and self._in_head:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._close(f"a request head over {MAX_HEAD_BYTES:,} bytes")
@@ -104,6 +108,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._in_body = True
         self._head_bytes = 0
         self._idle.pop(self, None)
         super().on_headers_complete()
@@ -111,10 +116,19 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._in_body = False
         super().on_message_complete()
+        if self.cycle.response_complete:  # answered before its body ended (a 413, a 429...)
+            self._await_next()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if not self._in_body:
+            self._await_next()
+        # Otherwise the rest of the body is still coming: uvicorn drops it, it is not counted as
+        # the next request's head, and its deadline stands; its end makes the connection idle.
+
+    def _await_next(self) -> None:
         self._in_head = True
         self._head_bytes = 0
         if not self.transport.is_closing() and not self.pipeline:

@@ -18,7 +18,7 @@ import hashlib
 import time
 from typing import Final
 
-from tms.errors import RequestError
+from tms.errors import Refusal, RequestError
 from tms.rules.requests import REQUEST_WINDOW_SECONDS, SignedRequest
 from tms.store.database import Pool
 
@@ -42,7 +42,7 @@ class RequestLog:
         if not fresh:
             raise RequestError(
                 "request was already used: each request works once; sign a new one for every call"
-            )
+            ).refused_as(Refusal.REPLAY, request.pubkey)
         if time.monotonic() - self._last_prune > PRUNE_EVERY_SECONDS:
             self._last_prune = time.monotonic()
             await self.pool.execute(

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol
 
 from tms.errors import QuoteNotFound, one_line
+from tms.guard.rates import Throttle
 from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
 from tms.ledger.tlog import TransparencyLog
@@ -59,11 +60,13 @@ class Ledger:
         vectors: AfterPublish | None = None,
         log: LogSigner | None = None,
         publish_pool: Pool | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         """`publish_pool`: the connections publishes' transactions run on (default `pool`);
         the runtime gives them their own, with generic plans (`open_pool`)."""
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
+        self.throttle = throttle  # None: no rate limits (the operator's commands, tests)
         # The runtime hands in the server's log key; a throwaway one serves tests and the
         # operator's commands, which never publish.
         self.log = TransparencyLog(pool, log or LogSigner.throwaway())
@@ -75,6 +78,9 @@ class Ledger:
         """Store a batch of signed events, all or nothing (SPEC "Publishing")."""
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
+        if self.throttle is not None:
+            # Only now, with every signature verified: a forged event spends nobody's budget.
+            await self.throttle.keys([item.event.pubkey for item in batch])
         try:
             plan, checkpoints = await self._commits.commit(batch)
         except QuoteNotFound as refusal:
@@ -105,7 +111,7 @@ class Ledger:
         if text is None:
             return refusal
         hinted: QuoteNotFound = await _off_loop(_QUOTES)(with_nearest, refusal, text)
-        return hinted
+        return hinted.refused_as(refusal.refusal, refusal.pubkey)
 
     async def _embed(self, plan: Plan) -> tuple[int, str | None]:
         """Vectors for the claims and contradictions just committed (what search reads), within

@@ -28,6 +28,8 @@ from typing import Any, Final
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tms.errors import Refusal
+from tms.guard.refusals import RefusalLog
 from tms.http.bodies import (
     MAX_BODY,
     SMALL_BODY,
@@ -58,8 +60,9 @@ STARTING_SECONDS: Final = 30.0  # a request that comes as the server starts wait
 class McpFront:
     """The ASGI app at `/mcp`: checks each body, then hands it to `app` (the SDK's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusals: RefusalLog | None = None) -> None:
         self.app: ASGIApp | None = None  # the SDK's, once it has loaded (`serve`)
+        self.refusals = refusals or RefusalLog(None)
         self._ready = asyncio.Event()
         self._bodies = BodyReader(MAX_BODY)
 
@@ -88,15 +91,19 @@ class McpFront:
                 else:
                     summary = inspect(body)
             except TooComplex as exc:
+                self.refusals.record(Refusal.INVALID, "mcp")
                 await _error(400, PARSE_ERROR, str(exc))(scope, receive, send)
                 return
             except BodyError as exc:
                 status, headers = _STATUS[type(exc)]
+                if isinstance(exc, TooLarge):  # Busy is the server's state, no one's refusal
+                    self.refusals.record(Refusal.TOO_LARGE, "mcp")
                 await _error(status, INVALID_REQUEST, str(exc), headers=headers)(
                     scope, receive, send
                 )
                 return
             except BadMessage as exc:
+                self.refusals.record(Refusal.INVALID, "mcp")
                 await _error(400, exc.code, str(exc), exc.request_id)(scope, receive, send)
                 return
             except Disconnected:

@@ -16,7 +16,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ValidationError
 from typing_extensions import is_typeddict
 
-from tms.errors import ToolError
+from tms.errors import TMSError, ToolError
 from tms.fetch.client import fetch_url
 from tms.mcp import schemas as s
 from tms.nostr.events import SecretKey, compact_json
@@ -147,6 +147,7 @@ async def _check_proof(services: Services, caller: PubKey, args: s.CheckProofArg
 
 async def _fetch_url(services: Services, caller: PubKey, args: s.FetchUrlArgs) -> FetchResult:
     await services.access.require_user(caller)  # not an open proxy for any key at all
+    await services.throttle.fetch(caller)
     return await fetch_url(args.url, allow=services.fetch_allow)
 
 
@@ -320,7 +321,15 @@ class Tools:
         self.signer = signer
 
     async def call(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """The tool's structured result, or a `TMSError` whose message is for the caller."""
+        """The tool's structured result, or a `TMSError` whose message is for the caller (and
+        which the refusal log has noted)."""
+        try:
+            return await self._call(name, arguments)
+        except TMSError as exc:
+            self.services.refusals.refused(exc, name if name in TOOLS else "unknown tool")
+            raise
+
+    async def _call(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         tool = TOOLS.get(name)
         if tool is None:
             raise ToolError(f"unknown tool '{name[:64]}'; tools/list names them all")
@@ -336,9 +345,14 @@ class Tools:
         else:
             request = request_from_arguments(name, arguments)
         signed = check_request(request, name, now)
-        args = parse_args(tool, signed.args)
-        await self.services.requests.use(signed, now)
-        result = await tool.run(self.services, signed.pubkey, args)
+        try:  # from here on the key is known: its signature verified
+            await self.services.throttle.key(signed.pubkey)
+            args = parse_args(tool, signed.args)
+            await self.services.requests.use(signed, now)
+            result = await tool.run(self.services, signed.pubkey, args)
+        except TMSError as exc:
+            exc.pubkey = exc.pubkey or signed.pubkey
+            raise
         return {"result": result} if tool.wrapped else result
 
 

@@ -7,6 +7,7 @@ dictionary look-ups, one sha256 and one BIP-340 verification per event.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -26,7 +27,11 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX128 = re.compile(r"[0-9a-f]{128}")
 MAX_CREATED_AT: Final = 2**53 - 1  # beyond this JSON.stringify no longer round-trips integers
 MAX_KIND: Final = 65535
-MAX_TAGS: Final = 10_000  # arrays in one envelope read from text (tags are the only ones)
+MAX_TAGS: Final = 1_000  # tags on one event (only profiles carry any: a handful)
+MAX_TAG_CHARS: Final = 100_000  # characters in all of one event's tags
+# How deep JSON may nest, in a body, an envelope or a content: a publish body is 6 deep and a
+# proof in a request's content 5, while Python's parser gives out near 1,000.
+MAX_DEPTH: Final = 64
 
 # Parsing a public key costs about a quarter of a verification; batches mostly come from a few
 # authors, so keep the parsed points of recent ones.
@@ -99,27 +104,48 @@ def loads_strict(text: str | bytes) -> Any:
     return _STRICT_DECODER.decode(text)
 
 
-_STRUCTURE: Final = re.compile(r'["\[{,]')
+_STRUCTURE: Final = re.compile(r'["\[\]{},]')
 
 
-def loads_bounded(text: str | bytes, *, max_containers: int, max_values: int) -> Any:
+def loads_bounded(
+    text: str | bytes, *, max_containers: int, max_values: int, max_depth: int = MAX_DEPTH
+) -> Any:
     """`loads_strict`, after making sure the text holds at most `max_containers` arrays and
-    objects and about `max_values` values, so its cost is bounded by its shape as well as its
-    size: `[[],[],...]` is cheap to send and dear to build (two million empty lists from 6 MB).
+    objects, about `max_values` values, and nests at most `max_depth` deep, so its cost is
+    bounded by its shape as well as its size: `[[],[],...]` is cheap to send and dear to build
+    (two million empty lists from 6 MB), and `[[[[...` deep enough exhausts the parser's stack.
 
     Counting the characters first is exact enough for almost every text (a bracket or comma in
-    a string only overcounts); only a text over the limits by that count is scanned properly,
-    skipping strings in C, and refused at the first count past a limit."""
+    a string only overcounts); only a text over the limits by that count (or with more brackets
+    than `max_depth`, the only way to nest that deep) is scanned properly, skipping strings in
+    C, and refused at the first count past a limit."""
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     containers = text.count("[") + text.count("{")
-    if containers > max_containers or text.count(",") > max_values:
-        _check_shape(text, max_containers, max_values)
+    if (
+        containers > max_containers
+        or text.count(",") > max_values
+        or (containers > max_depth and _bracket_depth(text) > max_depth)
+    ):
+        _check_shape(text, max_containers, max_values, max_depth)
     return _STRICT_DECODER.decode(text)
 
 
-def _check_shape(text: str, max_containers: int, max_values: int) -> None:
-    containers = values = 0
+_NOT_BRACKETS: Final = bytes(set(range(256)) - set(b"[]{}"))
+_DEPTH_STEP: Final = [
+    {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}.get(b, 0) for b in range(256)
+]
+
+
+def _bracket_depth(text: str) -> int:
+    """How deep the brackets nest, counting those inside strings too (so at least the true
+    depth), mostly in C: a cheap test before the exact scan."""
+    brackets = text.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def _check_shape(text: str, max_containers: int, max_values: int, max_depth: int) -> None:
+    containers = values = depth = 0
     position = 0
     search = _STRUCTURE.search
     while (found := search(text, position)) is not None:
@@ -135,10 +161,15 @@ def _check_shape(text: str, max_containers: int, max_values: int) -> None:
             values += 1
             if values > max_values:
                 raise ValueError(f"more than {max_values:,} values")
+        elif char in "]}":
+            depth -= 1
         else:
             containers += 1
+            depth += 1
             if containers > max_containers:
                 raise ValueError(f"more than {max_containers:,} arrays and objects")
+            if depth > max_depth:
+                raise ValueError(f"arrays and objects nested more than {max_depth} deep")
 
 
 def _public_key(pubkey: PubKey) -> PublicKeyXOnly:
@@ -171,7 +202,7 @@ class Event:
     @classmethod
     def from_json(cls, text: str | bytes) -> Event:
         try:
-            obj = loads_bounded(text, max_containers=MAX_TAGS, max_values=MAX_TAGS * 10)
+            obj = loads_bounded(text, max_containers=MAX_TAGS + 2, max_values=MAX_TAG_CHARS)
         except (ValueError, RecursionError) as exc:
             raise InvalidEvent(f"event is not valid JSON: {exc}") from None
         return cls.from_dict(obj)
@@ -255,13 +286,24 @@ def _hex_message(field: str, length: int) -> str:
 def _check_tags(tags: object) -> list[list[str]]:
     if not isinstance(tags, list):
         raise InvalidEvent("field 'tags' is invalid: must be a list of lists of strings", "tags")
+    if len(tags) > MAX_TAGS:
+        raise InvalidEvent(
+            f"field 'tags' is invalid: {len(tags):,} tags, more than {MAX_TAGS:,}", "tags"
+        )
+    chars = 0
     for tag in tags:
         if not isinstance(tag, list) or not all(isinstance(item, str) for item in tag):
             raise InvalidEvent(
                 "field 'tags' is invalid: must be a list of lists of strings", "tags"
             )
         for item in tag:
+            chars += len(item) + 1  # an empty string costs a little too
             check_text(item, "tags")
+        if chars > MAX_TAG_CHARS:
+            raise InvalidEvent(
+                f"field 'tags' is invalid: more than {MAX_TAG_CHARS:,} characters in all",
+                "tags",
+            )
     return tags
 
 

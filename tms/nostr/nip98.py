@@ -24,7 +24,7 @@ import base64
 import binascii
 from typing import Final
 
-from tms.errors import AuthError, InvalidEvent
+from tms.errors import AuthError, InvalidEvent, Refusal
 from tms.nostr.events import Event
 from tms.types import PubKey
 
@@ -67,7 +67,9 @@ def check_authorization(header: str | None, *, url: str, method: str, now: int) 
         # 3. The id and the signature.
         event.verify()
     except InvalidEvent as exc:
-        raise AuthError(f"invalid NIP-98 event: {exc}") from None
+        raise AuthError(f"invalid NIP-98 event: {exc}").refused_as(
+            exc.refusal if exc.refusal is Refusal.BAD_SIGNATURE else Refusal.UNAUTHENTICATED
+        ) from None
 
     # 4. The kind.
     if event.kind != KIND_HTTP_AUTH:
@@ -78,7 +80,7 @@ def check_authorization(header: str | None, *, url: str, method: str, now: int) 
         raise AuthError(
             f"NIP-98 event created_at {event.created_at} is more than {MAX_AGE_SECONDS}s from "
             f"server time {now}: sign a fresh one for every request, and check the clock"
-        )
+        ).refused_as(Refusal.STALE)
 
     # 6. The URL, exactly as this server sees it.
     signed_url = _one_tag(event, "u", f"this request's absolute URL, {url!r}")

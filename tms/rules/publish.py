@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.errors import InvalidEvent, PublishError, QuoteNotFound
+from tms.errors import InvalidEvent, PublishError, QuoteNotFound, Refusal
 from tms.nostr.events import Event
 from tms.rules.anchors import Anchor, Miss, Verdict, nearest, verdict
 from tms.rules.kinds import (
@@ -71,7 +71,9 @@ def check_batch_shape(raw: object) -> list[object]:
     if not raw:
         raise PublishError("events is empty: send at least one signed event")
     if len(raw) > MAX_BATCH:
-        raise PublishError(f"at most {MAX_BATCH} events per batch; this one has {len(raw)}")
+        raise PublishError(
+            f"at most {MAX_BATCH} events per batch; this one has {len(raw)}"
+        ).refused_as(Refusal.TOO_LARGE)
     return raw
 
 
@@ -92,7 +94,7 @@ def parse_events(raw: Sequence[object], now: int, offset: int = 0) -> list[Parse
             content = validate_content(event)
             check_created_at(event, now)
         except InvalidEvent as exc:
-            raise PublishError(f"{label}: {exc}") from None
+            raise PublishError(f"{label}: {exc}").refused_as(exc.refusal) from None
         parsed.append(Parsed(event, content))
     return parsed
 
@@ -224,9 +226,13 @@ class _Judge:
                 seen.add(event_id)
                 self._one(item)
             except QuoteNotFound as exc:
-                raise exc.located(_where(position, event_id)) from None
+                located = exc.located(_where(position, event_id))
+                raise located.refused_as(exc.refusal, item.event.pubkey) from None
             except PublishError as exc:
-                raise PublishError(f"{_where(position, event_id)}: {exc}") from None
+                # Every event here has verified: the refusal is its signer's.
+                raise PublishError(f"{_where(position, event_id)}: {exc}").refused_as(
+                    exc.refusal, item.event.pubkey
+                ) from None
             self.plan.accepted.append(item)
         self.plan.superseded = [
             p.event.id
@@ -241,7 +247,7 @@ class _Judge:
         if signer not in self.s.approved and not self.s.belongs_to.get(signer):
             raise PublishError(
                 f"pubkey {signer} is not approved and is not a member of any collection"
-            )
+            ).refused_as(Refusal.NOT_MEMBER)
 
     def _may_write_in(self, item: Parsed) -> None:
         """The signer may write to the collection the event names: its owner, or (except for
@@ -257,7 +263,9 @@ class _Judge:
                 raise _not_a_member(signer, slug, approved=False)
         elif isinstance(item.content, Members):
             if signer != owner:
-                raise PublishError(f"only the owner of collection '{slug}' changes its members")
+                raise PublishError(
+                    f"only the owner of collection '{slug}' changes its members"
+                ).refused_as(Refusal.NOT_MEMBER)
         elif signer != owner and signer not in s.members.get(slug, ()):
             raise _not_a_member(signer, slug, approved=signer in s.approved)
 
@@ -379,7 +387,7 @@ def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError
     )
     return PublishError(
         message if approved else f"{message}; only approved pubkeys create collections"
-    )
+    ).refused_as(Refusal.NOT_MEMBER)
 
 
 def judge(batch: Sequence[Parsed], snapshot: Snapshot) -> Plan:

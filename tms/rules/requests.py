@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tms.errors import InvalidEvent, RequestError
+from tms.errors import InvalidEvent, Refusal, RequestError
 from tms.nostr.events import Event
 from tms.rules.kinds import Request, validate_content
 from tms.types import KIND_REQUEST, EventId, PubKey, Sig
@@ -58,7 +58,7 @@ def check_request(obj: object, tool: str, now: int) -> SignedRequest:
         event = Event.from_dict(obj)
         event.verify()
     except InvalidEvent as exc:
-        raise RequestError(f"request: {exc}") from None
+        raise RequestError(f"request: {exc}").refused_as(exc.refusal) from None
     # 2. kind and content
     if event.kind != KIND_REQUEST:
         raise RequestError(
@@ -83,7 +83,7 @@ def check_request(obj: object, tool: str, now: int) -> SignedRequest:
             f"request created_at is {abs(skew)} s {direction} server time, more than "
             f"{REQUEST_WINDOW_SECONDS}s from server time: sign a fresh request and check the "
             "signer's clock"
-        )
+        ).refused_as(Refusal.STALE, event.pubkey)
     return SignedRequest(event.id, event.pubkey, event.created_at, event.sig, dict(content.args))
 
 

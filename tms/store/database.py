@@ -83,9 +83,13 @@ def load_migrations(folder: Path | None = None) -> list[Migration]:
         if match is None:
             raise DatabaseError(f"migration file {path.name} is not named NNN_name.sql")
         migrations.append(Migration(int(match.group(1)), path.name, path.read_text("utf-8")))
+    # Each number once. A gap is allowed: numbers are handed out to branches built side by side,
+    # so one may land before a lower number does; `migrate` applies whatever is missing, in order.
     versions = [m.version for m in migrations]
-    if versions != list(range(1, len(versions) + 1)):
-        raise DatabaseError(f"migrations must be numbered 001, 002, ... without gaps: {versions}")
+    if len(set(versions)) != len(versions) or 0 in versions:
+        raise DatabaseError(
+            f"migrations must be numbered 001, 002, ..., each number once: {versions}"
+        )
     return migrations
 
 

@@ -54,7 +54,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings, load_secret
-from tms.errors import DATABASE_UNAVAILABLE, AuthError, LogError, sendable
+from tms.errors import DATABASE_UNAVAILABLE, AuthError, LogError, RateLimited, Refusal, sendable
+from tms.http.gate import Gate, route_name
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
 from tms.nostr import nip98
@@ -101,11 +102,10 @@ async def export(request: Request) -> Response:
     """Every event of the collection, oldest first, exactly as stored. Membership is checked
     before the first byte goes out; the body then streams from a database cursor. With
     `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`)."""
-    pubkey = await caller(request)
-    slug = request.path_params["slug"]
-    runtime = _runtime(request)
-    if not await runtime.access.can_read(pubkey, slug):
+    slug = await _readable(request)
+    if slug is None:
         return no_such_collection()
+    runtime = _runtime(request)
     flag = request.query_params.get("checkpoint", "0")
     if flag not in ("0", "1"):
         return error("checkpoint must be 0 or 1", 400)
@@ -186,12 +186,14 @@ def _page(name: str) -> Callable[[Request], Awaitable[Response]]:
 
 
 async def docs_html(request: Request) -> Response:
-    guide = docs.html(_base(request), _log_key(request), _log_host(request))
+    settings = request.app.state.settings
+    guide = docs.html(_base(request), settings, _log_key(request), _log_host(request))
     return await _pages(request).render(request, "docs.html", guide=guide)
 
 
 async def docs_markdown(request: Request) -> Response:
-    guide = docs.markdown(_base(request), _log_key(request), _log_host(request))
+    settings = request.app.state.settings
+    guide = docs.markdown(_base(request), settings, _log_key(request), _log_host(request))
     return Response(guide, media_type="text/markdown; charset=utf-8")
 
 
@@ -263,10 +265,16 @@ async def caller(request: Request) -> PubKey:
 
 async def _readable(request: Request) -> str | None:
     """The collection the path names, if the caller may read it; None for one that does not
-    exist, is closed to the caller, or cannot be named so (the same 404)."""
+    exist, is closed to the caller, or cannot be named so (the same 404, noted in the refusal
+    log). The caller's key spends its rate limit first (`RateLimited`: a 429)."""
     pubkey = await caller(request)
     slug: str = request.path_params["slug"]
-    return slug if await _runtime(request).access.can_read(pubkey, slug) else None
+    services = _runtime(request).services
+    await services.throttle.key(pubkey)
+    if await services.access.can_read(pubkey, slug):
+        return slug
+    services.refusals.record(Refusal.NOT_MEMBER, route_name(request.scope), pubkey)
+    return None
 
 
 def _size(text: str) -> bool:
@@ -325,7 +333,14 @@ class _ClosingStreamingResponse(StreamingResponse):
 
 
 async def _auth_failed(request: Request, exc: Exception) -> Response:
+    _runtime(request).services.refusals.refused(exc, route_name(request.scope))
     return error(str(exc), 401, headers={"WWW-Authenticate": "Nostr"})
+
+
+async def _rate_limited(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RateLimited)
+    _runtime(request).services.refusals.refused(exc, route_name(request.scope))
+    return error(str(exc), 429, headers={"Retry-After": str(exc.retry_after)})
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -392,7 +407,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with open_runtime(settings, database_url) as runtime:
-            front = McpFront()
+            front = McpFront(runtime.services.refusals)
             app.state.runtime = runtime
             app.state.mcp = front
             # The MCP SDK loads after the server is up (it takes a good part of a second): /mcp
@@ -412,11 +427,13 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
         lifespan=lifespan,
         exception_handlers={
             AuthError: _auth_failed,
+            RateLimited: _rate_limited,
             HTTPException: _http_error,
             Exception: _internal_error,
         },
     )
     app.state.settings = settings
     app.state.pages = pages
-    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)
+    app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
+    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)  # outermost: every answer
     return app

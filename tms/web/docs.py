@@ -12,13 +12,19 @@ from functools import cache
 from typing import Any, Final
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from limits import RateLimitItem
 from markdown_it import MarkdownIt
 
+from tms.config import Settings
 from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
 from tms.http.bodies import MAX_BODY, SMALL_BODY, MiB
+from tms.http.protocol import MAX_HEAD_BYTES
 from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
+from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.mcp.schemas import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS
+from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
+from tms.rules.kinds import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
 from tms.rules.publish import MAX_BATCH
 from tms.rules.requests import REQUEST_WINDOW_SECONDS
 from tms.rules.terms import current_terms
@@ -29,7 +35,9 @@ from tms.web.pages import EVIDENCE_PAGE_CHARS
 TEMPLATE: Final = "docs.md"
 
 
-def limits() -> dict[str, Any]:
+def limits(settings: Settings) -> dict[str, Any]:
+    """Every number the guide states: the code's constants, and this server's settings."""
+    rates = settings.rates
     return {
         "batch": MAX_BATCH,
         "content_chars": MAX_CONTENT_CHARS,
@@ -50,7 +58,34 @@ def limits() -> dict[str, Any]:
         "login_seconds": NONCE_SECONDS,
         "sorts": CLAIM_SORTS,
         "evidence_page": EVIDENCE_PAGE_CHARS,
+        "depth": MAX_DEPTH,
+        "tags": MAX_TAGS,
+        "tag_chars": MAX_TAG_CHARS,
+        "body_containers": MAX_CONTAINERS,
+        "body_values": MAX_VALUES,
+        "content_containers": MAX_CONTENT_CONTAINERS,
+        "content_values": MAX_CONTENT_VALUES,
+        "head_seconds": f"{settings.head_seconds:g}",
+        "body_seconds": f"{settings.body_seconds:g}",
+        "head_kib": MAX_HEAD_BYTES // 1024,
+        "rate_address": _rates(rates.address),
+        "rate_key": _rates(rates.key),
+        "rate_fetch": _rates(rates.fetch),
+        "rate_login": _rates(rates.login),
     }
+
+
+def _rates(items: tuple[RateLimitItem, ...]) -> str:
+    """`10 per second and 300 per minute`, or `none`."""
+    if not items:
+        return "none"
+    said = [
+        f"{item.amount:,} per {item.GRANULARITY.name}"
+        if item.multiples == 1
+        else f"{item.amount:,} per {item.multiples} {item.GRANULARITY.name}s"
+        for item in items
+    ]
+    return " and ".join(said)
 
 
 @cache
@@ -63,9 +98,15 @@ def _environment() -> Environment:
     )
 
 
-def markdown(base_url: str, log_key: str = "<GET /log-key>", log_host: str = "<host>") -> str:
-    """The guide for this server: its address, terms, limits, its checkpoint key (`log_key`, a
-    C2SP verifier key `<name>+<key ID>+<key>`) and the host its logs are named after."""
+def markdown(
+    base_url: str,
+    settings: Settings,
+    log_key: str = "<GET /log-key>",
+    log_host: str = "<host>",
+) -> str:
+    """The guide for this server: its address, terms, limits (this server's `settings`), its
+    checkpoint key (`log_key`, a C2SP verifier key `<name>+<key ID>+<key>`) and the host its
+    logs are named after."""
     terms = current_terms()
     return (
         _environment()
@@ -73,7 +114,7 @@ def markdown(base_url: str, log_key: str = "<GET /log-key>", log_host: str = "<h
         .render(
             base=base_url,
             terms=terms,
-            limits=limits(),
+            limits=limits(settings),
             log_key=log_key,
             log_name=log_key.split("+", 1)[0],
             log_origin=log_host,
@@ -86,7 +127,12 @@ def _renderer() -> MarkdownIt:
     return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 
 
-def html(base_url: str, log_key: str = "<GET /log-key>", log_host: str = "<host>") -> str:
+def html(
+    base_url: str,
+    settings: Settings,
+    log_key: str = "<GET /log-key>",
+    log_host: str = "<host>",
+) -> str:
     """The guide as HTML (trusted: our own text, with raw HTML escaped by markdown-it)."""
-    rendered: str = _renderer().render(markdown(base_url, log_key, log_host))
+    rendered: str = _renderer().render(markdown(base_url, settings, log_key, log_host))
     return rendered

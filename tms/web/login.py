@@ -26,7 +26,7 @@ from typing import Final
 
 from starlette.requests import Request
 
-from tms.errors import AuthError
+from tms.errors import AuthError, Refusal
 
 NONCE_SECONDS: Final = 60
 SESSION_SECONDS: Final = 12 * 3600
@@ -72,7 +72,7 @@ class Keyring:
         if age > NONCE_SECONDS or age < -_NONCE_FUTURE_SECONDS:
             raise AuthError(
                 f"this login challenge is more than {NONCE_SECONDS}s old; connect again"
-            )
+            ).refused_as(Refusal.STALE)
         return nonce
 
     # --- sessions --------------------------------------------------------------------------

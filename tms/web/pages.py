@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, quote
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from tms.errors import AuthError, FetchError, NotAUser, TMSError, sendable
+from tms.errors import AuthError, FetchError, NotAUser, RateLimited, Refusal, TMSError, sendable
 from tms.fetch.client import fetch_url
 from tms.http.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
 from tms.ledger.reads import CLAIM_SORTS
@@ -210,10 +210,11 @@ class Pages:
         )
 
     async def login(self, request: Request) -> Response:
+        services = _services(request)
         if not self.same_origin(request):
+            services.refusals.record(Refusal.UNAUTHENTICATED, "login")
             return _json_error("cross-site request refused: use this site's own pages", 403)
         now = int(time.time())
-        services = _services(request)
         try:
             pubkey = nip98.check_authorization(
                 request.headers.get("authorization"),
@@ -223,12 +224,19 @@ class Pages:
             )
             nonce = self.keyring.check_nonce(request.query_params.get("nonce"), now)
         except AuthError as exc:
+            services.refusals.refused(exc, "login")
             return _json_error(str(exc), 401)
+        try:
+            await services.throttle.login(pubkey)
+        except RateLimited as exc:
+            return _too_many(services, exc, "login")
         if not await services.sessions.use_nonce(nonce, NONCE_SECONDS):
+            services.refusals.record(Refusal.REPLAY, "login", pubkey)
             return _json_error("this login was already used: connect again", 401)
         try:
             await services.access.require_user(pubkey)
         except NotAUser as exc:
+            services.refusals.record(Refusal.NOT_MEMBER, "login", pubkey)
             return _json_error(str(exc), 403)
         cookie, id_sha256 = self.keyring.new_session()
         expires = datetime.now(UTC) + timedelta(seconds=SESSION_SECONDS)
@@ -261,24 +269,29 @@ class Pages:
     async def publish(self, request: Request) -> Response:
         """A batch signed in the browser, stored by the ledger as any other batch. Every event
         must be the session's key's: the page publishes what its user signed."""
+        services = _services(request)
         try:
             session = await self._writer(request)
             events = await self._read_events(request)
         except _Refused as refused:
-            return _json_error(str(refused), refused.status, refused.headers)
+            return refused.noted(services, "page publish")
         if isinstance(events, Response):
             return events
         for position, event in enumerate(events):
             signer = event.get("pubkey") if isinstance(event, dict) else None
             if signer != session.pubkey:
+                services.refusals.record(Refusal.INVALID, "page publish", session.pubkey)
                 return _json_error(
                     f"events[{position}] is not signed by the key you are logged in with; "
                     "sign with the same extension account",
                     400,
                 )
         try:
-            result = await _services(request).ledger.publish(events)
+            result = await services.ledger.publish(events)
+        except RateLimited as exc:
+            return _too_many(services, exc, "page publish")
         except TMSError as exc:
+            services.refusals.refused(exc, "page publish")
             return _json_error(str(exc), 400)
         return JSONResponse(result, headers=PRIVATE)
 
@@ -305,21 +318,27 @@ class Pages:
 
     async def fetch(self, request: Request) -> Response:
         """The Fetch button: `fetch_url` for logged-in keys, as the MCP tool."""
+        services = _services(request)
         try:
             session = await self._writer(request)
             body = loads_bounded(await _small_body(request), max_containers=10, max_values=10)
         except _Refused as refused:
-            return _json_error(str(refused), refused.status, refused.headers)
+            return refused.noted(services, "page fetch")
         except (ValueError, RecursionError) as exc:
+            services.refusals.record(Refusal.INVALID, "page fetch")
             return _json_error(f'send {{"url": "..."}} as JSON ({exc})', 400)
         url = body.get("url") if isinstance(body, dict) else None
         if not isinstance(url, str) or not url.strip():
+            services.refusals.record(Refusal.INVALID, "page fetch", session.pubkey)
             return _json_error("paste an http(s) URL to fetch", 400)
-        services = _services(request)
         try:
             await services.access.require_user(session.pubkey)
+            await services.throttle.fetch(session.pubkey)
             result = await fetch_url(url, allow=services.fetch_allow)
+        except RateLimited as exc:
+            return _too_many(services, exc, "page fetch")
         except (FetchError, NotAUser) as exc:
+            services.refusals.refused(exc.refused_as(exc.refusal, session.pubkey), "page fetch")
             return _json_error(str(exc), 400)
         return JSONResponse(result, headers=PRIVATE)
 
@@ -628,6 +647,21 @@ class _Refused(Exception):
         self.status = status
         self.headers = headers
 
+    def noted(self, services: Services, tool: str) -> JSONResponse:
+        """The refusal as an answer, noted in the refusal log (a busy server refuses no one)."""
+        kind = _KIND_OF_STATUS.get(self.status)
+        if kind is not None:
+            services.refusals.record(kind, tool)
+        return _json_error(str(self), self.status, self.headers)
+
+
+_KIND_OF_STATUS: Final = {
+    400: Refusal.INVALID,
+    401: Refusal.UNAUTHENTICATED,
+    403: Refusal.UNAUTHENTICATED,
+    413: Refusal.TOO_LARGE,
+}
+
 
 class _BadBody(ValueError):
     pass
@@ -642,6 +676,11 @@ def _json_error(message: str, status: int, headers: dict[str, str] | None = None
     return JSONResponse(
         {"error": sendable(message)}, status, headers={**PRIVATE, **(headers or {})}
     )
+
+
+def _too_many(services: Services, exc: RateLimited, tool: str) -> JSONResponse:
+    services.refusals.refused(exc, tool)
+    return _json_error(str(exc), 429, {"Retry-After": str(exc.retry_after)})
 
 
 def _logged_out(origin: str) -> Response:

@@ -1,0 +1,137 @@
+"""Rate limits, kept by the `limits` library (sliding-window counters in this process's memory).
+
+Four budgets, each a list of limits in `limits`' notation ("10/second;300/minute"), or off:
+
+- `address`: every request from one client address, counted before anything is parsed or any
+  signature verified, so a flood of forged events costs little (an IPv6 client counts by its /64,
+  which one machine usually holds whole);
+- `key`: every signed tool call and every publish by one key, counted only once its signature
+  has verified, so that nobody can spend another key's budget with events they forged;
+- `fetch`: `fetch_url` and the page's Fetch, by one key (downloads and extraction are dear);
+- `login`: browser logins, by one key.
+
+The counts live in each server process: behind a proxy spreading clients over N processes, a
+client gets up to N times a budget. That is the trade for needing no shared store; the README
+says so, and a proxy can hold a global limit of its own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from limits import RateLimitItem, parse_many
+from limits.aio.storage import MemoryStorage
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
+
+from tms.errors import ConfigError, RateLimited, Refusal
+
+OFF: Final = "off"
+DEFAULT_ADDRESS: Final = "40/second;1200/minute"
+DEFAULT_KEY: Final = "20/second;600/minute"
+DEFAULT_FETCH: Final = "10/minute;100/hour"
+DEFAULT_LOGIN: Final = "5/minute;30/hour"
+IPV6_PREFIX: Final = 64
+
+
+def parse_rates(name: str, text: str) -> tuple[RateLimitItem, ...]:
+    """A setting's limits: `limits`' notation, or "off" (no limit); else a `ConfigError`."""
+    text = text.strip()
+    if text.lower() == OFF:
+        return ()
+    try:
+        return tuple(parse_many(text))
+    except ValueError:
+        raise ConfigError(
+            f"{name} must be rate limits such as '10/second;300/minute', or 'off'; got {text!r}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimits:
+    """The `TMS_RATE_*` settings, parsed."""
+
+    address: tuple[RateLimitItem, ...] = ()
+    key: tuple[RateLimitItem, ...] = ()
+    fetch: tuple[RateLimitItem, ...] = ()
+    login: tuple[RateLimitItem, ...] = ()
+
+    @classmethod
+    def defaults(cls) -> RateLimits:
+        return cls(
+            address=parse_rates("TMS_RATE_ADDRESS", DEFAULT_ADDRESS),
+            key=parse_rates("TMS_RATE_KEY", DEFAULT_KEY),
+            fetch=parse_rates("TMS_RATE_FETCH", DEFAULT_FETCH),
+            login=parse_rates("TMS_RATE_LOGIN", DEFAULT_LOGIN),
+        )
+
+
+class Throttle:
+    """The budgets of one server process. Each check either passes (and counts) or raises
+    `RateLimited` with the seconds until the call would pass; a refused call is not counted."""
+
+    def __init__(self, limits: RateLimits | None = None) -> None:
+        self.limits = limits or RateLimits()
+        self._limiter = SlidingWindowCounterRateLimiter(MemoryStorage())
+
+    async def address(self, address: str | None) -> None:
+        if address is not None:
+            await self._spend("address", self.limits.address, budget_of(address), "this address")
+
+    async def key(self, pubkey: str) -> None:
+        await self._spend("key", self.limits.key, pubkey, "this key", pubkey)
+
+    async def keys(self, pubkeys: Sequence[str]) -> None:
+        """One call for each key in turn (a batch signed by several keys costs each of them)."""
+        for pubkey in dict.fromkeys(pubkeys):
+            await self.key(pubkey)
+
+    async def fetch(self, pubkey: str) -> None:
+        await self._spend("fetch", self.limits.fetch, pubkey, "this key's fetches", pubkey)
+
+    async def login(self, pubkey: str) -> None:
+        await self._spend("login", self.limits.login, pubkey, "this key's logins", pubkey)
+
+    async def _spend(
+        self,
+        budget: str,
+        items: tuple[RateLimitItem, ...],
+        who: str,
+        whose: str,
+        pubkey: str | None = None,
+    ) -> None:
+        for item in items:
+            if not await self._limiter.test(item, budget, who):
+                stats = await self._limiter.get_window_stats(item, budget, who)
+                retry = max(1, math.ceil(stats.reset_time - time.time()))
+                raise RateLimited(
+                    f"rate limited: too many requests from {whose} (at most {_per(item)}); "
+                    f"try again in {retry} s",
+                    retry_after=retry,
+                ).refused_as(Refusal.RATE_LIMITED, pubkey)
+        for item in items:
+            await self._limiter.hit(item, budget, who)
+
+
+def budget_of(address: str) -> str:
+    """Whose budget a client address spends: itself, or its /64 for IPv6."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address  # not an IP (a Unix socket, a test client): counted as it is
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/{IPV6_PREFIX}", strict=False))
+    return str(ip)
+
+
+def _per(item: RateLimitItem) -> str:
+    unit = item.GRANULARITY.name
+    if item.multiples == 1:
+        return f"{item.amount} per {unit}"
+    return f"{item.amount} per {item.multiples} {unit}s"

@@ -1,0 +1,96 @@
+"""The first thing every HTTP request meets, as plain ASGI middleware: who the client is, and
+its address's rate limit, before a byte of the body is read or a signature verified.
+
+The client's address is the peer's, or the one a trusted proxy forwarded (`tms.guard.clients`);
+it is kept for the request in `tms.guard.clients.CURRENT`, where the refusal log finds it. A
+request over its address's budget (`TMS_RATE_ADDRESS`, `tms.guard.rates`) is noted in the
+refusal log and answered 429 with `Retry-After`: a JSON-RPC error at `/mcp` (its id is not read:
+nothing of the body is), `{"error": ...}` elsewhere. `/healthz` and `/static/` are never
+limited, so a monitor and the pages' files always get through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tms.errors import RateLimited, Refusal
+from tms.guard import clients
+from tms.guard.clients import Network
+from tms.http.bodies import content_length, discard
+
+UNLIMITED: Final = ("/healthz", "/static/")
+DISCARD_BYTES: Final = 1024 * 1024  # of a refused request's body, read so the client hears us
+DISCARD_SECONDS: Final = 2.0
+TOO_MANY: Final = -32000  # JSON-RPC: a server error of the implementation's own
+
+
+class Gate:
+    def __init__(self, app: ASGIApp, trusted_proxies: Sequence[Network] = ()) -> None:
+        self.app = app
+        self.trusted = tuple(trusted_proxies)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        peer = scope.get("client")
+        forwarded = [
+            value.decode("latin-1")
+            for name, value in scope["headers"]
+            if name == b"x-forwarded-for"
+        ]
+        address = clients.client_address(peer[0] if peer else None, forwarded, self.trusted)
+        token = clients.CURRENT.set(address)
+        try:
+            path: str = scope["path"]
+            if not path.startswith(UNLIMITED):
+                services = scope["app"].state.runtime.services
+                try:
+                    await services.throttle.address(address)
+                except RateLimited as exc:
+                    services.refusals.record(Refusal.RATE_LIMITED, route_name(scope))
+                    await _refuse(exc, scope, receive, send)
+                    return
+            await self.app(scope, receive, send)
+        finally:
+            clients.CURRENT.reset(token)
+
+
+def route_name(scope: Scope) -> str:
+    """What the refusal log calls a route: a name, never the path (it may hold a slug)."""
+    path: str = scope["path"]
+    if path == "/mcp":
+        return "mcp"
+    if path.endswith("/export.jsonl"):
+        return "export"
+    if path.startswith("/c/"):
+        # The log's routes: /c/<slug>/checkpoint, /c/<slug>/consistency, /c/<slug>/tile/...
+        for route in ("checkpoint", "consistency"):
+            if path.endswith(f"/{route}"):
+                return f"log {route}"
+        if "/tile/" in path:
+            return "log tile"
+    if path in ("/login", "/publish", "/fetch"):
+        return f"page {path[1:]}"
+    return "page"
+
+
+async def _refuse(exc: RateLimited, scope: Scope, receive: Receive, send: Send) -> None:
+    more = (content_length(scope) or 0) > 0 or any(
+        name == b"transfer-encoding" for name, _ in scope["headers"]
+    )
+    await discard(receive, more, DISCARD_BYTES, DISCARD_SECONDS)
+    headers = {"Retry-After": str(exc.retry_after), "Cache-Control": "no-store"}
+    if scope["path"] == "/mcp":
+        body: dict[str, object] = {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": TOO_MANY, "message": str(exc)},
+        }
+    else:
+        body = {"error": str(exc)}
+    await JSONResponse(body, 429, headers=headers)(scope, receive, send)
