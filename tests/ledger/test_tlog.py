@@ -222,8 +222,9 @@ async def test_a_tree_that_no_longer_extends_its_checkpoint_is_never_signed(
         )
         await conn.execute("ALTER TABLE tlog_leaves ENABLE TRIGGER USER")
     before = await counts(ledger)
-    with pytest.raises(LogError, match="no longer extends its checkpoint of size 3"):
+    with pytest.raises(LogError, match="no longer extends its checkpoint of size 3") as fault:
         await publish(ledger, claim(OWNER, "lab", "one more"))
+    assert fault.value.refusal is None  # the server's fault: not filed as the caller's refusal
     assert await counts(ledger) == before
     await publish(ledger, claim(OWNER, "elsewhere", "other logs go on"))
 
@@ -236,8 +237,9 @@ async def test_a_missing_subtree_is_named(ledger: Ledger) -> None:
         await conn.execute("ALTER TABLE tlog_nodes DISABLE TRIGGER USER")
         await conn.execute("DELETE FROM tlog_nodes WHERE collection = 'lab'")
         await conn.execute("ALTER TABLE tlog_nodes ENABLE TRIGGER USER")
-    with pytest.raises(LogError, match=r"lacks the subtree \(4, 0\)"):
+    with pytest.raises(LogError, match=r"lacks the subtree \(4, 0\)") as fault:
         await publish(ledger, claim(OWNER, "lab", "one more"))
+    assert fault.value.refusal is None
 
 
 # --- collections stored before the log ---------------------------------------------------------

@@ -215,7 +215,7 @@ class _Tree:
             raise LogError(
                 f"the log of collection '{slug}' lacks the subtree {missing} its last checkpoint "
                 f"(size {size}) rests on: nothing more is signed until an operator looks"
-            ) from None
+            ).refused_as(None) from None  # the server's fault, not the caller's refusal
         self.range = CompactRange.of(size, nodes)
         self.known = nodes if size else {}
 
@@ -246,7 +246,7 @@ class _Tree:
                 raise LogError(
                     f"the log of collection '{self.slug}' no longer extends its checkpoint of "
                     f"size {self.old_size}: nothing more is signed until an operator looks"
-                )
+                ).refused_as(None)  # the server's fault, not the caller's refusal
         note = signer.sign(self.slug, size, root)
         rows.checkpoint(self.slug, size, root, note)
         rows.sealed.append(
