@@ -41,9 +41,7 @@ from typing import Final
 
 import httpx
 import psutil
-from serving import HEADERS, Server, Signer, call, compact, tms_command
-
-from tms.nostr import nip19
+from serving import HEADERS, Server, Signer, call, compact
 
 COLLECTION: Final = "attacks"
 ATTACKS: Final = ["bodies", "quotes", "proofs", "slow", "database"]
@@ -312,12 +310,7 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
     signer = Signer()
     print(f"tms serve answered /healthz after {server.start():.1f} s", flush=True)
     try:
-        subprocess.run(
-            [*tms_command(), "approve", nip19.npub_encode(signer.key.pubkey)],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
+        server.approve(signer.key.pubkey)
         with httpx.Client(timeout=60) as http:
             terms = http.get(f"{server.url}/terms").json()
             call(

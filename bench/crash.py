@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,9 +34,7 @@ from typing import Any, Final
 
 import asyncpg
 import httpx
-from serving import Server, Signer, call, tms_command
-
-from tms.nostr import nip19
+from serving import Server, Signer, call
 
 COLLECTION: Final = "crash"
 CLIENTS: Final = 2
@@ -150,15 +147,9 @@ def run(ns: argparse.Namespace, tmp: Path) -> int:
     rng = random.Random(ns.seed)
     started = server.start()
     print(f"tms serve answered /healthz after {started:.1f} s", flush=True)
-    subprocess.run(
-        [*tms_command(), "approve", nip19.npub_encode(signer.key.pubkey)],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    server.approve(signer.key.pubkey)
     with httpx.Client(timeout=60) as http:
-        terms = http.get(f"{server.url}/terms").json()
-        agreed = {"version": terms["version"], "sha256": terms["sha256"]}
+        agreed = server.agreement()
         call(http, server.url, "publish", {"events": [signer.sign(4706, agreed)]})
     everything: list[Batch] = []
     problems: list[str] = []

@@ -26,7 +26,6 @@ import collections
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,9 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
-from serving import Server, Signer, call, tms_command
-
-from tms.nostr import nip19
+from serving import Server, Signer, call
 
 COLLECTION: Final = "bench"
 TARGET_P99_MS: Final = 100.0
@@ -205,15 +202,9 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
         server = Server(env, tmp / "server.log")
         try:
             print(f"  tms serve answered /healthz after {server.start():.1f} s", flush=True)
-            subprocess.run(
-                [*tms_command(), "approve", nip19.npub_encode(signer.key.pubkey)],
-                env=env,
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
+            server.approve(signer.key.pubkey)
             with httpx.Client(timeout=httpx.Timeout(600, connect=10)) as http:
-                terms = http.get(f"{server.url}/terms").json()  # as a client learns them
-                accept = {"version": terms["version"], "sha256": terms["sha256"]}
+                accept = server.agreement()
                 call(http, server.url, "publish", {"events": [signer.sign(4706, accept)]})
                 timed_publishes(http, server.url, signer, 20, None)  # warm-up
                 own, workers, count = server.memory()

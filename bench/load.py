@@ -28,7 +28,6 @@ import base64
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,9 +39,8 @@ from typing import Any, Final
 
 import asyncpg
 import httpx
-from serving import HEADERS, Server, compact, tms_command
+from serving import HEADERS, Server, compact
 
-from tms.nostr import nip19
 from tms.nostr.events import SecretKey
 
 COLLECTION: Final = "load"
@@ -224,17 +222,11 @@ def worker(url: str, secrets: list[bytes], seconds: float, embed: bool, think: f
     return tally
 
 
-def setup(server: Server, env: dict[str, str], keys: list[SecretKey]) -> None:
+def setup(server: Server, keys: list[SecretKey]) -> None:
     owner = SecretKey.generate()
-    subprocess.run(
-        [*tms_command(), "approve", nip19.npub_encode(owner.pubkey)],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    server.approve(owner.pubkey)
     with httpx.Client(timeout=120) as http:
-        terms = http.get(f"{server.url}/terms").json()
-        agreed = {"version": terms["version"], "sha256": terms["sha256"]}
+        agreed = server.agreement()
         members = {"collection": COLLECTION, "members": [k.pubkey for k in keys]}
         events = [sign(owner, 4706, agreed), sign(owner, 4705, members)]
         events += [sign(k, 4706, agreed) for k in keys]
@@ -302,7 +294,7 @@ def run(ns: argparse.Namespace, tmp: Path) -> int:
     print(f"tms serve answered /healthz after {server.start():.1f} s", flush=True)
     keys = [SecretKey.generate() for _ in range(ns.clients)]
     try:
-        setup(server, env, keys)
+        setup(server, keys)
         if ns.embed == "on":
             with httpx.Client(timeout=5) as http:
                 while http.get(f"{server.url}/healthz").json().get("vectors") != "ready":

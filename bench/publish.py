@@ -26,7 +26,6 @@ import asyncio
 import base64
 import os
 import random
-import subprocess
 import tempfile
 import threading
 import time
@@ -36,9 +35,8 @@ from typing import Any, Final
 
 import httpx
 from coincurve import PublicKeyXOnly
-from serving import HEADERS, Server, Signer, compact, tms_command
+from serving import HEADERS, Server, Signer, compact
 
-from tms.nostr import nip19
 from tms.nostr.events import Event
 
 WORDS: Final = (
@@ -210,14 +208,8 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
     )
     signer = Signer()
     try:
-        subprocess.run(
-            [*tms_command(), "approve", nip19.npub_encode(signer.key.pubkey)],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        terms = httpx.get(f"{server.url}/terms").json()
-        agreed = signer.sign(4706, {"version": terms["version"], "sha256": terms["sha256"]})
+        server.approve(signer.key.pubkey)
+        agreed = signer.sign(4706, server.agreement())
         collections = [
             signer.sign(4702, {"collection": f"bench-{n}", "text": "Start."}) for n in range(16)
         ]

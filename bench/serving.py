@@ -18,6 +18,7 @@ from typing import Any, Final
 import httpx
 
 from tms.nostr.events import SecretKey
+from tms.nostr.nip19 import npub_encode
 
 HEADERS: Final = {
     "Accept": "application/json, text/event-stream",
@@ -50,6 +51,20 @@ UNLIMITED: Final = {f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY",
 
 class Server:
     """`tms serve` in a subprocess, its output in a log file."""
+
+    def approve(self, pubkey: str) -> None:
+        """`tms approve` for a key (hex) on this server's database, as the operator runs it."""
+        subprocess.run(
+            [*tms_command(), "approve", npub_encode(pubkey)],
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
+
+    def agreement(self) -> dict[str, str]:
+        """The current terms' version and sha256, from `GET /terms`, as a client learns them."""
+        terms = httpx.get(f"{self.url}/terms", timeout=60).json()
+        return {"version": terms["version"], "sha256": terms["sha256"]}
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.env = {**UNLIMITED, **env}
