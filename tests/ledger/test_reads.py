@@ -10,6 +10,7 @@ import random
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 import asyncpg
@@ -694,6 +695,45 @@ async def test_claims_nobody_linked_count_as_zero_in_every_sort(
     assert order["unsupported"] == ids([new, rebutted, old])
     for sort, listed in order.items():  # the page's own cut, not only the final order
         assert [c["id"] for c in await reads.list_claims("lab", sort, 1)] == listed[:1], sort
+
+
+# Each claim's counts, counted afresh from the ledger's own tables (sql/008 keeps them instead).
+_SQL_COUNTED: Final = """
+    SELECT c.id, c.collection, c.seq,
+           (SELECT count(*) FROM links l WHERE l.to_id = c.id AND l.relation = 'SUPPORTS')::int,
+           (SELECT count(*) FROM links l WHERE l.to_id = c.id AND l.relation = 'QUALIFIES')::int,
+           (SELECT count(*) FROM links l WHERE l.to_id = c.id AND l.relation = 'REBUTS')::int,
+           (SELECT count(*) FROM contradiction_claims x WHERE x.claim_id = c.id)::int
+    FROM claims c ORDER BY c.id"""
+_SQL_KEPT: Final = """
+    SELECT claim_id, collection, seq, supports, qualifies, rebuts, findings
+    FROM claim_counts ORDER BY claim_id"""
+
+
+async def test_the_counts_kept_are_the_ledgers_and_the_backfill_computes_the_same(
+    ledger: Ledger,
+) -> None:
+    """The counts a publish keeps equal a fresh count of links and contradictions: for claims
+    and the links to them stored in one batch, links to a link and to a contradiction (which
+    count for no claim), a second collection, and later batches adding to standing counts. The
+    migration's back-fill, run again over the same ledger, writes the same rows."""
+    world = await build_world(ledger)
+    c = [e["id"] for e in world.claims]
+    await publish(ledger, link(MEMBER, "lab", world.doc["id"], c[0], EXACT_QUOTE, reason="again"))
+    await publish(ledger, contradiction(OWNER, "lab", [c[3], c[4]], reason="a second one"))
+
+    async def rows(sql: str) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in await ledger.pool.fetch(sql)]
+
+    kept = await rows(_SQL_KEPT)
+    assert kept == await rows(_SQL_COUNTED)
+    assert len(kept) == len(world.claims) + 2  # and "other"'s two claims: no row for non-claims
+    migration = (Path(__file__).parents[2] / "sql" / "008_claim_counts.sql").read_text()
+    backfill = "INSERT INTO claim_counts" + migration.split("INSERT INTO claim_counts", 1)[1]
+    async with ledger.pool.acquire() as conn, conn.transaction():
+        await conn.execute("DELETE FROM claim_counts")
+        await conn.execute(backfill)
+    assert await rows(_SQL_KEPT) == kept
 
 
 # --- get_links --------------------------------------------------------------------------------

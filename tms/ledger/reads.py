@@ -49,20 +49,14 @@ DEFAULT_SORT: Final = "recent"
 CLAIM_SORTS: Final = ("recent", "links", "unsupported", "unchallenged", "contested")
 DEFAULT_WINDOW: Final = 20_000  # characters of evidence text `get_event` returns by default
 
-# The count sorts, as ORDER BY keys over the counts; ties: newest first, then id.
+# The count sorts, as ORDER BY keys over claim_counts (sql/008, one index in each order);
+# ties: newest first, then id.
 _SORT_KEYS: Final[dict[str, str]] = {
-    "links": "total DESC",
+    "links": "(supports + qualifies + rebuts) DESC",
     "unsupported": "supports",
-    "unchallenged": "rebuts + findings, supports DESC",
-    "contested": "rebuts + findings DESC",
+    "unchallenged": "(rebuts + findings), supports DESC",
+    "contested": "(rebuts + findings) DESC",
 }
-
-# A parallel plan would rebuild the whole aggregate in every worker (the hash join's inner
-# side is not shared), tripling the work; and the aggregate of a big collection outgrows the
-# default work_mem, spilling to disk.
-_SQL_AGGREGATE_SETTINGS: Final = """
-    SELECT set_config('max_parallel_workers_per_gather', '0', true),
-           set_config('work_mem', '32MB', true)"""
 
 
 # What a proof's tree prints of each cited event of one collection ($1): $2 the ids, $3 how
@@ -286,9 +280,7 @@ class Reads:
                 )
                 counts = await records.claim_counts(conn, collection, [r["id"] for r in rows])
             else:
-                async with conn.transaction():
-                    await conn.execute(_SQL_AGGREGATE_SETTINGS)
-                    rows = await conn.fetch(_claims_sorted_sql(sort, limit), collection)
+                rows = await conn.fetch(_claims_sorted_sql(sort, limit), collection)
                 counts = {r["id"]: {name: r[name] for name in records.COUNT_NAMES} for r in rows}
             names = await records.authors(conn, (r["pubkey"] for r in rows))
         return [
@@ -416,28 +408,14 @@ class Reads:
 
 
 def _claims_sorted_sql(sort: str, limit: int) -> str:
-    """One pass: the collection's links and contradiction memberships counted per target in a
-    single aggregate, joined once to the collection's claims, then a top-N sort."""
+    """The top of the sort's own index over the counts kept as links are stored (sql/008):
+    the cost of a page, not of the collection."""
     key = _SORT_KEYS[sort]
     return f"""
-        WITH counts AS (
-            SELECT id, sum(s) AS supports, sum(q) AS qualifies, sum(r) AS rebuts,
-                   sum(f) AS findings, sum(s + q + r) AS total
-            FROM (SELECT to_id AS id, (relation = 'SUPPORTS')::int AS s,
-                         (relation = 'QUALIFIES')::int AS q, (relation = 'REBUTS')::int AS r,
-                         0 AS f
-                  FROM links WHERE collection = $1
-                  UNION ALL
-                  SELECT claim_id, 0, 0, 0, 1 FROM contradiction_claims
-                  WHERE collection = $1) AS u
-            GROUP BY id),
-        scored AS (
-            SELECT c.id, c.seq, coalesce(n.total, 0) AS total,
-                   coalesce(n.supports, 0) AS supports, coalesce(n.qualifies, 0) AS qualifies,
-                   coalesce(n.rebuts, 0) AS rebuts, coalesce(n.findings, 0) AS findings
-            FROM claims c LEFT JOIN counts n ON n.id = c.id
-            WHERE c.collection = $1),
-        page AS (SELECT * FROM scored ORDER BY {key}, seq DESC, id LIMIT {page_size(limit)})
+        WITH page AS (
+            SELECT claim_id AS id, seq, supports, qualifies, rebuts, findings
+            FROM claim_counts WHERE collection = $1
+            ORDER BY {key}, seq DESC, claim_id LIMIT {page_size(limit)})
         SELECT p.*, c.pubkey, c.text, e.received_at
         FROM page p JOIN claims c ON c.id = p.id JOIN events e ON e.seq = p.seq
         ORDER BY {key}, p.seq DESC, p.id"""

@@ -32,7 +32,7 @@ from tms.rules.publish import (
 )
 from tms.rules.terms import current_terms
 from tms.store.database import Connection
-from tms.types import EMBEDDED_KINDS, EventId, PubKey, Slug
+from tms.types import EMBEDDED_KINDS, KIND_CLAIM, EventId, PubKey, Slug
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 
@@ -206,6 +206,7 @@ async def write(
     anchored = [(p, plan.anchors[p.event.id]) for p in plan.accepted if p.event.id in plan.anchors]
     if anchored:  # where each new link's quote sits in its evidence (sql/005)
         _anchors(statement, anchored)
+    _claim_counts(statement, plan)
     if any(x.kind in EMBEDDED_KINDS for x in events):  # vectors come after commit (search)
         statement.parts.append(
             "queue AS (INSERT INTO embedding_queue (event_id, seq) "
@@ -286,6 +287,59 @@ def _member_lists(
 
 
 _EMBEDDED: Final = ", ".join(str(kind) for kind in sorted(EMBEDDED_KINDS))
+
+
+# Where a relation is counted in a claim_counts row (sql/008): after the claim id and collection.
+_COUNTED: Final = {"SUPPORTS": 0, "QUALIFIES": 1, "REBUTS": 2}
+
+
+def _claim_counts(statement: Statement, plan: Plan) -> None:
+    """Each new claim's counts row, and what the batch adds to its targets' (links by
+    relation, contradictions as findings): one row per claim, added to what stands. Targets
+    that are not claims (links, contradictions, evidence) are left out by the SQL, which knows
+    them: a claim stored before, or one this statement inserts."""
+    counted: dict[EventId, list[Any]] = {}
+
+    def row(claim_id: EventId, collection: Slug) -> list[Any]:
+        return counted.setdefault(claim_id, [collection, 0, 0, 0, 0])
+
+    for p in plan.accepted:
+        content = p.content
+        if isinstance(content, Claim):
+            row(p.event.id, content.collection)
+        elif isinstance(content, Link):
+            row(content.to, content.collection)[1 + _COUNTED[content.relation]] += 1
+        elif isinstance(content, Contradiction):
+            for claim_id in content.claims:
+                row(claim_id, content.collection)[4] += 1
+    if not counted:
+        return
+    values = [(claim_id, *rest) for claim_id, rest in counted.items()]
+    types = ("text", "text", "int", "int", "int", "int")
+    arrays = statement.arrays(
+        [([v[i] for v in values], sql_type) for i, sql_type in enumerate(types)]
+    )
+    statement.parts.append(
+        f"""claim_counted AS (
+            INSERT INTO claim_counts AS t
+                (claim_id, collection, seq, supports, qualifies, rebuts, findings)
+            SELECT * FROM (
+                SELECT u.id, u.collection,
+                       -- a new claim's seq from this statement's insert, else the stored
+                       -- claim's by its key (a subquery: one index look-up, never a scan)
+                       coalesce(e.seq, (SELECT c.seq FROM claims c
+                                        WHERE c.id = u.id AND c.collection = u.collection))
+                           AS seq,
+                       u.s, u.q, u.r, u.f
+                FROM unnest({arrays}) AS u(id, collection, s, q, r, f)
+                LEFT JOIN e ON e.id = u.id AND e.kind = {KIND_CLAIM}) AS r
+            WHERE r.seq IS NOT NULL  -- targets that are not claims count for nothing
+            ON CONFLICT (claim_id) DO UPDATE SET
+                supports = t.supports + excluded.supports,
+                qualifies = t.qualifies + excluded.qualifies,
+                rebuts = t.rebuts + excluded.rebuts,
+                findings = t.findings + excluded.findings)"""
+    )
 
 
 class Statement:
