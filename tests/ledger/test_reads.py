@@ -708,9 +708,20 @@ _SQL_COUNTED: Final = """
 _SQL_KEPT: Final = """
     SELECT claim_id, collection, seq, supports, qualifies, rebuts, findings
     FROM claim_counts ORDER BY claim_id"""
+# Each collection's records, counted afresh (sql/009 keeps them), and as kept.
+_SQL_COLLECTIONS_COUNTED: Final = """
+    SELECT c.slug,
+           (SELECT count(*) FROM evidence x WHERE x.collection = c.slug),
+           (SELECT count(*) FROM claims x WHERE x.collection = c.slug),
+           (SELECT count(*) FROM links x WHERE x.collection = c.slug),
+           (SELECT count(*) FROM contradictions x WHERE x.collection = c.slug)
+    FROM collections c ORDER BY c.slug"""
+_SQL_COLLECTIONS_KEPT: Final = """
+    SELECT collection, evidence, claims, links, contradictions
+    FROM collection_counts ORDER BY collection"""
 
 
-async def test_the_counts_kept_are_the_ledgers_and_the_backfill_computes_the_same(
+async def test_the_counts_kept_are_the_ledgers_and_the_backfills_compute_the_same(
     ledger: Ledger,
 ) -> None:
     """The counts a publish keeps equal a fresh count of links and contradictions: for claims
@@ -721,6 +732,7 @@ async def test_the_counts_kept_are_the_ledgers_and_the_backfill_computes_the_sam
     c = [e["id"] for e in world.claims]
     await publish(ledger, link(MEMBER, "lab", world.doc["id"], c[0], EXACT_QUOTE, reason="again"))
     await publish(ledger, contradiction(OWNER, "lab", [c[3], c[4]], reason="a second one"))
+    await open_collection(ledger, OWNER, "empty")  # a collection with no record yet
 
     async def rows(sql: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in await ledger.pool.fetch(sql)]
@@ -728,12 +740,17 @@ async def test_the_counts_kept_are_the_ledgers_and_the_backfill_computes_the_sam
     kept = await rows(_SQL_KEPT)
     assert kept == await rows(_SQL_COUNTED)
     assert len(kept) == len(world.claims) + 2  # and "other"'s two claims: no row for non-claims
-    migration = (Path(__file__).parents[2] / "sql" / "008_claim_counts.sql").read_text()
-    backfill = "INSERT INTO claim_counts" + migration.split("INSERT INTO claim_counts", 1)[1]
-    async with ledger.pool.acquire() as conn, conn.transaction():
-        await conn.execute("DELETE FROM claim_counts")
-        await conn.execute(backfill)
+    collections = await rows(_SQL_COLLECTIONS_KEPT)
+    assert collections == await rows(_SQL_COLLECTIONS_COUNTED)
+    assert [slug for slug, *_ in collections] == ["empty", "lab", "other"]
+    for table, number in (("claim_counts", "008"), ("collection_counts", "009")):
+        migration = next((Path(__file__).parents[2] / "sql").glob(f"{number}_*.sql")).read_text()
+        backfill = f"INSERT INTO {table}" + migration.split(f"INSERT INTO {table}", 1)[1]
+        async with ledger.pool.acquire() as conn, conn.transaction():
+            await conn.execute(f"DELETE FROM {table}")
+            await conn.execute(backfill)
     assert await rows(_SQL_KEPT) == kept
+    assert await rows(_SQL_COLLECTIONS_KEPT) == collections
 
 
 # --- get_links --------------------------------------------------------------------------------

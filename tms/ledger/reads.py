@@ -124,12 +124,11 @@ class Reads:
             """SELECT c.slug, c.owner, c.created_at,
                       ARRAY(SELECT m.pubkey FROM memberships m WHERE m.collection = c.slug
                             ORDER BY m.pubkey) AS members,
-                      (SELECT count(*) FROM evidence x WHERE x.collection = c.slug) AS evidence,
-                      (SELECT count(*) FROM claims x WHERE x.collection = c.slug) AS claims,
-                      (SELECT count(*) FROM links x WHERE x.collection = c.slug) AS links,
-                      (SELECT count(*) FROM contradictions x
-                       WHERE x.collection = c.slug) AS contradictions
+                      coalesce(n.evidence, 0) AS evidence, coalesce(n.claims, 0) AS claims,
+                      coalesce(n.links, 0) AS links,
+                      coalesce(n.contradictions, 0) AS contradictions
                FROM collections c JOIN readers r ON r.collection = c.slug AND r.pubkey = $1
+               LEFT JOIN collection_counts n ON n.collection = c.slug  -- kept: sql/009
                ORDER BY c.created_at, c.slug""",
             pubkey,
         )

@@ -207,6 +207,7 @@ async def write(
     if anchored:  # where each new link's quote sits in its evidence (sql/005)
         _anchors(statement, anchored)
     _claim_counts(statement, plan)
+    _collection_counts(statement, plan)
     if any(x.kind in EMBEDDED_KINDS for x in events):  # vectors come after commit (search)
         statement.parts.append(
             "queue AS (INSERT INTO embedding_queue (event_id, seq) "
@@ -339,6 +340,38 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
                 qualifies = t.qualifies + excluded.qualifies,
                 rebuts = t.rebuts + excluded.rebuts,
                 findings = t.findings + excluded.findings)"""
+    )
+
+
+# The kinds each collection's counts row counts (sql/009), in its columns' order.
+_COUNTED_KINDS: Final = (Evidence, Claim, Link, Contradiction)
+
+
+def _collection_counts(statement: Statement, plan: Plan) -> None:
+    """What the batch adds to each collection's record counts: one row per collection, and a
+    row for each collection it creates (every collection has one, as the migration made)."""
+    added: dict[Slug, list[int]] = {slug: [0, 0, 0, 0] for slug, *_ in plan.new_collections}
+    for p in plan.accepted:
+        kind = type(p.content)
+        if kind in _COUNTED_KINDS and p.collection is not None:
+            added.setdefault(p.collection, [0, 0, 0, 0])[_COUNTED_KINDS.index(kind)] += 1
+    if not added:
+        return
+    columns = list(zip(*((slug, *counts) for slug, counts in added.items()), strict=True))
+    types = ("text", "bigint", "bigint", "bigint", "bigint")
+    arrays = statement.arrays(
+        [(list(column), sql_type) for column, sql_type in zip(columns, types, strict=True)]
+    )
+    statement.parts.append(
+        f"""collection_counted AS (
+            INSERT INTO collection_counts AS t
+                (collection, evidence, claims, links, contradictions)
+            SELECT * FROM unnest({arrays})
+            ON CONFLICT (collection) DO UPDATE SET
+                evidence = t.evidence + excluded.evidence,
+                claims = t.claims + excluded.claims,
+                links = t.links + excluded.links,
+                contradictions = t.contradictions + excluded.contradictions)"""
     )
 
 
