@@ -337,6 +337,9 @@ async def test_get_event_counts_characters_not_bytes(ledger: Ledger, reads: Read
     await publish(ledger, doc)
     got = await read_event(reads, OWNER.pubkey, doc["id"], offset=4, max_chars=2)
     assert got["content"]["text"] == "🧪🧬" and got["chars"] == len(text)
+    # Listing evidence gives the same count, stored with the text (sql/010), never bytes.
+    [listed] = await reads.list_evidence("lab", False, None, 10)
+    assert listed["chars"] == len(text)
 
 
 # --- author -----------------------------------------------------------------------------------

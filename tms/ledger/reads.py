@@ -347,10 +347,10 @@ class Reads:
             )
         sql = f"""
             WITH page AS (
-                SELECT v.id, v.seq, v.pubkey, v.title, v.url, v.source FROM evidence v
+                SELECT v.id, v.seq, v.pubkey, v.title, v.url, v.source, v.chars  -- sql/010
+                FROM evidence v
                 WHERE {" AND ".join(where)} ORDER BY v.seq LIMIT {page_size(limit)})
-            SELECT p.id, p.pubkey, p.title, p.url, p.source, e.received_at,
-                   (SELECT char_length(v.text) FROM evidence v WHERE v.id = p.id) AS chars,
+            SELECT p.id, p.pubkey, p.title, p.url, p.source, e.received_at, p.chars,
                    (SELECT count(*) FROM links l
                     WHERE l.collection = $1 AND l.from_id = p.id) AS link_count
             FROM page p JOIN events e ON e.seq = p.seq
