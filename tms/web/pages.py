@@ -13,14 +13,13 @@ sent to the Connect page, which brings them back after login.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections import OrderedDict
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 from urllib.parse import parse_qs, quote
 
 from starlette.requests import Request
@@ -34,14 +33,13 @@ from tms.mcp.schemas import MAX_QUERY_CHARS
 from tms.nostr import nip98
 from tms.nostr.events import is_hex64, loads_bounded
 from tms.nostr.nip19 import npub_encode
-from tms.results import LinkInfo
 from tms.rules.kinds import SLUG_PATTERN
 from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
 from tms.rules.spans import QuoteIndex, casefold_table
 from tms.rules.terms import current_terms
 from tms.search.search import Method
 from tms.services import Services
-from tms.types import KIND_CLAIM, KIND_EVIDENCE, KIND_LINK, MAX_CONTENT_CHARS, PubKey, Slug
+from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, PubKey
 from tms.web import charts
 from tms.web.login import (
     COOKIE,
@@ -53,12 +51,12 @@ from tms.web.login import (
     Session,
     request_url,
 )
+from tms.web.reading import in_context, link_targets, marked
 from tms.web.render import Renderer
 
 log = logging.getLogger(__name__)
 
 EVIDENCE_PAGE_CHARS: Final = 20_000  # evidence text shown per page
-CONTEXT_CHARS: Final = 240  # evidence shown either side of a quote on a claim page
 CLAIMS_SHOWN: Final = 100
 EVIDENCE_SHOWN: Final = 100
 LINKS_SHOWN: Final = 200  # links read for a claim page, and quotes marked on an evidence page
@@ -66,15 +64,6 @@ SMALL_JSON: Final = 64 * 1024  # /fetch and /logout bodies
 QUOTE_INDEXES: Final = 16  # evidence texts kept normalized, for marking quotes
 RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
 PRIVATE: Final = {"Cache-Control": "no-store"}
-
-
-class Target(NamedTuple):
-    """What a link on the evidence page points at: its kind, words to show, and the page
-    that shows it (None when no page does)."""
-
-    kind: str
-    words: str
-    href: str | None
 
 
 class Pages:
@@ -170,6 +159,20 @@ class Pages:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/?next={quote(target, safe='/?=&')}", 303, headers=PRIVATE)
         return session
+
+    async def _collection_reader(
+        self, request: Request
+    ) -> tuple[Session, str, Services] | Response:
+        """The session of a page of collection `slug` that it may read; else the redirect to
+        Connect, or the 404 a missing collection gets."""
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        slug = request.path_params["slug"]
+        services = _services(request)
+        if not await services.access.can_read(reader.pubkey, slug):
+            return await self.not_found(request)
+        return reader, slug, services
 
     # --- connect, login and logout ---------------------------------------------------------
 
@@ -345,13 +348,10 @@ class Pages:
     # --- reading ---------------------------------------------------------------------------
 
     async def collection(self, request: Request) -> Response:
-        reader = await self._reader(request)
-        if isinstance(reader, Response):
-            return reader
-        slug = request.path_params["slug"]
-        services = _services(request)
-        if not await services.access.can_read(reader.pubkey, slug):
-            return await self.not_found(request)
+        found = await self._collection_reader(request)
+        if isinstance(found, Response):
+            return found
+        reader, slug, services = found
         sort = request.query_params.get("sort") or "recent"
         if sort not in CLAIM_SORTS:
             sort = "recent"
@@ -398,7 +398,7 @@ class Pages:
             if source is None:
                 source = await self._evidence_text(reader.pubkey, found["from"], services)
                 sources[found["from"]] = source
-            quoted.append({**found, "context": _context(source, found["quote"])})
+            quoted.append({**found, "context": in_context(source, found["quote"])})
         by_relation = {r: [q for q in quoted if q["relation"] == r] for r in RELATIONS}
         contradictions = await services.reads.contradictions_with_claim(slug, event_id, 50)
         return await self.render(
@@ -447,8 +447,8 @@ class Pages:
                 span = index.find(found["quote"]) if index is not None else None
                 if span is not None:
                     spans.append((span[0], span[1], found["id"]))
-        segments = _mark(window, offset, spans)
-        targets = await self._targets(slug, links, services)
+        segments = marked(window, offset, spans)
+        targets = await link_targets(slug, links, services.reads)
         return await self.render(
             request,
             "evidence.html",
@@ -460,32 +460,6 @@ class Pages:
             page=page,
             pages=pages,
         )
-
-    @staticmethod
-    async def _targets(slug: Slug, links: list[LinkInfo], services: Services) -> dict[str, Target]:
-        """What each link points at, and where a page shows it: a claim or an evidence has its
-        own page, a link is shown on its claim's page, a contradiction on no page of its own
-        (only its words are given). A target outside the collection is simply absent."""
-        cited = await services.reads.cited(slug, {found["to"] for found in links})
-        inner = {c.to for c in cited.values() if c.kind == KIND_LINK and c.to is not None}
-        below = await services.reads.cited(slug, inner - cited.keys()) if inner else {}
-        kinds = {i: c.kind for i, c in (below | cited).items()}
-        base = f"/c/{quote(slug)}"
-        targets: dict[str, Target] = {}
-        for target_id, c in cited.items():
-            if c.kind == KIND_CLAIM:
-                targets[target_id] = Target("claim", c.text or "", f"{base}/claims/{target_id}")
-            elif c.kind == KIND_EVIDENCE:
-                title = c.title or "Untitled document"
-                targets[target_id] = Target("evidence", title, f"{base}/evidence/{target_id}")
-            elif c.kind == KIND_LINK:
-                shown = c.to is not None and kinds.get(c.to) == KIND_CLAIM
-                href = f"{base}/claims/{c.to}#link-{target_id}" if shown else None
-                words = f"{c.relation or ''} link: “{c.quote or ''}”"
-                targets[target_id] = Target("link", words, href)
-            else:
-                targets[target_id] = Target("contradiction", c.reason or "", None)
-        return targets
 
     async def _event(
         self,
@@ -543,13 +517,10 @@ class Pages:
     # --- members ---------------------------------------------------------------------------
 
     async def members(self, request: Request) -> Response:
-        reader = await self._reader(request)
-        if isinstance(reader, Response):
-            return reader
-        slug = request.path_params["slug"]
-        services = _services(request)
-        if not await services.access.can_read(reader.pubkey, slug):
-            return await self.not_found(request)
+        found = await self._collection_reader(request)
+        if isinstance(found, Response):
+            return found
+        reader, slug, services = found
         if not await services.access.owns(reader.pubkey, slug):
             return await self.render(
                 request,
@@ -735,36 +706,3 @@ def _parse_batch(data: bytes) -> list[Any]:
 def _check_batch_file(path: Path) -> None:
     """In a worker process: a big batch parses within its bounds (or the error says why)."""
     _parse_batch(path.read_bytes())
-
-
-def _context(source: dict[str, Any], quote: str) -> dict[str, str] | None:
-    """The quote in its evidence: some text before, the matched span, some after."""
-    index: QuoteIndex | None = source.get("index")
-    span = index.find(quote) if index is not None else None
-    if span is None:
-        return None
-    text: str = source["text"]
-    start, end = span
-    before_start = max(0, start - CONTEXT_CHARS)
-    after_end = min(len(text), end + CONTEXT_CHARS)
-    return {
-        "before": ("…" if before_start > 0 else "") + text[before_start:start],
-        "quote": text[start:end],
-        "after": text[end:after_end] + ("…" if after_end < len(text) else ""),
-    }
-
-
-def _mark(window: str, offset: int, spans: list[tuple[int, int, str]]) -> list[dict[str, Any]]:
-    """The window cut into pieces, each either plain or inside one or more quoted spans (with
-    the ids of the links quoting it), for the template to escape and mark."""
-    end = offset + len(window)
-    cuts = {offset, end}
-    for start, stop, _ in spans:
-        if stop > offset and start < end:
-            cuts.update((max(start, offset), min(stop, end)))
-    points = sorted(cuts)
-    segments: list[dict[str, Any]] = []
-    for left, right in itertools.pairwise(points):
-        links = [link for start, stop, link in spans if start <= left and right <= stop]
-        segments.append({"text": window[left - offset : right - offset], "links": links})
-    return segments
