@@ -31,7 +31,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 import httpx
+from serving import free_port, tms_command
 
 from tms.config import Settings
 from tms.nostr.events import SecretKey
@@ -231,24 +231,6 @@ def rpc_body(request_id: int, tool: str, arguments: dict[str, Any]) -> bytes:
 
 
 # --- the server ----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def tms_command() -> list[str]:
-    """The `tms` console script of this environment (what `uv run tms` runs)."""
-    script = Path(sys.executable).parent / "tms"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("tms")
-    if found is None:
-        raise SystemExit("bench: the `tms` command is not installed (run `uv sync`)")
-    return [found]
 
 
 class Server:
