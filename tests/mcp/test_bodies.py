@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from factories import Live, fresh_database, live_server, request
+from factories import request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import HEADERS, Caller
@@ -20,19 +19,6 @@ from tms.mcp.http import MAX_BODY, SMALL_BODY
 from tms.nostr.events import SecretKey
 
 FIXTURES = [HealthCheck.function_scoped_fixture]
-
-
-@pytest.fixture(scope="module")
-def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
-    with fresh_database(pg_server_url, template_url) as database, live_server(database) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def caller(live: Live) -> Iterator[Caller]:
-    c = Caller(live)
-    yield c
-    c.close()
 
 
 def post(caller: Caller, body: bytes, **headers: str) -> tuple[int, Any]:

@@ -8,12 +8,11 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
 import pytest
-from factories import Live, fresh_database, live_server, terms
+from factories import fresh_database, live_server, terms
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import Caller, approve
@@ -55,19 +54,6 @@ CONTENT = st.dictionaries(KEYS, VALUES, max_size=6)
 def dumps(content: dict[str, Any]) -> str:
     """As a client would send it: lone surrogates escaped (`\\ud800`), as JSON.stringify does."""
     return json.dumps(content, separators=(",", ":"))
-
-
-@pytest.fixture(scope="module")
-def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
-    with fresh_database(pg_server_url, template_url) as database, live_server(database) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def caller(live: Live) -> Iterator[Caller]:
-    c = Caller(live)
-    yield c
-    c.close()
 
 
 KNOWN = SecretKey.generate()

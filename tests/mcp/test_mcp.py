@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,11 +15,8 @@ import pytest
 import rfc6962 as rfc
 from factories import (
     LOG_SIGNER,
-    Live,
     allow_connections,
     compact,
-    fresh_database,
-    live_server,
     nip98_header,
     request,
     signed,
@@ -138,19 +134,6 @@ class World:
         )
         caller.publish(terms(self.other), other_doc)
         self.elsewhere = other_doc
-
-
-@pytest.fixture(scope="module")
-def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
-    with fresh_database(pg_server_url, template_url) as database, live_server(database) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def caller(live: Live) -> Iterator[Caller]:
-    c = Caller(live)
-    yield c
-    c.close()
 
 
 @pytest.fixture(scope="module")
