@@ -22,6 +22,7 @@ function notApproved (pubkey) {
   $('#refused-npub').textContent = npub
   $('#copy-npub').dataset.copy = npub
   $('#approve-command').textContent = `tms approve ${npub}`
+  $('#copy-command').dataset.copy = `tms approve ${npub}`
   refusedKey.hidden = false
   say(status, '')
 }

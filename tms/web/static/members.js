@@ -96,7 +96,7 @@ function sayIfSaved () {
   sessionStorage.removeItem(SAVED)
   if (!saved) return
   if (saved.id === listId) {
-    say(status, `Saved: ${saved.count} member${saved.count === 1 ? '' : 's'}. The list below is the one now standing.`, 'ok')
+    say(status, `Saved: ${saved.count} member${saved.count === 1 ? '' : 's'}. This is the list now standing.`, 'ok')
   }
 }
 
