@@ -29,6 +29,7 @@ from tms.ledger import writes
 from tms.ledger.tlog import STATE_SQL, TransparencyLog
 from tms.ledger.writes import OffLoop
 from tms.results import CheckpointInfo
+from tms.rules.expected import Expected, check_expected
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
 from tms.store.database import Pool, is_database_down
 from tms.types import Slug
@@ -45,6 +46,7 @@ Committed = tuple[Plan, dict[Slug, CheckpointInfo]]
 class _Waiting:
     batch: list[Parsed]
     done: asyncio.Future[Committed]
+    expected: Expected | None = None  # what the batch's page saw (`tms.rules.expected`)
 
 
 @dataclass(slots=True)
@@ -60,12 +62,13 @@ class GroupCommitter:
         self.log = log
         self._lanes: dict[tuple[str, ...], _Lane] = {}
 
-    async def commit(self, batch: list[Parsed]) -> Committed:
+    async def commit(self, batch: list[Parsed], expected: Expected | None = None) -> Committed:
         """The batch judged and, if it passes, committed; or its `PublishError` (or the
-        database's error)."""
+        database's error). `expected`: the collections' state the batch was made against,
+        checked under their locks before the rules judge it."""
         keys = writes.lock_keys(batch)
         lane = self._lanes.setdefault(keys, _Lane())
-        waiting = _Waiting(batch, asyncio.get_running_loop().create_future())
+        waiting = _Waiting(batch, asyncio.get_running_loop().create_future(), expected)
         # A caller that goes away does not stop its batch: its answer is just not read.
         waiting.done.add_done_callback(_read_exception)
         lane.waiting.append(waiting)
@@ -113,6 +116,8 @@ class GroupCommitter:
             for waiting in group:
                 trial = snapshot if len(group) == 1 else copy.deepcopy(snapshot)
                 try:
+                    if waiting.expected:
+                        check_expected(waiting.batch, trial, waiting.expected)
                     plan = judge(waiting.batch, trial)
                 except PublishError as exc:
                     outcomes.append(exc)

@@ -23,6 +23,7 @@ from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
 from tms.ledger.tlog import TransparencyLog
 from tms.results import PublishResult
+from tms.rules.expected import Expected
 from tms.rules.publish import (
     Parsed,
     Plan,
@@ -74,15 +75,19 @@ class Ledger:
 
     # --- publishing ------------------------------------------------------------------------
 
-    async def publish(self, events: object, *, now: int | None = None) -> PublishResult:
-        """Store a batch of signed events, all or nothing (SPEC "Publishing")."""
+    async def publish(
+        self, events: object, *, now: int | None = None, expected: Expected | None = None
+    ) -> PublishResult:
+        """Store a batch of signed events, all or nothing (SPEC "Publishing"). `expected`:
+        what the page that signed it saw of its collections (`tms.rules.expected`); a batch
+        made against a state that is gone is refused."""
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
         if self.throttle is not None:
             # Only now, with every signature verified: a forged event spends nobody's budget.
             await self.throttle.keys([item.event.pubkey for item in batch])
         try:
-            plan, checkpoints = await self._commits.commit(batch)
+            plan, checkpoints = await self._commits.commit(batch, expected)
         except QuoteNotFound as refusal:
             if refusal.hinted:
                 raise

@@ -21,6 +21,7 @@ and the people's pages (tms.web.pages), logged in with NIP-07 (tms.web.login):
     GET /c/<slug>/claims/<id>     a claim with its links, quotes in context, contradictions
     GET /c/<slug>/evidence/<id>   an evidence text, paged, quotes marked
     GET /c/<slug>/members         the owner's member list editor (members.json: its head)
+    GET /collections/check        ?slug=: is it free? (the create form, for approved keys)
     GET /dashboard                activity, records by kind, contributors, sources
     GET /docs, /docs.md           the user guide, for this server
     GET /static/...               the one stylesheet and the pages' scripts
@@ -109,7 +110,10 @@ async def export(request: Request) -> Response:
     flag = request.query_params.get("checkpoint", "0")
     if flag not in ("0", "1"):
         return error("checkpoint must be 0 or 1", 400)
-    headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{slug}.jsonl"'}
+    # Two names, so that both downloads can sit side by side (`tms verify-export` wants the
+    # checkpointed one).
+    name = f"{slug}.checkpoint.jsonl" if flag == "1" else f"{slug}.jsonl"
+    headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{name}"'}
     if request.method == "HEAD":
         return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
     if flag == "1":
@@ -234,6 +238,7 @@ ROUTES: Final = [
     Route("/c/{slug}", _page("collection"), methods=GET),
     Route("/c/{slug}/members", _page("members"), methods=GET),
     Route("/c/{slug}/members.json", _page("members_head"), methods=GET),
+    Route("/collections/check", _page("name_check"), methods=GET),
     Route("/c/{slug}/claims/{event_id}", _page("claim"), methods=GET),
     Route("/c/{slug}/evidence/{event_id}", _page("evidence"), methods=GET),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),

@@ -33,6 +33,7 @@ from tms.mcp.schemas import MAX_QUERY_CHARS
 from tms.nostr import nip98
 from tms.nostr.events import is_hex64, loads_bounded
 from tms.nostr.nip19 import npub_encode
+from tms.rules.expected import NO_LIST
 from tms.rules.kinds import SLUG_PATTERN
 from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
 from tms.rules.spans import QuoteIndex, casefold_table
@@ -63,6 +64,8 @@ LINKS_SHOWN: Final = 200  # links read for a claim page, and quotes marked on an
 SMALL_JSON: Final = 64 * 1024  # /fetch and /logout bodies
 QUOTE_INDEXES: Final = 16  # evidence texts kept normalized, for marking quotes
 RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
+MAX_NOTE_CHARS: Final = 80  # of a profile name, shown as a note on the members page
+MAX_EXPECTED: Final = 16  # collections a page's batch may state its expectations of
 PRIVATE: Final = {"Cache-Control": "no-store"}
 
 
@@ -275,11 +278,12 @@ class Pages:
         services = _services(request)
         try:
             session = await self._writer(request)
-            events = await self._read_events(request)
+            read = await self._read_events(request)
         except _Refused as refused:
             return refused.noted(services, "page publish")
-        if isinstance(events, Response):
-            return events
+        if isinstance(read, Response):
+            return read
+        events, expected = read
         for position, event in enumerate(events):
             signer = event.get("pubkey") if isinstance(event, dict) else None
             if signer != session.pubkey:
@@ -290,7 +294,7 @@ class Pages:
                     400,
                 )
         try:
-            result = await services.ledger.publish(events)
+            result = await services.ledger.publish(events, expected=expected or None)
         except RateLimited as exc:
             return _too_many(services, exc, "page publish")
         except TMSError as exc:
@@ -298,7 +302,9 @@ class Pages:
             return _json_error(str(exc), 400)
         return JSONResponse(result, headers=PRIVATE)
 
-    async def _read_events(self, request: Request) -> list[Any] | Response:
+    async def _read_events(
+        self, request: Request
+    ) -> tuple[list[Any], dict[str, str | None]] | Response:
         async with AsyncExitStack() as stack:
             try:
                 body = await self.bodies.read(request.scope, request.receive, stack)
@@ -541,6 +547,7 @@ class Pages:
             slug=slug,
             current=current,
             members=members,
+            member_lines=member_lines(members),
             owner_name=names.get(current["owner"]),
         )
 
@@ -556,6 +563,44 @@ class Pages:
         if current is None:
             return _json_error("no such collection", 404)
         return JSONResponse(current, headers=PRIVATE)
+
+    # --- creating a collection ------------------------------------------------------------
+
+    async def name_check(self, request: Request) -> Response:
+        """Whether a slug is free: the create form asks as the user types, and again right
+        before signing. Only approved keys are told (they may create collections, so could
+        learn the same by publishing into the slug); only this site's pages ask (the session's
+        CSRF token). The publish itself checks again, under the collection's lock."""
+        services = _services(request)
+        session = await self.session(request)
+        if session is None:
+            services.refusals.record(Refusal.UNAUTHENTICATED, "name check")
+            return _json_error("not logged in, or the session ended: connect again", 401)
+        if not self.keyring.csrf_ok(session, request.headers.get(CSRF_HEADER)):
+            services.refusals.record(Refusal.UNAUTHENTICATED, "name check", session.pubkey)
+            return _json_error("this page is out of date (its CSRF token is wrong): reload it", 403)
+        try:
+            await services.throttle.key(session.pubkey)
+        except RateLimited as exc:
+            return _too_many(services, exc, "name check")
+        if not await services.access.may_create(session.pubkey):
+            services.refusals.record(Refusal.NOT_MEMBER, "name check", session.pubkey)
+            return _json_error(
+                "only approved pubkeys create collections: ask the operator to approve your key",
+                403,
+            )
+        slug = request.query_params.get("slug", "")
+        if not SLUG_PATTERN.fullmatch(slug):
+            return _json_error(
+                "a collection's name is 1 to 64 lowercase letters, digits, - and _", 400
+            )
+        current = await services.keys.member_list(slug)
+        body = {
+            "slug": slug,
+            "exists": current is not None,
+            "yours": current is not None and current["owner"] == session.pubkey,
+        }
+        return JSONResponse(body, headers=PRIVATE)
 
     # --- submit, dashboard -----------------------------------------------------------------
 
@@ -610,6 +655,16 @@ class Pages:
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+def member_lines(members: list[dict[str, Any]]) -> str:
+    """The members page's textarea: one npub per line, its profile name as a `# note`, so that
+    saving it unchanged signs the same list. A name is kept to one line and to what a note is."""
+    lines = []
+    for member in members:
+        name = " ".join(str(member["name"] or "").split())[:MAX_NOTE_CHARS]
+        lines.append(f"{member['npub']}  # {name}" if name else member["npub"])
+    return "".join(f"{line}\n" for line in lines)
 
 
 class _Refused(Exception):
@@ -686,7 +741,9 @@ _BATCH_CONTAINERS: Final = 50_000
 _BATCH_VALUES: Final = 500_000
 
 
-def _parse_batch(data: bytes) -> list[Any]:
+def _parse_batch(data: bytes) -> tuple[list[Any], dict[str, str | None]]:
+    """The body's events, and what the page expected of their collections (`expected`,
+    optional: see `tms.rules.expected`)."""
     try:
         body = loads_bounded(data, max_containers=_BATCH_CONTAINERS, max_values=_BATCH_VALUES)
     except UnicodeDecodeError:
@@ -695,12 +752,33 @@ def _parse_batch(data: bytes) -> list[Any]:
         raise _BadBody(f"the body is not JSON: {sendable(str(exc))[:200]}") from None
     if (
         not isinstance(body, dict)
-        or set(body) != {"events"}
+        or "events" not in body
+        or not set(body) <= {"events", "expected"}
         or not isinstance(body["events"], list)
     ):
         raise _BadBody('send {"events": [...]}: a list of signed events')
     events: list[Any] = body["events"]
-    return events
+    return events, _expected(body.get("expected", {}))
+
+
+def _expected(value: object) -> dict[str, str | None]:
+    """`{"<slug>": null | "" | "<list id>"}`: a collection not created yet, one without a
+    member list, or the list the page showed."""
+    if (
+        not isinstance(value, dict)
+        or len(value) > MAX_EXPECTED
+        or not all(
+            isinstance(slug, str)
+            and SLUG_PATTERN.fullmatch(slug)
+            and (head is None or head == NO_LIST or (isinstance(head, str) and is_hex64(head)))
+            for slug, head in value.items()
+        )
+    ):
+        raise _BadBody(
+            'expected must map collection slugs to null (not created yet), "" (no member list '
+            f"yet) or a member list's id; at most {MAX_EXPECTED}"
+        )
+    return value
 
 
 def _check_batch_file(path: Path) -> None:

@@ -44,6 +44,13 @@ def _when(value: object) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _similarity(distance: object) -> str:
+    """A cosine distance (0 to 2) as people read it: 1 - distance, as a percentage. Opposite
+    meanings (a distance over 1) show as 0%, not as a negative number."""
+    value = 1 - float(distance) if isinstance(distance, int | float) else 0.0
+    return f"{round(max(0.0, min(1.0, value)) * 100)}%"
+
+
 def _http_url(url: object) -> str | None:
     """A URL fit for a link: http(s) only, never `javascript:` or `data:`."""
     if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
@@ -62,7 +69,12 @@ class Renderer:
             keep_trailing_newline=True,
         )
         self.env.filters.update(
-            npub=_npub, shortkey=_short_key, cut=_cut, when=_when, http_url=_http_url
+            npub=_npub,
+            shortkey=_short_key,
+            cut=_cut,
+            when=_when,
+            http_url=_http_url,
+            similarity=_similarity,
         )
         versions = {
             path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:12]

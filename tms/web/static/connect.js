@@ -1,16 +1,30 @@
-// The Connect page: the extension's public key, then a signed one-time login (a NIP-98 event
-// for POST /login with the server's nonce in the URL), which sets the session cookie.
-import { $, now, say, waitForNostr } from './nostr.js'
+// The Connect page: one signature, a one-time login (a NIP-98 event for POST /login with the
+// server's nonce in the URL), which sets the session cookie. The extension's public key comes
+// with the signed event, so the extension asks once, not twice.
+import { $, copyButtons, hexToNpub, now, say, sayRefused, waitForNostr } from './nostr.js'
 
 const panel = $('#connect')
 const button = $('#connect-button')
 const status = $('#connect-status')
+const refusedKey = $('#not-approved')
+const NOT_LOGGED_IN = 'Nothing was stored; you are not logged in.'
 
 function base64 (text) {
   const bytes = new TextEncoder().encode(text)
   let binary = ''
   for (const byte of bytes) binary += String.fromCharCode(byte)
   return btoa(binary)
+}
+
+// The key is neither approved nor a member: what to do next, with the npub to send.
+function notApproved (pubkey) {
+  const npub = hexToNpub(pubkey)
+  $('#refused-npub').textContent = npub
+  $('#copy-npub').dataset.copy = npub
+  $('#approve-command').textContent = `tms approve ${npub}`
+  $('#copy-command').dataset.copy = `tms approve ${npub}`
+  refusedKey.hidden = false
+  say(status, '')
 }
 
 async function connect () {
@@ -20,18 +34,29 @@ async function connect () {
     return
   }
   button.disabled = true
+  refusedKey.hidden = true
   try {
-    say(status, 'Asking your extension for your public key…')
-    const pubkey = await window.nostr.getPublicKey()
+    let challenge
+    try {
+      const answer = await fetch('/login/challenge', { credentials: 'same-origin' })
+      challenge = await answer.json()
+      if (!answer.ok) throw new Error(challenge.error || `the server answered ${answer.status}`)
+    } catch (error) {
+      throw new Error(`Could not start the login (${error.message || error}).`)
+    }
     say(status, 'Sign the one-time login in your extension…')
-    const challenge = await (await fetch('/login/challenge', { credentials: 'same-origin' })).json()
-    const event = await window.nostr.signEvent({
-      kind: 27235,
-      created_at: now(),
-      tags: [['u', challenge.url], ['method', challenge.method]],
-      content: ''
-    })
-    if (event.pubkey !== pubkey) throw new Error('the extension signed with another key')
+    let event
+    try {
+      event = await window.nostr.signEvent({
+        kind: 27235,
+        created_at: now(),
+        tags: [['u', challenge.url], ['method', challenge.method]],
+        content: ''
+      })
+    } catch (error) {
+      const reason = String(error.message || error).replace(/[.\s]+$/, '')
+      throw new Error(`Your extension did not sign the login (${reason}).`)
+    }
     const response = await fetch(challenge.url, {
       method: 'POST',
       credentials: 'same-origin',
@@ -39,19 +64,25 @@ async function connect () {
     })
     const answer = await response.json().catch(() => ({ error: `the server answered ${response.status}` }))
     if (!response.ok) {
-      say(status, answer.error || 'Login refused.', 'error')
+      const message = answer.error || 'Login refused.'
+      if (/is not approved and is not a member of any collection/.test(message) && /^[0-9a-f]{64}$/.test(event.pubkey || '')) {
+        notApproved(event.pubkey)
+      } else {
+        sayRefused(status, `The server refused the login: ${message}`, NOT_LOGGED_IN)
+      }
       button.disabled = false
       return
     }
     say(status, 'Logged in.', 'ok')
     window.location.assign(panel.dataset.next || '/')
   } catch (error) {
-    say(status, `Login did not complete: ${error.message || error}`, 'error')
+    sayRefused(status, error, NOT_LOGGED_IN)
     button.disabled = false
   }
 }
 
 button.addEventListener('click', connect)
+copyButtons(panel)
 waitForNostr().then(present => { if (!present) $('#no-extension').hidden = false })
 
 document.documentElement.dataset.js = 'ready' // scripts attached: what tests wait for

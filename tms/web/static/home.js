@@ -1,6 +1,7 @@
 // The home page: the terms (I agree signs them and the profile, in one batch: publish takes no
-// profile before the terms), the profile step, and creating a collection.
-import { $, loggedInKey, publish, say, sign } from './nostr.js'
+// profile before the terms), the profile step, and creating a collection. Each action says
+// beforehand how many signatures it needs, and after a refusal that nothing was stored.
+import { $, csrf, loggedInKey, publish, say, sayRefused, sign, signaturesNeeded, signing } from './nostr.js'
 import { lookupProfile, profileFields } from './relays.js'
 
 const panel = $('#profile-panel')
@@ -13,11 +14,22 @@ function choice () {
   return checked ? checked.value : 'new'
 }
 
+// What the action about to run signs, in order: a profile found on the relays is stored as it
+// was signed, so it costs no signature.
+function toSign () {
+  const profile = choice() === 'found' && found ? [] : ['your profile']
+  return welcome ? [...profile, 'the terms'] : profile
+}
+
 function showChoice () {
   const fields = $('#new-profile')
   fields.hidden = choice() === 'found'
   const save = $('#save-profile')
   if (save) save.textContent = choice() === 'found' ? 'Use this profile here' : 'Sign and save profile'
+  const what = toSign()
+  const kept = choice() === 'found' && found ? ' Your Nostr profile is stored exactly as you signed it before.' : ''
+  const together = welcome ? ' Both are stored together, or neither.' : ''
+  say($('#agree-needs') || $('#profile-needs'), signaturesNeeded(what) + (what.length > 1 ? together : kept))
 }
 
 async function lookUp () {
@@ -45,7 +57,7 @@ async function lookUp () {
 }
 
 // The chosen profile as an event: the one found (as signed), or a new one signed now.
-async function profileEvent () {
+async function profileEvent (what) {
   if (choice() === 'found' && found) return found
   const name = $('#profile-name').value.trim()
   if (!name) {
@@ -54,18 +66,18 @@ async function profileEvent () {
   }
   const kind = $('input[name="profile-kind"]:checked').value
   const note = $('#profile-about').value.trim()
+  say(status, signing(what, what.indexOf('your profile')))
   return sign(0, { name, about: note ? `${kind}: ${note}` : kind })
 }
 
 async function send (button, events) {
-  button.disabled = true
   say(status, 'Publishing…')
   const answer = await publish(events)
   if (answer.ok) {
     say(status, 'Done.', 'ok')
     window.location.reload()
   } else {
-    say(status, answer.data.error, 'error')
+    sayRefused(status, `The server refused it: ${answer.data.error}`)
     button.disabled = false
   }
 }
@@ -74,19 +86,22 @@ if (panel) {
   for (const radio of document.querySelectorAll('input[name="profile-choice"]')) {
     radio.addEventListener('change', showChoice)
   }
+  showChoice()
   lookUp()
 }
 
 if (welcome) {
   $('#agree').addEventListener('click', async event => {
     const button = event.currentTarget
+    button.disabled = true
+    const what = toSign()
     try {
-      const profile = await profileEvent()
-      say(status, 'Sign the terms in your extension…')
+      const profile = await profileEvent(what)
+      say(status, signing(what, what.indexOf('the terms')))
       const terms = await sign(4706, { version: welcome.dataset.version, sha256: welcome.dataset.sha256 })
       await send(button, [terms, profile])
     } catch (error) {
-      say(status, error.message, 'error')
+      sayRefused(status, error)
       button.disabled = false
     }
   })
@@ -95,10 +110,11 @@ if (welcome) {
 const save = $('#save-profile')
 if (save) {
   save.addEventListener('click', async () => {
+    save.disabled = true
     try {
-      await send(save, [await profileEvent()])
+      await send(save, [await profileEvent(toSign())])
     } catch (error) {
-      say(status, error.message, 'error')
+      sayRefused(status, error)
       save.disabled = false
     }
   })
@@ -106,50 +122,103 @@ if (save) {
 
 // --- creating a collection ---------------------------------------------------------------------
 
+// What is wrong with a name, said with what is allowed and which characters are not.
+function slugProblem (slug) {
+  const allowed = 'A name has only lowercase letters a-z, digits 0-9, - and _, 1 to 64 of them.'
+  if (!slug) return `Type a name. ${allowed}`
+  const wrong = []
+  ;[...slug].forEach((c, index) => {
+    if (/[a-z0-9_-]/.test(c)) return
+    const shown = /\s/.test(c) ? (c === ' ' ? 'the space' : 'a blank') : JSON.stringify(c)
+    const why = /[A-Z]/.test(c) ? ', uppercase' : ''
+    wrong.push(`${shown} (character ${index + 1}${why})`)
+  })
+  const long = [...slug].length > 64 ? `It is ${[...slug].length} characters long, more than 64. ` : ''
+  if (!wrong.length && !long) return null
+  const listed = wrong.length > 4 ? [...wrong.slice(0, 4), `${wrong.length - 4} more`] : wrong
+  const not = listed.length
+    ? `Not allowed: ${listed.length > 1 ? listed.slice(0, -1).join(', ') + ' and ' + listed.at(-1) : listed[0]}. `
+    : ''
+  const suggestion = slug.toLowerCase().trim().replace(/\s+/g, '-').replace(/[^a-z0-9_-]/g, '').slice(0, 64)
+  const tryThis = suggestion && suggestion !== slug ? ` Try ${suggestion}.` : ''
+  return `${not}${long}${allowed}${tryThis}`
+}
+
 const form = $('#create-form')
 if (form) {
   const input = $('#slug')
   const check = $('#slug-check')
-  const mine = new Set([...document.querySelectorAll('#collections .card h2')].map(h => h.textContent.trim()))
-  const problem = slug => {
-    if (!slug) return 'Type a name: 1 to 64 lowercase letters, digits, - and _.'
-    if (slug.length > 64) return `Too long: ${slug.length} characters, at most 64.`
-    if (/[A-Z]/.test(slug)) return 'Use lowercase letters only.'
-    const bad = [...slug].find(c => !/[a-z0-9_-]/.test(c))
-    if (bad) return `${JSON.stringify(bad)} is not allowed: only a-z, 0-9, - and _.`
-    if (mine.has(slug)) return `You already have ${slug}.`
-    return null
+  const out = $('#create-status')
+  const button = $('#create-button')
+  let asked = 0 // the latest name check, so an older answer never overwrites a newer one
+
+  // Is the name free? {exists, yours}, or null when the server could not say.
+  const lookUpName = async slug => {
+    try {
+      const response = await fetch(`/collections/check?slug=${encodeURIComponent(slug)}`, {
+        credentials: 'same-origin', headers: { 'X-CSRF-Token': csrf() }
+      })
+      return response.ok ? await response.json() : null
+    } catch {
+      return null
+    }
   }
-  input.addEventListener('input', () => {
+  const takenMessage = (slug, found) => found.yours
+    ? `You already own ${slug}: open it from your collections above.`
+    : `The name ${slug} is taken by another collection: choose another.`
+
+  const show = (text, kind) => {
+    say(check, text, kind)
+    input.setAttribute('aria-invalid', kind === 'error' ? 'true' : 'false')
+  }
+
+  input.addEventListener('input', async () => {
     const slug = input.value
-    const wrong = problem(slug)
-    say(check, wrong || `${slug} is a valid name.`, wrong && slug ? 'error' : (wrong ? '' : 'ok'))
-    input.setAttribute('aria-invalid', wrong && slug ? 'true' : 'false')
+    const wrong = slugProblem(slug)
+    if (wrong) { show(wrong, slug ? 'error' : ''); return }
+    show(`${slug} is a valid name.`, 'ok')
+    const mine = ++asked
+    await new Promise(resolve => setTimeout(resolve, 250))
+    if (mine !== asked) return
+    const found = await lookUpName(slug)
+    if (mine !== asked || !found) return
+    if (found.exists) show(takenMessage(slug, found), 'error')
+    else show(`${slug} is free.`, 'ok')
   })
+
   form.addEventListener('submit', async event => {
     event.preventDefault()
     const slug = input.value
-    const wrong = problem(slug)
-    const out = $('#create-status')
-    if (wrong) { say(check, wrong, 'error'); input.focus(); return }
-    const button = $('#create-button')
+    const wrong = slugProblem(slug)
+    if (wrong) { show(wrong, 'error'); input.focus(); return }
     button.disabled = true
     try {
-      say(out, 'Sign the new collection in your extension…')
+      // Again right before signing: the name may have been taken since the page loaded.
+      const found = await lookUpName(slug)
+      if (found && found.exists) {
+        show(takenMessage(slug, found), 'error')
+        say(out, `Nothing was signed: ${takenMessage(slug, found)}`, 'error')
+        button.disabled = false
+        input.focus()
+        return
+      }
+      const what = ["the new collection's member list"]
+      say(out, signing(what, 0))
       // The first event naming a collection creates it: an empty member list (the owner
-      // always belongs), which the members page then replaces.
+      // always belongs), which the members page then replaces. `expected` makes the server
+      // refuse it if the collection exists by then: never an empty list over a real one.
       const created = await sign(4705, { collection: slug, members: [] })
-      const answer = await publish([created])
+      say(out, 'Publishing…')
+      const answer = await publish([created], { [slug]: null })
       if (answer.ok) {
         say(out, `Created ${slug}.`, 'ok')
         window.location.assign(`/c/${slug}`)
       } else {
-        const taken = /is not a member of collection/.test(answer.data.error)
-        say(out, taken ? `The name ${slug} is taken by another collection: choose another.` : answer.data.error, 'error')
+        sayRefused(out, `The server refused it: ${answer.data.error}`)
         button.disabled = false
       }
     } catch (error) {
-      say(out, error.message, 'error')
+      sayRefused(out, error)
       button.disabled = false
     }
   })

@@ -1,7 +1,12 @@
 // The members page: the owner's complete list, one npub per line. Every line is checked before
 // anything is signed; the list is compared with the one standing now (a list saved meanwhile
-// elsewhere is shown, not overwritten unseen); a save that loses the replaceable rule is said.
-import { $, npubToHex, publish, say, sign } from './nostr.js'
+// elsewhere is shown, not overwritten unseen), and the server checks it again under the
+// collection's lock (`expected`); a save that loses the replaceable rule is said.
+//
+// Notes (after `#`) are not signed: the server shows each member's profile name as one, and the
+// notes typed here are kept in this browser (localStorage) and shown again for keys whose line
+// has no note.
+import { $, hexToNpub, npubToHex, publish, say, sayRefused, sign, signing } from './nostr.js'
 
 const panel = $('#members')
 const form = $('#members-form')
@@ -10,14 +15,20 @@ const problems = $('#members-problems')
 const status = $('#members-status')
 const button = $('#save-members')
 const slug = panel.dataset.slug
+const listId = panel.dataset.listId
+const UNCHANGED = 'Nothing was changed: the member list stands as before.'
+const NOTES = `tms-member-notes:${slug}`
+const SAVED = `tms-members-saved:${slug}`
 
-// The keys on the lines, in order, or the problems, each naming its line.
+// The keys on the lines, in order, with their notes, or the problems, each naming its line.
 function parse (text) {
   const keys = []
+  const notes = {}
   const wrong = []
   const seen = new Map()
   text.split('\n').forEach((raw, index) => {
-    const entry = raw.split('#')[0].trim()
+    const [before, ...after] = raw.split('#')
+    const entry = before.trim()
     if (!entry) return
     const line = index + 1
     let hex = null
@@ -25,7 +36,8 @@ function parse (text) {
       hex = entry
     } else {
       try { hex = npubToHex(entry) } catch (error) {
-        wrong.push(`Line ${line}: ${entry.length > 24 ? entry.slice(0, 24) + '…' : entry} ${error.message}.`)
+        const many = (entry.match(/npub1/g) || []).length > 1 ? ' (two npubs on one line? put each on a line of its own)' : ''
+        wrong.push(`Line ${line}: ${entry.length > 24 ? entry.slice(0, 24) + '…' : entry} ${error.message}${many}.`)
         return
       }
     }
@@ -35,8 +47,10 @@ function parse (text) {
     }
     seen.set(hex, line)
     keys.push(hex)
+    const note = after.join('#').trim()
+    if (note) notes[hex] = note
   })
-  return { keys, wrong }
+  return { keys, notes, wrong }
 }
 
 function showProblems (wrong) {
@@ -56,11 +70,44 @@ function showProblems (wrong) {
 
 const when = seconds => new Date(seconds * 1000).toISOString().replace('T', ' ').slice(0, 16) + ' UTC'
 
+function stored (storage, name) {
+  try { return JSON.parse(storage.getItem(name) || 'null') } catch { return null }
+}
+
+function keep (storage, name, value) {
+  try { storage.setItem(name, JSON.stringify(value)) } catch { /* private mode: not kept */ }
+}
+
+// Notes typed here before, on the lines that have none (the server gave no profile name).
+function restoreNotes () {
+  const notes = stored(localStorage, NOTES) || {}
+  lines.value = lines.value.split('\n').map(raw => {
+    const entry = raw.trim()
+    if (!entry || entry.includes('#')) return raw
+    let hex = null
+    try { hex = /^[0-9a-f]{64}$/.test(entry) ? entry : npubToHex(entry) } catch { return raw }
+    return notes[hex] ? `${hexToNpub(hex)}  # ${notes[hex]}` : raw
+  }).join('\n')
+}
+
+// After the reload a save ends with: say it was saved, if the list shown is the one saved.
+function sayIfSaved () {
+  const saved = stored(sessionStorage, SAVED)
+  sessionStorage.removeItem(SAVED)
+  if (!saved) return
+  if (saved.id === listId) {
+    say(status, `Saved: ${saved.count} member${saved.count === 1 ? '' : 's'}. This is the list now standing.`, 'ok')
+  }
+}
+
+restoreNotes()
+sayIfSaved()
+
 lines.addEventListener('input', () => { if (problems.childElementCount) showProblems(parse(lines.value).wrong) })
 
 form.addEventListener('submit', async event => {
   event.preventDefault()
-  const { keys, wrong } = parse(lines.value)
+  const { keys, notes, wrong } = parse(lines.value)
   showProblems(wrong)
   if (wrong.length) { lines.focus(); return }
   button.disabled = true
@@ -69,7 +116,7 @@ form.addEventListener('submit', async event => {
     const response = await fetch(`/c/${encodeURIComponent(slug)}/members.json`, { credentials: 'same-origin' })
     const current = await response.json()
     if (!response.ok) throw new Error(current.error || 'could not read the current list')
-    if ((current.list_id || '') !== panel.dataset.listId) {
+    if ((current.list_id || '') !== listId) {
       say(status, `A newer member list was saved since you opened this page (signed ${when(current.list_created_at)}, ${current.members.length} keys). Nothing was signed: reload the page to see it, then make your change again.`, 'error')
       button.disabled = false
       return
@@ -80,22 +127,24 @@ form.addEventListener('submit', async event => {
       button.disabled = false
       return
     }
-    say(status, 'Sign the member list in your extension…')
+    keep(localStorage, NOTES, { ...(stored(localStorage, NOTES) || {}), ...notes })
+    say(status, signing(['the complete member list'], 0))
     const list = await sign(4705, { collection: slug, members: keys })
-    const answer = await publish([list])
-    if (!answer.ok) throw new Error(answer.data.error)
+    say(status, 'Publishing…')
+    const answer = await publish([list], { [slug]: listId })
+    if (!answer.ok) throw new Error(`The server refused it: ${answer.data.error}`)
     if ((answer.data.superseded || []).includes(list.id)) {
       say(status, 'Your list was stored but is not the current one: a newer list stands (signed later, or in the same second with a lower id). Reload to see it.', 'error')
       button.disabled = false
       return
     }
+    keep(sessionStorage, SAVED, { id: list.id, count: keys.length })
     say(status, `Saved: ${keys.length} member${keys.length === 1 ? '' : 's'}.`, 'ok')
     window.location.reload()
   } catch (error) {
-    say(status, error.message, 'error')
+    sayRefused(status, error, UNCHANGED)
     button.disabled = false
   }
 })
-
 
 document.documentElement.dataset.js = 'ready' // scripts attached: what tests wait for

@@ -17,12 +17,27 @@ export async function waitForNostr (ms = 1500) {
 
 export const now = () => Math.floor(Date.now() / 1000)
 
+// The extension said no (its user rejected the prompt, or it failed): nothing was signed.
+export class NotSigned extends Error {
+  constructor (cause) {
+    const reason = String((cause && cause.message) || cause || 'no reason given').replace(/[.\s]+$/, '')
+    super(`Your extension did not sign (${reason}).`)
+    this.name = 'NotSigned'
+  }
+}
+
 // Sign `content` (an object, serialized as JSON.stringify does, which the server hashes as is)
-// as an event of `kind`. The logged-in key must be the one that signs.
+// as an event of `kind`. The logged-in key must be the one that signs. A refusal from the
+// extension is a `NotSigned`.
 export async function sign (kind, content, tags = []) {
   if (!window.nostr) throw new Error('No Nostr extension: install one that supports NIP-07.')
   const text = typeof content === 'string' ? content : JSON.stringify(content)
-  const event = await window.nostr.signEvent({ kind, created_at: now(), tags, content: text })
+  let event
+  try {
+    event = await window.nostr.signEvent({ kind, created_at: now(), tags, content: text })
+  } catch (error) {
+    throw new NotSigned(error)
+  }
   const expected = loggedInKey()
   if (expected && event.pubkey !== expected) {
     throw new Error('Your extension signed with another key than the one you logged in with. ' +
@@ -60,7 +75,9 @@ export async function postJSON (url, body) {
   }
 }
 
-export const publish = events => postJSON('/publish', { events })
+// `expected`: what the page saw of the collections it writes to, checked by the server under
+// their locks ({slug: null} not created yet, "" no member list yet, or the list's id).
+export const publish = (events, expected) => postJSON('/publish', expected ? { events, expected } : { events })
 
 // The position a refusal names: "events[3] (ab12…): ..." -> 3.
 export function failedPosition (message) {
@@ -73,6 +90,67 @@ export function say (element, text, kind = '') {
   element.textContent = text
   element.classList.remove('error', 'ok')
   if (kind) element.classList.add(kind)
+}
+
+// --- telling people what the extension will ask, and what a refusal left -----------------------
+
+// Said before an action's first prompt. `what` names each signature, in the order asked:
+// signaturesNeeded(['your profile', 'the terms']) ->
+// "This needs 2 signatures from your extension: your profile, then the terms."
+export function signaturesNeeded (what) {
+  if (!what.length) return 'This needs no signature from your extension.'
+  const count = what.length === 1 ? 'one signature' : `${what.length} signatures`
+  return `This needs ${count} from your extension: ${what.join(', then ')}.`
+}
+
+// Said while the extension asks: "Signature 1 of 2 in your extension: your profile…"
+export function signing (what, index) {
+  const step = what.length > 1 ? `Signature ${index + 1} of ${what.length}` : 'Sign'
+  return `${step} in your extension: ${what[index]}…`
+}
+
+// A refusal (the extension's or the server's), and what it left: `outcome` says that nothing
+// was stored, or what stands unchanged.
+export function sayRefused (element, error, outcome = 'Nothing was stored.') {
+  const text = String((error && error.message) || error || 'Something went wrong').trim()
+  const said = /nothing was (stored|signed|changed)/i.test(text) // the server's message says it
+  say(element, said ? text : `${text}${/[.!?)]$/.test(text) ? '' : '.'} ${outcome}`, 'error')
+}
+
+// --- copying ---------------------------------------------------------------------------------
+
+// Put `text` on the clipboard; false if the browser allows neither way.
+export async function copyText (text) {
+  try {
+    await navigator.clipboard.writeText(text)
+    return true
+  } catch {
+    const area = document.createElement('textarea')
+    area.value = text
+    area.setAttribute('readonly', '')
+    area.style.position = 'fixed'
+    area.style.opacity = '0'
+    document.body.append(area)
+    area.select()
+    let done = false
+    try { done = document.execCommand('copy') } catch { done = false }
+    area.remove()
+    return done
+  }
+}
+
+// Every `button[data-copy]` under `root` copies its attribute's value, and says so on itself.
+export function copyButtons (root = document) {
+  for (const button of root.querySelectorAll('button[data-copy]')) {
+    if (button.dataset.copyReady) continue
+    button.dataset.copyReady = 'yes'
+    const label = button.textContent
+    button.addEventListener('click', async () => {
+      const done = await copyText(button.dataset.copy)
+      button.textContent = done ? 'Copied' : 'Select it and copy by hand'
+      setTimeout(() => { button.textContent = label }, 2500)
+    })
+  }
 }
 
 // --- NIP-19 (bech32, BIP-173) ------------------------------------------------------------------
