@@ -228,6 +228,44 @@ async def test_an_unreachable_database_is_one_line(args: list[str]) -> None:
     assert line.startswith("tms: cannot connect to the database: ")
 
 
+@pytest.mark.parametrize(
+    ("host", "base_url", "warned"),
+    [
+        ("0.0.0.0", None, True),
+        ("::", None, True),
+        ("tms.example.org", None, True),
+        ("0.0.0.0", "https://tms.example.org", False),
+        ("127.0.0.1", None, False),
+        ("::1", None, False),
+        ("localhost", None, False),
+    ],
+)
+async def test_serve_warns_at_start_without_a_public_origin(
+    host: str, base_url: str | None, warned: bool
+) -> None:
+    """Beyond loopback with no TMS_BASE_URL, /docs and the login challenge name whatever Host a
+    client sends: said once, at start (here before the database is found unreachable, so that
+    nothing listens)."""
+    env = environment(TMS_DATABASE_URL="postgresql://tms@127.0.0.1:1/tms")
+    if base_url is not None:
+        env["TMS_BASE_URL"] = base_url
+    result = await anyio.run_process(
+        [TMS, "serve", "--host", host, "--port", "1"], env=env, check=False
+    )
+    assert result.returncode == 1
+    *warning, failed = lines(result.stderr)
+    assert failed.startswith("tms: cannot connect to the database: ")
+    if warned:
+        assert warning == [
+            f"tms: warning: TMS_BASE_URL is not set, and the server listens on {host}, beyond "
+            "this machine: /docs, the login challenge and NIP-98 checks take this server's "
+            "origin from each request's Host header. Set TMS_BASE_URL to the public origin "
+            "(https://...)."
+        ]
+    else:
+        assert warning == []
+
+
 # --- tms serve on the embedded PostgreSQL --------------------------------------------------------
 
 

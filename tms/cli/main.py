@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import os
 import re
@@ -112,12 +113,15 @@ def _serve(host: str | None, port: int | None) -> int:
     signal.signal(signal.SIGINT, _exit_cleanly)
     try:
         settings = Settings.from_env()
+        host = host or settings.host
+        warning = origin_warning(settings.base_url, host)
+        if warning is not None:
+            print(f"tms: warning: {warning}", file=sys.stderr, flush=True)
         asyncio.run(_usable_database(settings))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 1
     limits = _connection_limits(settings)
-    host = host or settings.host
     port = settings.port if port is None else port
     origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     public = f" (public URL {settings.base_url})" if settings.base_url else ""
@@ -136,6 +140,28 @@ def _serve(host: str | None, port: int | None) -> int:
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0
+
+
+def origin_warning(base_url: str | None, host: str) -> str | None:
+    """What to say at start when no `TMS_BASE_URL` is set and clients from elsewhere can reach
+    the server: each request's Host header then names the origin that /docs shows and login
+    challenges and NIP-98 checks expect (escaped, but chosen by the client)."""
+    if base_url is not None or _loopback(host):
+        return None
+    return (
+        f"TMS_BASE_URL is not set, and the server listens on {host}, beyond this machine: "
+        "/docs, the login challenge and NIP-98 checks take this server's origin from each "
+        "request's Host header. Set TMS_BASE_URL to the public origin (https://...)."
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return False
 
 
 def _connection_limits(settings: Settings) -> ConnectionLimits:
