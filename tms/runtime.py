@@ -35,6 +35,7 @@ from tms.search.search import VECTORS_STARTING
 from tms.search.vectors import Vectors
 from tms.services import Services
 from tms.store import database
+from tms.store.outage import Outage
 from tms.types import EventId
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 EXPORT_CONNECTIONS: Final = 4  # downloads in flight at once; more wait for one to finish
 PUBLISH_CONNECTIONS: Final = 8  # publish transactions at once (one per group of collections)
 POOL_CLOSE_SECONDS: Final = 10.0
+VECTORS_RETRY_SECONDS: Final = 1.0  # starting vector search, while the database is down
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +77,14 @@ async def open_runtime(
     loads in the background unless `model_first` (a door with no one waiting on it to start,
     such as stdio, may as well have vectors from its first call)."""
     async with AsyncExitStack() as stack:
+        # Meeting the database down is one line in the log, and its return another.
+        outage = Outage()
+        stack.enter_context(outage.folding_asyncpg())
         url = database_url if database_url is not None else settings.database_url
         if url is None:
             embedded = await database.start_embedded(settings.data_dir)
             url = await database.embedded_url(embedded)
-            supervisor = asyncio.create_task(embedded.supervise(), name="tms-postgres")
+            supervisor = asyncio.create_task(embedded.supervise(outage), name="tms-postgres")
             stack.callback(embedded.adopt)  # last: whichever server runs is the one to stop
             stack.push_async_callback(_cancel, supervisor)
         stack.push_async_callback(fetch_pool.shutdown)  # the extraction workers, if started
@@ -97,11 +102,13 @@ async def open_runtime(
         stack.push_async_callback(close_pool, publish_pool)
         health = database.HealthCheck(url)
         stack.push_async_callback(health.close)
+        outage.probe = health.problem
+        stack.push_async_callback(outage.close)  # its probe stops before the health check closes
         # Links stored before anchors existed get theirs in the background: reads show
         # `anchor: null` for them meanwhile, and nothing waits.
-        anchoring = asyncio.create_task(_anchor_stored_links(pool), name="tms-anchors")
+        anchoring = asyncio.create_task(_anchor_stored_links(pool, outage), name="tms-anchors")
         stack.push_async_callback(_cancel, anchoring)
-        refusals = RefusalLog(RefusalStore(pool), settings.refusals_keep)
+        refusals = RefusalLog(RefusalStore(pool), settings.refusals_keep, outage=outage)
         refusals.start()
         stack.push_async_callback(refusals.close)  # before the pool closes: the last records
         signer, chosen = load_log_key(settings)
@@ -114,6 +121,7 @@ async def open_runtime(
             publish_pool=publish_pool,
             throttle=Throttle(settings.rates),
             refusals=refusals,
+            outage=outage,
         )
         # Collections stored before the transparency log existed get their trees in the
         # background: a publish or read that reaches one first builds it there, under the
@@ -159,9 +167,19 @@ async def _start_vectors(settings: Settings, services: Services, starting: Start
     pool = services.ledger.pool
     try:
         embedder = await asyncio.to_thread(load_embedder, settings.embedding)
-        await ensure_vector_index(pool, embedder.model_id, embedder.dims)
-        vectors = Vectors(pool, embedder, wait_seconds=settings.embed_wait)
-        await vectors.start()
+        while True:  # a database outage while the model loaded only delays vector search
+            try:
+                await ensure_vector_index(pool, embedder.model_id, embedder.dims)
+                vectors = Vectors(
+                    pool, embedder, wait_seconds=settings.embed_wait, outage=services.outage
+                )
+                await vectors.start()
+                break
+            except Exception as exc:
+                if not database.is_database_down(exc):
+                    raise
+                services.outage.failed("vector search, starting", exc)
+                await asyncio.sleep(VECTORS_RETRY_SECONDS)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -186,7 +204,10 @@ async def _backfill_logs(services: Services) -> None:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # each collection's log is built when first needed instead
-        log.error("building the transparency logs failed: %s", one_line(exc))
+        if database.is_database_down(exc):
+            services.outage.failed("building the transparency logs", exc)
+        else:
+            log.error("building the transparency logs failed: %s", one_line(exc))
         return
     if built:
         log.info("transparency logs built for %d collections stored before them", built)
@@ -199,12 +220,15 @@ async def _stop_vectors(loading: asyncio.Task[None], services: Services) -> None
         await vectors.close()
 
 
-async def _anchor_stored_links(pool: asyncpg.Pool) -> None:
+async def _anchor_stored_links(pool: asyncpg.Pool, outage: Outage) -> None:
     """The one-off back-fill of anchors (tms.ledger.anchors); a failure is logged, never
     raised: the links stay without anchors until the next start-up tries again."""
     try:
         await anchors.backfill(pool)
     except Exception as exc:
+        if database.is_database_down(exc):
+            outage.failed("anchoring the stored links (the next start-up tries again)", exc)
+            return
         log.warning(
             "anchoring the stored links failed: %s; the next start-up tries again", one_line(exc)
         )

@@ -18,6 +18,7 @@ from tms.ledger.tlog_reads import LogReads
 from tms.search.search import Search
 from tms.search.vectors import Vectors
 from tms.store.database import Pool
+from tms.store.outage import Outage
 from tms.tlog.note import LogSigner
 
 
@@ -37,6 +38,7 @@ class Services:
     fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
     throttle: Throttle = field(default_factory=Throttle)  # rate limits; none by default
     refusals: RefusalLog = field(default_factory=lambda: RefusalLog(None))  # where refusals go
+    outage: Outage = field(default_factory=Outage)  # where meeting the database down is told
 
     @classmethod
     def over(
@@ -49,11 +51,13 @@ class Services:
         publish_pool: Pool | None = None,
         throttle: Throttle | None = None,
         refusals: RefusalLog | None = None,
+        outage: Outage | None = None,
     ) -> Services:
         """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); `log`:
         the server's checkpoint key (None: a throwaway one, for tests); `publish_pool`:
         publishes' own connections (None: `pool`'s); no `throttle`: no rate limits; no
-        `refusals`: refusals are not written anywhere."""
+        `refusals`: refusals are not written anywhere; no `outage`: one of its own, logging
+        without a probe."""
         throttle = throttle or Throttle()
         ledger = Ledger(
             pool, vectors=vectors, log=log, publish_pool=publish_pool, throttle=throttle
@@ -71,4 +75,5 @@ class Services:
             fetch_allow=fetch_allow,
             throttle=throttle,
             refusals=refusals or RefusalLog(None),
+            outage=outage or Outage(),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import time
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 from factories import BIN, environment, key
 
+from tms.cli import sign as sign_cli
+from tms.cli.main import build_parser
 from tms.nostr import nip19
 from tms.nostr.events import Event, SecretKey
 from tms.rules.kinds import validate_content
@@ -147,3 +150,46 @@ def test_verify_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     result = run("tms", "verify", str(tmp_path / "nope.jsonl"))
     assert result.returncode == 2
     assert "cannot read" in result.stderr
+
+
+# --- every subcommand's --help says what it does ------------------------------------------------
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    [action] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def test_every_tms_subcommand_help_has_a_description() -> None:
+    commands = _subcommands(build_parser())
+    assert {"approve", "revoke", "stdio", "collections", "verify-export"} <= set(commands)
+    for name, sub in commands.items():
+        help_text = sub.format_help()
+        description = help_text.split("\n\n")[1]
+        assert not description.startswith(("positional arguments", "options")), name
+        assert len(description.split()) >= 5, (name, description)
+
+
+@pytest.mark.parametrize(
+    ("program", "command", "words"),
+    [
+        ("tms", "approve", "Approve keys: they may log in"),
+        ("tms", "revoke", "Withdraw approvals."),
+        ("tms", "stdio", "Serve the MCP tools over stdin/stdout"),
+        ("tms", "collections", "List every collection"),
+        ("tms-sign", "keygen", "Make a new key"),
+        ("tms-sign", "request", "A kind 4707 request"),
+    ],
+)
+def test_subcommand_help_as_a_user_sees_it(program: str, command: str, words: str) -> None:
+    result = run(program, command, "--help", nsec=None)
+    assert result.returncode == 0, result.stderr
+    assert words in " ".join(result.stdout.split())
+
+
+def test_tms_sign_subcommands_have_descriptions(capsys: pytest.CaptureFixture[str]) -> None:
+    for verb in ("keygen", "pubkey", "event", "request"):
+        with pytest.raises(SystemExit):
+            sign_cli.run([verb, "--help"])
+        description = capsys.readouterr().out.split("\n\n")[1]
+        assert not description.startswith(("positional arguments", "options")), verb

@@ -15,7 +15,17 @@ import anyio
 import httpx
 import psutil
 import pytest
-from factories import TMS, claim, environment, free_port, terms
+from factories import (
+    TMS,
+    claim,
+    contradiction,
+    environment,
+    evidence,
+    free_port,
+    link,
+    members,
+    terms,
+)
 from publishing import publish
 
 from tms.ledger.export import Exporter
@@ -117,6 +127,85 @@ async def test_export_writes_exactly_what_the_ledger_exports(db_url: str, ledger
     assert len(lines(result.stdout)) == 51
 
 
+# --- collections ----------------------------------------------------------------------------------
+
+
+async def test_collections_lists_every_collection_with_its_counts(
+    db_url: str, ledger: Ledger
+) -> None:
+    owner, other, member = SecretKey.generate(), SecretKey.generate(), SecretKey.generate()
+    await ledger.approve([owner.pubkey, other.pubkey])
+    doc = evidence(owner, "mcas", "Reduced DAO activity is proposed as the mechanism.")
+    c1, c2 = claim(owner, "mcas", "DAO explains it."), claim(owner, "mcas", "It does not.")
+    await publish(
+        ledger,
+        terms(owner),
+        members(owner, "mcas", [member.pubkey]),
+        doc,
+        c1,
+        c2,
+        link(owner, "mcas", doc["id"], c1["id"], "Reduced DAO activity"),
+        contradiction(owner, "mcas", [c1["id"], c2["id"]]),
+    )
+    await publish(ledger, terms(other), claim(other, "b-lab", "Another collection's claim."))
+
+    result = await tms(db_url, "collections")
+    assert result.returncode == 0, result.stderr
+    header, *rows = lines(result.stdout)
+    assert header.split() == [
+        "slug", "owner", "evidence", "claims", "links", "contradictions", "members", "created",
+    ]  # fmt: skip
+    cells = [row.split() for row in rows]
+    assert [c[:7] for c in cells] == [  # oldest first
+        ["mcas", nip19.npub_encode(owner.pubkey), "1", "2", "1", "1", "1"],
+        ["b-lab", nip19.npub_encode(other.pubkey), "0", "1", "0", "0", "0"],
+    ]
+    for c in cells:
+        assert datetime.fromisoformat(c[7]).tzinfo is not None
+    # Aligned columns: the times start under "created", the counts end under their names.
+    assert {row.index(c[7]) for row, c in zip(rows, cells, strict=True)} == {
+        header.index("created")
+    }
+    end = header.index("members") + len("members")
+    assert {row[:end].split()[-1] for row in rows} == {"1", "0"}
+
+    slugs = await tms(db_url, "collections", "--slugs")
+    assert (slugs.returncode, lines(slugs.stdout)) == (0, ["mcas", "b-lab"])
+
+
+async def test_the_readmes_backup_loop_exports_every_collection(
+    db_url: str, ledger: Ledger, tmp_path: Path
+) -> None:
+    """README's backup loop, run as written with `tms` on PATH: one verified file a collection."""
+    owner = SecretKey.generate()
+    await ledger.approve([owner.pubkey])
+    await publish(ledger, terms(owner), claim(owner, "a", "One."), claim(owner, "b", "Two."))
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    loop = next(
+        block for block in readme.split("```") if "tms collections --slugs" in block
+    ).removeprefix("bash\n")
+    assert "psql" not in loop
+    script = loop.replace("uv run tms", "tms")
+    env = environment(TMS_DATABASE_URL=db_url)
+    env["PATH"] = f"{Path(TMS).parent}:{env.get('PATH', '')}"
+    result = await anyio.run_process(["bash", "-ec", script], cwd=tmp_path, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == [
+        "a.jsonl", "approved.txt", "b.jsonl",
+    ]  # fmt: skip
+    for slug in ("a", "b"):
+        exported = (tmp_path / "backup" / f"{slug}.jsonl").read_text(encoding="utf-8").splitlines()
+        assert exported[-1].startswith('{"checkpoint"')  # ready for tms verify-export
+
+
+async def test_collections_with_none_yet(db_url: str) -> None:
+    result = await tms(db_url, "collections")
+    assert (result.returncode, result.stdout) == (0, b"")
+    assert lines(result.stderr) == [
+        "tms: no collections yet (an approved key creates one by naming a new slug)"
+    ]
+
+
 @pytest.mark.parametrize("slug", ["nope", "UPPER"])
 async def test_export_of_an_unknown_collection(db_url: str, slug: str) -> None:
     result = await tms(db_url, "export", slug)
@@ -128,13 +217,53 @@ async def test_export_of_an_unknown_collection(db_url: str, slug: str) -> None:
 # --- a database that cannot be used ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["approved"], ["export", "mcas"], ["serve", "--port", "1"]])
+@pytest.mark.parametrize(
+    "args", [["approved"], ["collections"], ["export", "mcas"], ["serve", "--port", "1"]]
+)
 async def test_an_unreachable_database_is_one_line(args: list[str]) -> None:
     result = await tms("postgresql://tms@127.0.0.1:1/tms", *args)
     assert result.returncode == 1
     assert result.stdout == b""
     [line] = lines(result.stderr)
     assert line.startswith("tms: cannot connect to the database: ")
+
+
+@pytest.mark.parametrize(
+    ("host", "base_url", "warned"),
+    [
+        ("0.0.0.0", None, True),
+        ("::", None, True),
+        ("tms.example.org", None, True),
+        ("0.0.0.0", "https://tms.example.org", False),
+        ("127.0.0.1", None, False),
+        ("::1", None, False),
+        ("localhost", None, False),
+    ],
+)
+async def test_serve_warns_at_start_without_a_public_origin(
+    host: str, base_url: str | None, warned: bool
+) -> None:
+    """Beyond loopback with no TMS_BASE_URL, /docs and the login challenge name whatever Host a
+    client sends: said once, at start (here before the database is found unreachable, so that
+    nothing listens)."""
+    env = environment(TMS_DATABASE_URL="postgresql://tms@127.0.0.1:1/tms")
+    if base_url is not None:
+        env["TMS_BASE_URL"] = base_url
+    result = await anyio.run_process(
+        [TMS, "serve", "--host", host, "--port", "1"], env=env, check=False
+    )
+    assert result.returncode == 1
+    *warning, failed = lines(result.stderr)
+    assert failed.startswith("tms: cannot connect to the database: ")
+    if warned:
+        assert warning == [
+            f"tms: warning: TMS_BASE_URL is not set, and the server listens on {host}, beyond "
+            "this machine: /docs, the login challenge and NIP-98 checks take this server's "
+            "origin from each request's Host header. Set TMS_BASE_URL to the public origin "
+            "(https://...)."
+        ]
+    else:
+        assert warning == []
 
 
 # --- tms serve on the embedded PostgreSQL --------------------------------------------------------

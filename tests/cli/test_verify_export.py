@@ -19,6 +19,7 @@ from factories import (
     environment,
     evidence,
     link,
+    members,
     profile,
     sign,
     signed,
@@ -28,7 +29,7 @@ from publishing import join, open_collection, publish
 from tms.cli.verify_export import run
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
-from tms.tlog.audit import Report, audit, checkpoint_line, read_line
+from tms.tlog.audit import NO_CHECKPOINT, Report, audit, checkpoint_line, read_line
 from tms.tlog.merkle import leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteSigner
 
@@ -90,11 +91,83 @@ async def test_dropping_any_line_is_detected_and_named(published: Published) -> 
             i,
             problems(report),
         )
-    dropped = published.audit(body)  # the checkpoint line itself
-    assert problems(dropped) == [
-        "no checkpoint: the export has no checkpoint line, and none was given"
-    ]
+    dropped = published.audit(body)  # the checkpoint line itself: nothing proves the file whole
+    assert problems(dropped) == [] and not dropped.ok
+    assert dropped.unproven == NO_CHECKPOINT
     assert published.audit(body, [published.kept]).ok  # a kept checkpoint still proves a prefix
+
+
+# --- without a checkpoint: every line, and the file against itself ------------------------------
+
+
+async def test_without_a_checkpoint_the_events_are_still_verified(published: Published) -> None:
+    body = published.lines[:-1]
+    report = published.audit(body)
+    assert (report.events, report.entries, report.collection) == (9, 5, "lab")
+    assert report.summary() == (
+        "9 events verified, 5 log entries of 'lab': no problem found, but not proven whole "
+        "(no checkpoint)"
+    )
+    assert report.lines()[-1] == NO_CHECKPOINT
+    assert "tms export --checkpoint SLUG" in NO_CHECKPOINT and "?checkpoint=1" in NO_CHECKPOINT
+    event = json.loads(body[4])
+    changed = json.dumps({**event, "content": event["content"] + " "}, separators=(",", ":"))
+    report = published.audit([*body[:4], changed, *body[5:]])
+    assert problems(report)[0].startswith(f"line 5 ({event['id']}): changed: id does not match")
+    assert report.summary().endswith("8 events verified, 5 log entries of 'lab': 1 problem")
+
+
+async def test_without_a_checkpoint_a_cut_that_breaks_the_rules_is_named(
+    published: Published,
+) -> None:
+    """Lines: 1 OWNER's terms, 2 the member list, 3 MEMBER's terms, 4 its profile, 5 evidence,
+    6 a claim, 7 OWNER's profile, 8 a claim, 9 a link from 5 to 6. Dropping a terms line, the
+    member list, or what the link cites breaks a rule every stored event obeyed; dropping a
+    profile, or an entry nothing cites, does not (only a checkpoint shows those)."""
+    body = published.lines[:-1]
+    ids = [json.loads(line)["id"] for line in body]
+    expected = {
+        0: f"line 1 ({ids[1]}): its author {OWNER.pubkey} signed no terms",
+        1: f"line 7 ({ids[7]}): its author {OWNER.pubkey} is neither the owner of 'lab'",
+        2: f"line 4 ({ids[4]}): its author {MEMBER.pubkey} signed no terms",
+        4: f"line 8 ({ids[8]}): its from {ids[4]} is not earlier in the file",
+        5: f"line 8 ({ids[8]}): its to {ids[5]} is not earlier in the file",
+    }
+    for i, words in expected.items():
+        report = published.audit([*body[:i], *body[i + 1 :]])
+        assert any(p.startswith(words) for p in problems(report)), (i, problems(report))
+    for i in (3, 6, 7, 8):
+        assert problems(published.audit([*body[:i], *body[i + 1 :]])) == [], i
+
+
+async def test_without_a_checkpoint_order_repeats_and_owners_are_checked(
+    published: Published,
+) -> None:
+    body = published.lines[:-1]
+    ids = [json.loads(line)["id"] for line in body]
+    link_first = published.audit([*body[:4], body[8], *body[4:8]])
+    assert (
+        f"line 5 ({ids[8]}): its from {ids[4]} is not earlier in the file"
+        in problems(link_first)[0]
+    )
+    repeated = published.audit([*body, body[5]])
+    assert problems(repeated) == [f"line 10 ({ids[5]}): extra: repeats line 6"]
+    takeover = json.dumps(members(MEMBER, "lab", [MEMBER.pubkey], created_at=T0 + 5))
+    found = problems(published.audit([*body, takeover]))
+    assert len(found) == 1 and "a member list signed by " + MEMBER.pubkey in found[0]
+    removed = json.dumps(members(OWNER, "lab", [], created_at=T0 + 5))
+    after = json.dumps(claim(MEMBER, "lab", "Written after its removal."))
+    found = problems(published.audit([*body, removed, after]))
+    assert len(found) == 1 and "line 2) nor on the member list current at this" in found[0]
+    # A member list signed with an older clock is stored but not current: it changes nothing.
+    behind = json.dumps(members(OWNER, "lab", [], created_at=T0 - 5))
+    assert problems(published.audit([*body, behind, after])) == []
+    wrong_kind = json.dumps(link(OWNER, "lab", ids[5], ids[4], "DAO"))  # from a claim
+    found = problems(published.audit([*body, wrong_kind]))
+    assert found == [
+        f"line 10 ({json.loads(wrong_kind)['id']}): its from {ids[5]} is a claim, "
+        "which it cannot be"
+    ]
 
 
 async def test_swapping_any_two_lines_is_detected(published: Published) -> None:
@@ -177,7 +250,7 @@ async def test_the_command(published: Published, tmp_path: Path) -> None:
 
     good = verify_export(str(export), "--checkpoint", str(kept), "--key", key)
     assert good.returncode == 0, good.stderr
-    assert good.stdout.splitlines()[-1] == "9 events verified, 5 log entries: OK"
+    assert good.stdout.splitlines()[-1] == "9 events verified, 5 log entries of 'lab': OK"
 
     plain = subprocess.run(  # tms verify checks each line, and leaves the last to verify-export
         [str(BIN / "tms"), "verify", str(export)], capture_output=True, text=True, check=False
@@ -208,6 +281,32 @@ async def test_the_command(published: Published, tmp_path: Path) -> None:
         assert words in refused.stderr and refused.stderr.count("\n") == 1
 
 
+async def test_the_command_on_an_export_without_a_checkpoint(
+    published: Published, tmp_path: Path
+) -> None:
+    """It used to stop at "0 events verified, 0 log entries: 1 problem"."""
+    export = tmp_path / "lab.jsonl"
+    export.write_text("".join(f"{line}\n" for line in published.lines[:-1]), encoding="utf-8")
+    result = verify_export(str(export), "--key", published.key.encode())
+    assert result.returncode == 1, result.stderr
+    *_, hint, summary = result.stdout.splitlines()
+    assert summary == (
+        "9 events verified, 5 log entries of 'lab': no problem found, but not proven whole "
+        "(no checkpoint)"
+    )
+    assert hint == NO_CHECKPOINT
+    assert "tms export --checkpoint SLUG, or /c/SLUG/export.jsonl?checkpoint=1" in hint
+
+    lines = published.lines[:-1]
+    export.write_text("".join(f"{line}\n" for line in [*lines[:4], *lines[5:]]))  # evidence
+    cut = verify_export(str(export), "--key", published.key.encode())
+    assert cut.returncode == 1
+    assert cut.stdout.splitlines()[-1].endswith(
+        "8 events verified, 4 log entries of 'lab': 1 problem"
+    )
+    assert "is not earlier in the file" in cut.stdout.splitlines()[0]
+
+
 def test_big_exports_are_checked_by_worker_processes(tmp_path: Path) -> None:
     """Past a few thousand lines the signatures are checked in worker processes: same report."""
     key = NoteSigner.generate("tms.example.org")
@@ -225,7 +324,7 @@ def test_big_exports_are_checked_by_worker_processes(tmp_path: Path) -> None:
         assert run(str(export), None, key.verifier().encode(), stream) == 1
     report = out.read_text().splitlines()
     assert report[0].startswith(f"line 5001 ({ids[4999]}): changed: id does not match")
-    assert report[-1] == "8100 events verified, 8100 log entries: 1 problem"  # one changed
+    assert report[-1] == "8100 events verified, 8100 log entries of 'big': 1 problem"  # one changed
 
 
 async def test_the_operators_export_ends_with_its_checkpoint(

@@ -1,7 +1,8 @@
 """Our own user guide, `/docs.md` and `/docs`, as a live server serves it: its base URL and
 terms are this server's, its limits are the code's, and its Python and JavaScript snippets run
-as they stand against it (Python with coincurve and httpx, JavaScript with the nostr-tools that
-`tests/docs/js` pins, importing `hexToBytes` from `nostr-tools/utils`)."""
+as they stand against it (Python with coincurve and httpx, JavaScript with the current
+nostr-tools that `tests/docs/js-current` pins, importing `hexToBytes` from `nostr-tools/utils`),
+failures included: a refused body and a refused call both raise with the server's words."""
 
 from __future__ import annotations
 
@@ -103,22 +104,87 @@ def test_the_guides_python_runs(
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert "'slug': 'mcas'" in lines[0]
+    assert lines[0] == "collections: ['mcas']"  # the collection the guide then works in
     assert "'method': 'keyword'" in lines[1]
     assert "'accepted': [" in lines[2] and "'collections': ['mcas']" in lines[2]
     assert lines[3].endswith("events exported")
     assert (tmp_path / "mcas.jsonl").stat().st_size > 0
 
 
-def test_the_guides_javascript_runs(
-    live: Live, bots: tuple[SecretKey, SecretKey, SecretKey], js_packages: Path
+# Bodies the server refuses before any tool runs: one over the 1 MiB a call may send (413),
+# one nested deeper than a body may be (400).
+REFUSED_BODIES: Final = """
+deep = []
+for _ in range(100):
+    deep = [deep]
+for arguments in ({"request": "x" * 1_100_000}, {"request": deep}, {}):
+    try:
+        call("list_collections", arguments)
+    except RuntimeError as exc:
+        print("refused:", exc)
+"""
+
+
+def test_the_guides_python_raises_the_servers_words_for_every_failure(
+    live: Live, bots: tuple[SecretKey, SecretKey, SecretKey], tmp_path: Path
 ) -> None:
+    """`call` as the guide gives it, sent a body too large, one nested too deep and a call with
+    no request: a JSON-RPC error (no `result`) must not become a KeyError."""
     guide = httpx.get(live.url + "/docs.md").text
-    script = js_packages / "guide.mjs"
+    script = tmp_path / "failures.py"
+    script.write_text(blocks(guide, "python")[0] + REFUSED_BODIES, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=environment(BOT_SECRET_HEX=bots[1].secret.hex()),
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+    )
+    assert result.returncode == 0, result.stderr
+    refused = [line for line in result.stdout.splitlines() if line.startswith("refused: ")]
+    assert len(refused) == 3, result.stdout
+    assert refused[0].startswith("refused: HTTP 413: request body too large")
+    assert refused[1].startswith("refused: HTTP 400: ") and "nested more than" in refused[1]
+    assert "needs a signed `request`" in refused[2]
+
+
+def test_the_guides_python_names_no_collection_a_new_key_is_not_in(
+    live: Live, tmp_path: Path
+) -> None:
+    """A key in no collection stops with what to do, never with a refusal about `mcas`."""
+    guide = httpx.get(live.url + "/docs.md").text
+    script = tmp_path / "newcomer.py"
+    script.write_text(blocks(guide, "python")[0], encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=environment(BOT_SECRET_HEX=SecretKey.generate().secret.hex()),
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+    )
+    assert result.returncode != 0
+    assert "mcas" not in result.stdout + result.stderr
+    assert result.stdout.splitlines() == ["collections: []"]
+    assert result.stderr.strip() == (
+        "this key is in no collection yet: ask a collection's owner to add its npub"
+    )
+
+
+@pytest.mark.parametrize("name", ["guide.mjs", "guide.js"])
+def test_the_guides_javascript_runs(
+    live: Live, bots: tuple[SecretKey, SecretKey, SecretKey], js_current_packages: Path, name: str
+) -> None:
+    """With today's nostr-tools, as a .mjs file and as a .js file beside a package.json with
+    "type": "module" (tests/docs/js-current's), the two ways /docs gives."""
+    guide = httpx.get(live.url + "/docs.md").text
+    assert "`bot.mjs`" in guide and '`"type": "module"`' in guide and "Node.js 20" in guide
+    script = js_current_packages / name
     script.write_text("\n".join(blocks(guide, "js")), encoding="utf-8")
     result = subprocess.run(
         ["node", script.name],
-        cwd=js_packages,
+        cwd=js_current_packages,
         env=environment(BOT_SECRET_HEX=bots[2].secret.hex()),
         capture_output=True,
         text=True,
@@ -127,6 +193,28 @@ def test_the_guides_javascript_runs(
     assert result.returncode == 0, result.stderr
     assert "slug: 'mcas'" in result.stdout
     assert "accepted: [" in result.stdout
+
+
+def test_the_guides_javascript_throws_the_servers_words_for_a_refused_body(
+    live: Live, bots: tuple[SecretKey, SecretKey, SecretKey], js_current_packages: Path
+) -> None:
+    guide = httpx.get(live.url + "/docs.md").text
+    script = js_current_packages / "failures.mjs"
+    refused = (
+        "\ntry { await call('list_collections', { request: 'x'.repeat(1100000) }) }"
+        "\ncatch (error) { console.log('refused: ' + error.message) }\n"
+    )
+    script.write_text("\n".join(blocks(guide, "js")) + refused, encoding="utf-8")
+    result = subprocess.run(
+        ["node", script.name],
+        cwd=js_current_packages,
+        env=environment(BOT_SECRET_HEX=bots[2].secret.hex()),
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "refused: HTTP 413: request body too large" in result.stdout
 
 
 def test_the_guide_states_the_rate_limits_a_server_is_set_to() -> None:

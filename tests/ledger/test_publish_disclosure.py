@@ -3,11 +3,29 @@ and what it says when a replaceable event loses (`superseded`), on real PostgreS
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
-from factories import APPROVED, MEMBER, OWNER, STRANGER, T0, claim, members, profile, terms
+from factories import (
+    APPROVED,
+    MEMBER,
+    MEMBER2,
+    OWNER,
+    STRANGER,
+    T0,
+    EventDict,
+    claim,
+    contradiction,
+    evidence,
+    link,
+    members,
+    profile,
+    terms,
+)
 from publishing import open_collection, publish, refused
 
 from tms.ledger.service import Ledger
+from tms.nostr.events import SecretKey
 
 pytestmark = pytest.mark.anyio
 
@@ -56,6 +74,61 @@ async def test_a_key_that_is_not_approved_cannot_tell_taken_slugs_from_free_ones
             f"pubkey {MEMBER.pubkey} is not a member of collection 'SLUG' (or no such "
             "collection: check the slug for typos, or ask its owner to add your key); only "
             "approved pubkeys create collections"
+        )
+
+
+# One event of each collection kind that `signer` may try to publish into `slug`.
+NO_ID = "ab" * 32
+EVERY_KIND: dict[int, Callable[[SecretKey, str], EventDict]] = {
+    4701: lambda signer, slug: evidence(signer, slug, "A document."),
+    4702: lambda signer, slug: claim(signer, slug, "A claim."),
+    4703: lambda signer, slug: link(signer, slug, NO_ID, NO_ID, "A document"),
+    4704: lambda signer, slug: contradiction(signer, slug, [NO_ID, "cd" * 32]),
+    4705: lambda signer, slug: members(signer, slug, [signer.pubkey]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EVERY_KIND))
+@pytest.mark.parametrize(
+    "signer", [pytest.param(MEMBER, id="member-elsewhere"), pytest.param(MEMBER2, id="removed")]
+)
+async def test_a_key_that_may_not_write_hears_the_same_for_a_taken_and_a_free_slug(
+    ledger: Ledger, kind: int, signer: SecretKey
+) -> None:
+    """Kinds 4701 to 4705, from a key that is not approved and not a member of the slug: the
+    refusal before the slug is taken is the refusal after, word for word (a member list used
+    to answer "only the owner ... changes its members" for a taken slug only)."""
+    await open_collection(ledger, OWNER, "lab", [MEMBER, MEMBER2])
+    await publish(ledger, terms(MEMBER), terms(MEMBER2))
+    event = EVERY_KIND[kind](signer, "taken")
+    free = await refused(ledger, [event], position=0)
+    await open_collection(ledger, APPROVED, "taken", [MEMBER2])
+    held = evidence(APPROVED, "taken", "A document held here.")
+    await publish(ledger, held, claim(APPROVED, "taken", "Held here."))
+    await publish(ledger, members(APPROVED, "taken", [], created_at=T0 + 10))  # MEMBER2 removed
+    taken = await refused(ledger, [event], position=0)
+    assert taken == free
+    assert taken.endswith(
+        f"pubkey {signer.pubkey} is not a member of collection 'taken' (or no such collection: "
+        "check the slug for typos, or ask its owner to add your key); only approved pubkeys "
+        "create collections"
+    )
+
+
+async def test_only_keys_that_know_a_collection_hear_only_the_owner_changes_its_members(
+    ledger: Ledger,
+) -> None:
+    """Its members read it and an approved key would create a free slug: both may hear SPEC's
+    owner-only row."""
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await ledger.approve([APPROVED.pubkey])
+    await publish(ledger, terms(MEMBER), terms(APPROVED))
+    for signer in (MEMBER, APPROVED):
+        await refused(
+            ledger,
+            [members(signer, "lab", [signer.pubkey])],
+            "only the owner of collection 'lab' changes its members",
+            position=0,
         )
 
 

@@ -1138,11 +1138,14 @@ def may_not_write(approved: set[str], history: list[EventDict], event: EventDict
     owner = owner_in(history, slug)
     if owner is None:
         return None if signer in approved else "not a member"
+    if signer == owner:
+        return None
+    member = signer in listed_in(history, slug)
+    if signer not in approved and not member:
+        return "not a member"  # even for a member list: only members and approved keys learn
     if kind == KIND_MEMBERS:
-        return None if signer == owner else "not the owner"
-    if signer != owner and signer not in listed_in(history, slug):
-        return "not a member"
-    return None
+        return "not the owner"
+    return None if member else "not a member"
 
 
 def broken_rule(approved: set[str], history: list[EventDict], event: EventDict) -> str | None:

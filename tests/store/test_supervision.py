@@ -8,6 +8,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -174,3 +175,48 @@ def test_a_database_an_operator_restarted_still_stops_with_the_server(
     while postmaster(data_dir) is not None:
         assert time.monotonic() < deadline, "PostgreSQL was left running after a clean shutdown"
         time.sleep(0.1)
+
+
+def test_an_outage_is_one_line_in_the_log_and_its_end_another(
+    served: tuple[subprocess.Popen[bytes], str, Path], tmp_path: Path
+) -> None:
+    """Killed and restarted, with the health check, a tool and an export meeting the outage
+    (and the pools reconnecting, and the refusal log's writer): it used to write a line for
+    each, many with a traceback (19 in one outage); now one line when it starts, one when the
+    database answers again, and no traceback."""
+    _, base, data_dir = served
+    time.sleep(1.5)  # the refusal log's writer and the pools have settled
+    err = tmp_path / "err"
+    start = len(err.read_bytes())
+    first = postmaster(data_dir)
+    assert first is not None
+    key = SecretKey.generate()
+    first.kill()
+    first.wait(10)
+    met = 0
+    deadline = time.monotonic() + 15
+    while True:
+        health = httpx.get(f"{base}/healthz", timeout=5)
+        if health.status_code == 200:
+            break
+        met += 1
+        list_collections(base, key)
+        exported(base, key)
+        assert time.monotonic() < deadline, "not back within 15 s"
+        time.sleep(0.05)
+    assert met > 0
+    deadline = time.monotonic() + 10  # the recovery line follows the first answer
+    while "database answers again" not in err.read_bytes()[start:].decode():
+        assert time.monotonic() < deadline, err.read_bytes()[start:].decode()
+        time.sleep(0.1)
+    time.sleep(1.5)  # anything late (the refusal log's next write) would show by now
+    logged = err.read_bytes()[start:].decode().splitlines()
+    assert "Traceback" not in "\n".join(logged)
+    assert len(logged) == 2, logged
+    assert logged[0].startswith("database unavailable, first noticed by ")
+    assert logged[0].endswith("nothing more is logged about it until it answers again")
+    assert re.fullmatch(
+        r"database answers again, after \d+\.\d s unavailable \(\d+ failures met meanwhile\)",
+        logged[1],
+    ), logged[1]
+    assert list_collections(base, key)["structuredContent"] == {"result": []}

@@ -8,7 +8,7 @@ checks it against its collection's signed transparency log (`tms.cli.verify_expo
 `{"url", "title", "chars", "text"}` as one JSON line; a refusal is one line on stderr, exit 2.
 
 `tms serve` runs the HTTP server; `tms stdio` serves the same MCP tools over stdin and stdout for
-a local agent. `tms approve`, `revoke`, `approved`, `export` and `refusals` are the
+a local agent. `tms approve`, `revoke`, `approved`, `collections`, `export` and `refusals` are the
 operator's: they work on the same database as the server (`TMS_DATABASE_URL`, else the embedded
 PostgreSQL in `TMS_DATA_DIR`), whether or not the server is running. A bad key is one line on
 stderr and exit 2; a database that cannot be used, or an unknown collection, one line and exit 1.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from tms.config import Settings
 from tms.errors import DATABASE_UNAVAILABLE, TMSError, one_line
@@ -112,12 +113,15 @@ def _serve(host: str | None, port: int | None) -> int:
     signal.signal(signal.SIGINT, _exit_cleanly)
     try:
         settings = Settings.from_env()
+        host = host or settings.host
+        warning = origin_warning(settings.base_url, host)
+        if warning is not None:
+            print(f"tms: warning: {warning}", file=sys.stderr, flush=True)
         asyncio.run(_usable_database(settings))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 1
     limits = _connection_limits(settings)
-    host = host or settings.host
     port = settings.port if port is None else port
     origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     public = f" (public URL {settings.base_url})" if settings.base_url else ""
@@ -136,6 +140,28 @@ def _serve(host: str | None, port: int | None) -> int:
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0
+
+
+def origin_warning(base_url: str | None, host: str) -> str | None:
+    """What to say at start when no `TMS_BASE_URL` is set and clients from elsewhere can reach
+    the server: each request's Host header then names the origin that /docs shows and login
+    challenges and NIP-98 checks expect (escaped, but chosen by the client)."""
+    if base_url is not None or _loopback(host):
+        return None
+    return (
+        f"TMS_BASE_URL is not set, and the server listens on {host}, beyond this machine: "
+        "/docs, the login challenge and NIP-98 checks take this server's origin from each "
+        "request's Host header. Set TMS_BASE_URL to the public origin (https://...)."
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return False
 
 
 def _connection_limits(settings: Settings) -> ConnectionLimits:
@@ -285,6 +311,51 @@ async def _approved() -> int:
     return 0
 
 
+COLUMNS: Final = (
+    "slug", "owner", "evidence", "claims", "links", "contradictions", "members", "created",
+)  # fmt: skip
+
+
+async def _collections(slugs_only: bool) -> int:
+    """Every collection, as an aligned table under a header (or the slugs alone)."""
+    async with _ledger() as ledger:
+        found = await ledger.collections()
+    if not found:
+        print(
+            "tms: no collections yet (an approved key creates one by naming a new slug)",
+            file=sys.stderr,
+        )
+        return 0
+    if slugs_only:
+        for row in found:
+            print(row.slug)
+        return 0
+    table = [COLUMNS] + [
+        (
+            row.slug,
+            nip19.npub_encode(row.owner),
+            *(f"{n:,}" for n in (row.evidence, row.claims, row.links, row.contradictions)),
+            f"{row.members:,}",
+            _utc(datetime.fromisoformat(row.created_at)),
+        )
+        for row in found
+    ]
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(COLUMNS))]
+    for cells in table:
+        print(
+            "  ".join(
+                _aligned(cell, width, i)
+                for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+            ).rstrip()
+        )
+    return 0
+
+
+def _aligned(cell: str, width: int, column: int) -> str:
+    """Counts to the right, text to the left."""
+    return cell.rjust(width) if 2 <= column <= 6 else cell.ljust(width)
+
+
 async def _export(slug: str, checkpoint: bool) -> int:
     """The collection's JSON Lines on stdout, streamed from one consistent snapshot; with
     `checkpoint`, ending with the log's signed checkpoint line (`tms verify-export`)."""
@@ -361,38 +432,89 @@ def _utc(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    details: str = "",
+) -> argparse.ArgumentParser:
+    """A subcommand whose `--help` says what it does (`help` alone shows only in `tms -h`)."""
+    description = summary[0].upper() + summary[1:] + "." + (f" {details}" if details else "")
+    return commands.add_parser(name, help=summary, description=description)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tms", description="TMS, the evidence ledger.")
     parser.add_argument("--version", action="version", version=f"tms {version('tms')}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    verify = commands.add_parser(
-        "verify", help="check every line of a JSON Lines export: envelope, id, signature, schema"
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    verify = _command(
+        commands,
+        "verify",
+        "check every line of a JSON Lines export: envelope, id, signature, schema",
+        "Offline, line by line, as any Nostr library would. Exit 1 if a line is invalid. "
+        "To prove the file holds its whole collection, use tms verify-export.",
     )
     verify.add_argument("file", help="the .jsonl file, or - for standard input")
-    fetch = commands.add_parser(
+    fetch = _command(
+        commands,
         "fetch",
-        help="download a page or PDF as evidence text; print {url, title, chars, text} as JSON",
+        "download a page or PDF as evidence text; print {url, title, chars, text} as JSON",
+        "Exactly as the fetch_url tool and the Fetch button do (same size, time and address "
+        "rules). A refusal is one line on stderr, exit 2.",
     )
     fetch.add_argument("url", help="an http or https URL")
-    serve = commands.add_parser(
-        "serve", help="run the HTTP server (TMS_HOST and TMS_PORT, default 127.0.0.1:8000)"
+    serve = _command(
+        commands,
+        "serve",
+        "run the HTTP server (TMS_HOST and TMS_PORT, default 127.0.0.1:8000)",
+        "Pages, /mcp, the relay and exports, on TMS_DATABASE_URL or the embedded PostgreSQL in "
+        "TMS_DATA_DIR. Set TMS_BASE_URL to the public URL in production. Stops cleanly on "
+        "SIGTERM or Ctrl-C.",
     )
     serve.add_argument("--host", help="address to listen on (overrides TMS_HOST)")
     serve.add_argument("--port", type=int, help="port to listen on (overrides TMS_PORT)")
-    commands.add_parser(
+    _command(
+        commands,
         "stdio",
-        help="serve the MCP tools over stdin/stdout (for a local agent); with TMS_NSEC set, "
-        "tool calls without a request are signed with that key",
+        "serve the MCP tools over stdin/stdout, for a local agent",
+        "The same tools as /mcp, on the server's database. With TMS_NSEC set (an nsec or 64 "
+        "hex), tool calls without a request are signed with that key; events for publish still "
+        "need signing (tms-sign event).",
     )
-    approve = commands.add_parser(
-        "approve", help="approve keys: they may use the service and create collections"
+    approve = _command(
+        commands,
+        "approve",
+        "approve keys: they may log in, use the service and create collections",
+        "Keys as npub or 64 hex. Members of a collection need no approval: its owner adds them "
+        "on the members page. Works whether or not the server is running.",
     )
-    approve.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX")
-    revoke = commands.add_parser("revoke", help="withdraw approvals")
-    revoke.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX")
-    commands.add_parser("approved", help="list approved keys: npub, hex, approved_at")
-    export = commands.add_parser(
-        "export", help="write a collection as JSON Lines to stdout, from the database (backups)"
+    approve.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX", help="a key: npub or 64 hex")
+    revoke = _command(
+        commands,
+        "revoke",
+        "withdraw approvals",
+        "The keys may no longer create collections, nor log in unless a collection lists them; "
+        "what they signed stays, and collections they own stay theirs. Keys as npub or 64 hex.",
+    )
+    revoke.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX", help="a key: npub or 64 hex")
+    _command(commands, "approved", "list approved keys: npub, hex, approved_at")
+    collections = _command(
+        commands,
+        "collections",
+        "list every collection: slug, owner, record counts, members, created",
+        "One line a collection, oldest first, after a header. --slugs prints the slugs alone, "
+        "for a backup loop: for s in $(tms collections --slugs); do tms export $s --checkpoint "
+        "> $s.jsonl; done",
+    )
+    collections.add_argument(
+        "--slugs", action="store_true", help="print only the slugs, one a line, no header"
+    )
+    export = _command(
+        commands,
+        "export",
+        "write a collection as JSON Lines to stdout, from the database (backups)",
+        "Every event of the collection in ledger order, with its authors' terms and profiles; "
+        "tms collections lists the slugs.",
     )
     export.add_argument("slug", help="the collection")
     export.add_argument(
@@ -400,10 +522,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="end with the log's signed checkpoint line, for tms verify-export",
     )
-    audit = commands.add_parser(
+    audit = _command(
+        commands,
         "verify-export",
-        help="prove offline that an export holds its collection's whole log, unaltered and in "
+        "prove offline that an export holds its collection's whole log, unaltered and in "
         "order, against signed checkpoints",
+        "Without any checkpoint (an export taken without --checkpoint or ?checkpoint=1, and "
+        "none given), every line and the file against itself are still checked, but nothing "
+        "proves it whole: exit 1. Exit 2 if it cannot run.",
     )
     audit.add_argument("file", help="the export (.jsonl), ideally ending with its checkpoint line")
     audit.add_argument(
@@ -418,9 +544,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="VERIFIER_KEY",
         help="the server's log key (GET /log-key), or a file holding it",
     )
-    refusals = commands.add_parser(
+    refusals = _command(
+        commands,
         "refusals",
-        help="what was refused (bad signatures, non-members, replays, rate limits, SSRF...): "
+        "what was refused (bad signatures, non-members, replays, rate limits, SSRF...): "
         "counts by kind, then the newest records",
     )
     refusals.add_argument(
@@ -430,6 +557,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     refusals.add_argument(
         "--limit", type=int, default=50, help="newest records to list (default 50; 0: counts only)"
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command == "verify":
         raise SystemExit(_verify(ns.file))
@@ -446,6 +578,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(_operator((_approve if ns.command == "approve" else _revoke)(keys)))
     if ns.command == "approved":
         raise SystemExit(_operator(_approved()))
+    if ns.command == "collections":
+        raise SystemExit(_operator(_collections(ns.slugs)))
     if ns.command == "export":
         raise SystemExit(_operator(_export(ns.slug, ns.checkpoint)))
     if ns.command == "verify-export":

@@ -74,14 +74,36 @@ def run(argv: Sequence[str] | None = None) -> str:
         description="Make keys and sign TMS events locally. The key is read from TMS_NSEC.",
     )
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
-    verbs.add_parser(
-        "keygen", help="make a new key; prints TMS_NSEC, BOT_SECRET_HEX, NPUB, PUBKEY_HEX"
+
+    def verb(name: str, summary: str, details: str) -> argparse.ArgumentParser:
+        description = f"{summary[0].upper()}{summary[1:]}. {details}"
+        return verbs.add_parser(name, help=summary, description=description)
+
+    verb(
+        "keygen",
+        "make a new key; prints TMS_NSEC, BOT_SECRET_HEX, NPUB, PUBKEY_HEX",
+        "Four NAME=value lines, ready for an env file. Keep the secret ones secret; give the "
+        "NPUB to a collection's owner or to the operator.",
     )
-    verbs.add_parser("pubkey", help="print the npub and hex public key of TMS_NSEC")
-    event = verbs.add_parser("event", help="sign an event: tms-sign event KIND 'JSON content'")
+    verb(
+        "pubkey",
+        "print the npub and hex public key of TMS_NSEC",
+        "NPUB=... and PUBKEY_HEX=... lines; the secret is read from TMS_NSEC (nsec or 64 hex).",
+    )
+    event = verb(
+        "event",
+        "sign an event: tms-sign event KIND 'JSON content'",
+        "Signed now with TMS_NSEC; prints the event as one JSON line, ready for publish. "
+        "Content the ledger would refuse is refused here, before signing.",
+    )
     event.add_argument("kind", help="the event kind, e.g. 4702 for a claim")
     event.add_argument("content", help="the content as a JSON object")
-    request = verbs.add_parser("request", help="sign a request: tms-sign request TOOL 'JSON args'")
+    request = verb(
+        "request",
+        "sign a request: tms-sign request TOOL 'JSON args'",
+        "A kind 4707 request for one call of TOOL, signed now with TMS_NSEC: pass it as the "
+        "tool's `request` argument within 60 seconds; it works once.",
+    )
     request.add_argument("tool", help="the MCP tool the request is for")
     request.add_argument("args", nargs="?", default="{}", help="the tool's arguments (JSON object)")
     ns = parser.parse_args(argv)
@@ -107,4 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         output = run(argv)
     except TMSError as exc:
         _fail(str(exc))
-    print(output)
+    try:
+        print(output, flush=True)
+    except BrokenPipeError:  # the reader took what it wanted (`tms-sign keygen | head -1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

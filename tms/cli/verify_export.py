@@ -4,8 +4,9 @@ export holds every event of its collection's log, unaltered and in order (`tms.t
 The file is read as bytes and split on `\\n` only (content may hold U+2028 raw). Checking ids
 and BIP-340 signatures is nearly all the work, so big files are checked in worker processes, one
 per CPU, in blocks of lines; the audit itself then runs over the results in file order.
-Exit 0: every check holds; 1: something is missing, extra, out of order or changed; 2: the
-command could not run (a file that cannot be read, a key that is not one).
+Exit 0: every check holds; 1: something is missing, extra, out of order or changed, or no
+checkpoint proves the file whole (its lines and the file against itself are checked all the
+same); 2: the command could not run (a file that cannot be read, a key that is not one).
 """
 
 from __future__ import annotations
@@ -44,9 +45,7 @@ def run(path: str, kept_path: str | None, key: str, out: TextIO) -> int:
         return 2
     for line in report.lines():
         print(line, file=out)
-    count = len(report.problems)
-    verdict = "OK" if report.ok else f"{count} problem" + ("s" if count > 1 else "")
-    print(f"{report.events} events verified, {report.entries} log entries: {verdict}", file=out)
+    print(report.summary(), file=out)
     return 0 if report.ok else 1
 
 

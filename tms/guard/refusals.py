@@ -27,6 +27,7 @@ from tms.errors import Refusal, TMSError, one_line
 from tms.guard import clients
 from tms.ledger.refusals import Record, RefusalStore
 from tms.store.database import is_database_down
+from tms.store.outage import Outage
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,14 @@ MAX_TOOL_CHARS: Final = 64
 
 
 class RefusalLog:
-    def __init__(self, store: RefusalStore | None, keep: int = DEFAULT_KEEP) -> None:
-        """`store` None: records are counted and dropped (a door with no database to write to)."""
+    def __init__(
+        self, store: RefusalStore | None, keep: int = DEFAULT_KEEP, *, outage: Outage | None = None
+    ) -> None:
+        """`store` None: records are counted and dropped (a door with no database to write to).
+        `outage`: where the database found down is told (one line an outage)."""
         self.store = store
         self.keep = keep
+        self.outage = outage or Outage()
         self._queue: deque[Record] = deque()
         self._lost = 0  # records dropped before reaching the database, not yet counted there
         self._wake: asyncio.Event | None = None
@@ -127,10 +132,11 @@ class RefusalLog:
             try:
                 await self.flush()
             except Exception as exc:
-                if not down:
-                    level = logging.WARNING if is_database_down(exc) else logging.ERROR
-                    log.log(level, "the refusal log cannot be written: %s", one_line(exc, 300))
-                down = True
+                if is_database_down(exc):  # the records wait in the queue; the outage is logged
+                    self.outage.failed("the refusal log's writer", exc)
+                elif not down:
+                    log.error("the refusal log cannot be written: %s", one_line(exc, 300))
+                    down = True
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
             if down:

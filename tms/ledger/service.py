@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from tms.errors import QuoteNotFound, one_line
 from tms.guard.rates import Throttle
@@ -45,6 +45,19 @@ PARALLEL_FROM: Final = 64  # smaller batches are verified in one thread
 # less than handing the work to a thread and back; the content is parsed too, hence its cap.
 INLINE_EVENTS: Final = 4
 INLINE_CHARS: Final = 20_000
+
+
+class CollectionSummary(NamedTuple):
+    """A collection as the operator lists it."""
+
+    slug: Slug
+    owner: PubKey
+    created_at: str  # ISO 8601
+    evidence: int
+    claims: int
+    links: int
+    contradictions: int
+    members: int  # keys on the current member list (the owner counts only if listed)
 
 
 class AfterPublish(Protocol):
@@ -154,6 +167,32 @@ class Ledger:
             "SELECT pubkey, approved_at FROM approvals ORDER BY approved_at, pubkey"
         )
         return [(row["pubkey"], row["approved_at"].isoformat()) for row in rows]
+
+    async def collections(self) -> list[CollectionSummary]:
+        """Every collection, oldest first, for the operator (`tms collections`): one row each,
+        its counts kept by sql/009 and its current member list's size."""
+        rows = await self.pool.fetch(
+            """SELECT c.slug, c.owner, c.created_at,
+                      coalesce(n.evidence, 0) AS evidence, coalesce(n.claims, 0) AS claims,
+                      coalesce(n.links, 0) AS links,
+                      coalesce(n.contradictions, 0) AS contradictions,
+                      (SELECT count(*) FROM memberships m WHERE m.collection = c.slug) AS members
+               FROM collections c LEFT JOIN collection_counts n ON n.collection = c.slug
+               ORDER BY c.created_at, c.slug"""
+        )
+        return [
+            CollectionSummary(
+                row["slug"],
+                row["owner"],
+                row["created_at"].isoformat(),
+                row["evidence"],
+                row["claims"],
+                row["links"],
+                row["contradictions"],
+                row["members"],
+            )
+            for row in rows
+        ]
 
     async def collection_exists(self, slug: Slug) -> bool:
         """For the operator's backup command, which may export any collection."""

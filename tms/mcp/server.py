@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tms.errors import DATABASE_UNAVAILABLE, TMSError, one_line, sendable
+from tms.errors import DATABASE_UNAVAILABLE, TMSError, sendable
 from tms.mcp.http import MAX_BODY
 from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS
 from tms.mcp.schemas import output_schema
@@ -55,7 +55,7 @@ def build_server(tools: Tools) -> Server[Any]:
             return _error(str(exc))
         except Exception as exc:
             if is_database_down(exc):
-                log.warning("tool %s: database unavailable: %s", params.name, one_line(exc))
+                tools.services.outage.failed(f"the tool {params.name}", exc)
                 return _error(DATABASE_UNAVAILABLE)
             log.exception("tool %s failed", params.name)  # a bug: details for the log only
             return _error("internal error; the server's log has the details")

