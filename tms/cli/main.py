@@ -289,7 +289,7 @@ async def _export(slug: str, checkpoint: bool) -> int:
     """The collection's JSON Lines on stdout, streamed from one consistent snapshot; with
     `checkpoint`, ending with the log's signed checkpoint line (`tms verify-export`)."""
     from tms.ledger.export import Exporter
-    from tms.rules.kinds import SLUG_PATTERN
+    from tms.rules.content import SLUG_PATTERN
 
     out = sys.stdout.buffer
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from tms.errors import NotAReader, NotAUser
-from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.content import SLUG_PATTERN
 from tms.store.database import Pool
 from tms.types import PubKey, Slug
 

@@ -32,6 +32,7 @@ from tms.rules.cited import (
     Cited,
     Dispute,
 )
+from tms.rules.kinds import kind_name
 from tms.store.database import Connection, Pool
 from tms.types import (
     KIND_CLAIM,
@@ -39,7 +40,6 @@ from tms.types import (
     KIND_EVIDENCE,
     KIND_LINK,
     KIND_MEMBERS,
-    KIND_NAMES,
     EventId,
     PubKey,
     Slug,
@@ -178,7 +178,7 @@ class Reads:
             "pubkey": row["pubkey"],
             "author": names.get(row["pubkey"]),
             "kind": row["kind"],
-            "kind_name": KIND_NAMES[row["kind"]],
+            "kind_name": kind_name(row["kind"]),
             "collection": row["collection"],
             "created_at": row["created_at"],
             "received_at": row["received_at"].isoformat(),

@@ -23,6 +23,7 @@ from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
 from tms.ledger.tlog import TransparencyLog
 from tms.results import PublishResult
+from tms.rules.kinds import embedded_kinds
 from tms.rules.publish import (
     Parsed,
     Plan,
@@ -33,7 +34,7 @@ from tms.rules.publish import (
 )
 from tms.store.database import Pool
 from tms.tlog.note import LogSigner
-from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
+from tms.types import EventId, PubKey, Slug
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ class Ledger:
         """Vectors for the claims and contradictions just committed (what search reads), within
         the wait budget; evidence is left to the background catch-up. A failure is reported,
         never raised: the events are stored, and their vectors are caught up later."""
-        searchable = [p.event.id for p in plan.accepted if p.event.kind in EMBEDDED_AT_PUBLISH]
+        waited_for = embedded_kinds(at_publish=True)
+        searchable = [p.event.id for p in plan.accepted if p.event.kind in waited_for]
         if self.vectors is None or not searchable:
             return 0, None
         try:

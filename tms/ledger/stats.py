@@ -21,8 +21,9 @@ from tms.results import (
     KindCount,
     SourceCount,
 )
+from tms.rules.kinds import kind_name
 from tms.store.database import Pool
-from tms.types import KIND_NAMES, Slug
+from tms.types import Slug
 
 MAX_BUCKETS: Final = 92  # bars in the activity chart: days, else weeks, else months
 TOP: Final = 20  # contributors, sources and domains shown
@@ -83,7 +84,7 @@ class Stats:
         kind_counts: list[KindCount] = [
             {
                 "kind": r["kind"],
-                "kind_name": KIND_NAMES.get(r["kind"], str(r["kind"])),
+                "kind_name": kind_name(r["kind"]),
                 "events": r["events"],
             }
             for r in kinds

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
 from tms.ledger.reads import DEFAULT_WINDOW
-from tms.rules.kinds import CollectionSlug, EventIdField, NonBlank
+from tms.rules.content import CollectionSlug, EventIdField, NonBlank
 from tms.tlog.note import MAX_TREE_SIZE
 
 MAX_LIMIT = 200

@@ -34,7 +34,7 @@ from tms.results import (
     PublishResult,
     SearchClaimsResult,
 )
-from tms.rules.kinds import translate_error
+from tms.rules.content import translate_error
 from tms.rules.proofs import check_proof, cited_event_ids
 from tms.rules.requests import check_request, request_from_arguments
 from tms.services import Services

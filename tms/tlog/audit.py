@@ -30,11 +30,11 @@ from typing import Final, NamedTuple
 
 from tms.errors import InvalidEvent, LogError, shown
 from tms.nostr.events import Event, compact_json, is_hex64
+from tms.rules.kinds import unscoped_kinds
 from tms.tlog.merkle import CompactRange, leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint, origin_slug
-from tms.types import KIND_MEMBERS, KIND_PROFILE, KIND_TERMS
+from tms.types import KIND_TERMS
 
-ENTRY_KINDS: Final = frozenset(range(4701, KIND_MEMBERS + 1))  # the kinds that name a collection
 CHECKPOINT_KEY: Final = "checkpoint"
 MAX_REPORTED: Final = 1000  # problems printed; the count is always exact
 
@@ -80,7 +80,7 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
     except InvalidEvent as exc:
         return Line(number, _claimed_id(raw), problem=f"not an event: {exc}")
     collection = None
-    if event.kind in ENTRY_KINDS:
+    if event.kind not in unscoped_kinds():
         try:
             content = json.loads(event.content)
             named = content.get("collection") if isinstance(content, dict) else None
@@ -201,12 +201,13 @@ def _open(
 def _entries(lines: list[Line], slug: str, report: Report) -> list[tuple[int, str]]:
     """The collection's log entries in file order `(line, id)`, each line's problems noted."""
     entries = []
+    unscoped = unscoped_kinds()
     for line in lines:
         if line.problem is not None:
             report.problem(f"{_named(line)}: {line.problem}", line.number)
         else:
             report.events += 1
-        if line.id is None or line.kind not in ENTRY_KINDS:
+        if line.id is None or line.kind is None or line.kind in unscoped:
             continue
         if line.collection != slug:
             where = shown(line.collection) if line.collection else "no collection"
@@ -228,10 +229,16 @@ def _check_terms(lines: list[Line], report: Report) -> None:
     """Every author signs the terms before its first write, so an export that can be
     published again holds each author's terms before the author's first entry."""
     signed: set[str] = set()
+    unscoped = unscoped_kinds()
     for line in lines:
         if line.kind == KIND_TERMS and line.pubkey is not None:
             signed.add(line.pubkey)
-        elif line.kind in ENTRY_KINDS and line.pubkey is not None and line.pubkey not in signed:
+        elif (
+            line.kind is not None
+            and line.kind not in unscoped
+            and line.pubkey is not None
+            and line.pubkey not in signed
+        ):
             signed.add(line.pubkey)  # named once, at the author's first entry
             report.problem(
                 f"line {line.number} ({line.id}): its author {line.pubkey} signed no terms "
@@ -324,13 +331,14 @@ def _compare_others(lines: list[Line], record: CheckpointLine, report: Report) -
     found: list[tuple[int, str, str | None]] = []  # (line, id, the entry before it)
     entries: set[str] = set()
     before: str | None = None
+    unscoped = unscoped_kinds()
     for line in lines:
-        if line.id is None:
+        if line.id is None or line.kind is None:
             continue
-        if line.kind in ENTRY_KINDS:
+        if line.kind not in unscoped:
             before = line.id
             entries.add(line.id)
-        elif line.kind in (KIND_PROFILE, KIND_TERMS):
+        elif line.kind in unscoped:
             found.append((line.number, line.id, before))
     listed = dict(record.others)
     present = {event_id for _, event_id, _ in found}

@@ -24,7 +24,7 @@ from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.mcp.schemas import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS
 from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
-from tms.rules.kinds import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
+from tms.rules.content import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
 from tms.rules.publish import MAX_BATCH
 from tms.rules.requests import REQUEST_WINDOW_SECONDS
 from tms.rules.terms import current_terms

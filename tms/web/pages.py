@@ -33,7 +33,7 @@ from tms.mcp.schemas import MAX_QUERY_CHARS
 from tms.nostr import nip98
 from tms.nostr.events import is_hex64, loads_bounded
 from tms.nostr.nip19 import npub_encode
-from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.content import SLUG_PATTERN
 from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
 from tms.rules.spans import QuoteIndex, casefold_table
 from tms.rules.terms import current_terms
