@@ -39,7 +39,6 @@ from tms.types import (
     KIND_CONTRADICTION,
     KIND_EVIDENCE,
     KIND_LINK,
-    KIND_MEMBERS,
     EventId,
     PubKey,
     Slug,
@@ -60,7 +59,8 @@ _SORT_KEYS: Final[dict[str, str]] = {
 
 
 # What a proof's tree prints of each cited event of one collection ($1): $2 the ids, $3 how
-# much of each text (never a document's text). Links come with their anchors.
+# much of each text (never a document's text). Links come with their anchors; any other kind
+# (a member list) with its kind alone.
 _SQL_CITED: Final = f"""
     SELECT id, {KIND_CLAIM} AS kind, left(text, $3) AS text, NULL AS title,
            NULL AS url, NULL AS source, NULL AS relation, NULL AS from_id,
@@ -87,7 +87,7 @@ _SQL_CITED: Final = f"""
     SELECT id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            NULL
     FROM events WHERE collection = $1 AND id = ANY($2::text[])
-      AND kind = {KIND_MEMBERS}"""
+      AND kind NOT IN ({KIND_CLAIM}, {KIND_EVIDENCE}, {KIND_LINK}, {KIND_CONTRADICTION})"""
 
 # The disputes of claims ($2) in one collection ($1): REBUTS links pointing at each and the
 # contradictions naming each, the first $3 of each kind per claim, oldest first, reasons cut to
