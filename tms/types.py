@@ -22,4 +22,9 @@ KIND_TERMS: Final = 4706
 KIND_REQUEST: Final = 4707
 
 MAX_CONTENT_CHARS: Final = 2_000_000
+# SPEC's `limit` arguments (at least 1) and search texts, the same at every door.
+MAX_LIMIT: Final = 200
+MAX_EVIDENCE_LIMIT: Final = 500
+MAX_LINKS_LIMIT: Final = 1000
+MAX_QUERY_CHARS: Final = 10_000
 MAX_FUTURE_SECONDS: Final = 15 * 60  # a stored event may be this far ahead of server time

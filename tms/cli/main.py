@@ -211,7 +211,7 @@ async def _open_pool(settings: Settings, *, max_size: int) -> tuple[str, Pool]:
     `TMS_DATA_DIR` (started if no other process has it running). Failures are `DatabaseError`."""
     from tms.store.database import database_url, open_pool
 
-    url = await database_url(settings)
+    url = await database_url(settings.database_url, settings.data_dir)
     return url, await open_pool(url, min_size=1, max_size=max_size)
 
 

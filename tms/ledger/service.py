@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol
 
 from tms.errors import QuoteNotFound, one_line
-from tms.guard.rates import Throttle
 from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
 from tms.ledger.tlog import TransparencyLog
@@ -53,6 +52,13 @@ class AfterPublish(Protocol):
     async def embed_published(self, ids: Sequence[EventId]) -> int: ...
 
 
+class KeyBudget(Protocol):
+    """What spends each signer's rate limit before its batch is judged (tms.guard.rates): a
+    `RateLimited` refusal when one has none left."""
+
+    async def keys(self, pubkeys: Sequence[PubKey]) -> None: ...
+
+
 class Ledger:
     def __init__(
         self,
@@ -61,7 +67,7 @@ class Ledger:
         vectors: AfterPublish | None = None,
         log: LogSigner | None = None,
         publish_pool: Pool | None = None,
-        throttle: Throttle | None = None,
+        throttle: KeyBudget | None = None,
     ) -> None:
         """`publish_pool`: the connections publishes' transactions run on (default `pool`);
         the runtime gives them their own, with generic plans (`open_pool`)."""

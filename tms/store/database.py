@@ -15,7 +15,6 @@ from typing import Final
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from tms.config import Settings
 from tms.errors import DatabaseError, one_line
 from tms.store.embedded import EmbeddedPostgres
 
@@ -162,12 +161,12 @@ async def ensure_database(server_url: str, database: str) -> None:
         await conn.close()
 
 
-async def database_url(settings: Settings) -> str:
-    """The URL of the database to use: `TMS_DATABASE_URL` as given, or the `tms` database of
-    the embedded server (created on first use)."""
-    if settings.database_url is not None:
-        return settings.database_url
-    return await embedded_url(await start_embedded(settings.data_dir))
+async def database_url(given: str | None, data_dir: Path) -> str:
+    """The URL of the database to use: the one given (`TMS_DATABASE_URL`), or the `tms`
+    database of the embedded server in `data_dir` (created on first use)."""
+    if given is not None:
+        return given
+    return await embedded_url(await start_embedded(data_dir))
 
 
 async def start_embedded(data_dir: Path) -> EmbeddedPostgres:

@@ -29,7 +29,6 @@ from tms.errors import AuthError, FetchError, NotAUser, RateLimited, Refusal, TM
 from tms.fetch.client import fetch_url
 from tms.http.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
 from tms.ledger.reads import CLAIM_SORTS
-from tms.mcp.schemas import MAX_QUERY_CHARS
 from tms.nostr import nip98
 from tms.nostr.events import is_hex64, loads_bounded
 from tms.nostr.nip19 import npub_encode
@@ -39,7 +38,7 @@ from tms.rules.spans import QuoteIndex, casefold_table
 from tms.rules.terms import current_terms
 from tms.search.search import Method
 from tms.services import Services
-from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, PubKey
+from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, MAX_QUERY_CHARS, PubKey
 from tms.web import charts
 from tms.web.login import (
     COOKIE,
