@@ -21,6 +21,7 @@ from tms.store.embedded import EmbeddedPostgres
 DATABASE_NAME: Final = "tms"
 _MIGRATION_LOCK: Final = 0x746D73_6D6967  # "tms" "mig": one advisory lock id for migrations
 _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
+SCHEMA_FILE = "schema.sql"  # what the migrations build, for reading (tests/store/test_schema.py)
 
 
 Connection = asyncpg.Connection | PoolConnectionProxy
@@ -78,6 +79,8 @@ class Migration:
 def load_migrations(folder: Path | None = None) -> list[Migration]:
     migrations = []
     for path in sorted((folder or sql_dir()).glob("*.sql")):
+        if path.name == SCHEMA_FILE:
+            continue
         match = _MIGRATION_NAME.fullmatch(path.name)
         if match is None:
             raise DatabaseError(f"migration file {path.name} is not named NNN_name.sql")
