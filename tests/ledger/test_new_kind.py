@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from factories import MEMBER, OWNER, claim, evidence, signed
-from publishing import join, open_collection, publish, refused
+from publishing import join, open_collection, publish, readable, reader_of, refused
 
 from tms.cli.verify_export import run
 from tms.ledger.export import Exporter
@@ -107,12 +107,19 @@ async def test_a_registered_kind_flows_through_publish_log_export_and_verify(
         "about": premise["id"],
     }
     assert leaf is not None  # an entry of the collection's log
-    read = await Reads(ledger.pool).get_event(MEMBER.pubkey, note["id"])
+    read = await Reads(ledger.pool).get_event(
+        await reader_of(Reads(ledger.pool), MEMBER.pubkey), note["id"]
+    )
     assert read is not None and (read["kind"], read["kind_name"]) == (KIND_NOTE, "note")
-    cited = await Reads(ledger.pool).cited("lab", [note["id"]])
+    cited = await Reads(ledger.pool).cited(await readable(Reads(ledger.pool), "lab"), [note["id"]])
     assert cited[note["id"]].kind == KIND_NOTE  # a proof may rest on it
 
-    lines = [line async for line in Exporter(ledger.pool).lines("lab", checkpoint=True)]
+    lines = [
+        line
+        async for line in Exporter(ledger.pool).lines(
+            await readable(Exporter(ledger.pool), "lab"), checkpoint=True
+        )
+    ]
     assert any(f'"id":"{note["id"]}"' in line for line in lines)
     report = audit(
         [read_line(n, line.encode()) for n, line in enumerate(lines, start=1)],
