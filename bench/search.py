@@ -47,6 +47,7 @@ import httpx
 from serving import free_port, tms_command
 
 from tms.config import Settings
+from tms.ledger.access import Access
 from tms.nostr.events import SecretKey
 from tms.rules.terms import current_terms
 from tms.search.search import Search
@@ -724,16 +725,17 @@ def breakdown(db: Database, keyword_texts: Sequence[str], vector_texts: Sequence
     settings = Settings.from_env({"TMS_DATA_DIR": "/nonexistent"})
     embedder = Embedder.load(settings.embedding)
     search = Search(db.pool, None)
+    collection = Access(db.pool).for_operator(COLLECTION)  # the bench reads as the operator
 
     def embed(text: str) -> list[float]:
         return embedder.embed([text])[0]
 
     def keyword_sql(text: str) -> object:
-        return db.runner.run(search.claims_by_keyword(COLLECTION, text, SEARCH_LIMIT))
+        return db.runner.run(search.claims_by_keyword(collection, text, SEARCH_LIMIT))
 
     def vector_sql(vector: list[float]) -> object:
         return db.runner.run(
-            search.claims_near(COLLECTION, vector, embedder.model_id, embedder.dims, SEARCH_LIMIT)
+            search.claims_near(collection, vector, embedder.model_id, embedder.dims, SEARCH_LIMIT)
         )
 
     embed_ms = timed_each(embed, vector_texts)

@@ -9,6 +9,7 @@ from typing import Any, Final
 import pytest
 from factories import NOW, EventDict, members, terms, where
 
+from tms.ledger.access import Access, ReadableCollection, Reader
 from tms.ledger.service import Ledger
 from tms.ledger.tlog import LogRows
 from tms.nostr.events import SecretKey
@@ -93,3 +94,18 @@ async def without_log(ledger: Ledger, *batches: list[EventDict]) -> None:
             await publish(ledger, *batch)
     finally:
         ledger.log.prepare = hook  # type: ignore[method-assign]
+
+
+async def readable(holder: Any, slug: str, pubkey: str | None = None) -> ReadableCollection:
+    """What a read of one collection takes (`tms.ledger.access`), over `holder`'s pool (a
+    `Ledger`, `Reads`, `Search`, `LogReads`, `Exporter`): the key's, checked as a door checks
+    it, or without a key the operator's (any collection, even one with no rows)."""
+    access = Access(holder.pool)
+    if pubkey is None:
+        return access.for_operator(slug)
+    return await access.collection(pubkey, slug)
+
+
+async def reader_of(holder: Any, pubkey: str) -> Reader:
+    """What a read across a key's collections takes: its `Reader`, as a door makes it."""
+    return await Access(holder.pool).reader(pubkey)

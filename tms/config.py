@@ -23,6 +23,7 @@ from tms.guard.rates import (
     RateLimits,
     parse_rates,
 )
+from tms.guard.refusals import DEFAULT_KEEP
 
 if TYPE_CHECKING:
     from tms.tlog.note import LogSigner
@@ -31,7 +32,6 @@ DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_PROFILE_RELAYS: Final = ("wss://relay.damus.io", "wss://relay.primal.net")
 SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_DIR
 MIN_SECRET_CHARS: Final = 32
-DEFAULT_KEEP: Final = 100_000  # records the refusal log keeps (TMS_REFUSALS_KEEP)
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 

@@ -21,22 +21,10 @@ KIND_MEMBERS: Final = 4705
 KIND_TERMS: Final = 4706
 KIND_REQUEST: Final = 4707
 
-KIND_NAMES: Final[dict[int, str]] = {
-    KIND_PROFILE: "profile",
-    KIND_EVIDENCE: "evidence",
-    KIND_CLAIM: "claim",
-    KIND_LINK: "link",
-    KIND_CONTRADICTION: "contradiction",
-    KIND_MEMBERS: "members",
-    KIND_TERMS: "terms",
-    KIND_REQUEST: "request",
-}
-
-
-# Kinds whose text gets a vector for search (claims, evidence, contradiction reasons).
-EMBEDDED_KINDS: Final = frozenset({KIND_EVIDENCE, KIND_CLAIM, KIND_CONTRADICTION})
-# Those a publish waits for (search reads them); evidence vectors come in the background.
-EMBEDDED_AT_PUBLISH: Final = frozenset({KIND_CLAIM, KIND_CONTRADICTION})
-
 MAX_CONTENT_CHARS: Final = 2_000_000
+# SPEC's `limit` arguments (at least 1) and search texts, the same at every door.
+MAX_LIMIT: Final = 200
+MAX_EVIDENCE_LIMIT: Final = 500
+MAX_LINKS_LIMIT: Final = 1000
+MAX_QUERY_CHARS: Final = 10_000
 MAX_FUTURE_SECONDS: Final = 15 * 60  # a stored event may be this far ahead of server time

@@ -26,7 +26,7 @@ from factories import (
     members,
     terms,
 )
-from publishing import publish
+from publishing import publish, readable
 
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
@@ -122,7 +122,14 @@ async def test_export_writes_exactly_what_the_ledger_exports(db_url: str, ledger
 
     result = await tms(db_url, "export", "mcas")
     assert result.returncode == 0, result.stderr
-    expected = "".join([f"{line}\n" async for line in Exporter(ledger.pool).lines("mcas")])
+    expected = "".join(
+        [
+            f"{line}\n"
+            async for line in Exporter(ledger.pool).lines(
+                await readable(Exporter(ledger.pool), "mcas")
+            )
+        ]
+    )
     assert result.stdout == expected.encode()
     assert len(lines(result.stdout)) == 51
 

@@ -24,7 +24,7 @@ from factories import (
     sign,
     signed,
 )
-from publishing import join, open_collection, publish
+from publishing import join, open_collection, publish, readable
 
 from tms.cli.verify_export import run
 from tms.ledger.export import Exporter
@@ -62,7 +62,12 @@ async def published(ledger: Ledger) -> AsyncIterator[Published]:
     c2 = claim(OWNER, "lab", "Serum DAO predicts symptoms.")
     supports = link(OWNER, "lab", doc["id"], c1["id"], "reduced diamine oxidase")
     await publish(ledger, profile(OWNER, "owner"), c2, supports)
-    lines = [line async for line in Exporter(ledger.pool).lines("lab", checkpoint=True)]
+    lines = [
+        line
+        async for line in Exporter(ledger.pool).lines(
+            await readable(Exporter(ledger.pool), "lab"), checkpoint=True
+        )
+    ]
     yield Published(ledger, lines, kept)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from factories import NOW, OWNER, claim, evidence, link, settings
-from publishing import open_collection, publish, refused
+from publishing import open_collection, publish, readable, reader_of, refused
 
 from tms.ledger.anchors import backfill
 from tms.ledger.reads import Reads
@@ -61,18 +61,21 @@ WANTED = [
 async def test_anchors_are_stored_at_publish_and_returned(ledger: Ledger) -> None:
     doc, _ = await anchored_world(ledger)
     reads = Reads(ledger.pool)
-    got = await reads.get_links("lab", None, doc["id"], None, 10)
+    got = await reads.get_links(await readable(reads, "lab"), None, doc["id"], None, 10)
     assert [item["anchor"] for item in got] == WANTED
     # Offsets count code points of the text as signed: get_event's window at them is the quote.
     for item, wanted in zip(got, WANTED, strict=True):
         window = await reads.get_event(
-            OWNER.pubkey, doc["id"], wanted["start"], wanted["end"] - wanted["start"]
+            await reader_of(reads, OWNER.pubkey),
+            doc["id"],
+            wanted["start"],
+            wanted["end"] - wanted["start"],
         )
         assert window is not None and window["content"]["text"] == wanted["exact"]
-        one = await reads.get_event(OWNER.pubkey, item["id"])
+        one = await reads.get_event(await reader_of(reads, OWNER.pubkey), item["id"])
         assert one is not None and one["anchor"] == wanted
         assert one["content"]["quote"] == item["quote"]  # the signed content, untouched
-    evidence_event = await reads.get_event(OWNER.pubkey, doc["id"])
+    evidence_event = await reads.get_event(await reader_of(reads, OWNER.pubkey), doc["id"])
     assert evidence_event is not None and "anchor" not in evidence_event
 
 
@@ -95,7 +98,9 @@ async def test_batches_committed_together_keep_their_anchors(ledger: Ledger) -> 
     assert all(isinstance(o, dict) for o in outcomes[: len(good)]), outcomes
     assert '"\ufb01rst thought to result"' in str(outcomes[-2])
     assert '"reduced diamine oxidase activity."' in str(outcomes[-1])
-    got = await Reads(ledger.pool).get_links("lab", None, doc["id"], None, 10)
+    got = await Reads(ledger.pool).get_links(
+        await readable(Reads(ledger.pool), "lab"), None, doc["id"], None, 10
+    )
     assert {item["id"] for item in got} == {e["id"] for e in good}
     for item in got:
         assert item["anchor"] is not None
@@ -109,13 +114,13 @@ async def test_links_stored_without_anchors_get_them_at_start_up(ledger: Ledger)
     reads = Reads(ledger.pool)
     stored = await ledger.pool.fetch("SELECT id, content FROM events ORDER BY seq")
     await ledger.pool.execute("DELETE FROM link_anchors")  # not ledger: derived, recomputable
-    got = await reads.get_links("lab", None, doc["id"], None, 10)
+    got = await reads.get_links(await readable(reads, "lab"), None, doc["id"], None, 10)
     assert [item["anchor"] for item in got] == [None, None, None]
-    one = await reads.get_event(OWNER.pubkey, links[0]["id"])
+    one = await reads.get_event(await reader_of(reads, OWNER.pubkey), links[0]["id"])
     assert one is not None and one["anchor"] is None
 
     assert await backfill(ledger.pool) == 3
-    got = await reads.get_links("lab", None, doc["id"], None, 10)
+    got = await reads.get_links(await readable(reads, "lab"), None, doc["id"], None, 10)
     assert [item["anchor"] for item in got] == WANTED
     assert await backfill(ledger.pool) == 0  # one-off: what has its anchor is left alone
     assert await ledger.pool.fetch("SELECT id, content FROM events ORDER BY seq") == stored
@@ -130,7 +135,9 @@ async def test_the_runtime_anchors_stored_links_at_start_up(db_url: str, ledger:
             if await ledger.pool.fetchval("SELECT count(*) FROM link_anchors") == 3:
                 break
             await asyncio.sleep(0.05)
-    got = await Reads(ledger.pool).get_links("lab", None, doc["id"], None, 10)
+    got = await Reads(ledger.pool).get_links(
+        await readable(Reads(ledger.pool), "lab"), None, doc["id"], None, 10
+    )
     assert [item["anchor"] for item in got] == WANTED
 
 

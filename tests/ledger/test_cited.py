@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from factories import OWNER, OWNER2, T0, EventDict, claim, contradiction, evidence, link, members
 from proof_events import cited
-from publishing import open_collection, publish
+from publishing import open_collection, publish, readable
 
 from tms.ledger.reads import Reads
 from tms.ledger.service import Ledger
@@ -44,7 +44,9 @@ async def test_cited_reads_kinds_and_short_fields_from_this_collection_only(
     await publish(ledger, elsewhere)
     lab = [doc, long_claim, short_claim, quoted, contra, listed]
 
-    got = await Reads(ledger.pool).cited("lab", [e["id"] for e in [*lab, elsewhere]])
+    got = await Reads(ledger.pool).cited(
+        await readable(Reads(ledger.pool), "lab"), [e["id"] for e in [*lab, elsewhere]]
+    )
 
     assert set(got) == {e["id"] for e in lab}  # the other collection's claim is simply absent
     assert got[doc["id"]] == Cited(4701, title="A long review", url="https://e.org/r")
@@ -53,8 +55,13 @@ async def test_cited_reads_kinds_and_short_fields_from_this_collection_only(
     assert (got[quoted["id"]].from_, got[quoted["id"]].to) == (doc["id"], short_claim["id"])
     assert got[contra["id"]].claims == 2 and got[contra["id"]].reason == "both cannot hold"
     assert got[listed["id"]] == Cited(4705)
-    assert await Reads(ledger.pool).cited("other", [e["id"] for e in lab]) == {}
-    assert await Reads(ledger.pool).cited("lab", []) == {}
+    assert (
+        await Reads(ledger.pool).cited(
+            await readable(Reads(ledger.pool), "other"), [e["id"] for e in lab]
+        )
+        == {}
+    )
+    assert await Reads(ledger.pool).cited(await readable(Reads(ledger.pool), "lab"), []) == {}
 
     # The tree a proof prints from the ledger is the one it prints from the signed events.
     proof = {"steps": [{"id": "root", "say": "All of it.", "from": [e["id"] for e in lab]}]}
@@ -94,7 +101,12 @@ async def premises(ledger: Ledger) -> Premises:
 
 async def checked(ledger: Ledger, proof: dict[str, Any]) -> ProofResult:
     """`check_proof` in "lab", reading the ledger as the tool does."""
-    return check_proof(proof, await Reads(ledger.pool).cited("lab", cited_event_ids(proof)))
+    return check_proof(
+        proof,
+        await Reads(ledger.pool).cited(
+            await readable(Reads(ledger.pool), "lab"), cited_event_ids(proof)
+        ),
+    )
 
 
 async def contested_of(ledger: Ledger, proof: dict[str, Any]) -> list[ContestedClaim]:

@@ -34,7 +34,7 @@ from factories import (
     signed,
     terms,
 )
-from publishing import publish
+from publishing import publish, readable
 
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
@@ -74,7 +74,10 @@ def verify_independently(line: str) -> dict[str, Any]:
 
 
 async def export(ledger: Ledger, slug: str) -> list[str]:
-    return [line async for line in Exporter(ledger.pool).lines(slug)]
+    return [
+        line
+        async for line in Exporter(ledger.pool).lines(await readable(Exporter(ledger.pool), slug))
+    ]
 
 
 def as_file(lines: list[str]) -> bytes:
@@ -281,7 +284,7 @@ async def test_export_reads_one_snapshot(ledger: Ledger) -> None:
     """Events published while an export streams do not appear in it half way."""
     await build_lab(ledger)
     before = await export(ledger, "lab")
-    stream = Exporter(ledger.pool).lines("lab")
+    stream = Exporter(ledger.pool).lines(await readable(Exporter(ledger.pool), "lab"))
     head = [await anext(stream)]
     late = claim(OWNER, "lab", "Published mid-export.", created_at=NOW - 1)
     await publish(ledger, late)
@@ -299,7 +302,7 @@ async def test_slow_exports_never_hold_up_publishing(ledger: Ledger, db_url: str
     export_pool = await open_pool(db_url, min_size=0, max_size=2)
     try:
         split = Exporter(export_pool)
-        stalled = [split.lines("lab") for _ in range(2)]
+        stalled = [split.lines(await readable(split, "lab")) for _ in range(2)]
         for stream in stalled:
             await anext(stream)  # each now holds an export connection, mid-download
         late = claim(OWNER, "lab", "Published while two exports stall.", created_at=NOW - 1)

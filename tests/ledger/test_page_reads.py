@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from factories import claim, evidence, members, profile, terms
-from publishing import publish
+from publishing import publish, reader_of
 
 from tms.ledger.access import Access
 from tms.ledger.keys import Keys
@@ -62,7 +62,7 @@ async def test_dashboard_figures(ledger: Ledger) -> None:
         claim(owner, "c", "A claim."),
         claim(owner, "elsewhere", "Not counted."),
     )
-    stats = await Stats(ledger.pool).dashboard(["c"])
+    stats = await Stats(ledger.pool).dashboard(await reader_of(ledger, owner.pubkey), "c")
     assert [(k["kind_name"], k["events"]) for k in stats["kinds"]] == [
         ("evidence", 3),
         ("claim", 1),
@@ -75,7 +75,7 @@ async def test_dashboard_figures(ledger: Ledger) -> None:
     ]
     assert stats["activity"]["unit"] == "day"
     assert sum(b["events"] for b in stats["activity"]["buckets"]) == 4
-    empty = await Stats(ledger.pool).dashboard([])
+    empty = await Stats(ledger.pool).dashboard(await reader_of(ledger, SecretKey.generate().pubkey))
     assert empty["kinds"] == [] and len(empty["activity"]["buckets"]) == 1
 
 

@@ -33,7 +33,7 @@ from factories import (
     signed,
     terms,
 )
-from publishing import join, open_collection, publish
+from publishing import join, open_collection, publish, readable, reader_of
 
 from tms.ledger.reads import Reads
 from tms.ledger.service import Ledger
@@ -119,7 +119,7 @@ async def embed(
 
 async def read_event(reads: Reads, reader: str, event_id: str, **window: int) -> dict[str, Any]:
     """`get_event` of an event `reader` may read: it must be found."""
-    got = await reads.get_event(reader, event_id, **window)
+    got = await reads.get_event(await reader_of(reads, reader), event_id, **window)
     assert got is not None, f"{event_id} is not readable by {reader}"
     return got
 
@@ -212,16 +212,16 @@ async def test_collections_of_each_key(ledger: Ledger, reads: Reads) -> None:
     world = await build_world(ledger)
 
     async def slugs(pubkey: str) -> list[str]:
-        return [c["slug"] for c in await reads.list_collections(pubkey)]
+        return [c["slug"] for c in await reads.list_collections(await reader_of(reads, pubkey))]
 
     assert await slugs(OWNER.pubkey) == ["lab"]
     assert await slugs(MEMBER2.pubkey) == ["lab"]
-    assert await reads.list_collections(STRANGER.pubkey) == []
+    assert await reads.list_collections(await reader_of(reads, STRANGER.pubkey)) == []
 
     # MEMBER joins "other" too, then "alpha", made last: oldest first, whatever the slugs.
     await publish(ledger, members(OWNER2, "other", [MEMBER.pubkey], created_at=T0 + 5))
     await publish(ledger, members(OWNER2, "alpha", [MEMBER.pubkey]))
-    listed = await reads.list_collections(MEMBER.pubkey)
+    listed = await reads.list_collections(await reader_of(reads, MEMBER.pubkey))
     assert [c["slug"] for c in listed] == ["lab", "other", "alpha"]
     lab, other, _ = listed
     assert set(lab) == {
@@ -283,13 +283,15 @@ async def test_get_event_shape_and_access(ledger: Ledger, reads: Reads) -> None:
     assert contra["author"] == "bot"
 
     # Missing, elsewhere, outside any collection, or a reader who isn't a member: all None.
-    assert await reads.get_event(OWNER.pubkey, world.other_claim["id"]) is None
-    assert await reads.get_event(OWNER2.pubkey, c1["id"]) is None
-    assert await reads.get_event(STRANGER.pubkey, c1["id"]) is None
-    assert await reads.get_event(OWNER.pubkey, fake_id(7)) is None
+    assert (
+        await reads.get_event(await reader_of(reads, OWNER.pubkey), world.other_claim["id"]) is None
+    )
+    assert await reads.get_event(await reader_of(reads, OWNER2.pubkey), c1["id"]) is None
+    assert await reads.get_event(await reader_of(reads, STRANGER.pubkey), c1["id"]) is None
+    assert await reads.get_event(await reader_of(reads, OWNER.pubkey), fake_id(7)) is None
     own_profile = profile(OWNER, "owner")
-    assert await reads.get_event(OWNER.pubkey, own_profile["id"]) is None
-    assert await reads.get_event(OWNER.pubkey, terms(OWNER)["id"]) is None
+    assert await reads.get_event(await reader_of(reads, OWNER.pubkey), own_profile["id"]) is None
+    assert await reads.get_event(await reader_of(reads, OWNER.pubkey), terms(OWNER)["id"]) is None
     theirs = await read_event(reads, OWNER2.pubkey, world.other_claim["id"])
     assert (theirs["id"], theirs["collection"]) == (world.other_claim["id"], "other")
 
@@ -338,7 +340,7 @@ async def test_get_event_counts_characters_not_bytes(ledger: Ledger, reads: Read
     got = await read_event(reads, OWNER.pubkey, doc["id"], offset=4, max_chars=2)
     assert got["content"]["text"] == "🧪🧬" and got["chars"] == len(text)
     # Listing evidence gives the same count, stored with the text (sql/010), never bytes.
-    [listed] = await reads.list_evidence("lab", False, None, 10)
+    [listed] = await reads.list_evidence(await readable(reads, "lab"), False, None, 10)
     assert listed["chars"] == len(text)
 
 
@@ -370,9 +372,9 @@ async def test_author_is_the_current_profile_by_the_replaceable_rule(
     got = await read_event(reads, OWNER.pubkey, anonymous["id"])
     assert got["author"] == expected
     # The same rule everywhere an author appears.
-    listed = await reads.list_claims("lab", "recent", 10)
+    listed = await reads.list_claims(await readable(reads, "lab"), "recent", 10)
     assert [c["author"] for c in listed] == [expected]
-    hits = await search.claims_by_keyword("lab", "profile", 10)
+    hits = await search.claims_by_keyword(await readable(search, "lab"), "profile", 10)
     assert [h["author"] for h in hits] == [expected]
 
 
@@ -383,7 +385,7 @@ async def test_keyword_search_shape_rank_and_ties(
     ledger: Ledger, reads: Reads, search: Search
 ) -> None:
     world = await build_world(ledger)
-    hits = await search.claims_by_keyword("lab", "histamine", 10)
+    hits = await search.claims_by_keyword(await readable(search, "lab"), "histamine", 10)
     # c5 says it three times; c1, c3 and c4 once each, tied on rank: newest first.
     assert [h["id"] for h in hits] == [cid(world, n) for n in (5, 4, 3, 1)]
     assert hits[0]["rank"] > hits[1]["rank"] == hits[2]["rank"] == hits[3]["rank"] > 0
@@ -393,7 +395,10 @@ async def test_keyword_search_shape_rank_and_ties(
         iso(hit["received_at"])
     json.dumps(hits)
     assert hits[0]["author"] == "owner" and hits[1]["author"] == "bot"
-    assert [h["id"] for h in await search.claims_by_keyword("lab", "histamine", 2)] == [
+    assert [
+        h["id"]
+        for h in await search.claims_by_keyword(await readable(search, "lab"), "histamine", 2)
+    ] == [
         cid(world, 5),
         cid(world, 4),
     ]
@@ -403,7 +408,9 @@ async def test_keyword_search_web_syntax(ledger: Ledger, reads: Reads, search: S
     world = await build_world(ledger)
 
     async def found(text: str) -> set[str]:
-        return {h["id"] for h in await search.claims_by_keyword("lab", text, 50)}
+        return {
+            h["id"] for h in await search.claims_by_keyword(await readable(search, "lab"), text, 50)
+        }
 
     assert await found("reduced DAO") == {cid(world, 1), cid(world, 2)}
     assert await found('"reduced DAO activity"') == {cid(world, 1)}
@@ -419,7 +426,10 @@ async def test_search_claims_links_cut_quotes_and_contradictions(
     ledger: Ledger, reads: Reads, search: Search
 ) -> None:
     world = await build_world(ledger)
-    hits = {h["id"]: h for h in await search.claims_by_keyword("lab", "histamine", 10)}
+    hits = {
+        h["id"]: h
+        for h in await search.claims_by_keyword(await readable(search, "lab"), "histamine", 10)
+    }
     c1 = hits[cid(world, 1)]
     assert [lk["id"] for lk in c1["links"]] == [world.links["s1a"]["id"], world.links["s1b"]["id"]]
     long_link, exact_link = c1["links"]
@@ -437,7 +447,7 @@ async def test_search_claims_links_cut_quotes_and_contradictions(
     assert hits[cid(world, 3)]["links"] == []
 
     # Elsewhere quotes come back whole.
-    full = await reads.get_links("lab", cid(world, 1), None, None, 10)
+    full = await reads.get_links(await readable(reads, "lab"), cid(world, 1), None, None, 10)
     assert full[0]["quote"] == LONG_QUOTE
     assert {k: v for k, v in full[0].items() if k not in ("quote", "anchor")} == {
         k: v for k, v in long_link.items() if k != "quote"
@@ -477,7 +487,7 @@ async def test_vector_search_order_shape_and_scope(
     if indexed:
         await ensure_vector_index(reads.pool, MODEL, DIMS)
         await ensure_vector_index(reads.pool, MODEL, DIMS)  # idempotent
-    hits = await search.claims_near("lab", E0, MODEL, DIMS, 10)
+    hits = await search.claims_near(await readable(search, "lab"), E0, MODEL, DIMS, 10)
     assert [h["id"] for h in hits] == [cid(world, n) for n in (5, 1, 2, 3, 4)]
     expected = [0.0, 0.0, cosine_distance(E0, unit((0, 1.0), (1, 0.5))), 1.0, 2.0]
     assert [h["distance"] for h in hits] == pytest.approx(expected, abs=1e-6)
@@ -489,13 +499,16 @@ async def test_vector_search_order_shape_and_scope(
     assert by_id[cid(world, 1)]["links"][0]["quote"].endswith("…")
     assert by_id[cid(world, 2)]["contradiction_ids"] == [world.contra["id"]]
 
-    top = await search.claims_near("lab", E1, MODEL, DIMS, 2)
+    top = await search.claims_near(await readable(search, "lab"), E1, MODEL, DIMS, 2)
     assert [h["id"] for h in top] == [cid(world, 3), cid(world, 2)]
-    assert await search.claims_near("nowhere", E0, MODEL, DIMS, 5) == []
-    assert await search.claims_near("lab", E0, "no-such-model", DIMS, 5) == []
-    tiny = await search.claims_near("lab", unit((1, 1.0), dims=8), OTHER_MODEL, 8, 5)
+    assert (
+        await search.claims_near(await readable(search, "lab"), E0, "no-such-model", DIMS, 5) == []
+    )
+    tiny = await search.claims_near(
+        await readable(search, "lab"), unit((1, 1.0), dims=8), OTHER_MODEL, 8, 5
+    )
     assert [h["id"] for h in tiny][:5] == [cid(world, n) for n in (5, 4, 3, 2, 1)]
-    other = await search.claims_near("other", E0, MODEL, DIMS, 5)
+    other = await search.claims_near(await readable(search, "other"), E0, MODEL, DIMS, 5)
     assert [h["id"] for h in other] == [world.other_claim["id"]]
 
 
@@ -521,10 +534,10 @@ async def test_limits_are_plain_integers(reads: Reads) -> None:
     refused before it gets there."""
     for bad in (-1, True, 2.0, "5", "5; DROP TABLE events"):
         with pytest.raises(ValueError, match="limit"):
-            await reads.get_links("lab", None, None, None, bad)  # type: ignore[arg-type]
+            await reads.get_links(await readable(reads, "lab"), None, None, None, bad)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="limit"):
-            await reads.list_contradictions("lab", bad)  # type: ignore[arg-type]
-    assert await reads.list_claims("lab", "links", 0) == []
+            await reads.list_contradictions(await readable(reads, "lab"), bad)  # type: ignore[arg-type]
+    assert await reads.list_claims(await readable(reads, "lab"), "links", 0) == []
 
 
 @pytest.fixture
@@ -588,9 +601,9 @@ async def test_hnsw_serves_a_collection_filtered_query_with_iterative_scan(
             starved = await conn.fetch(indexed_sql, "lab", query)
         assert len(starved) <= 2
 
-    hits = await planned.claims_near("lab", E0, MODEL, DIMS, 5)
+    hits = await planned.claims_near(await readable(planned, "lab"), E0, MODEL, DIMS, 5)
     assert [h["id"] for h in hits] == [cid(world, n) for n in (5, 1, 2, 3, 4)]
-    exact = await search.claims_near("lab", E0, MODEL, DIMS, 5)
+    exact = await search.claims_near(await readable(search, "lab"), E0, MODEL, DIMS, 5)
     assert exact == hits
 
 
@@ -604,7 +617,7 @@ async def test_vector_search_falls_back_to_exact_without_iterative_scan(
     await ensure_vector_index(reads.pool, MODEL, DIMS)
     old = Search(planner_pool, None)
     old._hnsw._iterative_scan = False
-    hits = await old.claims_near("lab", E0, MODEL, DIMS, 5)
+    hits = await old.claims_near(await readable(old, "lab"), E0, MODEL, DIMS, 5)
     assert [h["id"] for h in hits] == [cid(world, n) for n in (5, 1, 2, 3, 4)]
 
 
@@ -613,7 +626,7 @@ async def test_vector_search_falls_back_to_exact_without_iterative_scan(
 
 async def test_list_claims_shape_and_counts(ledger: Ledger, reads: Reads) -> None:
     world = await build_world(ledger)
-    listed = await reads.list_claims("lab", None, 10)  # no sort: recent
+    listed = await reads.list_claims(await readable(reads, "lab"), None, 10)  # no sort: recent
     assert [c["id"] for c in listed] == [cid(world, n) for n in (5, 4, 3, 2, 1)]
     for item in listed:
         assert set(item) == {
@@ -639,7 +652,7 @@ async def test_list_claims_shape_and_counts(ledger: Ledger, reads: Reads) -> Non
     }
     # The count sorts compute the same numbers in their single pass.
     for sort in ("links", "unsupported", "unchallenged", "contested"):
-        sorted_items = await reads.list_claims("lab", sort, 10)
+        sorted_items = await reads.list_claims(await readable(reads, "lab"), sort, 10)
         assert {c["id"]: c for c in sorted_items} == {c["id"]: c for c in listed}, sort
 
 
@@ -657,9 +670,9 @@ async def test_list_claims_sorts(
     ledger: Ledger, reads: Reads, sort: str, order: tuple[int, ...]
 ) -> None:
     world = await build_world(ledger)
-    listed = await reads.list_claims("lab", sort, 10)
+    listed = await reads.list_claims(await readable(reads, "lab"), sort, 10)
     assert [c["id"] for c in listed] == [cid(world, n) for n in order]
-    assert [c["id"] for c in await reads.list_claims("lab", sort, 2)] == [
+    assert [c["id"] for c in await reads.list_claims(await readable(reads, "lab"), sort, 2)] == [
         cid(world, n) for n in order[:2]
     ]
 
@@ -672,10 +685,11 @@ async def test_list_claims_ties_fall_to_the_newest(ledger: Ledger, reads: Reads)
     await publish(ledger, *batch)
     newest_first = [e["id"] for e in reversed(batch)]
     for sort in ("recent", "links", "unsupported", "unchallenged", "contested"):
-        assert [c["id"] for c in await reads.list_claims("lab", sort, 10)] == newest_first
-    assert await reads.list_claims("nowhere", "links", 10) == []
+        assert [
+            c["id"] for c in await reads.list_claims(await readable(reads, "lab"), sort, 10)
+        ] == newest_first
     with pytest.raises(ValueError):
-        await reads.list_claims("lab", "random", 10)
+        await reads.list_claims(await readable(reads, "lab"), "random", 10)
 
 
 async def test_claims_nobody_linked_count_as_zero_in_every_sort(
@@ -690,14 +704,16 @@ async def test_claims_nobody_linked_count_as_zero_in_every_sort(
     rebuttal = link(OWNER, "lab", doc["id"], rebutted["id"], "Rebutting words", relation="REBUTS")
     await publish(ledger, rebuttal)
     order = {
-        sort: [c["id"] for c in await reads.list_claims("lab", sort, 10)]
+        sort: [c["id"] for c in await reads.list_claims(await readable(reads, "lab"), sort, 10)]
         for sort in ("links", "contested", "unchallenged", "unsupported")
     }
     assert order["links"] == order["contested"] == ids([rebutted, new, old])
     assert order["unchallenged"] == ids([new, old, rebutted])
     assert order["unsupported"] == ids([new, rebutted, old])
     for sort, listed in order.items():  # the page's own cut, not only the final order
-        assert [c["id"] for c in await reads.list_claims("lab", sort, 1)] == listed[:1], sort
+        assert [
+            c["id"] for c in await reads.list_claims(await readable(reads, "lab"), sort, 1)
+        ] == listed[:1], sort
 
 
 # Each claim's counts, counted afresh from the ledger's own tables (sql/008 keeps them instead).
@@ -770,7 +786,12 @@ async def test_get_links_filters(ledger: Ledger, reads: Reads) -> None:
         relation: str | None = None,
         limit: int = 100,
     ) -> list[str]:
-        return [lk["id"] for lk in await reads.get_links("lab", to_id, from_id, relation, limit)]
+        return [
+            lk["id"]
+            for lk in await reads.get_links(
+                await readable(reads, "lab"), to_id, from_id, relation, limit
+            )
+        ]
 
     assert await got() == in_order
     assert await got(limit=3) == in_order[:3]
@@ -793,7 +814,7 @@ async def test_get_links_filters(ledger: Ledger, reads: Reads) -> None:
     assert await got(to_id=world.other_claim["id"]) == []
     assert await got(from_id=world.other_doc["id"]) == []
 
-    links = await reads.get_links("lab", None, None, "QUALIFIES", 10)
+    links = await reads.get_links(await readable(reads, "lab"), None, None, "QUALIFIES", 10)
     assert (
         links
         == [
@@ -828,7 +849,7 @@ async def test_list_evidence(ledger: Ledger, reads: Reads) -> None:
     world = await build_world(ledger)
     doc3 = evidence(MEMBER, "lab", "Third, with no source.", title="Third")
     await publish(ledger, doc3)
-    listed = await reads.list_evidence("lab", False, None, 10)
+    listed = await reads.list_evidence(await readable(reads, "lab"), False, None, 10)
     assert [e["id"] for e in listed] == [world.doc["id"], world.doc2["id"], doc3["id"]]
     first = listed[0]
     assert first == {
@@ -848,7 +869,12 @@ async def test_list_evidence(ledger: Ledger, reads: Reads) -> None:
     json.dumps(listed)
 
     async def got(ungrounded: bool, source: str | None, limit: int = 10) -> list[str]:
-        return [e["id"] for e in await reads.list_evidence("lab", ungrounded, source, limit)]
+        return [
+            e["id"]
+            for e in await reads.list_evidence(
+                await readable(reads, "lab"), ungrounded, source, limit
+            )
+        ]
 
     assert await got(True, None) == [world.doc2["id"], doc3["id"]]
     assert await got(True, None, 1) == [world.doc2["id"]]
@@ -857,7 +883,6 @@ async def test_list_evidence(ledger: Ledger, reads: Reads) -> None:
     assert await got(True, "J1") == []
     assert await got(True, "J2") == [world.doc2["id"]]
     assert await got(False, None, 2) == [world.doc["id"], world.doc2["id"]]
-    assert await reads.list_evidence("nowhere", False, None, 10) == []
 
 
 # --- contradictions ---------------------------------------------------------------------------
@@ -869,7 +894,7 @@ async def test_contradiction_shape(ledger: Ledger, reads: Reads) -> None:
         MEMBER, "lab", world.doc["id"], world.contra["id"], LONG_QUOTE, relation="REBUTS"
     )
     await publish(ledger, long_rebuttal)
-    found = await reads.contradictions_with_claim("lab", cid(world, 3), 10)
+    found = await reads.contradictions_with_claim(await readable(reads, "lab"), cid(world, 3), 10)
     assert len(found) == 1
     item = found[0]
     assert set(item) == CONTRADICTION_KEYS
@@ -916,17 +941,27 @@ async def test_contradictions_by_claim_and_newest_first(ledger: Ledger, reads: R
     x = [e["id"] for e in xs]
 
     async def by_claim(n: int, limit: int = 10) -> list[str]:
-        return [i["id"] for i in await reads.contradictions_with_claim("lab", cid(world, n), limit)]
+        return [
+            i["id"]
+            for i in await reads.contradictions_with_claim(
+                await readable(reads, "lab"), cid(world, n), limit
+            )
+        ]
 
     assert await by_claim(1) == [x[1], x[2]]  # oldest first
     assert await by_claim(5) == [x[2], x[3]]
     assert await by_claim(4, 1) == [x[1]]
     assert await by_claim(2) == [x[0]]
-    found = await reads.contradictions_with_claim("lab", world.other_claim["id"], 10)
+    found = await reads.contradictions_with_claim(
+        await readable(reads, "lab"), world.other_claim["id"], 10
+    )
     assert found == []
-    recent = await reads.list_contradictions("lab", 10)
+    recent = await reads.list_contradictions(await readable(reads, "lab"), 10)
     assert [i["id"] for i in recent] == list(reversed(x))
-    assert [i["id"] for i in await reads.list_contradictions("lab", 2)] == [x[3], x[2]]
+    assert [i["id"] for i in await reads.list_contradictions(await readable(reads, "lab"), 2)] == [
+        x[3],
+        x[2],
+    ]
     assert recent[1]["claim_ids"] == [cid(world, 1), cid(world, 5), cid(world, 3)]
     assert [c["id"] for c in recent[1]["claims"]] == recent[1]["claim_ids"]
 
@@ -936,7 +971,10 @@ async def test_contradictions_keyword(ledger: Ledger, reads: Reads, search: Sear
     x = [e["id"] for e in xs]
 
     async def found(text: str) -> list[str]:
-        return [i["id"] for i in await search.contradictions_by_keyword("lab", text, 10)]
+        return [
+            i["id"]
+            for i in await search.contradictions_by_keyword(await readable(search, "lab"), text, 10)
+        ]
 
     assert await found("story") == [x[1]]  # in the reason only
     assert set(await found("mast cells")) == {x[1], x[3]}  # x1's reason, c4's text in x3
@@ -947,7 +985,7 @@ async def test_contradictions_keyword(ledger: Ledger, reads: Reads, search: Sear
     assert set(await found('"release versus"')) == {x[3]}
     assert set(await found("release or everywhere")) == {x[1], x[2], x[3]}
     assert await found("the") == []
-    items = await search.contradictions_by_keyword("lab", "histamine", 10)
+    items = await search.contradictions_by_keyword(await readable(search, "lab"), "histamine", 10)
     assert items and all(set(i) == CONTRADICTION_KEYS | {"rank"} for i in items)
     ranks = [i["rank"] for i in items]
     assert ranks == sorted(ranks, reverse=True)
@@ -979,18 +1017,27 @@ async def test_contradictions_vector(ledger: Ledger, reads: Reads, search: Searc
             (world.other_claim["id"], "other", 4702, unit((9, 1.0))),
         ],
     )
-    items = await search.contradictions_near("lab", unit((9, 1.0)), MODEL, DIMS, 10)
+    items = await search.contradictions_near(
+        await readable(search, "lab"), unit((9, 1.0)), MODEL, DIMS, 10
+    )
     # x0: its reason exactly (0). x1: its reason at 45° (1 - cos 45°) beats its claims.
     # x2: claims c1 and c3, both orthogonal (1).
     assert [i["id"] for i in items] == [x[0], x[1], x[2]]
     assert [i["distance"] for i in items] == pytest.approx([0.0, 1 - math.sqrt(0.5), 1.0], abs=1e-6)
     assert all(set(i) == CONTRADICTION_KEYS | {"distance"} for i in items)
     # Nearest to c3 (e2): x0 holds c3 and so does x2; a tie at 0, newest first.
-    near_c3 = await search.contradictions_near("lab", unit((2, 1.0)), MODEL, DIMS, 10)
+    near_c3 = await search.contradictions_near(
+        await readable(search, "lab"), unit((2, 1.0)), MODEL, DIMS, 10
+    )
     assert [i["id"] for i in near_c3][:2] == [x[2], x[0]]
-    one = await search.contradictions_near("lab", unit((2, 1.0)), MODEL, DIMS, 1)
+    one = await search.contradictions_near(
+        await readable(search, "lab"), unit((2, 1.0)), MODEL, DIMS, 1
+    )
     assert [i["id"] for i in one] == [x[2]]
-    assert await search.contradictions_near("lab", E0, "no-model", DIMS, 10) == []
+    assert (
+        await search.contradictions_near(await readable(search, "lab"), E0, "no-model", DIMS, 10)
+        == []
+    )
 
 
 # --- events for the proof checker, and the collection wall -------------------------------------
@@ -1025,22 +1072,38 @@ async def test_nothing_from_another_collection_ever_comes_back(
     }
     await embed(reads, [(world.other_contra["id"], "other", 4704, E0)])
     results: list[Any] = [
-        await search.claims_by_keyword("lab", "histamine or wine or migraine", 200),
-        await search.claims_near("lab", E0, MODEL, DIMS, 200),
-        await reads.list_claims("lab", None, 200),
-        await reads.get_links("lab", None, None, None, 1000),
-        await reads.get_links("lab", world.other_claim["id"], None, None, 1000),
-        await reads.get_links("lab", None, world.other_doc["id"], None, 1000),
-        await reads.list_evidence("lab", False, "J1", 500),
-        await reads.list_contradictions("lab", 200),
-        await reads.contradictions_with_claim("lab", world.other_claim["id"], 200),
-        await search.contradictions_by_keyword("lab", "wine or migraine", 200),
-        await search.contradictions_near("lab", E0, MODEL, DIMS, 200),
-        [asdict(c) for c in (await reads.cited("lab", list(other_ids))).values()],
-        await reads.get_event(OWNER.pubkey, world.other_claim["id"]),
-        await reads.list_collections(OWNER.pubkey),
+        await search.claims_by_keyword(
+            await readable(search, "lab"), "histamine or wine or migraine", 200
+        ),
+        await search.claims_near(await readable(search, "lab"), E0, MODEL, DIMS, 200),
+        await reads.list_claims(await readable(reads, "lab"), None, 200),
+        await reads.get_links(await readable(reads, "lab"), None, None, None, 1000),
+        await reads.get_links(
+            await readable(reads, "lab"), world.other_claim["id"], None, None, 1000
+        ),
+        await reads.get_links(
+            await readable(reads, "lab"), None, world.other_doc["id"], None, 1000
+        ),
+        await reads.list_evidence(await readable(reads, "lab"), False, "J1", 500),
+        await reads.list_contradictions(await readable(reads, "lab"), 200),
+        await reads.contradictions_with_claim(
+            await readable(reads, "lab"), world.other_claim["id"], 200
+        ),
+        await search.contradictions_by_keyword(
+            await readable(search, "lab"), "wine or migraine", 200
+        ),
+        await search.contradictions_near(await readable(search, "lab"), E0, MODEL, DIMS, 200),
+        [
+            asdict(c)
+            for c in (await reads.cited(await readable(reads, "lab"), list(other_ids))).values()
+        ],
+        await reads.get_event(await reader_of(reads, OWNER.pubkey), world.other_claim["id"]),
+        await reads.list_collections(await reader_of(reads, OWNER.pubkey)),
     ]
-    results += [await reads.list_claims("lab", s, 200) for s in ("links", "contested")]
+    results += [
+        await reads.list_claims(await readable(reads, "lab"), s, 200)
+        for s in ("links", "contested")
+    ]
     for result in results:
         assert not (_all_ids(result) & other_ids), result
         assert '"other"' not in json.dumps(result)
@@ -1050,6 +1113,8 @@ async def test_signed_but_unpublished_ids_are_unknown(ledger: Ledger, reads: Rea
     """An id that was signed but never stored reads like any missing id."""
     await open_collection(ledger, OWNER, "lab")
     ghost = signed(OWNER, 4702, {"collection": "lab", "text": "never published"})
-    assert await reads.get_event(OWNER.pubkey, ghost["id"]) is None
-    assert await reads.cited("lab", [ghost["id"]]) == {}
-    assert await reads.contradictions_with_claim("lab", ghost["id"], 10) == []
+    assert await reads.get_event(await reader_of(reads, OWNER.pubkey), ghost["id"]) is None
+    assert await reads.cited(await readable(reads, "lab"), [ghost["id"]]) == {}
+    assert (
+        await reads.contradictions_with_claim(await readable(reads, "lab"), ghost["id"], 10) == []
+    )

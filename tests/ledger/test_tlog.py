@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import rfc6962 as rfc
 from factories import MEMBER, OWNER, OWNER2, claim, evidence, link, profile, terms
-from publishing import counts, join, open_collection, publish, without_log
+from publishing import counts, join, open_collection, publish, readable, without_log
 
 from tms.errors import LogError
 from tms.ledger.service import Ledger
@@ -61,7 +61,7 @@ async def assert_consistent(
     ledger: Ledger, slug: str, a: dict[str, Any], b: dict[str, Any]
 ) -> None:
     (old, old_root), (new, new_root) = opened(ledger, a), opened(ledger, b)
-    proof = await reads(ledger).consistency(slug, old, new)
+    proof = await reads(ledger).consistency(await readable(reads(ledger), slug), old, new)
     hashes = [base64.b64decode(h) for h in proof["hashes"]]
     assert rfc.verify_consistency(old, new, old_root, new_root, hashes), (old, new)
 
@@ -86,7 +86,7 @@ async def test_publish_returns_each_collections_signed_checkpoint(ledger: Ledger
     assert opened(ledger, other) == (1, rfc.mth([bytes.fromhex(elsewhere["id"])]))
     assert await leaves(ledger, "lab") == await entries_by_seq(ledger, "lab")
     await assert_consistent(ledger, "lab", created, lab)
-    assert await reads(ledger).checkpoint("lab") == lab
+    assert await reads(ledger).checkpoint(await readable(reads(ledger), "lab")) == lab
 
     again = await publish(ledger, doc, c1)  # all skipped: nothing new to sign
     assert again["checkpoints"] == []
@@ -163,7 +163,7 @@ async def test_consistency_holds_across_10000_appends_in_random_batch_sizes(
 
 
 async def inclusion_of(ledger: Ledger, slug: str, entry: bytes) -> dict[str, Any]:
-    proof = await reads(ledger).inclusion(slug, entry.hex())
+    proof = await reads(ledger).inclusion(await readable(reads(ledger), slug), entry.hex())
     assert proof is not None
     return dict(proof)
 
@@ -173,7 +173,7 @@ async def test_every_event_has_an_inclusion_proof(ledger: Ledger) -> None:
     batch = [claim(OWNER, "lab", f"claim {i}") for i in range(37)]
     await publish(ledger, *batch[:20])
     await publish(ledger, *batch[20:])
-    checkpoint = await reads(ledger).checkpoint("lab")
+    checkpoint = await reads(ledger).checkpoint(await readable(reads(ledger), "lab"))
     size, root = opened(ledger, checkpoint)
     entries = await entries_by_seq(ledger, "lab")
     for index, entry in enumerate(entries):
@@ -182,23 +182,28 @@ async def test_every_event_has_an_inclusion_proof(ledger: Ledger) -> None:
         path = [base64.b64decode(h) for h in proof["hashes"]]
         assert rfc.verify_inclusion(index, size, rfc.leaf(entry), path, root)
         assert path == rfc.path(index, entries)
-    assert await reads(ledger).inclusion("lab", "0" * 64) is None
+    assert await reads(ledger).inclusion(await readable(reads(ledger), "lab"), "0" * 64) is None
     await publish(ledger, claim(OWNER, "other", "elsewhere"))
-    assert await reads(ledger).inclusion("other", entries[0].hex()) is None  # not that log's
+    assert (
+        await reads(ledger).inclusion(await readable(reads(ledger), "other"), entries[0].hex())
+        is None
+    )  # not that log's
 
 
 async def test_consistency_asks_for_sizes_the_log_had(ledger: Ledger) -> None:
     await open_collection(ledger, OWNER, "lab")
     await publish(ledger, *(claim(OWNER, "lab", f"c{i}") for i in range(5)))
     log = reads(ledger)
-    whole = await log.consistency("lab", 0, None)
+    whole = await log.consistency(await readable(log, "lab"), 0, None)
     assert (whole["old_size"], whole["new_size"], whole["hashes"]) == (0, 6, [])
-    assert whole["checkpoint"] == await log.checkpoint("lab")
-    unsigned = await log.consistency("lab", 2, 3)  # no checkpoint was signed at 3
+    assert whole["checkpoint"] == await log.checkpoint(await readable(log, "lab"))
+    unsigned = await log.consistency(
+        await readable(log, "lab"), 2, 3
+    )  # no checkpoint was signed at 3
     assert unsigned["checkpoint"] is None and unsigned["hashes"]
     for old, new in [(4, 3), (0, 7), (7, None), (-1, 2)]:
         with pytest.raises(LogError, match="no consistency proof"):
-            await log.consistency("lab", old, new)
+            await log.consistency(await readable(log, "lab"), old, new)
 
 
 # --- the log is never rewritten ----------------------------------------------------------------
@@ -257,7 +262,7 @@ async def test_backfill_builds_old_collections_in_seq_order(ledger: Ledger) -> N
     assert await ledger.log.backfill() == 0  # once
     for slug in ("a", "b"):
         assert await leaves(ledger, slug) == await entries_by_seq(ledger, slug)
-        opened(ledger, await reads(ledger).checkpoint(slug))
+        opened(ledger, await reads(ledger).checkpoint(await readable(ledger, slug)))
     assert await ledger.log.check_key()
     assert not await Ledger(ledger.pool).log.check_key()  # another key: said loudly
 
@@ -272,7 +277,9 @@ async def test_a_publish_or_read_that_reaches_an_old_collection_first_builds_it(
     [checkpoint] = (await publish(ledger, new))["checkpoints"]
     assert opened(ledger, checkpoint)[0] == 4
     assert await leaves(ledger, "a") == await entries_by_seq(ledger, "a")
-    assert (await reads(ledger).checkpoint("b"))["size"] == 3  # a read builds it too
+    assert (await reads(ledger).checkpoint(await readable(reads(ledger), "b")))[
+        "size"
+    ] == 3  # a read builds it too
     assert await ledger.log.backfill() == 0
 
 
@@ -289,7 +296,7 @@ async def test_tiles_hold_the_trees_hashes(ledger: Ledger) -> None:
     async def tile(path: str) -> bytes | None:
         parsed = tiles.parse_tile_path(path)
         assert parsed is not None, path
-        return await log.tile("t", parsed)
+        return await log.tile(await readable(log, "t"), parsed)
 
     level0 = [rfc.leaf(e) for e in entries]
     assert await tile("0/000") == b"".join(level0[:256])

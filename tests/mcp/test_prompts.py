@@ -23,7 +23,7 @@ from tms.mcp.prompts import (
     claims_pass,
 )
 from tms.nostr.events import SecretKey, compact_json
-from tms.rules.kinds import parse_content
+from tms.rules.kinds import KINDS, parse_content
 from tms.rules.proofs import check_proof
 from tms.rules.terms import current_terms
 from tms.types import (
@@ -31,7 +31,6 @@ from tms.types import (
     KIND_CONTRADICTION,
     KIND_EVIDENCE,
     KIND_LINK,
-    KIND_NAMES,
     KIND_TERMS,
 )
 
@@ -192,7 +191,7 @@ def test_briefing_mentions_its_tools() -> None:
 def test_kinds_and_relations_are_specs(render: Callable[[str], str]) -> None:
     text = render(SLUG)
     kinds = {int(k) for k in re.findall(r'kind"?:? (\d+)', text)}
-    assert kinds and kinds <= set(KIND_NAMES)
+    assert kinds and kinds <= set(KINDS)
     assert set(re.findall(r"\b[A-Z]{5,}\b", text)) <= {*RELATIONS, "VERBATIM"}
     for relation in RELATIONS:
         assert relation in text

@@ -11,15 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tms.errors import InvalidEvent
-from tms.rules.kinds import (
-    SCHEMAS,
-    Claim,
-    Link,
-    Members,
-    Profile,
-    check_created_at,
-    validate_content,
-)
+from tms.rules.content import check_created_at
+from tms.rules.kinds import KINDS, Claim, Link, Members, Profile, validate_content
 
 KEY = key(0x4C)
 A, B = "a" * 64, "b" * 64
@@ -79,7 +72,7 @@ def refused(kind: int, content: Any, tags: Sequence[Sequence[str]] = ()) -> Inva
 @pytest.mark.parametrize("kind", sorted(VALID))
 def test_valid_content_of_every_kind(kind: int) -> None:
     parsed = check(kind, VALID[kind])
-    assert isinstance(parsed, SCHEMAS[kind])
+    assert isinstance(parsed, KINDS[kind].model)
     assert parsed.model_dump(by_alias=True, exclude_unset=True) == VALID[kind]  # as signed
 
 

@@ -23,7 +23,7 @@ from factories import (
     signed,
     terms,
 )
-from publishing import publish
+from publishing import publish, readable
 
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
@@ -86,7 +86,10 @@ async def client(db_url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def expected_lines(ledger: Ledger, slug: str) -> list[str]:
-    return [line async for line in Exporter(ledger.pool).lines(slug)]
+    return [
+        line
+        async for line in Exporter(ledger.pool).lines(await readable(Exporter(ledger.pool), slug))
+    ]
 
 
 # --- /healthz and /terms -----------------------------------------------------------------------

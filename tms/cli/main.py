@@ -237,7 +237,7 @@ async def _open_pool(settings: Settings, *, max_size: int) -> tuple[str, Pool]:
     `TMS_DATA_DIR` (started if no other process has it running). Failures are `DatabaseError`."""
     from tms.store.database import database_url, open_pool
 
-    url = await database_url(settings)
+    url = await database_url(settings.database_url, settings.data_dir)
     return url, await open_pool(url, min_size=1, max_size=max_size)
 
 
@@ -359,8 +359,9 @@ def _aligned(cell: str, width: int, column: int) -> str:
 async def _export(slug: str, checkpoint: bool) -> int:
     """The collection's JSON Lines on stdout, streamed from one consistent snapshot; with
     `checkpoint`, ending with the log's signed checkpoint line (`tms verify-export`)."""
+    from tms.ledger.access import Access
     from tms.ledger.export import Exporter
-    from tms.rules.kinds import SLUG_PATTERN
+    from tms.rules.content import SLUG_PATTERN
 
     out = sys.stdout.buffer
     try:
@@ -368,9 +369,10 @@ async def _export(slug: str, checkpoint: bool) -> int:
             if not SLUG_PATTERN.fullmatch(slug) or not await ledger.collection_exists(slug):
                 print(f"tms: no such collection {slug!r}", file=sys.stderr)
                 return 1
+            readable = Access(ledger.pool).for_operator(slug)
             if checkpoint:
                 await ledger.log.build(slug)  # if the start-up back-fill has not reached it
-            lines = Exporter(ledger.pool).lines(slug, checkpoint=checkpoint)
+            lines = Exporter(ledger.pool).lines(readable, checkpoint=checkpoint)
             async with aclosing(lines):
                 async for line in lines:
                     out.write(f"{line}\n".encode())

@@ -22,12 +22,13 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Final
 
-from tms.config import DEFAULT_KEEP
 from tms.errors import Refusal, TMSError, one_line
 from tms.guard import clients
 from tms.ledger.refusals import Record, RefusalStore
 from tms.store.database import is_database_down
 from tms.store.outage import Outage
+
+DEFAULT_KEEP: Final = 100_000  # records the log keeps (TMS_REFUSALS_KEEP)
 
 log = logging.getLogger(__name__)
 

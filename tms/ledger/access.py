@@ -1,17 +1,24 @@
-"""Who may read what, and who may use the service: asked by every door, written once.
+"""Who may read what, and who may use the service: the one place the rule is asked.
 
 The rule "a collection's owner or a key on its current member list may read it" lives in the
-`readers` view (sql/003_access.sql) and is asked only here. A collection the caller may not read
-and one that does not exist get the same answer, the same message and the same number of round
-trips, so no door can become an oracle for which slugs or ids exist.
+`readers` view (sql/003_access.sql). Reading is done with a capability only this module makes:
+a `Reader` (a key and the collections it may read, as checked when it was made) or a
+`ReadableCollection` (a key and one collection it may read). The read services take one of them
+instead of a key or a slug, and filter their SQL by what it holds, so a door that forgets to ask
+has nothing to pass them: the type checker refuses it, and nothing leaks at run time.
+
+A collection the caller may not read and one that does not exist get the same answer, the same
+message and the same number of round trips, so no door can become an oracle for which slugs or
+ids exist.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import NotAReader, NotAUser
-from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.content import SLUG_PATTERN
 from tms.store.database import Pool
 from tms.types import PubKey, Slug
 
@@ -23,6 +30,8 @@ _SQL_MAY_USE: Final = """
     SELECT EXISTS (SELECT 1 FROM approvals WHERE pubkey = $1)
         OR EXISTS (SELECT 1 FROM readers WHERE pubkey = $1)"""
 
+_MINTED: Final = object()  # what only this module hands a capability it makes
+
 
 def not_a_reader(slug: str) -> NotAReader:
     """The one refusal for a collection that is closed to the caller or does not exist."""
@@ -33,23 +42,76 @@ def not_a_reader(slug: str) -> NotAReader:
     )
 
 
+class _Minted:
+    """Refuses to be made anywhere but here: a capability is the proof that the check ran."""
+
+    def __post_init__(self) -> None:
+        if getattr(self, "minted", None) is not _MINTED:
+            raise TypeError(f"only tms.ledger.access makes a {type(self).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadableCollection(_Minted):
+    """A key, and one collection it may read (`Access.collection`, `Reader.collection`)."""
+
+    pubkey: PubKey
+    slug: Slug
+    minted: object = field(default=None, repr=False, compare=False)
+
+    def reader(self) -> Reader:
+        """The same right as a `Reader` of this one collection (for reads by id, which take
+        one: an event elsewhere is then simply not found)."""
+        return Reader(self.pubkey, (self.slug,), _MINTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Reader(_Minted):
+    """A key, and the collections it may read, in slug order (`Access.reader`). Held by a
+    long-lived connection, it says what was true when it was made: make a new one when
+    membership may have changed."""
+
+    pubkey: PubKey
+    slugs: tuple[Slug, ...]
+    minted: object = field(default=None, repr=False, compare=False)
+
+    def may_read(self, slug: Slug) -> bool:
+        return slug in self.slugs
+
+    def collection(self, slug: Slug) -> ReadableCollection:
+        """One of its collections, or `NotAReader` for any other name."""
+        if slug not in self.slugs:
+            raise not_a_reader(slug)
+        return ReadableCollection(self.pubkey, slug, _MINTED)
+
+
 class Access:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+
+    async def reader(self, pubkey: PubKey) -> Reader:
+        """What the key may read now: one query."""
+        rows = await self.pool.fetch(_SQL_READABLE, pubkey)
+        return Reader(pubkey, tuple(row["collection"] for row in rows), _MINTED)
+
+    async def collection(self, pubkey: PubKey, slug: Slug) -> ReadableCollection:
+        """The collection if the key may read it (owner or current member); else `NotAReader`,
+        the same for one that does not exist or whose name no collection can have."""
+        if not await self.can_read(pubkey, slug):
+            raise not_a_reader(slug)
+        return ReadableCollection(pubkey, slug, _MINTED)
+
+    def for_operator(self, slug: Slug) -> ReadableCollection:
+        """Any collection, for the operator's own commands (`tms export`), which run with the
+        database's credentials and so could read it anyway; no key is named."""
+        if not SLUG_PATTERN.fullmatch(slug):
+            raise not_a_reader(slug)
+        return ReadableCollection("", slug, _MINTED)
 
     async def can_read(self, pubkey: PubKey, slug: Slug) -> bool:
         """Owner or current member. A name no collection can have is simply not readable."""
         if not SLUG_PATTERN.fullmatch(slug):
             return False
         return bool(await self.pool.fetchval(_SQL_CAN_READ, slug, pubkey))
-
-    async def require_reader(self, pubkey: PubKey, slug: Slug) -> None:
-        if not await self.can_read(pubkey, slug):
-            raise not_a_reader(slug)
-
-    async def readable(self, pubkey: PubKey) -> list[Slug]:
-        """The slugs the key may read, in slug order."""
-        return [row["collection"] for row in await self.pool.fetch(_SQL_READABLE, pubkey)]
 
     async def owns(self, pubkey: PubKey, slug: Slug) -> bool:
         """The collection's owner: who changes its members (the publish rules say so again)."""

@@ -15,6 +15,7 @@ from typing import Final
 import asyncpg
 
 from tms.errors import LogError
+from tms.ledger.access import ReadableCollection
 from tms.nostr.events import Event
 from tms.rules.publish import newer
 from tms.store.database import Connection, Pool
@@ -38,7 +39,9 @@ class Exporter:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
-    async def lines(self, slug: Slug, *, checkpoint: bool = False) -> AsyncGenerator[str, None]:
+    async def lines(
+        self, readable: ReadableCollection, *, checkpoint: bool = False
+    ) -> AsyncGenerator[str, None]:
         """Every event of the collection, oldest first, one signed JSON line each, exactly as
         stored; streamed from a cursor, so memory stays flat whatever the size. It holds a
         pooled connection until exhausted or closed: callers close it (`aclosing`).
@@ -55,6 +58,7 @@ class Exporter:
         (`tms.tlog.audit.checkpoint_line`), all read from the same snapshot as the events, so
         that `tms verify-export` needs nothing but the file. The collection's log must exist
         (`LogReads.checkpoint` builds one not built yet)."""
+        slug = readable.slug
         async with (
             self.pool.acquire() as conn,
             conn.transaction(isolation="repeatable_read"),

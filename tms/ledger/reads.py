@@ -1,12 +1,13 @@
 """The read side of the ledger: every listing and look-up behind the read tools.
 
-The caller has already asked `tms.ledger.access` whether the key may read the collection it
-names; every statement here still filters on that one collection, so no query can return another
-collection's rows whatever ids it is handed. Searching by text is `tms.search`'s job.
+Every read takes what `tms.ledger.access` made when it checked the caller: a `Reader` (the
+collections a key may read) or a `ReadableCollection` (one of them); every statement filters on
+what it holds, so no query can return another collection's rows whatever ids it is handed.
+Searching by text is `tms.search`'s job.
 
 Each method's SQL sits in the method, and results come out in SPEC's shapes through
-`tms.ledger.records`. Only what cannot be ranked otherwise reads the whole collection, once:
-list_claims' count sorts (one aggregate over its links).
+`tms.ledger.records`. Every listing reads a page, never the whole collection: list_claims' count
+sorts read the top of an index over counts kept as links are stored (sql/008).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Collection
 from typing import Any, Final
 
 from tms.ledger import records
+from tms.ledger.access import ReadableCollection, Reader
 from tms.ledger.records import limited, page_size
 from tms.results import (
     ClaimSummary,
@@ -32,16 +34,14 @@ from tms.rules.cited import (
     Cited,
     Dispute,
 )
+from tms.rules.kinds import kind_name
 from tms.store.database import Connection, Pool
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,
     KIND_EVIDENCE,
     KIND_LINK,
-    KIND_MEMBERS,
-    KIND_NAMES,
     EventId,
-    PubKey,
     Slug,
 )
 
@@ -60,7 +60,8 @@ _SORT_KEYS: Final[dict[str, str]] = {
 
 
 # What a proof's tree prints of each cited event of one collection ($1): $2 the ids, $3 how
-# much of each text (never a document's text). Links come with their anchors.
+# much of each text (never a document's text). Links come with their anchors; any other kind
+# (a member list) with its kind alone.
 _SQL_CITED: Final = f"""
     SELECT id, {KIND_CLAIM} AS kind, left(text, $3) AS text, NULL AS title,
            NULL AS url, NULL AS source, NULL AS relation, NULL AS from_id,
@@ -87,7 +88,7 @@ _SQL_CITED: Final = f"""
     SELECT id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            NULL
     FROM events WHERE collection = $1 AND id = ANY($2::text[])
-      AND kind = {KIND_MEMBERS}"""
+      AND kind NOT IN ({KIND_CLAIM}, {KIND_EVIDENCE}, {KIND_LINK}, {KIND_CONTRADICTION})"""
 
 # The disputes of claims ($2) in one collection ($1): REBUTS links pointing at each and the
 # contradictions naming each, the first $3 of each kind per claim, oldest first, reasons cut to
@@ -117,9 +118,9 @@ class Reads:
 
     # --- collections -----------------------------------------------------------------------
 
-    async def list_collections(self, pubkey: PubKey) -> list[CollectionInfo]:
-        """The key's collections, oldest first, each with its current member list and counts.
-        `members` is the signed list as it stands (the owner appears only if listed)."""
+    async def list_collections(self, reader: Reader) -> list[CollectionInfo]:
+        """The reader's collections, oldest first, each with its current member list and
+        counts. `members` is the signed list as it stands (the owner appears only if listed)."""
         rows = await self.pool.fetch(
             """SELECT c.slug, c.owner, c.created_at,
                       ARRAY(SELECT m.pubkey FROM memberships m WHERE m.collection = c.slug
@@ -127,10 +128,11 @@ class Reads:
                       coalesce(n.evidence, 0) AS evidence, coalesce(n.claims, 0) AS claims,
                       coalesce(n.links, 0) AS links,
                       coalesce(n.contradictions, 0) AS contradictions
-               FROM collections c JOIN readers r ON r.collection = c.slug AND r.pubkey = $1
+               FROM collections c
                LEFT JOIN collection_counts n ON n.collection = c.slug  -- kept: sql/009
+               WHERE c.slug = ANY($1::text[])
                ORDER BY c.created_at, c.slug""",
-            pubkey,
+            list(reader.slugs),
         )
         return [
             {
@@ -149,10 +151,10 @@ class Reads:
     # --- single events ---------------------------------------------------------------------
 
     async def get_event(
-        self, pubkey: PubKey, event_id: str, offset: int = 0, max_chars: int = DEFAULT_WINDOW
+        self, reader: Reader, event_id: str, offset: int = 0, max_chars: int = DEFAULT_WINDOW
     ) -> EventInfo | None:
-        """One event, or None when it is missing or outside the key's collections: both look
-        the same, so ids cannot be probed. Profiles and terms belong to no collection and are
+        """One event, or None when it is missing or outside the reader's collections: both
+        look the same, so ids cannot be probed. Profiles and terms belong to no collection and are
         never returned here.
 
         Evidence text comes back as the window `[offset, offset + max_chars)` counted in
@@ -161,10 +163,9 @@ class Reads:
             row = await conn.fetchrow(
                 """SELECT e.id, e.pubkey, e.created_at, e.kind, e.content, e.collection,
                           e.received_at
-                   FROM events e JOIN readers r ON r.collection = e.collection AND r.pubkey = $2
-                   WHERE e.id = $1""",
+                   FROM events e WHERE e.id = $1 AND e.collection = ANY($2::text[])""",
                 event_id,
-                pubkey,
+                list(reader.slugs),
             )
             if row is None:
                 return None
@@ -178,7 +179,7 @@ class Reads:
             "pubkey": row["pubkey"],
             "author": names.get(row["pubkey"]),
             "kind": row["kind"],
-            "kind_name": KIND_NAMES[row["kind"]],
+            "kind_name": kind_name(row["kind"]),
             "collection": row["collection"],
             "created_at": row["created_at"],
             "received_at": row["received_at"].isoformat(),
@@ -193,7 +194,9 @@ class Reads:
             result["anchor"] = records.anchor(anchored)
         return result
 
-    async def cited(self, collection: Slug, ids: Collection[str]) -> dict[EventId, Cited]:
+    async def cited(
+        self, readable: ReadableCollection, ids: Collection[str]
+    ) -> dict[EventId, Cited]:
         """What a proof's tree prints of the cited events that belong to `collection`: kinds
         and short fields from the typed tables, never a document's text; a link's anchor; and
         what disputes each claim in this collection (`disputes`). An id from elsewhere is
@@ -201,6 +204,7 @@ class Reads:
         id exists)."""
         if not ids:
             return {}
+        collection = readable.slug
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(_SQL_CITED, collection, list(ids), CITED_TEXT_CHARS)
             claims = [r["id"] for r in rows if r["kind"] == KIND_CLAIM]
@@ -250,7 +254,7 @@ class Reads:
     # --- claims ----------------------------------------------------------------------------
 
     async def list_claims(
-        self, collection: Slug, sort: str | None, limit: int
+        self, readable: ReadableCollection, sort: str | None, limit: int
     ) -> list[ClaimSummary]:
         """Claims with their SUPPORTS, QUALIFIES and REBUTS link counts and `findings` (the
         contradictions they belong to).
@@ -258,9 +262,11 @@ class Reads:
         Sorts: `recent` newest first; `links` most links pointing at the claim first;
         `unsupported` fewest SUPPORTS first; `unchallenged` fewest REBUTS plus contradictions
         first, then most SUPPORTS; `contested` most REBUTS plus contradictions first. Ties:
-        newest first, then id. The count sorts aggregate the collection's links once (one pass,
-        not one query per claim). No sort is `recent`: someone asking for claims without saying
-        how most likely wants what was just added."""
+        newest first, then id. The count sorts read the top of their index over the counts
+        kept as links and contradictions are stored (sql/008), never the collection's links.
+        No sort is `recent`: someone asking for claims without saying how most likely wants
+        what was just added."""
+        collection = readable.slug
         sort = DEFAULT_SORT if sort is None else sort
         if sort not in CLAIM_SORTS:
             raise ValueError(f"unknown sort {sort!r}")
@@ -301,7 +307,7 @@ class Reads:
 
     async def get_links(
         self,
-        collection: Slug,
+        readable: ReadableCollection,
         to_id: str | None,
         from_id: str | None,
         relation: str | None,
@@ -310,7 +316,7 @@ class Reads:
         """Links matching every filter given, oldest first. The SQL holds only the filters
         present, so each combination gets a plan that uses its own index."""
         where = ["l.collection = $1"]
-        args: list[Any] = [collection]
+        args: list[Any] = [readable.slug]
         for column, value in (("to_id", to_id), ("from_id", from_id), ("relation", relation)):
             if value is not None:
                 args.append(value)
@@ -330,13 +336,13 @@ class Reads:
         return [records.anchored_link(r, names) for r in rows]
 
     async def list_evidence(
-        self, collection: Slug, ungrounded_only: bool, source: str | None, limit: int
+        self, readable: ReadableCollection, ungrounded_only: bool, source: str | None, limit: int
     ) -> list[EvidenceSummary]:
         """Evidence without its text, oldest first. `link_count` counts the links that quote
         it (cite it as `from`), so `ungrounded_only` keeps exactly those with a count of 0:
         documents nobody has drawn a claim from yet. `source` matches exactly."""
         where = ["v.collection = $1"]
-        args: list[Any] = [collection]
+        args: list[Any] = [readable.slug]
         if source is not None:
             args.append(source)
             where.append(f"v.source = ${len(args)}")
@@ -376,7 +382,7 @@ class Reads:
     # --- contradictions --------------------------------------------------------------------
 
     async def contradictions_with_claim(
-        self, collection: Slug, claim_id: str, limit: int
+        self, readable: ReadableCollection, claim_id: str, limit: int
     ) -> list[ContradictionInfo]:
         """The contradictions that include the claim, oldest first. The page is cut before it
         is joined to `events`: joined first, the planner may walk the events index from one
@@ -390,10 +396,12 @@ class Reads:
             SELECT {records.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
             ORDER BY c.seq"""
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(sql, collection, claim_id)
-            return await records.contradictions(conn, collection, rows)
+            rows = await conn.fetch(sql, readable.slug, claim_id)
+            return await records.contradictions(conn, readable.slug, rows)
 
-    async def list_contradictions(self, collection: Slug, limit: int) -> list[ContradictionInfo]:
+    async def list_contradictions(
+        self, readable: ReadableCollection, limit: int
+    ) -> list[ContradictionInfo]:
         """Newest first: with nothing to search for, the latest findings matter most."""
         sql = f"""
             WITH page AS (
@@ -402,8 +410,8 @@ class Reads:
             SELECT {records.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
             ORDER BY c.seq DESC"""
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(sql, collection)
-            return await records.contradictions(conn, collection, rows)
+            rows = await conn.fetch(sql, readable.slug)
+            return await records.contradictions(conn, readable.slug, rows)
 
 
 def _claims_sorted_sql(sort: str, limit: int) -> str:

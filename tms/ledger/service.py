@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, NamedTuple, Protocol
 
 from tms.errors import QuoteNotFound, one_line
-from tms.guard.rates import Throttle
 from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
 from tms.ledger.tlog import TransparencyLog
 from tms.results import PublishResult
 from tms.rules.expected import Expected
+from tms.rules.kinds import embedded_kinds
 from tms.rules.publish import (
     Parsed,
     Plan,
@@ -34,7 +34,7 @@ from tms.rules.publish import (
 )
 from tms.store.database import Pool
 from tms.tlog.note import LogSigner
-from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
+from tms.types import EventId, PubKey, Slug
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,13 @@ class AfterPublish(Protocol):
     async def embed_published(self, ids: Sequence[EventId]) -> int: ...
 
 
+class KeyBudget(Protocol):
+    """What spends each signer's rate limit before its batch is judged (tms.guard.rates): a
+    `RateLimited` refusal when one has none left."""
+
+    async def keys(self, pubkeys: Sequence[PubKey]) -> None: ...
+
+
 class Ledger:
     def __init__(
         self,
@@ -74,7 +81,7 @@ class Ledger:
         vectors: AfterPublish | None = None,
         log: LogSigner | None = None,
         publish_pool: Pool | None = None,
-        throttle: Throttle | None = None,
+        throttle: KeyBudget | None = None,
     ) -> None:
         """`publish_pool`: the connections publishes' transactions run on (default `pool`);
         the runtime gives them their own, with generic plans (`open_pool`)."""
@@ -135,7 +142,8 @@ class Ledger:
         """Vectors for the claims and contradictions just committed (what search reads), within
         the wait budget; evidence is left to the background catch-up. A failure is reported,
         never raised: the events are stored, and their vectors are caught up later."""
-        searchable = [p.event.id for p in plan.accepted if p.event.kind in EMBEDDED_AT_PUBLISH]
+        waited_for = embedded_kinds(at_publish=True)
+        searchable = [p.event.id for p in plan.accepted if p.event.kind in waited_for]
         if self.vectors is None or not searchable:
             return 0, None
         try:

@@ -1,6 +1,6 @@
-"""The dashboard's figures over a set of collections: activity over time, records by kind,
-contributors and sources. The caller passes only the collections the key may read
-(`tms.ledger.access.readable`); every statement filters on them.
+"""The dashboard's figures over a reader's collections: activity over time, records by kind,
+contributors and sources. The `Reader` says which collections (`tms.ledger.access`); every
+statement filters on them.
 
 Counts are retrieval aids for people, like the tools' counts: they say what was recorded,
 never what is true.
@@ -8,11 +8,11 @@ never what is true.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Final, Literal
 
 from tms.ledger import records
+from tms.ledger.access import Reader
 from tms.results import (
     Activity,
     ActivityBucket,
@@ -21,8 +21,9 @@ from tms.results import (
     KindCount,
     SourceCount,
 )
+from tms.rules.kinds import kind_name
 from tms.store.database import Pool
-from tms.types import KIND_NAMES, Slug
+from tms.types import Slug
 
 MAX_BUCKETS: Final = 92  # bars in the activity chart: days, else weeks, else months
 TOP: Final = 20  # contributors, sources and domains shown
@@ -61,9 +62,11 @@ class Stats:
         self.pool = pool
 
     async def dashboard(
-        self, collections: Sequence[Slug], today: date | None = None
+        self, reader: Reader, only: Slug | None = None, today: date | None = None
     ) -> DashboardStats:
-        slugs = sorted(set(collections))
+        """The reader's collections, or only `only` among them (all of them when it names one
+        the reader may not read)."""
+        slugs = [only] if only is not None and reader.may_read(only) else list(reader.slugs)
         today = datetime.now(UTC).date() if today is None else today
         async with self.pool.acquire() as conn:
             oldest = await conn.fetchval(_SQL_SPAN, slugs)
@@ -83,7 +86,7 @@ class Stats:
         kind_counts: list[KindCount] = [
             {
                 "kind": r["kind"],
-                "kind_name": KIND_NAMES.get(r["kind"], str(r["kind"])),
+                "kind_name": kind_name(r["kind"]),
                 "events": r["events"],
             }
             for r in kinds

@@ -14,6 +14,7 @@ import base64
 from typing import Final
 
 from tms.errors import LogError
+from tms.ledger.access import ReadableCollection
 from tms.ledger.tlog import STRIDE, TransparencyLog
 from tms.results import CheckpointInfo, ConsistencyProof, InclusionProof
 from tms.store.database import Connection, Pool
@@ -65,8 +66,11 @@ class LogReads:
         self.pool = pool
         self.log = log
 
-    async def checkpoint(self, slug: Slug) -> CheckpointInfo:
+    async def checkpoint(self, readable: ReadableCollection) -> CheckpointInfo:
         """The collection's latest signed checkpoint."""
+        return await self._checkpoint(readable.slug)
+
+    async def _checkpoint(self, slug: Slug) -> CheckpointInfo:
         row = await self.pool.fetchrow(_SQL_LATEST, slug)
         if row is None:  # stored before the log existed, and the back-fill is not there yet
             await self.log.build(slug)
@@ -75,13 +79,16 @@ class LogReads:
                 raise LogError(f"collection '{slug}' has no log yet: it has no events")
         return self._info(slug, row["size"], row["root"], row["note"])
 
-    async def inclusion(self, slug: Slug, event_id: EventId) -> InclusionProof | None:
+    async def inclusion(
+        self, readable: ReadableCollection, event_id: EventId
+    ) -> InclusionProof | None:
         """Where the event sits in its collection's log, proved against the latest checkpoint;
         None if it is not an entry of that log."""
+        slug = readable.slug
         async with self.pool.acquire() as conn:
             row = await conn.fetchrow(_SQL_LATEST_AND_LEAF, slug, bytes.fromhex(event_id))
             if row is None:  # a log not built yet: built now, then read again
-                await self.checkpoint(slug)
+                await self._checkpoint(slug)
                 row = await conn.fetchrow(_SQL_LATEST_AND_LEAF, slug, bytes.fromhex(event_id))
             if row is None or row["idx"] is None:
                 return None
@@ -96,10 +103,13 @@ class LogReads:
             "checkpoint": checkpoint,
         }
 
-    async def consistency(self, slug: Slug, old: int, new: int | None) -> ConsistencyProof:
+    async def consistency(
+        self, readable: ReadableCollection, old: int, new: int | None
+    ) -> ConsistencyProof:
         """The proof that the log at `old` entries is a prefix of the log at `new` (default:
         the latest checkpoint's size), with the checkpoint signed at `new` if there is one."""
-        latest = await self.checkpoint(slug)
+        slug = readable.slug
+        latest = await self._checkpoint(slug)
         new = latest["size"] if new is None else new
         if not 0 <= old <= new <= latest["size"]:
             raise LogError(
@@ -122,10 +132,11 @@ class LogReads:
             "checkpoint": signed,
         }
 
-    async def tile(self, slug: Slug, tile: Tile) -> bytes | None:
+    async def tile(self, readable: ReadableCollection, tile: Tile) -> bytes | None:
         """The tile's bytes (hashes, or an entry bundle), or None if the log does not hold it
         yet."""
-        size = (await self.checkpoint(slug))["size"]
+        slug = readable.slug
+        size = (await self._checkpoint(slug))["size"]
         if not tiles.available(tile, size):
             return None
         first, end = tile.first, tile.first + tile.width

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from tms.ledger.anchors import ANCHOR_COLUMNS
-from tms.nostr.events import Event, compact_json
+from tms.nostr.events import compact_json
 from tms.rules.anchors import Anchor, Verdict
-from tms.rules.kinds import Claim, Contradiction, Evidence, Link, Members, Profile, Terms
+from tms.rules.kinds import KINDS, Table, embedded_kinds
 from tms.rules.publish import (
     Parsed,
     Plan,
@@ -32,7 +32,7 @@ from tms.rules.publish import (
 )
 from tms.rules.terms import current_terms
 from tms.store.database import Connection
-from tms.types import EMBEDDED_KINDS, KIND_CLAIM, EventId, PubKey, Slug
+from tms.types import KIND_CLAIM, EventId, PubKey, Slug
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 
@@ -183,35 +183,39 @@ async def write(
             ORDER BY position
             RETURNING id, seq, kind)"""
     )
-    rows: dict[str, list[tuple[Any, ...]]] = {}
+    rows: dict[Table, list[tuple[Any, ...]]] = {}
     for p in plan.accepted:
-        for table, row in _TYPED_ROWS[type(p.content)](p.event, p.content):
-            rows.setdefault(table, []).append(row)
+        kind = KINDS[p.event.kind]
+        tables = {table.name: table for table in kind.tables}
+        for name, row in kind.rows(p.event, p.content) if kind.rows is not None else ():
+            rows.setdefault(tables[name], []).append(row)
     for table, records in rows.items():
-        columns = _COLUMNS[table]
+        columns = table.columns
         names = ", ".join(name for name, _ in columns)
         arrays = statement.arrays(
             [([r[i] for r in records], sql_type) for i, (_, sql_type) in enumerate(columns)]
         )
-        if table == "contradiction_claims":  # no seq: rows of the contradiction's claims
+        if not table.sequenced:  # rows beside the event's (a contradiction's claims): no seq
             select = f"SELECT {names} FROM unnest({arrays}) AS u({names})"
+            into = names
         else:
             values = ", ".join(_VALUE.get(name, f"u.{name}") for name, _ in columns[1:])
             select = (
                 f"SELECT u.id, e.seq, {values} FROM unnest({arrays}) AS u({names}) "
                 "JOIN e ON e.id = u.id"
             )
-        into = names if table == "contradiction_claims" else names.replace("id", "id, seq", 1)
-        statement.parts.append(f"t_{table} AS (INSERT INTO {table} ({into}) {select})")
+            into = names.replace("id", "id, seq", 1)
+        statement.parts.append(f"t_{table.name} AS (INSERT INTO {table.name} ({into}) {select})")
     anchored = [(p, plan.anchors[p.event.id]) for p in plan.accepted if p.event.id in plan.anchors]
     if anchored:  # where each new link's quote sits in its evidence (sql/005)
         _anchors(statement, anchored)
     _claim_counts(statement, plan)
     _collection_counts(statement, plan)
-    if any(x.kind in EMBEDDED_KINDS for x in events):  # vectors come after commit (search)
+    embedded = embedded_kinds()
+    if any(x.kind in embedded for x in events):  # vectors come after commit (search)
         statement.parts.append(
-            "queue AS (INSERT INTO embedding_queue (event_id, seq) "
-            f"SELECT id, seq FROM e WHERE kind IN ({_EMBEDDED}))"  # by kind: no id lookups
+            "queue AS (INSERT INTO embedding_queue (event_id, seq) "  # by kind: no id lookups
+            f"SELECT id, seq FROM e WHERE kind IN ({', '.join(map(str, embedded))}))"
         )
     if plan.new_collections:
         made = statement.arrays(
@@ -287,16 +291,14 @@ def _member_lists(
         )
 
 
-_EMBEDDED: Final = ", ".join(str(kind) for kind in sorted(EMBEDDED_KINDS))
-
-
-# Where a relation is counted in a claim_counts row (sql/008): after the claim id and collection.
-_COUNTED: Final = {"SUPPORTS": 0, "QUALIFIES": 1, "REBUTS": 2}
+# A claim_counts row's counted columns (sql/008), in order: what `Kind.claim_counts` names.
+_CLAIM_COUNTS: Final = ("supports", "qualifies", "rebuts", "findings")
 
 
 def _claim_counts(statement: Statement, plan: Plan) -> None:
-    """Each new claim's counts row, and what the batch adds to its targets' (links by
-    relation, contradictions as findings): one row per claim, added to what stands. Targets
+    """Each new claim's counts row, and what the batch adds to the claims it names (links by
+    relation, contradictions as findings: `Kind.claim_counts`): one row per claim, added to
+    what stands. Targets
     that are not claims (links, contradictions, evidence) are left out by the SQL, which knows
     them: a claim stored before, or one this statement inserts."""
     counted: dict[EventId, list[Any]] = {}
@@ -305,14 +307,13 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
         return counted.setdefault(claim_id, [collection, 0, 0, 0, 0])
 
     for p in plan.accepted:
-        content = p.content
-        if isinstance(content, Claim):
-            row(p.event.id, content.collection)
-        elif isinstance(content, Link):
-            row(content.to, content.collection)[1 + _COUNTED[content.relation]] += 1
-        elif isinstance(content, Contradiction):
-            for claim_id in content.claims:
-                row(claim_id, content.collection)[4] += 1
+        counts = KINDS[p.event.kind].claim_counts
+        if counts is None or p.collection is None:
+            continue
+        for claim_id, column in counts(p.event.id, p.content):
+            counted_row = row(claim_id, p.collection)
+            if column is not None:
+                counted_row[1 + _CLAIM_COUNTS.index(column)] += 1
     if not counted:
         return
     values = [(claim_id, *rest) for claim_id, rest in counted.items()]
@@ -343,8 +344,8 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
     )
 
 
-# The kinds each collection's counts row counts (sql/009), in its columns' order.
-_COUNTED_KINDS: Final = (Evidence, Claim, Link, Contradiction)
+# A collection_counts row's columns (sql/009), in order: what `Kind.counted` names.
+_COLLECTION_COUNTS: Final = ("evidence", "claims", "links", "contradictions")
 
 
 def _collection_counts(statement: Statement, plan: Plan) -> None:
@@ -352,9 +353,9 @@ def _collection_counts(statement: Statement, plan: Plan) -> None:
     row for each collection it creates (every collection has one, as the migration made)."""
     added: dict[Slug, list[int]] = {slug: [0, 0, 0, 0] for slug, *_ in plan.new_collections}
     for p in plan.accepted:
-        kind = type(p.content)
-        if kind in _COUNTED_KINDS and p.collection is not None:
-            added.setdefault(p.collection, [0, 0, 0, 0])[_COUNTED_KINDS.index(kind)] += 1
+        column = KINDS[p.event.kind].counted
+        if column is not None and p.collection is not None:
+            added.setdefault(p.collection, [0, 0, 0, 0])[_COLLECTION_COUNTS.index(column)] += 1
     if not added:
         return
     columns = list(zip(*((slug, *counts) for slug, counts in added.items()), strict=True))
@@ -394,67 +395,5 @@ class Statement:
         return "WITH " + ",\n".join(self.parts) + "\nSELECT 1"
 
 
-TypedRows = Callable[[Event, Any], list[tuple[str, tuple[Any, ...]]]]
-
-# Each kind's rows in the typed tables, as (table, row) pairs whose values follow `_COLUMNS`
-# (the seq comes from the events just inserted).
-_TYPED_ROWS: Final[dict[type, TypedRows]] = {
-    Evidence: lambda e, c: [
-        ("evidence", (e.id, c.collection, e.pubkey, c.title, c.url, c.source, c.text))
-    ],
-    Claim: lambda e, c: [("claims", (e.id, c.collection, e.pubkey, c.text))],
-    Link: lambda e, c: [
-        ("links", (e.id, c.collection, e.pubkey, c.from_, c.to, c.relation, c.quote, c.reason))
-    ],
-    Contradiction: lambda e, c: [
-        ("contradictions", (e.id, c.collection, e.pubkey, c.reason)),
-        *(("contradiction_claims", (e.id, claim, c.collection)) for claim in c.claims),
-    ],
-    Members: lambda e, c: [
-        ("member_lists", (e.id, c.collection, e.pubkey, e.created_at, json.dumps(c.members)))
-    ],
-    Profile: lambda e, c: [
-        ("profiles", (e.id, e.pubkey, e.created_at, c.name, c.about, c.picture))
-    ],
-    Terms: lambda e, c: [("terms_signatures", (e.id, e.pubkey, c.version, c.sha256))],
-}
-
-# Each typed table's columns but `seq`, with the SQL type of the array that carries them.
-_COLUMNS: Final[dict[str, list[tuple[str, str]]]] = {
-    "evidence": [
-        *(("id", "text"), ("collection", "text"), ("pubkey", "text")),
-        *(("title", "text"), ("url", "text"), ("source", "text"), ("text", "text")),
-    ],
-    "claims": [("id", "text"), ("collection", "text"), ("pubkey", "text"), ("text", "text")],
-    "links": [
-        *(("id", "text"), ("collection", "text"), ("pubkey", "text"), ("from_id", "text")),
-        *(("to_id", "text"), ("relation", "text"), ("quote", "text"), ("reason", "text")),
-    ],
-    "contradictions": [
-        ("id", "text"),
-        ("collection", "text"),
-        ("pubkey", "text"),
-        ("reason", "text"),
-    ],
-    "contradiction_claims": [
-        ("contradiction_id", "text"),
-        ("claim_id", "text"),
-        ("collection", "text"),
-    ],
-    "member_lists": [
-        *(("id", "text"), ("collection", "text"), ("pubkey", "text")),
-        *(("created_at", "bigint"), ("members", "text")),
-    ],
-    "profiles": [
-        *(("id", "text"), ("pubkey", "text"), ("created_at", "bigint")),
-        *(("name", "text"), ("about", "text"), ("picture", "text")),
-    ],
-    "terms_signatures": [
-        ("id", "text"),
-        ("pubkey", "text"),
-        ("version", "text"),
-        ("sha256", "text"),
-    ],
-}
 # Values that are not the array's element as it is: a member list travels as JSON text.
 _VALUE: Final = {"members": "ARRAY(SELECT json_array_elements_text(u.members::json))"}

@@ -13,13 +13,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
 from tms.ledger.reads import DEFAULT_WINDOW
-from tms.rules.kinds import CollectionSlug, EventIdField, NonBlank
+from tms.rules.content import CollectionSlug, EventIdField, NonBlank
 from tms.tlog.note import MAX_TREE_SIZE
-
-MAX_LIMIT = 200
-MAX_EVIDENCE_LIMIT = 500
-MAX_LINKS_LIMIT = 1000
-MAX_QUERY_CHARS = 10_000
+from tms.types import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS
 
 Collection = Annotated[CollectionSlug, Field(description="The collection's slug.")]
 Query = Annotated[NonBlank, Field(max_length=MAX_QUERY_CHARS)]

@@ -1,6 +1,8 @@
 """The tools agents call, independent of transport: MCP over HTTP and over stdio both call
-`Tools.call`, which checks the signed request and the arguments; each handler then asks the
-access module and calls the same services the pages use, so no rule is written twice.
+`Tools.call`, which checks the signed request and the arguments, then asks the access module
+what the key may read (`Tool.reads`) and hands the handler that capability: the read services
+take nothing else, so a handler cannot read past it. Handlers call the same services the pages
+use, so no rule is written twice.
 
 A key reads only collections it owns or belongs to. A collection outside them, and one that does
 not exist, get the same refusal; an event outside them is the same `null` as a missing one.
@@ -11,13 +13,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ValidationError
 from typing_extensions import is_typeddict
 
 from tms.errors import TMSError, ToolError
 from tms.fetch.client import fetch_url
+from tms.ledger.access import ReadableCollection, Reader
 from tms.mcp import schemas as s
 from tms.nostr.events import SecretKey, compact_json
 from tms.results import (
@@ -34,13 +37,14 @@ from tms.results import (
     PublishResult,
     SearchClaimsResult,
 )
-from tms.rules.kinds import translate_error
+from tms.rules.content import translate_error
 from tms.rules.proofs import check_proof, cited_event_ids
 from tms.rules.requests import check_request, request_from_arguments
 from tms.services import Services
 from tms.types import KIND_REQUEST, PubKey
 
-Handler = Callable[[Services, PubKey, Any], Awaitable[Any]]
+Handler = Callable[[Services, Any, Any], Awaitable[Any]]
+Reads = Literal["collection", "all"] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,10 @@ class Tool:
     result: Any  # the result's type: a typed dict, or a list or nullable value sent wrapped
     run: Handler
     signed: bool = True  # every tool but publish takes a signed request
+    # What the handler reads, and so what it is handed in place of the caller's key: the
+    # `ReadableCollection` its `collection` argument names, or the caller's `Reader` over every
+    # collection it may read (tms.ledger.access); None: the key itself (publish, fetch_url).
+    reads: Reads = "collection"
 
     @property
     def wrapped(self) -> bool:
@@ -66,82 +74,77 @@ async def _publish(services: Services, caller: PubKey, args: s.PublishArgs) -> P
 
 
 async def _list_collections(
-    services: Services, caller: PubKey, args: s.NoArgs
+    services: Services, reader: Reader, args: s.NoArgs
 ) -> list[CollectionInfo]:
-    return await services.reads.list_collections(caller)
+    return await services.reads.list_collections(reader)
 
 
-async def _get_event(services: Services, caller: PubKey, args: s.GetEventArgs) -> EventInfo | None:
-    event = await services.reads.get_event(caller, args.id, args.offset, args.max_chars)
+async def _get_event(services: Services, reader: Reader, args: s.GetEventArgs) -> EventInfo | None:
+    event = await services.reads.get_event(reader, args.id, args.offset, args.max_chars)
     if event is not None and args.proof and event["collection"] is not None:
-        proof = await services.tlog.inclusion(event["collection"], event["id"])
+        readable = reader.collection(event["collection"])
+        proof = await services.tlog.inclusion(readable, event["id"])
         if proof is not None:
             event["proof"] = proof
     return event
 
 
 async def _get_checkpoint(
-    services: Services, caller: PubKey, args: s.GetCheckpointArgs
+    services: Services, readable: ReadableCollection, args: s.GetCheckpointArgs
 ) -> CheckpointInfo:
-    await services.access.require_reader(caller, args.collection)
-    return await services.tlog.checkpoint(args.collection)
+    return await services.tlog.checkpoint(readable)
 
 
 async def _get_consistency(
-    services: Services, caller: PubKey, args: s.GetConsistencyArgs
+    services: Services, readable: ReadableCollection, args: s.GetConsistencyArgs
 ) -> ConsistencyProof:
-    await services.access.require_reader(caller, args.collection)
-    return await services.tlog.consistency(args.collection, args.old_size, args.new_size)
+    return await services.tlog.consistency(readable, args.old_size, args.new_size)
 
 
 async def _search_claims(
-    services: Services, caller: PubKey, args: s.SearchClaimsArgs
+    services: Services, readable: ReadableCollection, args: s.SearchClaimsArgs
 ) -> SearchClaimsResult:
-    await services.access.require_reader(caller, args.collection)
-    return await services.search.claims(args.collection, args.text, args.method, args.limit)
+    return await services.search.claims(readable, args.text, args.method, args.limit)
 
 
 async def _list_claims(
-    services: Services, caller: PubKey, args: s.ListClaimsArgs
+    services: Services, readable: ReadableCollection, args: s.ListClaimsArgs
 ) -> list[ClaimSummary]:
-    await services.access.require_reader(caller, args.collection)
-    return await services.reads.list_claims(args.collection, args.sort, args.limit)
+    return await services.reads.list_claims(readable, args.sort, args.limit)
 
 
-async def _get_links(services: Services, caller: PubKey, args: s.GetLinksArgs) -> list[LinkInfo]:
-    await services.access.require_reader(caller, args.collection)
+async def _get_links(
+    services: Services, readable: ReadableCollection, args: s.GetLinksArgs
+) -> list[LinkInfo]:
     return await services.reads.get_links(
-        args.collection, args.to_id, args.from_id, args.relation, args.limit
+        readable, args.to_id, args.from_id, args.relation, args.limit
     )
 
 
 async def _list_evidence(
-    services: Services, caller: PubKey, args: s.ListEvidenceArgs
+    services: Services, readable: ReadableCollection, args: s.ListEvidenceArgs
 ) -> list[EvidenceSummary]:
-    await services.access.require_reader(caller, args.collection)
     return await services.reads.list_evidence(
-        args.collection, args.ungrounded_only, args.source, args.limit
+        readable, args.ungrounded_only, args.source, args.limit
     )
 
 
 async def _search_contradictions(
-    services: Services, caller: PubKey, args: s.SearchContradictionsArgs
+    services: Services, readable: ReadableCollection, args: s.SearchContradictionsArgs
 ) -> list[ContradictionInfo]:
-    await services.access.require_reader(caller, args.collection)
     if args.claim is not None and args.text is not None:
         raise ToolError("search_contradictions takes `claim` or `text`, not both")
     if args.claim is not None:
-        return await services.reads.contradictions_with_claim(
-            args.collection, args.claim, args.limit
-        )
+        return await services.reads.contradictions_with_claim(readable, args.claim, args.limit)
     if args.text is not None:
-        return await services.search.contradictions(args.collection, args.text, args.limit)
-    return await services.reads.list_contradictions(args.collection, args.limit)
+        return await services.search.contradictions(readable, args.text, args.limit)
+    return await services.reads.list_contradictions(readable, args.limit)
 
 
-async def _check_proof(services: Services, caller: PubKey, args: s.CheckProofArgs) -> ProofResult:
-    await services.access.require_reader(caller, args.collection)
-    cited = await services.reads.cited(args.collection, cited_event_ids(args.proof))
+async def _check_proof(
+    services: Services, readable: ReadableCollection, args: s.CheckProofArgs
+) -> ProofResult:
+    cited = await services.reads.cited(readable, cited_event_ids(args.proof))
     return check_proof(args.proof, cited)
 
 
@@ -177,6 +180,7 @@ TOOLS: Final[dict[str, Tool]] = {
             PublishResult,
             _publish,
             signed=False,
+            reads=None,
         ),
         Tool(
             "list_collections",
@@ -185,6 +189,7 @@ TOOLS: Final[dict[str, Tool]] = {
             s.NoArgs,
             list[CollectionInfo],
             _list_collections,
+            reads="all",
         ),
         Tool(
             "get_event",
@@ -198,6 +203,7 @@ TOOLS: Final[dict[str, Tool]] = {
             s.GetEventArgs,
             EventInfo | None,
             _get_event,
+            reads="all",
         ),
         Tool(
             "search_claims",
@@ -304,6 +310,7 @@ TOOLS: Final[dict[str, Tool]] = {
             s.FetchUrlArgs,
             FetchResult,
             _fetch_url,
+            reads=None,
         ),
     ]
 }
@@ -349,11 +356,23 @@ class Tools:
             await self.services.throttle.key(signed.pubkey)
             args = parse_args(tool, signed.args)
             await self.services.requests.use(signed, now)
-            result = await tool.run(self.services, signed.pubkey, args)
+            result = await tool.run(
+                self.services, await self._reading(tool, signed.pubkey, args), args
+            )
         except TMSError as exc:
             exc.pubkey = exc.pubkey or signed.pubkey
             raise
         return {"result": result} if tool.wrapped else result
+
+    async def _reading(self, tool: Tool, pubkey: PubKey, args: Any) -> object:
+        """What the tool's handler is handed: the access module's answer for this key, asked
+        once here rather than in every handler (`Tool.reads`)."""
+        access = self.services.access
+        if tool.reads == "collection":
+            return await access.collection(pubkey, args.collection)
+        if tool.reads == "all":
+            return await access.reader(pubkey)
+        return pubkey
 
 
 def parse_args(tool: Tool, arguments: Mapping[str, Any]) -> Any:

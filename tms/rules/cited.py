@@ -17,7 +17,8 @@ from typing import Final
 
 from tms.nostr.events import is_hex64
 from tms.results import ContestedClaim
-from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, KIND_NAMES, EventId
+from tms.rules.kinds import kind_name
+from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, EventId
 
 MAX_TEXT_CHARS: Final = 300  # texts (say, claim text, quote, ...) are trimmed to this in the tree
 # Characters of each cited text worth reading: `clip` looks at four times its limit, and one
@@ -66,7 +67,7 @@ class Cited:
 
 def event_lines(event_id: EventId, event: Cited) -> list[str]:
     """An event of this collection as one or two lines: what a reader needs beside the answer."""
-    head = f"{KIND_NAMES.get(event.kind, f'kind {event.kind}')} {short(event_id)}"
+    head = f"{kind_name(event.kind)} {short(event_id)}"
     render = _RENDER.get(event.kind)
     return [head] if render is None else render(head, event)
 

@@ -1,89 +1,46 @@
-"""Content schemas, one strict pydantic model per kind, as SPEC.md's table defines them.
+"""Every event kind, one entry each: its content schema (a strict pydantic model, as SPEC.md's
+table defines it) and what the rest of the ledger needs to know of it: the events it references
+and how, its typed tables, whether it is embedded for search, counted, an entry of its
+collection's transparency log, and the name people and bots see. Everything else reads `KINDS`,
+so a new kind is its model and its entry here, plus the migration that makes its table.
 
-`validate_content` turns pydantic's errors into the three phrasings users are told to look for:
-`unknown fields`, `is missing` and `field '...' is invalid`, always naming the field.
+What content is made of, and how its errors are phrased: `tms.rules.content`.
 """
 
 from __future__ import annotations
 
-import re
+import functools
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tms.errors import InvalidEvent, shown
-from tms.nostr.events import Event, is_hex64, loads_bounded
-from tms.nostr.keys import is_valid_pubkey
+from tms.errors import InvalidEvent
+from tms.nostr.events import Event
+from tms.rules.content import (
+    DISTINCT,
+    CollectionSlug,
+    EventIdField,
+    NonBlank,
+    PubKeyField,
+    Sha256Field,
+    Strict,
+    parse_object,
+    translate_error,
+)
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,
     KIND_EVIDENCE,
     KIND_LINK,
     KIND_MEMBERS,
-    KIND_NAMES,
     KIND_PROFILE,
     KIND_REQUEST,
     KIND_TERMS,
-    MAX_CONTENT_CHARS,
-    MAX_FUTURE_SECONDS,
+    EventId,
 )
-
-SLUG_PATTERN: Final = re.compile(r"[a-z0-9_-]{1,64}")
-# The shape a content's JSON may have: far beyond any kind's fields (a proof of 1,000 steps in a
-# request's args is about 2,000 arrays and objects), far below what makes parsing costly.
-MAX_CONTENT_CONTAINERS: Final = 20_000
-MAX_CONTENT_VALUES: Final = 200_000
-
-
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise PydanticCustomError("blank", "must not be blank")
-    return value
-
-
-def _slug(value: str) -> str:
-    if not SLUG_PATTERN.fullmatch(value):
-        raise PydanticCustomError("slug", "must be 1 to 64 lowercase letters, digits, '-' or '_'")
-    return value
-
-
-def _event_id(value: str) -> str:
-    if not is_hex64(value):
-        raise PydanticCustomError("event_id", "must be an event id (64 lowercase hex characters)")
-    return value
-
-
-def _sha256(value: str) -> str:
-    if not is_hex64(value):
-        raise PydanticCustomError(
-            "sha256", "must be 64 lowercase hex characters (the sha256 in GET /terms)"
-        )
-    return value
-
-
-def _pubkey(value: str) -> str:
-    if not is_valid_pubkey(value):
-        raise PydanticCustomError(
-            "pubkey", "must be a public key (64 lowercase hex characters, a point on secp256k1)"
-        )
-    return value
-
-
-def _distinct(values: list[str]) -> list[str]:
-    if len(set(values)) != len(values):
-        raise PydanticCustomError("distinct", "must not list the same id twice")
-    return values
-
-
-NonBlank = Annotated[str, AfterValidator(_not_blank)]
-CollectionSlug = Annotated[str, AfterValidator(_slug)]
-EventIdField = Annotated[str, AfterValidator(_event_id)]
-PubKeyField = Annotated[str, AfterValidator(_pubkey)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False)
 
 
 class Profile(BaseModel):
@@ -95,7 +52,7 @@ class Profile(BaseModel):
     picture: str | None = None
 
 
-class Evidence(_Strict):
+class Evidence(Strict):
     collection: CollectionSlug
     text: NonBlank
     url: str | None = None
@@ -103,12 +60,12 @@ class Evidence(_Strict):
     source: str | None = None
 
 
-class Claim(_Strict):
+class Claim(Strict):
     collection: CollectionSlug
     text: NonBlank
 
 
-class Link(_Strict):
+class Link(Strict):
     collection: CollectionSlug
     from_: EventIdField = Field(alias="from")
     to: EventIdField
@@ -117,145 +74,285 @@ class Link(_Strict):
     reason: NonBlank
 
 
-class Contradiction(_Strict):
+class Contradiction(Strict):
     collection: CollectionSlug
-    claims: Annotated[list[EventIdField], Field(min_length=2), AfterValidator(_distinct)]
+    claims: Annotated[list[EventIdField], Field(min_length=2), DISTINCT]
     reason: NonBlank
 
 
-class Members(_Strict):
+class Members(Strict):
     collection: CollectionSlug
-    members: Annotated[list[PubKeyField], AfterValidator(_distinct)]
+    members: Annotated[list[PubKeyField], DISTINCT]
 
 
-class Terms(_Strict):
+class Terms(Strict):
     version: NonBlank
-    sha256: Annotated[str, AfterValidator(_sha256)]
+    sha256: Sha256Field
 
 
-class Request(_Strict):
+class Request(Strict):
     tool: NonBlank
     args: dict[str, Any]
 
 
-Content = Profile | Evidence | Claim | Link | Contradiction | Members | Terms | Request
+Content = BaseModel  # any kind's content model
 
-SCHEMAS: Final[dict[int, type[Content]]] = {
-    KIND_PROFILE: Profile,
-    KIND_EVIDENCE: Evidence,
-    KIND_CLAIM: Claim,
-    KIND_LINK: Link,
-    KIND_CONTRADICTION: Contradiction,
-    KIND_MEMBERS: Members,
-    KIND_TERMS: Terms,
-    KIND_REQUEST: Request,
+# --- the registry ------------------------------------------------------------------------------
+
+Columns = tuple[tuple[str, str], ...]  # a typed table's columns but `seq`: (name, SQL type)
+Row = tuple[str, tuple[Any, ...]]  # (typed table, its values in its columns' order)
+ClaimCount = tuple[EventId, str | None]  # (claim id, claim_counts column it adds one to, or none)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A content field naming events of the same collection (a link's `from` and `to`, a
+    contradiction's claims): the publish rules check that each is an event of `kinds`, stored
+    in the collection or earlier in the batch, and `tms verify-export` that each is earlier in
+    the file. `wrong` is the refusal for an event of another kind (format keys: `id`,
+    `a_kind`, `slug`)."""
+
+    key: str  # the field as signed: "from", "to", "claims"
+    role: str  # a missing one is "<role> <id> does not exist in collection '<slug>'"
+    kinds: frozenset[int]
+    wrong: str
+
+    def ids(self, content: BaseModel) -> list[EventId]:
+        """The ids a validated content names here."""
+        value = getattr(content, _attribute(type(content), self.key))
+        return list(value) if isinstance(value, list) else [value]
+
+    def raw_ids(self, content: Mapping[str, object]) -> tuple[str, ...]:
+        """The ids a content object names here as it was read, unvalidated (an exported
+        line): its strings only."""
+        value = content.get(self.key)
+        return tuple(
+            v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)
+        )
+
+
+@functools.cache
+def _attribute(model: type[BaseModel], key: str) -> str:
+    """The model's attribute for a field as signed (`from` is the attribute `from_`)."""
+    for name, info in model.model_fields.items():
+        if (info.alias or name) == key:
+            return name
+    raise KeyError(f"{model.__name__} has no field {key!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A typed table a kind's rows go to, in the publish's one statement. `words` names its
+    columns but `seq`, in its rows' order, each `name` (text) or `name:type`."""
+
+    name: str
+    words: str
+    sequenced: bool = True  # its second column is `seq`, the event's, joined from the insert
+
+    @property
+    def columns(self) -> Columns:
+        pairs = (word.partition(":") for word in self.words.split())
+        return tuple((name, sql_type or "text") for name, _, sql_type in pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class Embedding:
+    """Searchable by meaning: the typed table and columns its vector is computed from."""
+
+    table: str
+    text: str
+    title: str | None = None
+    at_publish: bool = True  # a publish waits for it (search reads it); else in the background
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One event kind, as every layer needs it."""
+
+    number: int
+    name: str  # `kind_name` in results; refusals and pages say it
+    plural: str  # pages: "3 claims"
+    model: type[BaseModel]
+    scoped: bool = True  # names a collection: stored in it, exported with it, a log entry
+    stored: bool = True  # requests are signed, checked and never stored
+    tags: bool = False  # may carry tags (profiles, which other clients tag)
+    references: tuple[Reference, ...] = ()
+    tables: tuple[Table, ...] = ()
+    rows: Callable[[Event, Any], list[Row]] | None = None  # its typed rows, per `tables`
+    embedding: Embedding | None = None
+    counted: str | None = None  # its column in each collection's counts (sql/009)
+    claim_counts: Callable[[EventId, Any], list[ClaimCount]] | None = None  # sql/008
+
+
+def _row(table: str, *values: Any) -> list[Row]:
+    return [(table, values)]
+
+
+_LINK_TARGETS: Final = frozenset({KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION, KIND_EVIDENCE})
+
+KINDS: Final[dict[int, Kind]] = {
+    kind.number: kind
+    for kind in [
+        Kind(
+            KIND_PROFILE,
+            "profile",
+            "profiles",
+            Profile,
+            scoped=False,
+            tags=True,
+            tables=(Table("profiles", "id pubkey created_at:bigint name about picture"),),
+            rows=lambda e, c: _row(
+                "profiles", e.id, e.pubkey, e.created_at, c.name, c.about, c.picture
+            ),
+        ),
+        Kind(
+            KIND_EVIDENCE,
+            "evidence",
+            "evidence",
+            Evidence,
+            tables=(Table("evidence", "id collection pubkey title url source text"),),
+            rows=lambda e, c: _row(
+                "evidence", e.id, c.collection, e.pubkey, c.title, c.url, c.source, c.text
+            ),
+            embedding=Embedding("evidence", "text", "title", at_publish=False),
+            counted="evidence",
+        ),
+        Kind(
+            KIND_CLAIM,
+            "claim",
+            "claims",
+            Claim,
+            tables=(Table("claims", "id collection pubkey text"),),
+            rows=lambda e, c: _row("claims", e.id, c.collection, e.pubkey, c.text),
+            embedding=Embedding("claims", "text"),
+            counted="claims",
+            claim_counts=lambda event_id, c: [(event_id, None)],
+        ),
+        Kind(
+            KIND_LINK,
+            "link",
+            "links",
+            Link,
+            references=(
+                Reference(
+                    "from",
+                    "from",
+                    frozenset({KIND_EVIDENCE}),
+                    "from must be an evidence event; {id} is {a_kind}",
+                ),
+                Reference(
+                    "to",
+                    "to",
+                    _LINK_TARGETS,
+                    "to must be a claim, link, contradiction or evidence; {id} is {a_kind} event",
+                ),
+            ),
+            tables=(Table("links", "id collection pubkey from_id to_id relation quote reason"),),
+            rows=lambda e, c: _row(
+                "links", e.id, c.collection, e.pubkey, c.from_, c.to, c.relation, c.quote, c.reason
+            ),
+            counted="links",
+            claim_counts=lambda event_id, c: [(c.to, c.relation.lower())],
+        ),
+        Kind(
+            KIND_CONTRADICTION,
+            "contradiction",
+            "contradictions",
+            Contradiction,
+            references=(
+                Reference(
+                    "claims",
+                    "claim",
+                    frozenset({KIND_CLAIM}),
+                    "{id} is not a claim in collection '{slug}'",
+                ),
+            ),
+            tables=(
+                Table("contradictions", "id collection pubkey reason"),
+                Table(
+                    "contradiction_claims", "contradiction_id claim_id collection", sequenced=False
+                ),
+            ),
+            rows=lambda e, c: [
+                ("contradictions", (e.id, c.collection, e.pubkey, c.reason)),
+                *(("contradiction_claims", (e.id, claim, c.collection)) for claim in c.claims),
+            ],
+            embedding=Embedding("contradictions", "reason"),
+            counted="contradictions",
+            claim_counts=lambda event_id, c: [(claim, "findings") for claim in c.claims],
+        ),
+        Kind(
+            KIND_MEMBERS,
+            "members",
+            "member lists",
+            Members,
+            tables=(Table("member_lists", "id collection pubkey created_at:bigint members"),),
+            rows=lambda e, c: _row(
+                "member_lists", e.id, c.collection, e.pubkey, e.created_at, json.dumps(c.members)
+            ),
+        ),
+        Kind(
+            KIND_TERMS,
+            "terms",
+            "terms",
+            Terms,
+            scoped=False,
+            tables=(Table("terms_signatures", "id pubkey version sha256"),),
+            rows=lambda e, c: _row("terms_signatures", e.id, e.pubkey, c.version, c.sha256),
+        ),
+        Kind(KIND_REQUEST, "request", "requests", Request, scoped=False, stored=False),
+    ]
 }
 
-_TYPE_WORDS: Final = {
-    "string_type": "must be a string",
-    "list_type": "must be a list",
-    "dict_type": "must be a JSON object",
-    "too_short": "must list at least two distinct claim ids",
-}
-_KNOWN_KINDS: Final = "0 (profile) or 4701-4707"
+
+def kind_name(number: int) -> str:
+    """What results and pages call a kind: its name, or "kind N" for one no entry knows."""
+    kind = KINDS.get(number)
+    return kind.name if kind is not None else f"kind {number}"
+
+
+def a_kind(number: int) -> str:
+    """'a claim', 'an evidence': a kind's name with its article, for refusals."""
+    name = kind_name(number)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def embedded_kinds(*, at_publish: bool = False) -> dict[int, Embedding]:
+    """The kinds searched by meaning (only those a publish waits for, with `at_publish`)."""
+    return {
+        number: kind.embedding
+        for number, kind in sorted(KINDS.items())
+        if kind.embedding is not None and (kind.embedding.at_publish or not at_publish)
+    }
+
+
+def unscoped_kinds() -> frozenset[int]:
+    """The stored kinds that belong to no collection (profiles, terms): no log's entries."""
+    return frozenset(n for n, kind in KINDS.items() if kind.stored and not kind.scoped)
+
+
+def _known_kinds() -> str:
+    return ", ".join(f"{n} ({kind.name})" for n, kind in sorted(KINDS.items()))
 
 
 def validate_content(event: Event) -> Content:
     """Check an event's kind, tags and content against SPEC's table; return the typed content."""
-    name = KIND_NAMES.get(event.kind)
-    schema = SCHEMAS.get(event.kind)
-    if name is None or schema is None:
+    kind = KINDS.get(event.kind)
+    if kind is None:
         raise InvalidEvent(
-            f"field 'kind' is invalid: {event.kind} is not a TMS kind ({_KNOWN_KINDS})", "kind"
+            f"field 'kind' is invalid: {event.kind} is not a TMS kind ({_known_kinds()})", "kind"
         )
-    if event.kind != KIND_PROFILE and event.tags:
-        raise InvalidEvent(f"tags must be [] on a {name} event; only profiles carry tags", "tags")
+    if event.tags and not kind.tags:
+        raise InvalidEvent(
+            f"tags must be [] on a {kind.name} event; only profiles carry tags", "tags"
+        )
     return parse_content(event.kind, event.content)
 
 
 def parse_content(kind: int, content: str) -> Content:
     """Parse a content string for a known kind (`validate_content` checks the kind first)."""
-    name = KIND_NAMES[kind]
-    if len(content) > MAX_CONTENT_CHARS:
-        raise InvalidEvent(
-            f"field 'content' is invalid: {len(content):,} characters is more than "
-            f"{MAX_CONTENT_CHARS:,}; split longer documents",
-            "content",
-        )
+    model, name = KINDS[kind].model, KINDS[kind].name
     try:
-        obj = loads_bounded(
-            content, max_containers=MAX_CONTENT_CONTAINERS, max_values=MAX_CONTENT_VALUES
-        )
-    except (ValueError, RecursionError) as exc:
-        raise InvalidEvent(
-            f"field 'content' is invalid: not a JSON object serialized as a string ({exc})",
-            "content",
-        ) from None
-    if not isinstance(obj, dict):
-        raise InvalidEvent(
-            "field 'content' is invalid: must be a JSON object serialized as a string", "content"
-        )
-    for key, value in obj.items():
-        problem = _unstorable(key) or _unstorable(value)
-        if problem:
-            raise InvalidEvent(
-                f"field '{shown(key)}' is invalid in {name} content: {problem}",
-                f"content.{shown(key)}",
-            )
-    try:
-        return SCHEMAS[kind].model_validate(obj)
+        return model.model_validate(parse_object(name, content))
     except ValidationError as exc:
         raise translate_error(f"{name} content", exc) from None
-
-
-def _unstorable(value: object) -> str | None:
-    """What JSON escapes can smuggle into a decoded string that no database text can hold:
-    `\\u0000`, and `\\ud800` without its pair (which is not Unicode at all)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return "contains U+0000 (NUL), which cannot be stored"
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "contains a lone UTF-16 surrogate"
-        elif isinstance(item, dict):
-            stack.extend(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
-
-
-def translate_error(where: str, exc: ValidationError) -> InvalidEvent:
-    """Pydantic's first error in SPEC's phrasing; `where` is what was validated ("claim
-    content", "search_claims args")."""
-    errors = exc.errors()
-    unknown = [shown(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
-    if unknown:
-        names = ", ".join(f"'{field}'" for field in unknown[:10])
-        return InvalidEvent(f"unknown fields in {where}: {names}", f"content.{unknown[0]}")
-    error = errors[0]
-    field = shown(error["loc"][0]) if error["loc"] else "content"
-    if error["type"] == "missing":
-        return InvalidEvent(f"field '{field}' is missing from {where}", f"content.{field}")
-    if error["type"] == "literal_error":
-        reason = "must be " + str(error.get("ctx", {}).get("expected", "")).replace("'", "")
-    else:
-        reason = _TYPE_WORDS.get(error["type"], error["msg"])
-    if len(error["loc"]) > 1 and isinstance(error["loc"][1], int):
-        reason = f"item {error['loc'][1] + 1} {reason}"
-    return InvalidEvent(f"field '{field}' is invalid in {where}: {reason}", f"content.{field}")
-
-
-def check_created_at(event: Event, now: int) -> None:
-    """A stored event may be at most 15 minutes ahead of the server's clock: a replaceable event
-    signed far in the future by a skewed clock would otherwise win every later update."""
-    if event.created_at > now + MAX_FUTURE_SECONDS:
-        raise InvalidEvent(
-            f"field 'created_at' is invalid: {event.created_at - now} s ahead of server time "
-            f"(at most {MAX_FUTURE_SECONDS} s allowed); check the signer's clock",
-            "created_at",
-        )

@@ -18,33 +18,23 @@ from typing import Final
 from tms.errors import InvalidEvent, PublishError, QuoteNotFound, Refusal
 from tms.nostr.events import Event
 from tms.rules.anchors import Anchor, Miss, Verdict, nearest, verdict
+from tms.rules.content import check_created_at
 from tms.rules.kinds import (
+    KINDS,
     Content,
-    Contradiction,
     Evidence,
     Link,
     Members,
     Profile,
     Terms,
-    check_created_at,
+    a_kind,
     validate_content,
 )
 from tms.rules.quotes import PreparedText
 from tms.rules.terms import current_terms
-from tms.types import (
-    KIND_CLAIM,
-    KIND_CONTRADICTION,
-    KIND_EVIDENCE,
-    KIND_LINK,
-    KIND_NAMES,
-    KIND_REQUEST,
-    EventId,
-    PubKey,
-    Slug,
-)
+from tms.types import KIND_CLAIM, KIND_REQUEST, EventId, PubKey, Slug
 
 MAX_BATCH: Final = 1000
-LINK_TARGETS: Final = frozenset({KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION, KIND_EVIDENCE})
 
 
 def short(event_id: str) -> str:
@@ -153,13 +143,11 @@ def newer(key: tuple[int, EventId], head: tuple[int, EventId]) -> bool:
 
 
 def referenced_ids(batch: Iterable[Parsed]) -> set[EventId]:
+    """Every event id the batch's contents name (`Kind.references`)."""
     ids: set[EventId] = set()
     for item in batch:
-        content = item.content
-        if isinstance(content, Link):
-            ids.update((content.from_, content.to))
-        elif isinstance(content, Contradiction):
-            ids.update(content.claims)
+        for reference in KINDS[item.event.kind].references:
+            ids.update(reference.ids(item.content))
     return ids
 
 
@@ -303,10 +291,15 @@ class _Judge:
             s.owners[slug] = signer
             s.belongs_to.setdefault(signer, set()).add(slug)
             self.plan.new_collections.append((slug, signer, event.id))
+        for reference in KINDS[event.kind].references:
+            for cited in reference.ids(content):
+                found = self._ref(slug, cited, reference.role)
+                if found.kind not in reference.kinds:
+                    raise PublishError(
+                        reference.wrong.format(id=cited, a_kind=a_kind(found.kind), slug=slug)
+                    )
         if isinstance(content, Link):
             self._link(slug, event.id, content)
-        elif isinstance(content, Contradiction):
-            self._contradiction(slug, content)
         elif isinstance(content, Members):
             self._members(slug, event, content)
         elif isinstance(content, Evidence):
@@ -320,17 +313,12 @@ class _Judge:
         return ref
 
     def _link(self, slug: Slug, link_id: EventId, link: Link) -> None:
-        source = self._ref(slug, link.from_, "from")
-        if source.kind != KIND_EVIDENCE:
-            raise PublishError(f"from must be an evidence event; {link.from_} is {_a(source.kind)}")
-        target = self._ref(slug, link.to, "to")
-        if target.kind not in LINK_TARGETS:
-            raise PublishError(
-                f"to must be a claim, link, contradiction or evidence; {link.to} is "
-                f"{_a(target.kind)} event"
-            )
+        """Beyond its references: QUALIFIES targets claims only, and the quote is there."""
+        target = self.refs[link.to]
         if link.relation == "QUALIFIES" and target.kind != KIND_CLAIM:
-            raise PublishError(f"QUALIFIES may only target a claim; {link.to} is {_a(target.kind)}")
+            raise PublishError(
+                f"QUALIFIES may only target a claim; {link.to} is {a_kind(target.kind)}"
+            )
         found = self._quote(link_id, link)
         if isinstance(found, Miss):
             hint = f"; {found.nearest.describe()}" if found.nearest is not None else ""
@@ -355,11 +343,6 @@ class _Judge:
             if isinstance(found, Miss):  # the batch stops here: worth the nearest passage
                 found = Miss(nearest(prepared, link.quote), looked=True)
         return found
-
-    def _contradiction(self, slug: Slug, contradiction: Contradiction) -> None:
-        for claim_id in contradiction.claims:
-            if self._ref(slug, claim_id, "claim").kind != KIND_CLAIM:
-                raise PublishError(f"{claim_id} is not a claim in collection '{slug}'")
 
     def _profile(self, event: Event) -> None:
         key = (event.created_at, event.id)
@@ -401,9 +384,3 @@ def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError
 def judge(batch: Sequence[Parsed], snapshot: Snapshot) -> Plan:
     """Decide the whole batch against `snapshot` (which it updates as the batch goes)."""
     return _Judge(snapshot).judge(batch)
-
-
-def _a(kind: int) -> str:
-    """'a claim', 'an evidence': a kind's name with its article, for refusals."""
-    name = KIND_NAMES[kind]
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"

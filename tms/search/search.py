@@ -7,7 +7,8 @@ stemming, web-search syntax), ranked by `ts_rank`. When no query vector can be h
 off, or the model failed), keyword search answers and `note` says why; when some claims of the
 collection still wait for their vectors, `note` says how many are missing from the results.
 
-The caller has already asked `tms.ledger.access` whether the key may read the collection.
+Every search takes the `ReadableCollection` that `tms.ledger.access` made when it checked the
+caller, and filters by the collection it holds.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from typing import Final, Literal
 
 from tms.errors import one_line
 from tms.ledger import records
+from tms.ledger.access import ReadableCollection
 from tms.ledger.records import CONTRADICTION_COLUMNS, limited, page_size
 from tms.results import ClaimHit, ContradictionInfo, SearchClaimsResult
 from tms.search.pgvector import HnswTuning, sql_literal, vector_literal
 from tms.search.vectors import Vectors
 from tms.store.database import Pool
-from tms.types import KIND_CLAIM, KIND_CONTRADICTION, Slug
+from tms.types import KIND_CLAIM, KIND_CONTRADICTION
 
 log = logging.getLogger(__name__)
 
@@ -115,49 +117,54 @@ class Search:
     # --- what the doors call ---------------------------------------------------------------
 
     async def claims(
-        self, collection: Slug, text: str, method: Method, limit: int
+        self, readable: ReadableCollection, text: str, method: Method, limit: int
     ) -> SearchClaimsResult:
         note: str | None = None
         if method == "vector":
             query, note = await self._query_vector(text)
             if query is not None and self.vectors is not None:
                 vectors = self.vectors
-                items = await self.claims_near(
-                    collection, query, vectors.model, vectors.dims, limit
-                )
-                pending = await vectors.pending_claims(collection)
+                items = await self.claims_near(readable, query, vectors.model, vectors.dims, limit)
+                pending = await vectors.pending_claims(readable.slug)
                 if pending:
                     note = (
                         f"{pending} claims of this collection are still waiting for vectors and "
                         "are missing from these results; they are being embedded now"
                     )
                 return {"method": "vector", "note": note, "items": items}
-        items = await self.claims_by_keyword(collection, text, limit)
+        items = await self.claims_by_keyword(readable, text, limit)
         return {"method": "keyword", "note": note, "items": items}
 
     async def contradictions(
-        self, collection: Slug, text: str, limit: int
+        self, readable: ReadableCollection, text: str, limit: int
     ) -> list[ContradictionInfo]:
         """By vector when a query vector can be had, else by keyword."""
         query, _ = await self._query_vector(text)
         if query is not None and self.vectors is not None:
             vectors = self.vectors
             return await self.contradictions_near(
-                collection, query, vectors.model, vectors.dims, limit
+                readable, query, vectors.model, vectors.dims, limit
             )
-        return await self.contradictions_by_keyword(collection, text, limit)
+        return await self.contradictions_by_keyword(readable, text, limit)
 
     # --- the two methods -------------------------------------------------------------------
 
-    async def claims_by_keyword(self, collection: Slug, text: str, limit: int) -> list[ClaimHit]:
+    async def claims_by_keyword(
+        self, readable: ReadableCollection, text: str, limit: int
+    ) -> list[ClaimHit]:
         """PostgreSQL full text with web-search syntax (`"a phrase"`, `-word`, `or`), best
         `ts_rank` first, then newest, then id. A query of stop words only matches nothing."""
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(limited(_SQL_CLAIMS_KEYWORD, limit), collection, text)
-            return await records.claim_hits(conn, collection, rows, "rank")
+            rows = await conn.fetch(limited(_SQL_CLAIMS_KEYWORD, limit), readable.slug, text)
+            return await records.claim_hits(conn, readable.slug, rows, "rank")
 
     async def claims_near(
-        self, collection: Slug, vector: Sequence[float], model: str, dims: int, limit: int
+        self,
+        readable: ReadableCollection,
+        vector: Sequence[float],
+        model: str,
+        dims: int,
+        limit: int,
     ) -> list[ClaimHit]:
         """Nearest claims by cosine distance among `model`'s vectors, closest first (ties:
         newest, then id).
@@ -173,16 +180,16 @@ class Search:
             async with conn.transaction():
                 await self._hnsw.apply(conn, limit)
                 rows = await conn.fetch(
-                    _claims_vector_sql(literal, dims, limit, indexed=True), collection, query
+                    _claims_vector_sql(literal, dims, limit, indexed=True), readable.slug, query
                 )
             if len(rows) < limit:
                 rows = await conn.fetch(
-                    _claims_vector_sql(literal, dims, limit, indexed=False), collection, query
+                    _claims_vector_sql(literal, dims, limit, indexed=False), readable.slug, query
                 )
-            return await records.claim_hits(conn, collection, rows, "distance")
+            return await records.claim_hits(conn, readable.slug, rows, "distance")
 
     async def contradictions_by_keyword(
-        self, collection: Slug, text: str, limit: int
+        self, readable: ReadableCollection, text: str, limit: int
     ) -> list[ContradictionInfo]:
         """Full text over each contradiction as one document (its reason, then its claims'
         texts), so `a -b` means a somewhere in it and b nowhere in it. Best `ts_rank` first,
@@ -191,11 +198,16 @@ class Search:
         ms per hundred), not with its claims."""
         sql = limited(_SQL_CONTRADICTIONS_KEYWORD, limit)
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(sql, collection, text, REASON_INDEXED_CHARS)
-            return await records.contradictions(conn, collection, rows, "rank")
+            rows = await conn.fetch(sql, readable.slug, text, REASON_INDEXED_CHARS)
+            return await records.contradictions(conn, readable.slug, rows, "rank")
 
     async def contradictions_near(
-        self, collection: Slug, vector: Sequence[float], model: str, dims: int, limit: int
+        self,
+        readable: ReadableCollection,
+        vector: Sequence[float],
+        model: str,
+        dims: int,
+        limit: int,
     ) -> list[ContradictionInfo]:
         """Contradictions by the smallest cosine distance among their reason's vector and their
         claims' vectors, closest first (ties: newest, then id). Exact, not indexed: a
@@ -203,8 +215,8 @@ class Search:
         are left out until the embedder catches up."""
         sql = limited(_SQL_CONTRADICTIONS_VECTOR, limit)
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(sql, collection, vector_literal(vector, dims), model)
-            return await records.contradictions(conn, collection, rows, "distance")
+            rows = await conn.fetch(sql, readable.slug, vector_literal(vector, dims), model)
+            return await records.contradictions(conn, readable.slug, rows, "distance")
 
     async def _query_vector(self, text: str) -> tuple[list[float] | None, str | None]:
         """The query's vector, or None and the note saying why keyword search answers instead."""

@@ -24,11 +24,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from tms.errors import one_line
+from tms.rules.kinds import embedded_kinds
 from tms.search.model import TEXT_CHARS, Embedder, embedding_text
 from tms.search.pgvector import vector_literal
 from tms.store.database import Connection, Pool, is_database_down
 from tms.store.outage import Outage
-from tms.types import EMBEDDED_KINDS, KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, EventId, Slug
+from tms.types import EventId, Slug
 
 log = logging.getLogger("tms.search.vectors")
 
@@ -64,7 +65,7 @@ class Vectors:
     async def start(self) -> None:
         """Queue every event that lacks a vector from this model (all of them, after a model
         change), then start catching up in the background."""
-        await self.pool.execute(_SQL_ENQUEUE_MISSING, self.model)
+        await self.pool.execute(_sql_enqueue_missing(), self.model)
         self._task = asyncio.create_task(self._catch_up_forever(), name="tms-vectors")
         self._wake.set()
 
@@ -145,7 +146,7 @@ class Vectors:
                 return 0
             taken_ids = [r["event_id"] for r in taken]
             # no more than `embedding_text` reads: the vector is the same as from the whole text
-            rows = await conn.fetch(_SQL_TEXTS, taken_ids, TEXT_CHARS)
+            rows = await conn.fetch(_sql_texts(), taken_ids, TEXT_CHARS)
             texts = [embedding_text(r["text"], r["title"]) for r in rows]
             vectors = await asyncio.to_thread(self.embedder.embed, texts) if texts else []
             await _store(conn, self.model, rows, vectors)
@@ -183,26 +184,24 @@ _SQL_TAKE_OLDEST: Final = """
 _SQL_TAKE_IDS: Final = """
     SELECT event_id FROM embedding_queue WHERE event_id = ANY($1::text[])
     ORDER BY seq FOR UPDATE SKIP LOCKED"""
-# What each searchable kind embeds, from its typed table: the table, its text column and its
-# title column (evidence only). `embedding_text` joins the two.
-EMBEDDED: Final[dict[int, tuple[str, str, str | None]]] = {
-    KIND_CLAIM: ("claims", "text", None),
-    KIND_EVIDENCE: ("evidence", "text", "title"),
-    KIND_CONTRADICTION: ("contradictions", "reason", None),
-}
-assert set(EMBEDDED) == EMBEDDED_KINDS
 
-# $2: characters read of each field, no more than `embedding_text` uses.
-_SQL_TEXTS: Final = "\nUNION ALL\n".join(
-    f"SELECT id, collection, {kind} AS kind, left({text}, $2) AS text, "
-    f"{f'left({title}, $2)' if title else 'NULL::text'} AS title "
-    f"FROM {table} WHERE id = ANY($1::text[])"
-    for kind, (table, text, title) in EMBEDDED.items()
-)
-_SQL_ENQUEUE_MISSING: Final = f"""
+
+def _sql_texts() -> str:
+    """What each searchable kind embeds (`Kind.embedding`), read from its typed table: the
+    text, and the title where it has one (`embedding_text` joins them). $2: characters read of
+    each field, no more than `embedding_text` uses."""
+    return "\nUNION ALL\n".join(
+        f"SELECT id, collection, {kind} AS kind, left({e.text}, $2) AS text, "
+        f"{f'left({e.title}, $2)' if e.title else 'NULL::text'} AS title "
+        f"FROM {e.table} WHERE id = ANY($1::text[])"
+        for kind, e in embedded_kinds().items()
+    )
+
+
+def _sql_enqueue_missing() -> str:
+    stored = " UNION ALL ".join(f"SELECT id, seq FROM {e.table}" for e in embedded_kinds().values())
+    return f"""
     INSERT INTO embedding_queue (event_id, seq)
-    SELECT t.id, t.seq FROM (
-        {" UNION ALL ".join(f"SELECT id, seq FROM {table}" for table, _, _ in EMBEDDED.values())}
-    ) AS t
+    SELECT t.id, t.seq FROM ({stored}) AS t
     WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.event_id = t.id AND e.model = $1)
     ON CONFLICT (event_id) DO NOTHING"""

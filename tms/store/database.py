@@ -15,13 +15,13 @@ from typing import Final
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from tms.config import Settings
 from tms.errors import DatabaseError, one_line
 from tms.store.embedded import EmbeddedPostgres
 
 DATABASE_NAME: Final = "tms"
 _MIGRATION_LOCK: Final = 0x746D73_6D6967  # "tms" "mig": one advisory lock id for migrations
 _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
+SCHEMA_FILE = "schema.sql"  # what the migrations build, for reading (tests/store/test_schema.py)
 
 
 Connection = asyncpg.Connection | PoolConnectionProxy
@@ -79,6 +79,8 @@ class Migration:
 def load_migrations(folder: Path | None = None) -> list[Migration]:
     migrations = []
     for path in sorted((folder or sql_dir()).glob("*.sql")):
+        if path.name == SCHEMA_FILE:
+            continue
         match = _MIGRATION_NAME.fullmatch(path.name)
         if match is None:
             raise DatabaseError(f"migration file {path.name} is not named NNN_name.sql")
@@ -162,12 +164,12 @@ async def ensure_database(server_url: str, database: str) -> None:
         await conn.close()
 
 
-async def database_url(settings: Settings) -> str:
-    """The URL of the database to use: `TMS_DATABASE_URL` as given, or the `tms` database of
-    the embedded server (created on first use)."""
-    if settings.database_url is not None:
-        return settings.database_url
-    return await embedded_url(await start_embedded(settings.data_dir))
+async def database_url(given: str | None, data_dir: Path) -> str:
+    """The URL of the database to use: the one given (`TMS_DATABASE_URL`), or the `tms`
+    database of the embedded server in `data_dir` (created on first use)."""
+    if given is not None:
+        return given
+    return await embedded_url(await start_embedded(data_dir))
 
 
 async def start_embedded(data_dir: Path) -> EmbeddedPostgres:

@@ -35,12 +35,12 @@ from typing import Final, NamedTuple
 
 from tms.errors import InvalidEvent, LogError, shown
 from tms.nostr.events import Event, compact_json, is_hex64
+from tms.rules.kinds import KINDS, unscoped_kinds
 from tms.tlog.merkle import CompactRange, leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint, origin_slug
 from tms.tlog.replay import replay
-from tms.types import KIND_CONTRADICTION, KIND_LINK, KIND_MEMBERS, KIND_PROFILE, KIND_TERMS
+from tms.types import KIND_MEMBERS, KIND_TERMS
 
-ENTRY_KINDS: Final = frozenset(range(4701, KIND_MEMBERS + 1))  # the kinds that name a collection
 CHECKPOINT_KEY: Final = "checkpoint"
 MAX_REPORTED: Final = 1000  # problems printed; the count is always exact
 NO_CHECKPOINT: Final = (
@@ -72,7 +72,7 @@ class Line(NamedTuple):
     collection: str | None = None
     problem: str | None = None  # why it does not verify
     created_at: int | None = None
-    cites: tuple[str, ...] = ()  # a link's (from, to), a contradiction's claims
+    cites: tuple[tuple[str, ...], ...] = ()  # what an entry cites, per reference of its kind
     listed: tuple[str, ...] | None = None  # a member list's members
 
 
@@ -96,9 +96,9 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
     except InvalidEvent as exc:
         return Line(number, _claimed_id(raw), problem=f"not an event: {exc}")
     collection: str | None = None
-    cites: tuple[str, ...] = ()
+    cites: tuple[tuple[str, ...], ...] = ()
     listed: tuple[str, ...] | None = None
-    if event.kind in ENTRY_KINDS:
+    if event.kind not in unscoped_kinds():
         try:
             content = json.loads(event.content)
         except ValueError:
@@ -106,7 +106,8 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
         if isinstance(content, dict):
             named = content.get("collection")
             collection = named if isinstance(named, str) else None
-            cites, listed = _references(event.kind, content)
+            cites = _cited(event.kind, content)
+            listed = _listed(event.kind, content)
     try:
         event.verify()
         problem = None
@@ -125,21 +126,19 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
     )
 
 
-def _references(
-    kind: int, content: dict[str, object]
-) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
-    """What an entry cites, and whom a member list lists, for `tms.tlog.replay`."""
+def _cited(kind: int, content: dict[str, object]) -> tuple[tuple[str, ...], ...]:
+    """What an entry cites, one tuple per reference of its kind (`Kind.references`), for
+    `tms.tlog.replay`."""
+    known = KINDS.get(kind)
+    return tuple(r.raw_ids(content) for r in known.references) if known is not None else ()
 
-    def strings(value: object) -> tuple[str, ...]:
-        return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
-    if kind == KIND_LINK:
-        return strings([content.get("from"), content.get("to")]), None
-    if kind == KIND_CONTRADICTION:
-        return strings(content.get("claims")), None
-    if kind == KIND_MEMBERS:
-        return (), strings(content.get("members"))
-    return (), None
+def _listed(kind: int, content: dict[str, object]) -> tuple[str, ...] | None:
+    """Whom a member list lists, for `tms.tlog.replay`."""
+    members = content.get("members")
+    if kind != KIND_MEMBERS or not isinstance(members, list):
+        return None
+    return tuple(m for m in members if isinstance(m, str))
 
 
 def read_lines(numbers: Sequence[int], raws: Sequence[bytes]) -> list[Line | CheckpointLine]:
@@ -250,7 +249,11 @@ def _alone(lines: list[Line], report: Report) -> None:
     """No checkpoint: every line checked, and the file against itself, its collection learned
     from its first entry."""
     report.unproven = NO_CHECKPOINT
-    slug = next((line.collection for line in lines if line.kind in ENTRY_KINDS), None)
+    unscoped = unscoped_kinds()
+    slug = next(
+        (line.collection for line in lines if line.kind is not None and line.kind not in unscoped),
+        None,
+    )
     if slug is None:  # no entry at all, or the first names no collection
         for line in lines:
             if line.problem is not None:
@@ -283,12 +286,13 @@ def _open(
 def _entries(lines: list[Line], slug: str, report: Report) -> list[Line]:
     """The collection's log entries in file order, each line's problems noted."""
     entries = []
+    unscoped = unscoped_kinds()
     for line in lines:
         if line.problem is not None:
             report.problem(f"{_named(line)}: {line.problem}", line.number)
         else:
             report.events += 1
-        if line.id is None or line.kind not in ENTRY_KINDS:
+        if line.id is None or line.kind is None or line.kind in unscoped:
             continue
         if line.collection != slug:
             where = shown(line.collection) if line.collection else "no collection"
@@ -310,10 +314,16 @@ def _check_terms(lines: list[Line], report: Report) -> None:
     """Every author signs the terms before its first write, so an export that can be
     published again holds each author's terms before the author's first entry."""
     signed: set[str] = set()
+    unscoped = unscoped_kinds()
     for line in lines:
         if line.kind == KIND_TERMS and line.pubkey is not None:
             signed.add(line.pubkey)
-        elif line.kind in ENTRY_KINDS and line.pubkey is not None and line.pubkey not in signed:
+        elif (
+            line.kind is not None
+            and line.kind not in unscoped
+            and line.pubkey is not None
+            and line.pubkey not in signed
+        ):
             signed.add(line.pubkey)  # named once, at the author's first entry
             report.problem(
                 f"line {line.number} ({line.id}): its author {line.pubkey} signed no terms "
@@ -406,13 +416,14 @@ def _compare_others(lines: list[Line], record: CheckpointLine, report: Report) -
     found: list[tuple[int, str, str | None]] = []  # (line, id, the entry before it)
     entries: set[str] = set()
     before: str | None = None
+    unscoped = unscoped_kinds()
     for line in lines:
-        if line.id is None:
+        if line.id is None or line.kind is None:
             continue
-        if line.kind in ENTRY_KINDS:
+        if line.kind not in unscoped:
             before = line.id
             entries.add(line.id)
-        elif line.kind in (KIND_PROFILE, KIND_TERMS):
+        elif line.kind in unscoped:
             found.append((line.number, line.id, before))
     listed = dict(record.others)
     present = {event_id for _, event_id, _ in found}

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PrivateFormat
 from cryptography.hazmat.primitives.serialization import NoEncryption as _NoEncryption
 
 from tms.errors import LogError, shown
-from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.content import SLUG_PATTERN
 from tms.tlog.merkle import HASH_SIZE
 
 ALG_ED25519: Final = 0x01

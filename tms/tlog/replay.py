@@ -24,16 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from tms.types import (
-    KIND_CLAIM,
-    KIND_CONTRADICTION,
-    KIND_EVIDENCE,
-    KIND_LINK,
-    KIND_MEMBERS,
-    KIND_NAMES,
-)
-
-LINK_TARGETS = frozenset({KIND_EVIDENCE, KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION})
+from tms.rules.kinds import KINDS, a_kind
+from tms.types import KIND_MEMBERS
 
 
 class Entry(Protocol):
@@ -50,7 +42,7 @@ class Entry(Protocol):
     @property
     def created_at(self) -> int | None: ...
     @property
-    def cites(self) -> tuple[str, ...]: ...
+    def cites(self) -> tuple[tuple[str, ...], ...]: ...
     @property
     def listed(self) -> tuple[str, ...] | None: ...
 
@@ -100,25 +92,25 @@ def replay(entries: Sequence[Entry], slug: str, problem: Problem) -> None:
 
 
 def _citations(entry: Entry, kinds: dict[str, int | None]) -> list[str]:
-    """What is wrong with what `entry` cites, given the entries before it."""
-    if entry.kind == KIND_LINK and len(entry.cites) == 2:
-        roles = [("from", entry.cites[0], {KIND_EVIDENCE}), ("to", entry.cites[1], LINK_TARGETS)]
-    elif entry.kind == KIND_CONTRADICTION:
-        roles = [("claim", cited, {KIND_CLAIM}) for cited in entry.cites]
-    else:
+    """What is wrong with what `entry` cites (its kind's `references`), given the entries
+    before it."""
+    known = KINDS.get(entry.kind) if entry.kind is not None else None
+    if known is None:
         return []
     found = []
-    for role, cited, allowed in roles:
-        if cited not in kinds:
-            found.append(
-                f"its {role} {cited} is not earlier in the file: that event is missing, or "
-                "out of order"
-            )
-        elif kinds[cited] not in allowed:
-            found.append(f"its {role} {cited} is {_kind(kinds[cited])}, which it cannot be")
+    for reference, cited_ids in zip(known.references, entry.cites, strict=False):
+        for cited in cited_ids:
+            if cited not in kinds:
+                found.append(
+                    f"its {reference.role} {cited} is not earlier in the file: that event is "
+                    "missing, or out of order"
+                )
+            elif kinds[cited] not in reference.kinds:
+                found.append(
+                    f"its {reference.role} {cited} is {_kind(kinds[cited])}, which it cannot be"
+                )
     return found
 
 
 def _kind(kind: int | None) -> str:
-    name = KIND_NAMES.get(kind, f"kind {kind}") if kind is not None else "unreadable event"
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+    return a_kind(kind) if kind is not None else "an unreadable event"

@@ -55,8 +55,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings, load_secret
-from tms.errors import DATABASE_UNAVAILABLE, AuthError, LogError, RateLimited, Refusal, sendable
+from tms.errors import (
+    DATABASE_UNAVAILABLE,
+    AuthError,
+    LogError,
+    NotAReader,
+    RateLimited,
+    Refusal,
+    sendable,
+)
 from tms.http.gate import Gate, route_name
+from tms.ledger.access import ReadableCollection
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
 from tms.nostr import nip98
@@ -64,7 +73,7 @@ from tms.rules.terms import current_terms
 from tms.runtime import Runtime, open_runtime
 from tms.store.database import DATABASE_DOWN, is_database_down
 from tms.tlog.tiles import parse_tile_path
-from tms.types import PubKey, Slug
+from tms.types import PubKey
 from tms.web import docs
 from tms.web.login import Keyring, request_url
 from tms.web.pages import Pages
@@ -105,9 +114,10 @@ async def export(request: Request) -> Response:
     """Every event of the collection, oldest first, exactly as stored. Membership is checked
     before the first byte goes out; the body then streams from a database cursor. With
     `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`)."""
-    slug = await _readable(request)
-    if slug is None:
+    readable = await _readable(request)
+    if readable is None:
         return no_such_collection()
+    slug = readable.slug
     runtime = _runtime(request)
     flag = request.query_params.get("checkpoint", "0")
     if flag not in ("0", "1"):
@@ -119,9 +129,9 @@ async def export(request: Request) -> Response:
     if request.method == "HEAD":
         return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
     if flag == "1":
-        await runtime.services.tlog.checkpoint(slug)  # builds a log not built yet
+        await runtime.services.tlog.checkpoint(readable)  # builds a log not built yet
     return _ClosingStreamingResponse(
-        _export_body(runtime.exporter, slug, flag == "1"),
+        _export_body(runtime.exporter, readable, flag == "1"),
         media_type=EXPORT_MEDIA_TYPE,
         headers=headers,
     )
@@ -134,18 +144,18 @@ async def log_key(request: Request) -> Response:
 
 async def checkpoint(request: Request) -> Response:
     """The collection log's latest checkpoint, as tlog-tiles serves it: the signed note."""
-    slug = await _readable(request)
-    if slug is None:
+    readable = await _readable(request)
+    if readable is None:
         return no_such_collection()
-    note = (await _runtime(request).services.tlog.checkpoint(slug))["note"]
+    note = (await _runtime(request).services.tlog.checkpoint(readable))["note"]
     return PlainTextResponse(note, media_type=NOTE_MEDIA_TYPE, headers=PRIVATE)
 
 
 async def consistency(request: Request) -> Response:
     """`?old=M[&new=N]`: the proof that the log at M entries is a prefix of it at N (default:
     the latest checkpoint's size), as `get_consistency` returns it."""
-    slug = await _readable(request)
-    if slug is None:
+    readable = await _readable(request)
+    if readable is None:
         return no_such_collection()
     sizes = [request.query_params.get(name) for name in ("old", "new")]
     if sizes[0] is None or not all(_size(text) for text in sizes if text is not None):
@@ -153,7 +163,7 @@ async def consistency(request: Request) -> Response:
     old, new = (None if text is None else int(text) for text in sizes)
     assert old is not None
     try:
-        proof = await _runtime(request).services.tlog.consistency(slug, old, new)
+        proof = await _runtime(request).services.tlog.consistency(readable, old, new)
     except LogError as exc:
         return error(str(exc), 400)
     return JSONResponse(proof, headers=PRIVATE)
@@ -162,11 +172,12 @@ async def consistency(request: Request) -> Response:
 async def tile(request: Request) -> Response:
     """One tile or entry bundle of the collection's log (C2SP tlog-tiles), or 404 while the
     log does not hold it; the same 404 for any path that names no tile."""
-    slug = await _readable(request)
-    if slug is None:
+    readable = await _readable(request)
+    if readable is None:
         return no_such_collection()
     wanted = parse_tile_path(request.path_params["tile"])
-    data = None if wanted is None else await _runtime(request).services.tlog.tile(slug, wanted)
+    tlog = _runtime(request).services.tlog
+    data = None if wanted is None else await tlog.tile(readable, wanted)
     if data is None:
         return error("no such tile", 404)
     return Response(data, media_type="application/octet-stream", headers=IMMUTABLE)
@@ -270,7 +281,7 @@ async def caller(request: Request) -> PubKey:
     return session.pubkey if session is not None else authenticate(request)
 
 
-async def _readable(request: Request) -> str | None:
+async def _readable(request: Request) -> ReadableCollection | None:
     """The collection the path names, if the caller may read it; None for one that does not
     exist, is closed to the caller, or cannot be named so (the same 404, noted in the refusal
     log). The caller's key spends its rate limit first (`RateLimited`: a 429)."""
@@ -278,10 +289,11 @@ async def _readable(request: Request) -> str | None:
     slug: str = request.path_params["slug"]
     services = _runtime(request).services
     await services.throttle.key(pubkey)
-    if await services.access.can_read(pubkey, slug):
-        return slug
-    services.refusals.record(Refusal.NOT_MEMBER, route_name(request.scope), pubkey)
-    return None
+    try:
+        return await services.access.collection(pubkey, slug)
+    except NotAReader:
+        services.refusals.record(Refusal.NOT_MEMBER, route_name(request.scope), pubkey)
+        return None
 
 
 def _size(text: str) -> bool:
@@ -304,11 +316,11 @@ def no_such_collection() -> JSONResponse:
 
 
 async def _export_body(
-    exporter: Exporter, slug: Slug, checkpoint: bool
+    exporter: Exporter, readable: ReadableCollection, checkpoint: bool
 ) -> AsyncGenerator[bytes, None]:
     chunk: list[bytes] = []
     size = 0
-    lines = exporter.lines(slug, checkpoint=checkpoint)
+    lines = exporter.lines(readable, checkpoint=checkpoint)
     async with aclosing(lines):
         async for line in lines:
             data = f"{line}\n".encode()

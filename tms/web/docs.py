@@ -21,14 +21,20 @@ from tms.http.bodies import MAX_BODY, SMALL_BODY, MiB
 from tms.http.protocol import MAX_HEAD_BYTES
 from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
-from tms.mcp.schemas import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS
 from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
-from tms.rules.kinds import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
+from tms.rules.content import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
 from tms.rules.publish import MAX_BATCH
 from tms.rules.requests import REQUEST_WINDOW_SECONDS
 from tms.rules.terms import current_terms
-from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS
+from tms.types import (
+    MAX_CONTENT_CHARS,
+    MAX_EVIDENCE_LIMIT,
+    MAX_FUTURE_SECONDS,
+    MAX_LIMIT,
+    MAX_LINKS_LIMIT,
+    MAX_QUERY_CHARS,
+)
 from tms.web.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.web.pages import EVIDENCE_PAGE_CHARS
 

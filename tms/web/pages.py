@@ -25,22 +25,31 @@ from urllib.parse import parse_qs, quote
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from tms.errors import AuthError, FetchError, NotAUser, RateLimited, Refusal, TMSError, sendable
+from tms.errors import (
+    AuthError,
+    FetchError,
+    NotAReader,
+    NotAUser,
+    RateLimited,
+    Refusal,
+    TMSError,
+    sendable,
+)
 from tms.fetch.client import fetch_url
 from tms.http.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
+from tms.ledger.access import ReadableCollection
 from tms.ledger.reads import CLAIM_SORTS
-from tms.mcp.schemas import MAX_QUERY_CHARS
 from tms.nostr import nip98
 from tms.nostr.events import is_hex64, loads_bounded
 from tms.nostr.nip19 import npub_encode
+from tms.rules.content import SLUG_PATTERN
 from tms.rules.expected import NO_LIST
-from tms.rules.kinds import SLUG_PATTERN
 from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
 from tms.rules.spans import QuoteIndex, casefold_table
 from tms.rules.terms import current_terms
 from tms.search.search import Method
 from tms.services import Services
-from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, PubKey
+from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, MAX_QUERY_CHARS
 from tms.web import charts
 from tms.web.login import (
     COOKIE,
@@ -165,17 +174,18 @@ class Pages:
 
     async def _collection_reader(
         self, request: Request
-    ) -> tuple[Session, str, Services] | Response:
+    ) -> tuple[Session, ReadableCollection, Services] | Response:
         """The session of a page of collection `slug` that it may read; else the redirect to
         Connect, or the 404 a missing collection gets."""
         reader = await self._reader(request)
         if isinstance(reader, Response):
             return reader
-        slug = request.path_params["slug"]
         services = _services(request)
-        if not await services.access.can_read(reader.pubkey, slug):
+        try:
+            readable = await services.access.collection(reader.pubkey, request.path_params["slug"])
+        except NotAReader:
             return await self.not_found(request)
-        return reader, slug, services
+        return reader, readable, services
 
     # --- connect, login and logout ---------------------------------------------------------
 
@@ -190,10 +200,11 @@ class Pages:
             )
         services = _services(request)
         pubkey = session.pubkey
+        reader = await services.access.reader(pubkey)
         terms_signed, profile, collections, may_create = await asyncio.gather(
             services.keys.terms_signed(pubkey),
             services.keys.profile(pubkey),
-            services.reads.list_collections(pubkey),
+            services.reads.list_collections(reader),
             services.access.may_create(pubkey),
         )
         return await self.render(
@@ -357,7 +368,8 @@ class Pages:
         found = await self._collection_reader(request)
         if isinstance(found, Response):
             return found
-        reader, slug, services = found
+        reader, readable, services = found
+        slug = readable.slug
         sort = request.query_params.get("sort") or "recent"
         if sort not in CLAIM_SORTS:
             sort = "recent"
@@ -366,11 +378,11 @@ class Pages:
         search = None
         claims: list[Any] = []
         if text:
-            search = await services.search.claims(slug, text, method, CLAIMS_SHOWN)
+            search = await services.search.claims(readable, text, method, CLAIMS_SHOWN)
         else:
-            claims = list(await services.reads.list_claims(slug, sort, CLAIMS_SHOWN))
-        evidence = await services.reads.list_evidence(slug, False, None, EVIDENCE_SHOWN)
-        mine = await services.reads.list_collections(reader.pubkey)
+            claims = list(await services.reads.list_claims(readable, sort, CLAIMS_SHOWN))
+        evidence = await services.reads.list_evidence(readable, False, None, EVIDENCE_SHOWN)
+        mine = await services.reads.list_collections(await services.access.reader(reader.pubkey))
         info = next((c for c in mine if c["slug"] == slug), None)
         return await self.render(
             request,
@@ -388,25 +400,25 @@ class Pages:
         )
 
     async def claim(self, request: Request) -> Response:
-        reader = await self._reader(request)
-        if isinstance(reader, Response):
-            return reader
-        slug, event_id = request.path_params["slug"], request.path_params["event_id"]
-        services = _services(request)
-        event = await self._event(request, reader.pubkey, slug, event_id, KIND_CLAIM)
+        opened = await self._collection_reader(request)
+        if isinstance(opened, Response):
+            return opened
+        _, readable, services = opened
+        slug, event_id = readable.slug, request.path_params["event_id"]
+        event = await self._event(services, readable, event_id, KIND_CLAIM)
         if event is None:
             return await self.not_found(request)
-        links = await services.reads.get_links(slug, event_id, None, None, LINKS_SHOWN)
+        links = await services.reads.get_links(readable, event_id, None, None, LINKS_SHOWN)
         sources: dict[str, dict[str, Any]] = {}
         quoted = []
         for found in links:
             source = sources.get(found["from"])
             if source is None:
-                source = await self._evidence_text(reader.pubkey, found["from"], services)
+                source = await self._evidence_text(readable, found["from"], services)
                 sources[found["from"]] = source
             quoted.append({**found, "context": in_context(source, found["quote"])})
         by_relation = {r: [q for q in quoted if q["relation"] == r] for r in RELATIONS}
-        contradictions = await services.reads.contradictions_with_claim(slug, event_id, 50)
+        contradictions = await services.reads.contradictions_with_claim(readable, event_id, 50)
         return await self.render(
             request,
             "claim.html",
@@ -418,18 +430,18 @@ class Pages:
         )
 
     async def evidence(self, request: Request) -> Response:
-        reader = await self._reader(request)
-        if isinstance(reader, Response):
-            return reader
-        slug, event_id = request.path_params["slug"], request.path_params["event_id"]
-        services = _services(request)
+        opened = await self._collection_reader(request)
+        if isinstance(opened, Response):
+            return opened
+        _, readable, services = opened
+        slug, event_id = readable.slug, request.path_params["event_id"]
         try:
             page = max(1, int(request.query_params.get("page", "1")))
         except ValueError:
             page = 1
         offset = (page - 1) * EVIDENCE_PAGE_CHARS
         event = await self._event(
-            request, reader.pubkey, slug, event_id, KIND_EVIDENCE, offset, EVIDENCE_PAGE_CHARS
+            services, readable, event_id, KIND_EVIDENCE, offset, EVIDENCE_PAGE_CHARS
         )
         if event is None:
             return await self.not_found(request)
@@ -437,7 +449,7 @@ class Pages:
         pages = max(1, -(-chars // EVIDENCE_PAGE_CHARS))
         if page > pages:
             return await self.not_found(request)
-        links = await services.reads.get_links(slug, None, event_id, None, LINKS_SHOWN)
+        links = await services.reads.get_links(readable, None, event_id, None, LINKS_SHOWN)
         window = str(event["content"]["text"])
         # Each link's anchor, stored when it was published; a link stored before anchors
         # existed, until the start-up back-fill reaches it, is found in the text here.
@@ -448,13 +460,13 @@ class Pages:
         ]
         unanchored = [found for found in links if found.get("anchor") is None]
         if unanchored:
-            index = await self._index(reader.pubkey, event_id, services)
+            index = await self._index(readable, event_id, services)
             for found in unanchored:
                 span = index.find(found["quote"]) if index is not None else None
                 if span is not None:
                     spans.append((span[0], span[1], found["id"]))
         segments = marked(window, offset, spans)
-        targets = await link_targets(slug, links, services.reads)
+        targets = await link_targets(readable, links, services.reads)
         return await self.render(
             request,
             "evidence.html",
@@ -469,27 +481,26 @@ class Pages:
 
     async def _event(
         self,
-        request: Request,
-        pubkey: PubKey,
-        slug: str,
+        services: Services,
+        readable: ReadableCollection,
         event_id: str,
         kind: int,
         offset: int = 0,
         max_chars: int = EVIDENCE_PAGE_CHARS,
     ) -> dict[str, Any] | None:
-        """The event if the key may read it, it is of `kind` and in `slug`; else None (the
-        same 404 for each)."""
-        if not is_hex64(event_id) or not SLUG_PATTERN.fullmatch(slug):
+        """The event if it is of `kind` and in the collection; else None (the same 404 for
+        each)."""
+        if not is_hex64(event_id):
             return None
-        event = await _services(request).reads.get_event(pubkey, event_id, offset, max_chars)
-        if event is None or event["kind"] != kind or event["collection"] != slug:
+        event = await services.reads.get_event(readable.reader(), event_id, offset, max_chars)
+        if event is None or event["kind"] != kind:
             return None
         return dict(event)
 
     async def _evidence_text(
-        self, pubkey: PubKey, event_id: str, services: Services
+        self, readable: ReadableCollection, event_id: str, services: Services
     ) -> dict[str, Any]:
-        event = await services.reads.get_event(pubkey, event_id, 0, MAX_CONTENT_CHARS)
+        event = await services.reads.get_event(readable.reader(), event_id, 0, MAX_CONTENT_CHARS)
         if event is None:  # cannot happen for a stored link's `from`; shown as missing
             return {"id": event_id, "title": None, "text": "", "index": None}
         text = str(event["content"]["text"])
@@ -505,12 +516,14 @@ class Pages:
             "index": index,
         }
 
-    async def _index(self, pubkey: PubKey, event_id: str, services: Services) -> QuoteIndex | None:
+    async def _index(
+        self, readable: ReadableCollection, event_id: str, services: Services
+    ) -> QuoteIndex | None:
         index = self._indexes.get(event_id)
         if index is not None:
             self._indexes.move_to_end(event_id)
             return index
-        source = await self._evidence_text(pubkey, event_id, services)
+        source = await self._evidence_text(readable, event_id, services)
         found: QuoteIndex | None = source["index"]
         return found
 
@@ -526,7 +539,8 @@ class Pages:
         found = await self._collection_reader(request)
         if isinstance(found, Response):
             return found
-        reader, slug, services = found
+        reader, readable, services = found
+        slug = readable.slug
         if not await services.access.owns(reader.pubkey, slug):
             return await self.render(
                 request,
@@ -609,9 +623,10 @@ class Pages:
         if isinstance(reader, Response):
             return reader
         services = _services(request)
-        collections, terms_signed = await asyncio.gather(
-            services.access.readable(reader.pubkey), services.keys.terms_signed(reader.pubkey)
+        readable, terms_signed = await asyncio.gather(
+            services.access.reader(reader.pubkey), services.keys.terms_signed(reader.pubkey)
         )
+        collections = list(readable.slugs)
         chosen = request.query_params.get("c")
         return await self.render(
             request,
@@ -627,15 +642,14 @@ class Pages:
         if isinstance(reader, Response):
             return reader
         services = _services(request)
-        readable = await services.access.readable(reader.pubkey)
+        readable = await services.access.reader(reader.pubkey)
         chosen = request.query_params.get("c")
-        slugs = [chosen] if chosen in readable else readable
-        stats = await services.stats.dashboard(slugs)
+        stats = await services.stats.dashboard(readable, chosen)
         return await self.render(
             request,
             "dashboard.html",
-            collections=readable,
-            chosen=chosen if chosen in readable else None,
+            collections=readable.slugs,
+            chosen=chosen if chosen in readable.slugs else None,
             stats=stats,
             charts=[
                 ("wide", charts.activity(stats["activity"])),

@@ -7,10 +7,11 @@ import itertools
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote
 
+from tms.ledger.access import ReadableCollection
 from tms.ledger.reads import Reads
 from tms.results import LinkInfo
 from tms.rules.spans import QuoteIndex
-from tms.types import KIND_CLAIM, KIND_EVIDENCE, KIND_LINK, Slug
+from tms.types import KIND_CLAIM, KIND_EVIDENCE, KIND_LINK
 
 CONTEXT_CHARS: Final = 240  # evidence shown either side of a quote on a claim page
 
@@ -24,15 +25,17 @@ class Target(NamedTuple):
     href: str | None
 
 
-async def link_targets(slug: Slug, links: list[LinkInfo], reads: Reads) -> dict[str, Target]:
+async def link_targets(
+    readable: ReadableCollection, links: list[LinkInfo], reads: Reads
+) -> dict[str, Target]:
     """What each link points at, and where a page shows it: a claim or an evidence has its
     own page, a link is shown on its claim's page, a contradiction on no page of its own
     (only its words are given). A target outside the collection is simply absent."""
-    cited = await reads.cited(slug, {found["to"] for found in links})
+    cited = await reads.cited(readable, {found["to"] for found in links})
     inner = {c.to for c in cited.values() if c.kind == KIND_LINK and c.to is not None}
-    below = await reads.cited(slug, inner - cited.keys()) if inner else {}
+    below = await reads.cited(readable, inner - cited.keys()) if inner else {}
     kinds = {i: c.kind for i, c in (below | cited).items()}
-    base = f"/c/{quote(slug)}"
+    base = f"/c/{quote(readable.slug)}"
     targets: dict[str, Target] = {}
     for target_id, c in cited.items():
         if c.kind == KIND_CLAIM:

@@ -20,7 +20,7 @@ from importlib.resources import files
 from string import Template
 from typing import Any, Final
 
-from tms.rules.kinds import SLUG_PATTERN
+from tms.rules.content import SLUG_PATTERN
 from tms.rules.terms import current_terms
 from tms.types import (
     KIND_CLAIM,

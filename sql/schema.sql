@@ -1,0 +1,475 @@
+-- The schema the migrations in this folder build, as pg_dump --schema-only prints
+-- it (PostgreSQL 18). Generated, never applied: read it, do not edit it.
+-- TMS_WRITE_SCHEMA=1 uv run pytest tests/store/test_schema.py writes it again.
+
+CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
+
+COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
+
+CREATE DOMAIN public.hex64 AS text COLLATE pg_catalog."C"
+	CONSTRAINT hex64_check CHECK ((length(VALUE) = 64));
+
+CREATE DOMAIN public.slug AS text COLLATE pg_catalog."C"
+	CONSTRAINT slug_check CHECK (((length(VALUE) >= 1) AND (length(VALUE) <= 64)));
+
+CREATE FUNCTION public.tms_refuse_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'the TMS ledger is append-only: % on % is refused', TG_OP, TG_TABLE_NAME
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'corrections are new events (a link that disputes), never edits';
+END
+$$;
+
+CREATE TABLE public.approvals (
+    pubkey public.hex64 NOT NULL,
+    approved_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.claim_counts (
+    claim_id public.hex64 NOT NULL,
+    collection public.slug NOT NULL,
+    seq bigint NOT NULL,
+    supports integer DEFAULT 0 NOT NULL,
+    qualifies integer DEFAULT 0 NOT NULL,
+    rebuts integer DEFAULT 0 NOT NULL,
+    findings integer DEFAULT 0 NOT NULL
+);
+
+CREATE TABLE public.claims (
+    id public.hex64 NOT NULL,
+    seq bigint NOT NULL,
+    collection public.slug NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    text text NOT NULL,
+    search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, "left"(text, 100000))) STORED
+);
+
+CREATE TABLE public.collection_counts (
+    collection public.slug NOT NULL,
+    evidence bigint DEFAULT 0 NOT NULL,
+    claims bigint DEFAULT 0 NOT NULL,
+    links bigint DEFAULT 0 NOT NULL,
+    contradictions bigint DEFAULT 0 NOT NULL
+);
+
+CREATE TABLE public.collections (
+    slug public.slug NOT NULL,
+    owner public.hex64 NOT NULL,
+    created_by public.hex64 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.contradiction_claims (
+    contradiction_id public.hex64 NOT NULL,
+    claim_id public.hex64 NOT NULL,
+    collection public.slug NOT NULL
+);
+
+CREATE TABLE public.contradictions (
+    id public.hex64 NOT NULL,
+    seq bigint NOT NULL,
+    collection public.slug NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    reason text NOT NULL
+);
+
+CREATE TABLE public.current_member_lists (
+    collection public.slug NOT NULL,
+    list_id public.hex64 NOT NULL,
+    created_at bigint NOT NULL
+);
+
+CREATE TABLE public.embedding_queue (
+    event_id public.hex64 NOT NULL,
+    seq bigint NOT NULL
+);
+
+CREATE TABLE public.embeddings (
+    event_id public.hex64 NOT NULL,
+    model text NOT NULL,
+    collection public.slug NOT NULL,
+    kind integer NOT NULL,
+    embedding public.vector NOT NULL,
+    embedded_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.events (
+    seq bigint NOT NULL,
+    id public.hex64 NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    created_at bigint NOT NULL,
+    kind integer NOT NULL,
+    tags text NOT NULL,
+    content text NOT NULL,
+    sig text NOT NULL COLLATE pg_catalog."C",
+    collection public.slug,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT events_sig_check CHECK ((length(sig) = 128))
+);
+
+ALTER TABLE public.events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.events_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.evidence (
+    id public.hex64 NOT NULL,
+    seq bigint NOT NULL,
+    collection public.slug NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    title text,
+    url text,
+    source text,
+    text text NOT NULL,
+    chars integer GENERATED ALWAYS AS (char_length(text)) STORED
+);
+
+CREATE TABLE public.link_anchors (
+    link_id public.hex64 NOT NULL,
+    collection public.slug NOT NULL,
+    start_offset integer NOT NULL,
+    end_offset integer NOT NULL,
+    exact text NOT NULL,
+    prefix text NOT NULL,
+    suffix text NOT NULL,
+    occurrences integer NOT NULL,
+    CONSTRAINT link_anchors_check CHECK ((end_offset >= start_offset)),
+    CONSTRAINT link_anchors_occurrences_check CHECK ((occurrences >= 1)),
+    CONSTRAINT link_anchors_start_offset_check CHECK ((start_offset >= 0))
+);
+
+CREATE TABLE public.links (
+    id public.hex64 NOT NULL,
+    seq bigint NOT NULL,
+    collection public.slug NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    from_id public.hex64 NOT NULL,
+    to_id public.hex64 NOT NULL,
+    relation text NOT NULL,
+    quote text NOT NULL,
+    reason text NOT NULL,
+    CONSTRAINT links_relation_check CHECK ((relation = ANY (ARRAY['SUPPORTS'::text, 'REBUTS'::text, 'QUALIFIES'::text])))
+);
+
+CREATE TABLE public.login_nonces (
+    nonce text NOT NULL COLLATE pg_catalog."C",
+    used_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.member_lists (
+    id public.hex64 NOT NULL,
+    seq bigint NOT NULL,
+    collection public.slug NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    created_at bigint NOT NULL,
+    members text[] NOT NULL COLLATE pg_catalog."C"
+);
+
+CREATE TABLE public.memberships (
+    collection public.slug NOT NULL,
+    pubkey public.hex64 NOT NULL
+);
+
+CREATE TABLE public.profiles (
+    id public.hex64 NOT NULL,
+    seq bigint NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    created_at bigint NOT NULL,
+    name text NOT NULL,
+    about text,
+    picture text
+);
+
+CREATE VIEW public.readers AS
+ SELECT collections.slug AS collection,
+    collections.owner AS pubkey
+   FROM public.collections
+UNION
+ SELECT memberships.collection,
+    memberships.pubkey
+   FROM public.memberships;
+
+CREATE TABLE public.refusals (
+    seq bigint NOT NULL,
+    at timestamp with time zone NOT NULL,
+    kind text NOT NULL,
+    tool text NOT NULL,
+    pubkey public.hex64,
+    address text
+);
+
+CREATE TABLE public.refusals_dropped (
+    only_row boolean DEFAULT true NOT NULL,
+    dropped bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT refusals_dropped_only_row_check CHECK (only_row)
+);
+
+ALTER TABLE public.refusals ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.refusals_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    sha256 text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.terms_signatures (
+    id public.hex64 NOT NULL,
+    seq bigint NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    version text NOT NULL,
+    sha256 public.hex64 NOT NULL
+);
+
+CREATE TABLE public.tlog_checkpoints (
+    collection public.slug NOT NULL,
+    size bigint NOT NULL,
+    root bytea NOT NULL,
+    note text NOT NULL,
+    signed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tlog_checkpoints_root_check CHECK ((length(root) = 32)),
+    CONSTRAINT tlog_checkpoints_size_check CHECK ((size > 0))
+);
+
+CREATE TABLE public.tlog_leaves (
+    collection public.slug NOT NULL,
+    idx bigint NOT NULL,
+    event_id bytea NOT NULL,
+    CONSTRAINT tlog_leaves_event_id_check CHECK ((length(event_id) = 32)),
+    CONSTRAINT tlog_leaves_idx_check CHECK ((idx >= 0))
+);
+
+CREATE TABLE public.tlog_nodes (
+    collection public.slug NOT NULL,
+    level smallint NOT NULL,
+    idx bigint NOT NULL,
+    hash bytea NOT NULL,
+    CONSTRAINT tlog_nodes_hash_check CHECK ((length(hash) = 32)),
+    CONSTRAINT tlog_nodes_idx_check CHECK ((idx >= 0)),
+    CONSTRAINT tlog_nodes_level_check CHECK ((((level >= 4) AND (level <= 60)) AND (((level)::integer % 4) = 0)))
+);
+
+CREATE TABLE public.used_requests (
+    id public.hex64 NOT NULL,
+    created_at bigint NOT NULL,
+    used_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.web_sessions (
+    id_sha256 public.hex64 NOT NULL,
+    pubkey public.hex64 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE ONLY public.approvals
+    ADD CONSTRAINT approvals_pkey PRIMARY KEY (pubkey);
+
+ALTER TABLE ONLY public.claim_counts
+    ADD CONSTRAINT claim_counts_pkey PRIMARY KEY (claim_id);
+
+ALTER TABLE ONLY public.claims
+    ADD CONSTRAINT claims_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.collection_counts
+    ADD CONSTRAINT collection_counts_pkey PRIMARY KEY (collection);
+
+ALTER TABLE ONLY public.collections
+    ADD CONSTRAINT collections_pkey PRIMARY KEY (slug);
+
+ALTER TABLE ONLY public.contradiction_claims
+    ADD CONSTRAINT contradiction_claims_pkey PRIMARY KEY (contradiction_id, claim_id);
+
+ALTER TABLE ONLY public.contradictions
+    ADD CONSTRAINT contradictions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.current_member_lists
+    ADD CONSTRAINT current_member_lists_pkey PRIMARY KEY (collection);
+
+ALTER TABLE ONLY public.embedding_queue
+    ADD CONSTRAINT embedding_queue_pkey PRIMARY KEY (event_id);
+
+ALTER TABLE ONLY public.embeddings
+    ADD CONSTRAINT embeddings_pkey PRIMARY KEY (event_id, model);
+
+ALTER TABLE ONLY public.events
+    ADD CONSTRAINT events_id_key UNIQUE (id);
+
+ALTER TABLE ONLY public.events
+    ADD CONSTRAINT events_pkey PRIMARY KEY (seq);
+
+ALTER TABLE ONLY public.evidence
+    ADD CONSTRAINT evidence_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.link_anchors
+    ADD CONSTRAINT link_anchors_pkey PRIMARY KEY (link_id);
+
+ALTER TABLE ONLY public.links
+    ADD CONSTRAINT links_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.login_nonces
+    ADD CONSTRAINT login_nonces_pkey PRIMARY KEY (nonce);
+
+ALTER TABLE ONLY public.member_lists
+    ADD CONSTRAINT member_lists_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.memberships
+    ADD CONSTRAINT memberships_pkey PRIMARY KEY (collection, pubkey);
+
+ALTER TABLE ONLY public.profiles
+    ADD CONSTRAINT profiles_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.refusals_dropped
+    ADD CONSTRAINT refusals_dropped_pkey PRIMARY KEY (only_row);
+
+ALTER TABLE ONLY public.refusals
+    ADD CONSTRAINT refusals_pkey PRIMARY KEY (seq);
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.terms_signatures
+    ADD CONSTRAINT terms_signatures_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.tlog_checkpoints
+    ADD CONSTRAINT tlog_checkpoints_pkey PRIMARY KEY (collection, size);
+
+ALTER TABLE ONLY public.tlog_leaves
+    ADD CONSTRAINT tlog_leaves_event_id_key UNIQUE (event_id);
+
+ALTER TABLE ONLY public.tlog_leaves
+    ADD CONSTRAINT tlog_leaves_pkey PRIMARY KEY (collection, idx);
+
+ALTER TABLE ONLY public.tlog_nodes
+    ADD CONSTRAINT tlog_nodes_pkey PRIMARY KEY (collection, level, idx);
+
+ALTER TABLE ONLY public.used_requests
+    ADD CONSTRAINT used_requests_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.web_sessions
+    ADD CONSTRAINT web_sessions_pkey PRIMARY KEY (id_sha256);
+
+CREATE INDEX claim_counts_contested ON public.claim_counts USING btree (collection, ((rebuts + findings)) DESC, seq DESC, claim_id);
+
+CREATE INDEX claim_counts_links ON public.claim_counts USING btree (collection, (((supports + qualifies) + rebuts)) DESC, seq DESC, claim_id);
+
+CREATE INDEX claim_counts_unchallenged ON public.claim_counts USING btree (collection, ((rebuts + findings)), supports DESC, seq DESC, claim_id);
+
+CREATE INDEX claim_counts_unsupported ON public.claim_counts USING btree (collection, supports, seq DESC, claim_id);
+
+CREATE INDEX claims_collection_seq ON public.claims USING btree (collection, seq);
+
+CREATE INDEX claims_search ON public.claims USING gin (search);
+
+CREATE INDEX collections_owner ON public.collections USING btree (owner);
+
+CREATE INDEX contradiction_claims_claim ON public.contradiction_claims USING btree (collection, claim_id);
+
+CREATE INDEX contradictions_collection_seq ON public.contradictions USING btree (collection, seq);
+
+CREATE INDEX embedding_queue_seq ON public.embedding_queue USING btree (seq);
+
+CREATE INDEX embeddings_collection ON public.embeddings USING btree (collection, kind, model);
+
+CREATE INDEX events_collection_seq ON public.events USING btree (collection, seq);
+
+CREATE INDEX events_unscoped_pubkey ON public.events USING btree (pubkey, seq) WHERE (collection IS NULL);
+
+CREATE INDEX evidence_collection_seq ON public.evidence USING btree (collection, seq);
+
+CREATE INDEX links_collection_from ON public.links USING btree (collection, from_id);
+
+CREATE INDEX links_collection_seq ON public.links USING btree (collection, seq);
+
+CREATE INDEX links_collection_to ON public.links USING btree (collection, to_id);
+
+CREATE INDEX login_nonces_used_at ON public.login_nonces USING btree (used_at);
+
+CREATE INDEX member_lists_current ON public.member_lists USING btree (collection, created_at DESC, id);
+
+CREATE INDEX memberships_pubkey ON public.memberships USING btree (pubkey);
+
+CREATE INDEX profiles_current ON public.profiles USING btree (pubkey, created_at DESC, id);
+
+CREATE INDEX refusals_at ON public.refusals USING btree (at);
+
+CREATE INDEX refusals_pubkey ON public.refusals USING btree (pubkey, at) WHERE (pubkey IS NOT NULL);
+
+CREATE INDEX terms_signatures_pubkey ON public.terms_signatures USING btree (pubkey, version, sha256);
+
+CREATE INDEX used_requests_created_at ON public.used_requests USING btree (created_at);
+
+CREATE INDEX web_sessions_expires_at ON public.web_sessions USING btree (expires_at);
+
+CREATE INDEX web_sessions_pubkey ON public.web_sessions USING btree (pubkey);
+
+CREATE TRIGGER claims_append_only BEFORE DELETE OR UPDATE ON public.claims FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER claims_no_truncate BEFORE TRUNCATE ON public.claims FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER collections_append_only BEFORE DELETE OR UPDATE ON public.collections FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER collections_no_truncate BEFORE TRUNCATE ON public.collections FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER contradiction_claims_append_only BEFORE DELETE OR UPDATE ON public.contradiction_claims FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER contradiction_claims_no_truncate BEFORE TRUNCATE ON public.contradiction_claims FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER contradictions_append_only BEFORE DELETE OR UPDATE ON public.contradictions FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER contradictions_no_truncate BEFORE TRUNCATE ON public.contradictions FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER events_append_only BEFORE DELETE OR UPDATE ON public.events FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON public.events FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER evidence_append_only BEFORE DELETE OR UPDATE ON public.evidence FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER evidence_no_truncate BEFORE TRUNCATE ON public.evidence FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER links_append_only BEFORE DELETE OR UPDATE ON public.links FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER links_no_truncate BEFORE TRUNCATE ON public.links FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER member_lists_append_only BEFORE DELETE OR UPDATE ON public.member_lists FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER member_lists_no_truncate BEFORE TRUNCATE ON public.member_lists FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER profiles_append_only BEFORE DELETE OR UPDATE ON public.profiles FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER profiles_no_truncate BEFORE TRUNCATE ON public.profiles FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER terms_signatures_append_only BEFORE DELETE OR UPDATE ON public.terms_signatures FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER terms_signatures_no_truncate BEFORE TRUNCATE ON public.terms_signatures FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_checkpoints_append_only BEFORE DELETE OR UPDATE ON public.tlog_checkpoints FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_checkpoints_no_truncate BEFORE TRUNCATE ON public.tlog_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_leaves_append_only BEFORE DELETE OR UPDATE ON public.tlog_leaves FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_leaves_no_truncate BEFORE TRUNCATE ON public.tlog_leaves FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_nodes_append_only BEFORE DELETE OR UPDATE ON public.tlog_nodes FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_nodes_no_truncate BEFORE TRUNCATE ON public.tlog_nodes FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+ALTER TABLE ONLY public.collections
+    ADD CONSTRAINT collections_created_by_fkey FOREIGN KEY (created_by) REFERENCES public.events(id);
+
+ALTER TABLE ONLY public.current_member_lists
+    ADD CONSTRAINT current_member_lists_collection_fkey FOREIGN KEY (collection) REFERENCES public.collections(slug);

@@ -1,0 +1,152 @@
+"""A new kind is one entry in `tms.rules.kinds.KINDS` plus the migration that makes its typed
+table: nothing else changes. A throw-away kind (4790, a note about a claim) is registered here,
+its migration applied the way `migrate` applies every other, and it flows through publish
+(its content model, its reference checked), its typed table, the transparency log, export and
+`verify-export`; a note naming something that is not a claim is refused in its entry's words."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from factories import MEMBER, OWNER, claim, evidence, signed
+from publishing import join, open_collection, publish, readable, reader_of, refused
+
+from tms.cli.verify_export import run
+from tms.ledger.export import Exporter
+from tms.ledger.reads import Reads
+from tms.ledger.service import Ledger
+from tms.rules.content import CollectionSlug, EventIdField, NonBlank, Strict
+from tms.rules.kinds import KINDS, Kind, Reference, Table
+from tms.store.database import Migration, load_migrations, migrate
+from tms.tlog.audit import audit, read_line
+from tms.types import KIND_CLAIM
+
+pytestmark = pytest.mark.anyio
+
+KIND_NOTE = 4790
+
+
+class Note(Strict):
+    collection: CollectionSlug
+    text: NonBlank
+    about: EventIdField
+
+
+NOTE = Kind(
+    KIND_NOTE,
+    "note",
+    "notes",
+    Note,
+    references=(
+        Reference(
+            "about", "about", frozenset({KIND_CLAIM}), "about must be a claim; {id} is {a_kind}"
+        ),
+    ),
+    tables=(Table("notes", "id collection pubkey text about"),),
+    rows=lambda e, c: [("notes", (e.id, c.collection, e.pubkey, c.text, c.about))],
+)
+
+# The one migration a new kind brings: its typed table, append-only like every ledger table.
+MIGRATION = """
+CREATE TABLE notes (
+    id          text PRIMARY KEY REFERENCES events (id),
+    seq         bigint NOT NULL,
+    collection  slug NOT NULL,
+    pubkey      text NOT NULL,
+    text        text NOT NULL,
+    about       text NOT NULL
+);
+CREATE TRIGGER notes_append_only BEFORE UPDATE OR DELETE ON notes
+    FOR EACH ROW EXECUTE FUNCTION tms_refuse_change();
+CREATE TRIGGER notes_no_truncate BEFORE TRUNCATE ON notes
+    FOR EACH STATEMENT EXECUTE FUNCTION tms_refuse_change();
+"""
+
+
+@pytest.fixture
+def note_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[Kind]:
+    monkeypatch.setitem(KINDS, KIND_NOTE, NOTE)
+    yield NOTE
+
+
+async def test_a_registered_kind_flows_through_publish_log_export_and_verify(
+    ledger: Ledger, note_kind: Kind, tmp_path: Path
+) -> None:
+    async with ledger.pool.acquire() as conn:
+        applied = await migrate(
+            conn, [*load_migrations(), Migration(990, "990_notes.sql", MIGRATION)]
+        )
+    assert applied == ["990_notes.sql"]
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await join(ledger, MEMBER)
+    premise = claim(MEMBER, "lab", "DAO explains HIT.")
+    note = signed(
+        MEMBER,
+        KIND_NOTE,
+        {"collection": "lab", "text": "Check the 2019 cohort.", "about": premise["id"]},
+    )
+    result = await publish(ledger, premise, note)
+    assert result["accepted"] == [premise["id"], note["id"]]
+
+    async with ledger.pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT seq, collection, text, about FROM notes WHERE id = $1", note["id"]
+        )
+        seq = await conn.fetchval("SELECT seq FROM events WHERE id = $1", note["id"])
+        leaf = await conn.fetchval(
+            "SELECT idx FROM tlog_leaves WHERE event_id = $1", bytes.fromhex(note["id"])
+        )
+    assert dict(row) == {
+        "seq": seq,
+        "collection": "lab",
+        "text": "Check the 2019 cohort.",
+        "about": premise["id"],
+    }
+    assert leaf is not None  # an entry of the collection's log
+    read = await Reads(ledger.pool).get_event(
+        await reader_of(Reads(ledger.pool), MEMBER.pubkey), note["id"]
+    )
+    assert read is not None and (read["kind"], read["kind_name"]) == (KIND_NOTE, "note")
+    cited = await Reads(ledger.pool).cited(await readable(Reads(ledger.pool), "lab"), [note["id"]])
+    assert cited[note["id"]].kind == KIND_NOTE  # a proof may rest on it
+
+    lines = [
+        line
+        async for line in Exporter(ledger.pool).lines(
+            await readable(Exporter(ledger.pool), "lab"), checkpoint=True
+        )
+    ]
+    assert any(f'"id":"{note["id"]}"' in line for line in lines)
+    report = audit(
+        [read_line(n, line.encode()) for n, line in enumerate(lines, start=1)],
+        ledger.log.signer.key.verifier(),
+        [],
+    )
+    assert report.ok, report.problems
+    assert report.entries == 3  # the member list, the claim and the note
+    # and the command a member runs, on the file
+    path = tmp_path / "lab.jsonl"
+    path.write_text("".join(f"{line}\n" for line in lines))
+    out = io.StringIO()
+    key = ledger.log.signer.key.verifier().encode()
+    assert await asyncio.to_thread(run, str(path), None, key, out) == 0, out.getvalue()
+    assert out.getvalue().endswith("3 log entries: OK\n")
+
+
+async def test_its_reference_is_checked_in_its_entry_words(ledger: Ledger, note_kind: Kind) -> None:
+    async with ledger.pool.acquire() as conn:
+        await migrate(conn, [*load_migrations(), Migration(990, "990_notes.sql", MIGRATION)])
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await join(ledger, MEMBER)
+    doc = evidence(MEMBER, "lab", "A document.")
+    await publish(ledger, doc)
+    wrong = signed(MEMBER, KIND_NOTE, {"collection": "lab", "text": "x", "about": doc["id"]})
+    await refused(ledger, [wrong], f"about must be a claim; {doc['id']} is an evidence", position=0)
+    missing = signed(MEMBER, KIND_NOTE, {"collection": "lab", "text": "x", "about": "0" * 64})
+    await refused(
+        ledger, [missing], f"about {'0' * 64} does not exist in collection 'lab'", position=0
+    )
