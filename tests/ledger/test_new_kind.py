@@ -134,7 +134,7 @@ async def test_a_registered_kind_flows_through_publish_log_export_and_verify(
     out = io.StringIO()
     key = ledger.log.signer.key.verifier().encode()
     assert await asyncio.to_thread(run, str(path), None, key, out) == 0, out.getvalue()
-    assert out.getvalue().endswith("3 log entries: OK\n")
+    assert out.getvalue().endswith("3 log entries of 'lab': OK\n")
 
 
 async def test_its_reference_is_checked_in_its_entry_words(ledger: Ledger, note_kind: Kind) -> None:
