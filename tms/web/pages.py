@@ -74,6 +74,7 @@ RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
 # A nearest-passage request carries at most one evidence text: 2,000,000 characters, which
 # JSON may escape to six each (control characters), and the quote.
 HINT_BODY: Final = 16 * MiB
+HINT_FREE_CHARS: Final = 100_000  # a text sent for a hint costs a fetch only when longer
 PRIVATE: Final = {"Cache-Control": "no-store"}
 
 
@@ -393,8 +394,9 @@ class Pages:
 
     async def nearest(self, request: Request) -> Response:
         """The passage of an evidence text nearest a quote that is not in it, as a bot's
-        refused publish says. Rate-limited by the key's budget, and, when the text itself is
-        sent (at most once per text: see `Texts`), by its fetch budget too."""
+        refused publish says. Rate-limited by the key's budget, and, when a long text itself is
+        sent (at most once per text: see `Texts`), by its fetch budget too: hashing and
+        normalizing two million characters costs as much as extracting a page."""
         services = _services(request)
         try:
             session = await self._writer(request)
@@ -407,7 +409,11 @@ class Pages:
             return _json_error(f"not a hint request the submit page sends: {exc}", 400)
         try:
             await services.throttle.key(session.pubkey)
-            if text is not None and not self.texts.has(session.pubkey, sha256):
+            if (
+                text is not None
+                and len(text) > HINT_FREE_CHARS
+                and not self.texts.has(session.pubkey, sha256)
+            ):
                 await services.throttle.fetch(session.pubkey)
             answer = await self.texts.nearest(session.pubkey, sha256, quote, text)
         except RateLimited as exc:
