@@ -8,6 +8,7 @@ its source is refused before signing. Screenshots at 1280 and 390 px in tests/ar
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -436,3 +437,26 @@ def test_the_row_boxes_are_comfortable_on_a_phone(
     assert width <= PHONE["width"], width
     person.page.set_viewport_size(DESKTOP)
     shot(page, "submit-fresh")
+
+
+def test_the_pages_sha256_is_the_servers_with_or_without_crypto_subtle(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    """The fallback digest (a page on a plain http address has no crypto.subtle) agrees with
+    crypto.subtle, and both with Python's, on block boundaries and non-ASCII text."""
+    page = submit_page(browser, site, people).page
+    samples = ["", "abc", "x" * 55, "x" * 56, "x" * 64, "Straße — “café” 漢字 🧪", "ab\n" * 70_000]
+    digests = page.evaluate(
+        """async samples => {
+            const { sha256Hex, sha256Bytes } = await import('/static/digest.js')
+            const out = []
+            for (const s of samples) {
+              out.push([await sha256Hex(s), sha256Bytes(new TextEncoder().encode(s))])
+            }
+            return out
+        }""",
+        samples,
+    )
+    for sample, (subtle, fallback) in zip(samples, digests, strict=True):
+        expected = hashlib.sha256(sample.encode()).hexdigest()
+        assert subtle == fallback == expected, sample[:20]

@@ -18,7 +18,7 @@ function sha256Bytes (data) {
   const h = new Uint32Array([
     0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19
   ])
-  const padded = new Uint8Array((((data.length + 9) >> 6) + 1) << 6)
+  const padded = new Uint8Array(Math.ceil((data.length + 9) / 64) * 64)
   padded.set(data)
   padded[data.length] = 0x80
   const view = new DataView(padded.buffer)
