@@ -36,6 +36,7 @@ from tms.nostr import nip19
 from tms.nostr.events import SecretKey
 from tms.rules.quotes import normalize
 from tms.store.database import open_pool
+from tms.web.submit_checks import Texts
 
 OWNER = SecretKey(bytes([0xA1]) * 32)
 MEMBER = SecretKey(bytes([0xA2]) * 32)
@@ -371,3 +372,18 @@ def test_quote_normalization_keys_match_the_servers() -> None:
     """The page hashes long claims as the server does: sha256 of the normalized UTF-8."""
     text = "“Straße” — ﬁne"
     assert claim_key(text).hex() == sha256(normalize(text))
+
+
+@pytest.mark.anyio
+async def test_kept_texts_are_bounded_and_a_text_over_the_bound_is_still_answered() -> None:
+    texts = Texts(max_chars=100)
+    first, second = "alpha beta gamma " * 3, "delta epsilon zeta " * 3  # 51 and 57 characters
+    for text in (first, second):
+        answer = await texts.nearest("k", sha256(text), "beta gamna", text)
+        assert "nearest" in answer
+    assert not texts.has("k", sha256(first)) and texts.has("k", sha256(second))  # oldest out
+    big = "omega psi chi " * 10  # over the bound: answered, never kept
+    answer = await texts.nearest("k", sha256(big), "psi chj", big)
+    assert answer["nearest"]["passage"].startswith("psi")
+    assert not texts.has("k", sha256(big)) and texts.has("k", sha256(second))
+    assert await texts.nearest("other", sha256(second), "delta", None) == {"need_text": True}

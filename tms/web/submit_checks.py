@@ -9,8 +9,9 @@ nearest passage for a quote that is not in the text, and the refusal of a claim 
   page computes with the same normalization (quotes.js) and `crypto.subtle`.
 - `Texts` serves POST /quotes/nearest: the passage of the evidence text that reads most like a
   quote that is not in it (`tms.rules.anchors.nearest`, the hint a bot's refused publish
-  carries). The page names the text by its sha256; the server keeps the few texts it was
-  last given or fetched for each key (`MAX_CACHED_CHARS` in all), and asks for the text itself
+  carries). The page names the text by its sha256; the server keeps the texts it was last
+  given or fetched (`MAX_CACHED_CHARS` in all, each with its normalized form once a hint needed
+  it: a few times that many bytes), by key and sha256, and asks for the text itself
   only when it does not have it, so a 2,000,000-character text is sent at most once while its
   quotes are edited. Normalizing and aligning run in threads, at most `HINT_THREADS` at once.
 - `id_shaped_claim` is the publish door's guard: a claim whose whole text is shaped like an id
@@ -40,7 +41,7 @@ LOOKUP_TEXT_CHARS: Final = 2000  # a row's text sent as it is; a longer one is s
 LOOKUP_URL_CHARS: Final = 4000  # a longer URL is not looked up
 ID_SHAPED_CLAIM_CHARS: Final = 4000  # a claim's content longer than this is no id
 HINT_QUOTE_CHARS: Final = 4 * NEAREST_QUOTE_CHARS  # of a quote, sent for a hint
-MAX_CACHED_CHARS: Final = 8_000_000  # evidence texts kept for hints, in all
+MAX_CACHED_CHARS: Final = 4_000_000  # evidence texts kept for hints, in all (two at the most)
 HINT_THREADS: Final = 2
 PASSAGE_CHARS: Final = 10_000  # a passage longer than this is shown cut and not offered
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
@@ -222,14 +223,16 @@ class Texts:
         nearest `quote` (`{"nearest": null}` when nothing resembles it)."""
         key = (pubkey, sha256)
         async with self._threads:
-            if text is not None:
+            kept = self._texts.get(key)
+            if kept is not None:
+                self._texts.move_to_end(key)
+            elif text is None:
+                return {"need_text": True}
+            else:
                 if await asyncio.to_thread(text_sha256, text) != sha256:
                     raise BadLookup('"sha256" is not the sha256 of "text" (UTF-8)')
-                self._keep(key, _Text(text))
-            kept = self._texts.get(key)
-            if kept is None:
-                return {"need_text": True}
-            self._texts.move_to_end(key)
+                kept = _Text(text)
+                self._keep(key, kept)
             return {"nearest": await asyncio.to_thread(_nearest, kept, quote)}
 
     def _keep(self, key: tuple[str, str], kept: _Text) -> None:
