@@ -131,6 +131,12 @@ function tooLarge (size) {
 
 function reindex () {
   index = ready && text.value.trim() ? new QuoteIndex(text.value) : null
+  updateCount()
+  for (const row of rows.children) checkQuote(row)
+}
+
+// The text's length, and near the limit its size as signed (the URL, title and source count).
+function updateCount () {
   let count = `${text.value.length.toLocaleString('en')} characters`
   if (text.value.length > MAX_CONTENT * 0.9) {
     const size = evidenceSize()
@@ -138,7 +144,6 @@ function reindex () {
     if (size > MAX_CONTENT && !stored) count += ': too long'
   }
   $('#text-count').textContent = count
-  for (const row of rows.children) checkQuote(row)
 }
 
 // What the collection already holds of this evidence: shown, with the stored one offered.
@@ -669,7 +674,7 @@ function reset () {
 // --- fetching -----------------------------------------------------------------------------------
 
 async function fetchUrl () {
-  if (stored || editable.disabled) return
+  if (stored || editable.disabled || $('#fetch').disabled) return
   const url = $('#url').value.trim()
   const status = $('#fetch-status')
   if (!url) { say(status, 'Paste a URL first.', 'error'); $('#url').focus(); return }
@@ -702,7 +707,7 @@ if (form) {
   const evidenceChanged = debounce(() => checkEvidence(), 700)
   text.addEventListener('input', evidenceChanged)
   $('#url').addEventListener('input', evidenceChanged)
-  for (const name of ['title', 'source']) $(`#${name}`).addEventListener('input', debounce(reindex, 200))
+  for (const name of ['url', 'title', 'source']) $(`#${name}`).addEventListener('input', debounce(updateCount, 200))
   $('#collection').addEventListener('change', () => {
     if (stored) newEvidence()
     else checkEvidence()
