@@ -22,6 +22,10 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.tms_text_sha256(value text) RETURNS bytea
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN sha256(convert_to(value, 'UTF8'::name));
+
 CREATE TABLE public.approvals (
     pubkey public.hex64 NOT NULL,
     approved_at timestamp with time zone DEFAULT now() NOT NULL
@@ -35,6 +39,13 @@ CREATE TABLE public.claim_counts (
     qualifies integer DEFAULT 0 NOT NULL,
     rebuts integer DEFAULT 0 NOT NULL,
     findings integer DEFAULT 0 NOT NULL
+);
+
+CREATE TABLE public.claim_keys (
+    claim_id public.hex64 NOT NULL,
+    collection public.slug NOT NULL,
+    key bytea NOT NULL,
+    CONSTRAINT claim_keys_key_check CHECK ((length(key) = 32))
 );
 
 CREATE TABLE public.claims (
@@ -281,6 +292,9 @@ ALTER TABLE ONLY public.approvals
 ALTER TABLE ONLY public.claim_counts
     ADD CONSTRAINT claim_counts_pkey PRIMARY KEY (claim_id);
 
+ALTER TABLE ONLY public.claim_keys
+    ADD CONSTRAINT claim_keys_pkey PRIMARY KEY (claim_id);
+
 ALTER TABLE ONLY public.claims
     ADD CONSTRAINT claims_pkey PRIMARY KEY (id);
 
@@ -370,6 +384,8 @@ CREATE INDEX claim_counts_unchallenged ON public.claim_counts USING btree (colle
 
 CREATE INDEX claim_counts_unsupported ON public.claim_counts USING btree (collection, supports, seq DESC, claim_id);
 
+CREATE INDEX claim_keys_lookup ON public.claim_keys USING btree (collection, key);
+
 CREATE INDEX claims_collection_seq ON public.claims USING btree (collection, seq);
 
 CREATE INDEX claims_search ON public.claims USING gin (search);
@@ -389,6 +405,10 @@ CREATE INDEX events_collection_seq ON public.events USING btree (collection, seq
 CREATE INDEX events_unscoped_pubkey ON public.events USING btree (pubkey, seq) WHERE (collection IS NULL);
 
 CREATE INDEX evidence_collection_seq ON public.evidence USING btree (collection, seq);
+
+CREATE INDEX evidence_text_sha256 ON public.evidence USING btree (collection, public.tms_text_sha256(text));
+
+CREATE INDEX evidence_url_md5 ON public.evidence USING btree (collection, md5(url)) WHERE (url IS NOT NULL);
 
 CREATE INDEX links_collection_from ON public.links USING btree (collection, from_id);
 

@@ -31,7 +31,10 @@ LEDGER_TABLES: Final = (
     "tlog_nodes",
     "tlog_checkpoints",
 )
-STATE_TABLES: Final = ("current_member_lists", "memberships", "approvals", "link_anchors")
+STATE_TABLES: Final = (
+    *("current_member_lists", "memberships", "approvals", "link_anchors"),
+    "claim_keys",  # sql/013
+)
 ALL_TABLES: Final = LEDGER_TABLES + STATE_TABLES
 
 

@@ -22,7 +22,7 @@ from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
 from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
-from tms.ledger import anchors
+from tms.ledger import anchors, lookups
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.refusals import RefusalStore
@@ -108,6 +108,10 @@ async def open_runtime(
         # `anchor: null` for them meanwhile, and nothing waits.
         anchoring = asyncio.create_task(_anchor_stored_links(pool, outage), name="tms-anchors")
         stack.push_async_callback(_cancel, anchoring)
+        # Claims stored before claim keys existed (sql/013) get theirs likewise: until then the
+        # submit page's duplicate warning does not know them.
+        keying = asyncio.create_task(_key_stored_claims(pool), name="tms-claim-keys")
+        stack.push_async_callback(_cancel, keying)
         refusals = RefusalLog(RefusalStore(pool), settings.refusals_keep, outage=outage)
         refusals.start()
         stack.push_async_callback(refusals.close)  # before the pool closes: the last records
@@ -231,6 +235,17 @@ async def _anchor_stored_links(pool: asyncpg.Pool, outage: Outage) -> None:
             return
         log.warning(
             "anchoring the stored links failed: %s; the next start-up tries again", one_line(exc)
+        )
+
+
+async def _key_stored_claims(pool: asyncpg.Pool) -> None:
+    """The one-off back-fill of claim keys (tms.ledger.lookups); a failure is logged, never
+    raised: the next start-up tries again."""
+    try:
+        await lookups.backfill(pool)
+    except Exception as exc:
+        log.warning(
+            "keying the stored claims failed: %s; the next start-up tries again", one_line(exc)
         )
 
 

@@ -9,6 +9,7 @@ from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
 from tms.ledger.access import Access
 from tms.ledger.keys import Keys
+from tms.ledger.lookups import Lookups
 from tms.ledger.reads import Reads
 from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
@@ -35,6 +36,7 @@ class Services:
     stats: Stats  # the dashboard's figures
     sessions: Sessions  # browser logins
     tlog: LogReads  # each collection's transparency log: checkpoints, proofs, tiles
+    lookups: Lookups  # what the submit page checks before signing: duplicates, pasted ids
     fetch_allow: str | None = None  # TMS_FETCH_ALLOW's format; None reads the variable
     throttle: Throttle = field(default_factory=Throttle)  # rate limits; none by default
     refusals: RefusalLog = field(default_factory=lambda: RefusalLog(None))  # where refusals go
@@ -72,6 +74,7 @@ class Services:
             stats=Stats(pool),
             sessions=Sessions(pool),
             tlog=LogReads(pool, ledger.log),
+            lookups=Lookups(pool),
             fetch_allow=fetch_allow,
             throttle=throttle,
             refusals=refusals or RefusalLog(None),

@@ -36,6 +36,7 @@ MUTABLE: Final = {
     "claim_counts": "counts kept for sorting, added to as links arrive",
     "collection_counts": "counts kept for listing, added to as records arrive",
     "link_anchors": "where each quote sits: derived, back-filled for older links",
+    "claim_keys": "each claim's normalized text, hashed: derived, back-filled for older claims",
     "embeddings": "vectors: derived, recomputed when the model changes",
     "embedding_queue": "what still needs a vector",
     "used_requests": "single-use requests, pruned once too old to be replayed",

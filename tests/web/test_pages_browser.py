@@ -289,7 +289,7 @@ def test_submit_evidence_a_claim_and_a_link_then_read_them(
     expect(page.locator("#publish-status")).to_contain_text("Stored 3 records")
     shot(page, "submit-done")
 
-    page.click("text=Claim of row 1")
+    page.click("#publish-status a[href*='/claims/']")
     expect(page.locator(".claim-text")).to_have_text(
         "Most adults with suspected histamine intolerance have low DAO."
     )
@@ -338,9 +338,16 @@ def test_a_wrong_quote_shows_the_error_and_stores_nothing(
     shot(page, "submit-wrong-quote")
     assert [e["kind"] for e in person.signed] == [27235]  # nothing signed
 
-    # The server's own refusal lands on its row: a claim id that is not in the collection.
+    # A claim id that is not in the collection is refused before signing (issue 19).
     row.locator(".quote").fill("measured in 60 adults")
     row.locator(".claim").fill("ab" * 32)
+    page.click("#publish")
+    expect(row.locator(".row-error")).to_contain_text("no claim, link or contradiction")
+    assert [e["kind"] for e in person.signed] == [27235]
+    # The server's own refusal lands on its row: what only the server checks (a NUL).
+    row.locator(".claim").evaluate("area => { area.value = 'DAO \\u0000 is low.' }")
+    page.click("#publish")  # the text is stored already (the test before): warned first
+    expect(page.locator("#publish-status")).to_contain_text("already evidence in field-notes")
     page.click("#publish")
     expect(row.locator(".row-error")).to_contain_text("events[1]")
     expect(page.locator("#publish-status")).to_contain_text("nothing was stored")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import PublishError
-from tms.ledger import writes
+from tms.ledger import lookups, writes
 from tms.ledger.tlog import STATE_SQL, TransparencyLog
 from tms.ledger.writes import OffLoop
 from tms.results import CheckpointInfo
@@ -129,7 +129,8 @@ class GroupCommitter:
             signed: dict[Slug, CheckpointInfo] = {}
             if merged.accepted:
                 log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
-                await writes.write(conn, merged, members_before, [log_rows.ctes])
+                keys = await lookups.key_rows(merged.accepted, self.run)  # sql/013
+                await writes.write(conn, merged, members_before, [log_rows.ctes, keys])
                 signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
 

@@ -1,7 +1,10 @@
-"""NIP-19 bech32 encoding of keys (`npub`, `nsec`), and reading a key in any accepted spelling.
+"""NIP-19 bech32 encoding of keys (`npub`, `nsec`), and reading a key in any accepted spelling;
+reading an event id from a `note` or an `nevent` (what Nostr clients show and share).
 
 Bech32 (BIP-173, not bech32m) as NIP-19 uses it; decoding checks the checksum, the prefix, the
-5-to-8-bit padding and the length, so a mistyped key never silently becomes another key.
+5-to-8-bit padding and the length, so a mistyped key never silently becomes another key. An
+`nevent` is TLV entries as nostr-tools reads them: type 0 holds the 32-byte id (required), 1 a
+relay, 2 the author (32 bytes), 3 the kind (4 bytes, big-endian); unknown types are skipped.
 """
 
 from __future__ import annotations
@@ -100,3 +103,45 @@ def npub_decode(npub: str) -> str:
 
 def nsec_decode(nsec: str) -> bytes:
     return _decode_key(nsec, "nsec")
+
+
+def _tlv(data: bytes) -> dict[int, list[bytes]]:
+    """NIP-19's type-length-value entries, by type."""
+    entries: dict[int, list[bytes]] = {}
+    at = 0
+    while at < len(data):
+        if at + 2 > len(data):
+            raise InvalidKey("nevent data ends inside an entry")
+        kind, size = data[at], data[at + 1]
+        value = data[at + 2 : at + 2 + size]
+        if len(value) != size:
+            raise InvalidKey(f"nevent entry of type {kind} is cut short")
+        entries.setdefault(kind, []).append(value)
+        at += 2 + size
+    return entries
+
+
+def event_id_decode(text: str) -> str:
+    """The hex event id a `note1...` or `nevent1...` names (a `nostr:` prefix allowed, NIP-21);
+    InvalidKey says what is wrong with any other string."""
+    text = text.strip()
+    if text[:6].lower() == "nostr:":
+        text = text[6:]
+    hrp, data = decode(text)
+    if hrp == "note":
+        if len(data) != 32:
+            raise InvalidKey(f"a note must hold 32 bytes, it holds {len(data)}")
+        return data.hex()
+    if hrp != "nevent":
+        raise InvalidKey(f"expected a note or an nevent, got a bech32 '{hrp}'")
+    entries = _tlv(data)
+    ids = entries.get(0, [])
+    if not ids or len(ids[0]) != 32:
+        raise InvalidKey("the nevent holds no 32-byte event id")
+    for author in entries.get(2, [])[:1]:
+        if len(author) != 32:
+            raise InvalidKey("the nevent's author is not 32 bytes")
+    for kind in entries.get(3, [])[:1]:
+        if len(kind) != 4:
+            raise InvalidKey("the nevent's kind is not 4 bytes")
+    return ids[0].hex()

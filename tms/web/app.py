@@ -16,7 +16,9 @@ and the people's pages (tms.web.pages), logged in with NIP-07 (tms.web.login):
 
     GET /                         Connect; once logged in, home: terms, profile, collections
     GET /login/challenge          a nonce and the URL to sign; POST /login, POST /logout
-    GET /submit                   evidence, claims and links; POST /fetch, POST /publish
+    GET /submit                   evidence, claims and links; POST /fetch, POST /publish,
+                                  POST /c/<slug>/lookup (duplicates, pasted ids) and
+                                  POST /quotes/nearest (a wrong quote's nearest passage)
     GET /c/<slug>                 claims (sorts, search) and evidence
     GET /c/<slug>/claims/<id>     a claim with its links, quotes in context, contradictions
     GET /c/<slug>/evidence/<id>   an evidence text, paged, quotes marked
@@ -248,10 +250,12 @@ ROUTES: Final = [
     Route("/docs", docs_html, methods=GET),
     Route("/docs.md", docs_markdown, methods=GET),
     Route("/quotes/normalization.json", _page("normalization"), methods=GET),
+    Route("/quotes/nearest", _page("nearest"), methods=POST),
     Route("/c/{slug}", _page("collection"), methods=GET),
     Route("/c/{slug}/members", _page("members"), methods=GET),
     Route("/c/{slug}/members.json", _page("members_head"), methods=GET),
     Route("/collections/check", _page("name_check"), methods=GET),
+    Route("/c/{slug}/lookup", _page("lookup"), methods=POST),
     Route("/c/{slug}/claims/{event_id}", _page("claim"), methods=GET),
     Route("/c/{slug}/evidence/{event_id}", _page("evidence"), methods=GET),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),

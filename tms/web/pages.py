@@ -36,7 +36,7 @@ from tms.errors import (
     sendable,
 )
 from tms.fetch.client import fetch_url
-from tms.http.bodies import BodyError, BodyReader, Busy, Disconnected, TooLarge
+from tms.http.bodies import BodyError, BodyReader, Busy, Disconnected, MiB, TooLarge
 from tms.ledger.access import ReadableCollection
 from tms.ledger.reads import CLAIM_SORTS
 from tms.nostr import nip98
@@ -63,6 +63,14 @@ from tms.web.login import (
 )
 from tms.web.reading import in_context, link_targets, marked
 from tms.web.render import Renderer
+from tms.web.submit_checks import (
+    BadLookup,
+    Texts,
+    answer_lookup,
+    id_shaped_claim,
+    parse_hint,
+    parse_lookup,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +83,10 @@ QUOTE_INDEXES: Final = 16  # evidence texts kept normalized, for marking quotes
 RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
 MAX_NOTE_CHARS: Final = 80  # of a profile name, shown as a note on the members page
 MAX_EXPECTED: Final = 16  # collections a page's batch may state its expectations of
+# A nearest-passage request carries at most one evidence text: 2,000,000 characters, which
+# JSON may escape to six each (control characters), and the quote.
+HINT_BODY: Final = 16 * MiB
+HINT_FREE_CHARS: Final = 100_000  # a text sent for a hint costs a fetch only when longer
 PRIVATE: Final = {"Cache-Control": "no-store"}
 
 
@@ -94,10 +106,13 @@ class Pages:
         self.base_url = base_url
         self.profile_relays = profile_relays
         self.bodies = BodyReader()
+        self.hint_bodies = BodyReader(HINT_BODY)
+        self.texts = Texts()  # evidence texts kept for the submit page's quote hints
         self._indexes: OrderedDict[str, QuoteIndex] = OrderedDict()
 
     async def close(self) -> None:
         await self.bodies.close()
+        await self.hint_bodies.close()
 
     # --- sessions --------------------------------------------------------------------------
 
@@ -304,6 +319,10 @@ class Pages:
                     "sign with the same extension account",
                     400,
                 )
+        id_shaped = id_shaped_claim(events)  # a pasted id never becomes a claim's text
+        if id_shaped is not None:
+            services.refusals.record(Refusal.INVALID, "page publish", session.pubkey)
+            return _json_error(id_shaped, 400)
         try:
             result = await services.ledger.publish(events, expected=expected or None)
         except RateLimited as exc:
@@ -360,7 +379,84 @@ class Pages:
         except (FetchError, NotAUser) as exc:
             services.refusals.refused(exc.refused_as(exc.refusal, session.pubkey), "page fetch")
             return _json_error(str(exc), 400)
+        # Kept for the quote hints: the page quotes from what it fetched, and then need not
+        # send the text back for a hint.
+        await self.texts.remember(session.pubkey, result["text"])
         return JSONResponse(result, headers=PRIVATE)
+
+    # --- the submit page's checks (tms.web.submit_checks) ----------------------------------
+
+    async def lookup(self, request: Request) -> Response:
+        """What the submit page checks before signing, in a collection the key may read: the
+        evidence already stored, claims already there, the records pasted ids name. A
+        collection it may not read gets the same 404 as one that does not exist."""
+        services = _services(request)
+        try:
+            session = await self._writer(request)
+            body = loads_bounded(await _small_body(request), max_containers=64, max_values=256)
+            asked = parse_lookup(body)
+        except _Refused as refused:
+            return refused.noted(services, "page lookup")
+        except (ValueError, RecursionError) as exc:
+            services.refusals.record(Refusal.INVALID, "page lookup")
+            return _json_error(f"not a look-up the submit page sends: {exc}", 400)
+        try:
+            readable = await services.access.collection(session.pubkey, request.path_params["slug"])
+        except NotAReader:
+            return _json_error("no such collection", 404)
+        try:
+            await services.throttle.key(session.pubkey)
+        except RateLimited as exc:
+            return _too_many(services, exc, "page lookup")
+        answer = await answer_lookup(services.lookups, readable, asked)
+        return JSONResponse(answer, headers=PRIVATE)
+
+    async def nearest(self, request: Request) -> Response:
+        """The passage of an evidence text nearest a quote that is not in it, as a bot's
+        refused publish says. Rate-limited by the key's budget, and, when a long text itself is
+        sent (at most once per text: see `Texts`), by its fetch budget too: hashing and
+        normalizing two million characters costs as much as extracting a page."""
+        services = _services(request)
+        try:
+            session = await self._writer(request)
+            body = await self._read_hint(request)
+            sha256, quote, text = parse_hint(body)
+        except _Refused as refused:
+            return refused.noted(services, "page nearest")
+        except (ValueError, RecursionError) as exc:
+            services.refusals.record(Refusal.INVALID, "page nearest")
+            return _json_error(f"not a hint request the submit page sends: {exc}", 400)
+        try:
+            await services.throttle.key(session.pubkey)
+            if (
+                text is not None
+                and len(text) > HINT_FREE_CHARS
+                and not self.texts.has(session.pubkey, sha256)
+            ):
+                await services.throttle.fetch(session.pubkey)
+            answer = await self.texts.nearest(session.pubkey, sha256, quote, text)
+        except RateLimited as exc:
+            return _too_many(services, exc, "page nearest")
+        except BadLookup as exc:
+            services.refusals.record(Refusal.INVALID, "page nearest", session.pubkey)
+            return _json_error(str(exc), 400)
+        return JSONResponse(answer, headers=PRIVATE)
+
+    async def _read_hint(self, request: Request) -> Any:
+        async with AsyncExitStack() as stack:
+            try:
+                body = await self.hint_bodies.read(request.scope, request.receive, stack)
+                data = await asyncio.to_thread(body.read_bytes) if isinstance(body, Path) else body
+                # Two or three strings: parsed in a thread, as a text may be megabytes long.
+                return await asyncio.to_thread(loads_bounded, data, max_containers=4, max_values=16)
+            except (TooLarge, Busy) as exc:
+                status = 413 if isinstance(exc, TooLarge) else 503
+                headers = {"Retry-After": "5"} if isinstance(exc, Busy) else None
+                raise _Refused(status, str(exc), headers) from None
+            except BodyError as exc:
+                raise _Refused(400, str(exc)) from None
+            except Disconnected:
+                raise _Refused(400, "the request ended before its body did") from None
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -635,6 +731,7 @@ class Pages:
             chosen=chosen if chosen in collections else None,
             terms_signed=terms_signed,
             relations=RELATIONS,
+            max_content_chars=MAX_CONTENT_CHARS,
         )
 
     async def dashboard(self, request: Request) -> Response:

@@ -1,0 +1,242 @@
+"""What the submit page asks before anything is signed: is this evidence already in the
+collection, does this claim already exist, and which record does a pasted id name.
+
+In an append-only ledger a duplicate or a junk claim stays forever, so the page asks first:
+
+- evidence by the sha256 of its exact text (UTF-8; the page hashes it with `crypto.subtle`, so
+  a 2,000,000-character text never travels for this) or by its URL, through the indexes of
+  sql/013;
+- claims by their key: sha256 of the text as quote matching normalizes it (`claim_key`), the
+  rule people know from quotes ("case, whitespace, curly quotes, dashes... are forgiven"). The
+  keys live in `claim_keys` (sql/013), written by the publish that stores each claim
+  (`key_rows`, a CTE of its write statement) and, for claims stored before, by `backfill` at
+  start-up;
+- references (`tms.rules.references`): a whole id, or the beginning of one, among the claims,
+  links and contradictions of the collection, which a link may target.
+
+Every answer is limited to one collection that the caller may read (the door checks that), and
+cut to a few rows of a few hundred characters each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Sequence
+from typing import Any, Final, TypedDict
+
+from tms.ledger.access import ReadableCollection
+from tms.ledger.writes import Binder, Extra, OffLoop
+from tms.rules.kinds import Claim
+from tms.rules.publish import Parsed
+from tms.rules.quotes import normalize
+from tms.rules.references import MIN_LOOKUP_HEX, Reference
+from tms.store.database import Pool
+from tms.types import EventId, Slug
+
+log = logging.getLogger(__name__)
+
+SHOWN_CHARS: Final = 300  # of a title, claim, quote or reason in an answer
+SAME_SHOWN: Final = 3  # stored records shown per duplicate found
+INLINE_KEY_CHARS: Final = 20_000  # claim texts hashed on the event loop up to this, in all
+BACKFILL_ROWS: Final = 500  # claims keyed per round of the back-fill
+
+
+class Found(TypedDict):
+    """A stored record, as the submit page shows it."""
+
+    id: EventId
+    kind: str  # "claim", "link", "contradiction", "evidence"
+    text: str  # a claim's text, a link's quote, a contradiction's reason, an evidence's title
+    relation: str | None  # a link's
+
+
+class SameEvidence(TypedDict):
+    id: EventId
+    title: str | None
+    url: str | None
+    chars: int
+    same_text: bool
+    same_url: bool
+
+
+def claim_key(text: str) -> bytes:
+    """What two claims share when their texts differ only as quote matching forgives."""
+    return hashlib.sha256(normalize(text).encode("utf-8", "surrogatepass")).digest()
+
+
+def _keys(claims: Sequence[tuple[EventId, Slug, str]]) -> list[tuple[EventId, Slug, bytes]]:
+    return [(claim_id, slug, claim_key(text)) for claim_id, slug, text in claims]
+
+
+async def key_rows(accepted: Sequence[Parsed], run: OffLoop) -> Extra:
+    """The write statement's CTE that stores each accepted claim's key. Normalizing is CPU
+    work: a batch holding more than `INLINE_KEY_CHARS` of claim text is keyed off the loop."""
+    claims = [
+        (p.event.id, p.content.collection, p.content.text)
+        for p in accepted
+        if isinstance(p.content, Claim)
+    ]
+    if not claims:
+        return lambda arrays: []
+    if sum(len(text) for _, _, text in claims) <= INLINE_KEY_CHARS:
+        keyed = _keys(claims)
+    else:
+        keyed = await run(_keys, claims)
+
+    def ctes(arrays: Binder) -> list[str]:
+        values = arrays(
+            [
+                ([k[0] for k in keyed], "text"),
+                ([k[1] for k in keyed], "text"),
+                ([k[2] for k in keyed], "bytea"),
+            ]
+        )
+        return [
+            f"claim_keyed AS (INSERT INTO claim_keys (claim_id, collection, key) "
+            f"SELECT * FROM unnest({values}) ON CONFLICT (claim_id) DO NOTHING)"
+        ]
+
+    return ctes
+
+
+_SQL_UNKEYED: Final = f"""
+    SELECT c.id, c.collection, c.text FROM claims c
+    WHERE NOT EXISTS (SELECT 1 FROM claim_keys k WHERE k.claim_id = c.id)
+    ORDER BY c.seq LIMIT {BACKFILL_ROWS}"""
+_SQL_INSERT_KEYS: Final = """
+    INSERT INTO claim_keys (claim_id, collection, key)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]) ON CONFLICT (claim_id) DO NOTHING"""
+
+
+async def backfill(pool: Pool) -> int:
+    """Key every stored claim that has no key yet (claims stored before sql/013), a few hundred
+    at a time, off the event loop; returns how many. Once all have keys a start-up costs one
+    anti-join that finds nothing."""
+    written = 0
+    while True:
+        rows = await pool.fetch(_SQL_UNKEYED)
+        if not rows:
+            break
+        keyed = await asyncio.to_thread(
+            _keys, [(r["id"], r["collection"], r["text"]) for r in rows]
+        )
+        del rows
+        await pool.execute(
+            _SQL_INSERT_KEYS,
+            [k[0] for k in keyed],
+            [k[1] for k in keyed],
+            [k[2] for k in keyed],
+        )
+        written += len(keyed)
+    if written:
+        log.info("keyed %d claims stored before claim keys existed", written)
+    return written
+
+
+# --- the look-ups ------------------------------------------------------------------------------
+
+_SQL_EVIDENCE_BY_TEXT: Final = f"""
+    SELECT id, left(title, {SHOWN_CHARS}) AS title, left(url, {SHOWN_CHARS}) AS url, chars,
+           true AS same_text, url = $3 AS same_url
+    FROM evidence WHERE collection = $1 AND tms_text_sha256(text) = $2
+    ORDER BY seq LIMIT {SAME_SHOWN}"""
+_SQL_EVIDENCE_BY_URL: Final = f"""
+    SELECT id, left(title, {SHOWN_CHARS}) AS title, left(url, {SHOWN_CHARS}) AS url, chars,
+           false AS same_text, true AS same_url
+    FROM evidence WHERE collection = $1 AND md5(url) = md5($2) AND url = $2
+    ORDER BY seq LIMIT {SAME_SHOWN}"""
+_SQL_CLAIMS_BY_KEY: Final = f"""
+    SELECT u.key, s.id, s.text FROM unnest($2::bytea[]) AS u(key)
+    CROSS JOIN LATERAL (
+        SELECT c.id, left(c.text, {SHOWN_CHARS}) AS text FROM claim_keys k
+        JOIN claims c ON c.id = k.claim_id
+        WHERE k.collection = $1 AND k.key = u.key
+        ORDER BY c.seq LIMIT {SAME_SHOWN}) AS s"""
+# The records a link may target, and evidence (to say that it is evidence), by id: $2 and $3
+# bound the ids (a whole id: itself and itself; the beginning of one: from it to it followed by
+# "g", past every hex digit), $4 is how the id ends ('' for any). The ids are "C"-collated, so
+# each table reads one range of its primary key, whatever the plan's parameters.
+_SQL_TARGETS: Final = " UNION ALL ".join(
+    f"""(SELECT id, '{kind}' AS kind, left({text}, {SHOWN_CHARS}) AS text, {relation} AS relation
+        FROM {table}
+        WHERE id >= $2::text AND id <= $3::text AND collection = $1
+          AND right(id, length($4::text)) = $4::text
+        ORDER BY id LIMIT 2)"""
+    for table, kind, text, relation in (
+        ("claims", "claim", "text", "NULL::text"),
+        ("links", "link", "quote", "relation"),
+        ("contradictions", "contradiction", "reason", "NULL::text"),
+        ("evidence", "evidence", "coalesce(title, url, '')", "NULL::text"),
+    )
+)
+
+
+class Lookups:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def evidence(
+        self, readable: ReadableCollection, text_sha256: bytes | None, url: str | None
+    ) -> list[SameEvidence]:
+        """Evidence of the collection whose text has this sha256, or whose URL is this one:
+        each once, the same text first."""
+        slug = readable.slug
+        found: dict[str, SameEvidence] = {}
+        if text_sha256 is not None:
+            for r in await self.pool.fetch(_SQL_EVIDENCE_BY_TEXT, slug, text_sha256, url):
+                found[r["id"]] = _same(r)
+        if url:
+            for r in await self.pool.fetch(_SQL_EVIDENCE_BY_URL, slug, url):
+                if r["id"] in found:
+                    found[r["id"]]["same_url"] = True
+                else:
+                    found[r["id"]] = _same(r)
+        return list(found.values())
+
+    async def claims(
+        self, readable: ReadableCollection, keys: Sequence[bytes]
+    ) -> dict[bytes, list[Found]]:
+        """The collection's claims with each key (`claim_key`), oldest first, a few per key."""
+        slug = readable.slug
+        if not keys:
+            return {}
+        same: dict[bytes, list[Found]] = {}
+        for r in await self.pool.fetch(_SQL_CLAIMS_BY_KEY, slug, list(dict.fromkeys(keys))):
+            same.setdefault(bytes(r["key"]), []).append(
+                {"id": r["id"], "kind": "claim", "text": r["text"], "relation": None}
+            )
+        return same
+
+    async def targets(
+        self, readable: ReadableCollection, refs: Sequence[Reference]
+    ) -> list[list[Found]]:
+        """For each reference, the collection's records it may name: none, one, or (for the
+        beginning of an id) several, of which at most two per kind are returned, enough to say
+        that it is ambiguous."""
+        slug = readable.slug
+        found: list[list[Found]] = []
+        for ref in refs:
+            if len(ref.head) < MIN_LOOKUP_HEX:  # never read a range of a whole table
+                found.append([])
+                continue
+            high = ref.head if ref.whole else f"{ref.head}g"
+            rows = await self.pool.fetch(_SQL_TARGETS, slug, ref.head, high, ref.tail)
+            found.append([_found(r) for r in rows])
+        return found
+
+
+def _found(r: Any) -> Found:
+    return {"id": r["id"], "kind": r["kind"], "text": r["text"], "relation": r["relation"]}
+
+
+def _same(r: Any) -> SameEvidence:
+    return {
+        "id": r["id"],
+        "title": r["title"],
+        "url": r["url"],
+        "chars": int(r["chars"]),
+        "same_text": bool(r["same_text"]),
+        "same_url": bool(r["same_url"]),
+    }
