@@ -135,6 +135,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._idle[self] = None  # to the end: it is the latest idle
             self._arm(self.limits.head_seconds + self.timeout_keep_alive, "a new request")
 
+    def handle_websocket_upgrade(self) -> None:
+        """The connection is the WebSocket protocol's from here (`tms.http.websocket`): this
+        one's deadline must not close it, and it is no idle HTTP connection any more."""
+        self._disarm()
+        self._idle.pop(self, None)
+        super().handle_websocket_upgrade()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._idle.pop(self, None)

@@ -8,6 +8,7 @@ trips, so no door can become an oracle for which slugs or ids exist.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import NotAReader, NotAUser
@@ -33,9 +34,58 @@ def not_a_reader(slug: str) -> NotAReader:
     )
 
 
+_MADE_HERE: Final = object()  # the token only `Access` holds: the capabilities below are its
+
+
+@dataclass(frozen=True, slots=True)
+class ReadableCollection:
+    """One collection a key may read, as checked when this was made: what a read service of one
+    collection takes instead of a bare slug, so that a door cannot forget to ask."""
+
+    pubkey: PubKey
+    slug: Slug
+    _token: object = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self._token is not _MADE_HERE:
+            raise TypeError("a ReadableCollection is made only by tms.ledger.access.Access")
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """A key and every collection it may read (sorted), as checked when this was made. A
+    long-lived holder (a relay connection) makes a new one when membership may have changed."""
+
+    pubkey: PubKey
+    slugs: tuple[Slug, ...]
+    _token: object = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self._token is not _MADE_HERE:
+            raise TypeError("a Reader is made only by tms.ledger.access.Access")
+
+    def may_read(self, slug: Slug) -> bool:
+        return slug in self.slugs
+
+    def collection(self, slug: Slug) -> ReadableCollection:
+        """The one collection, or `NotAReader` (the same for a missing and a closed one)."""
+        if slug not in self.slugs:
+            raise not_a_reader(slug)
+        return ReadableCollection(self.pubkey, slug, _MADE_HERE)
+
+
 class Access:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+
+    async def reader(self, pubkey: PubKey) -> Reader:
+        """The key's read capability: every collection it may read now (one query)."""
+        return Reader(pubkey, tuple(await self.readable(pubkey)), _MADE_HERE)
+
+    async def collection(self, pubkey: PubKey, slug: Slug) -> ReadableCollection:
+        """One collection the key may read, or `NotAReader`."""
+        await self.require_reader(pubkey, slug)
+        return ReadableCollection(pubkey, slug, _MADE_HERE)
 
     async def can_read(self, pubkey: PubKey, slug: Slug) -> bool:
         """Owner or current member. A name no collection can have is simply not readable."""

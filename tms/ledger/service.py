@@ -71,11 +71,17 @@ class Ledger:
         # operator's commands, which never publish.
         self.log = TransparencyLog(pool, log or LogSigner.throwaway())
         self._commits = GroupCommitter(publish_pool or pool, _off_loop(_QUOTES), self.log)
+        self._embedding: set[asyncio.Task[tuple[int, str | None]]] = set()  # not waited for
 
     # --- publishing ------------------------------------------------------------------------
 
-    async def publish(self, events: object, *, now: int | None = None) -> PublishResult:
-        """Store a batch of signed events, all or nothing (SPEC "Publishing")."""
+    async def publish(
+        self, events: object, *, now: int | None = None, wait_for_vectors: bool = True
+    ) -> PublishResult:
+        """Store a batch of signed events, all or nothing (SPEC "Publishing"). Without
+        `wait_for_vectors` (the relay, whose OK means "committed") the answer comes at commit
+        and its claims are embedded meanwhile, as they would be within the wait; the answer
+        then says `embedded: 0`."""
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
         if self.throttle is not None:
@@ -95,6 +101,12 @@ class Ledger:
         }
         if plan.superseded:  # only then: the usual answer stays exactly SPEC's
             result["superseded"] = plan.superseded
+        if not wait_for_vectors:
+            embedding = asyncio.create_task(self._embed(plan), name="tms-embed")
+            self._embedding.add(embedding)
+            embedding.add_done_callback(self._embedding.discard)
+            result["embedded"] = 0
+            return result
         embedded, error = await self._embed(plan)
         if error is None:
             result["embedded"] = embedded
