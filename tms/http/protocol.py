@@ -118,6 +118,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._disarm()
         self._in_body = False
         super().on_message_complete()
+        if self.parser.should_upgrade() and self._should_upgrade():
+            return  # a WebSocket upgrade: there is no HTTP cycle, the connection moves on
         if self.cycle.response_complete:  # answered before its body ended (a 413, a 429...)
             self._await_next()
 
