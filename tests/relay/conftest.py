@@ -7,38 +7,8 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from factories import (
-    MEMBER,
-    OWNER,
-    OWNER2,
-    Live,
-    fresh_database,
-    live_server,
-    members,
-    settings,
-    terms,
-)
-
-from tms.ledger.service import Ledger
-from tms.store.database import open_pool
-
-
-async def seed(url: str) -> None:
-    pool = await open_pool(url, min_size=1, max_size=2)
-    try:
-        ledger = Ledger(pool)
-        await ledger.approve([OWNER.pubkey, OWNER2.pubkey])
-        await ledger.publish(
-            [
-                terms(OWNER),
-                terms(OWNER2),
-                members(OWNER, "rel", [MEMBER.pubkey]),
-                terms(MEMBER),
-                members(OWNER2, "other", []),
-            ]
-        )
-    finally:
-        await pool.close()
+from factories import Live, fresh_database, live_server, settings
+from relay_client import seed
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,12 @@ import json
 import time
 from typing import Any, Final
 
+from factories import MEMBER, OWNER, OWNER2, members, terms
 from websockets.asyncio.client import ClientConnection, connect
 
+from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.store.database import open_pool
 
 WAIT_SECONDS: Final = 10.0
 
@@ -84,3 +87,23 @@ class Client:
                 return events, message
             else:
                 raise AssertionError(f"unexpected message: {message}")
+
+
+async def seed(url: str) -> None:
+    """One collection (`rel`, owned by OWNER, MEMBER a member) and another (`other`, OWNER2's
+    alone)."""
+    pool = await open_pool(url, min_size=1, max_size=2)
+    try:
+        ledger = Ledger(pool)
+        await ledger.approve([OWNER.pubkey, OWNER2.pubkey])
+        await ledger.publish(
+            [
+                terms(OWNER),
+                terms(OWNER2),
+                members(OWNER, "rel", [MEMBER.pubkey]),
+                terms(MEMBER),
+                members(OWNER2, "other", []),
+            ]
+        )
+    finally:
+        await pool.close()

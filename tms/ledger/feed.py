@@ -38,7 +38,7 @@ from tms.errors import one_line
 from tms.ledger.filters import BIG_BYTES, Stored, StoredEvents
 from tms.ledger.writes import CHANNEL
 from tms.store.database import Pool
-from tms.types import Slug
+from tms.types import KIND_MEMBERS, Slug
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,17 @@ _COLUMNS: Final = f"""e.seq, e.id, e.pubkey, e.created_at, e.kind, e.tags, e.sig
     CASE WHEN octet_length(e.content) <= {BIG_BYTES} THEN e.content END AS content"""
 _SQL_FETCH: Final = f"""
     SELECT {_COLUMNS}
-    FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(collection, lo, hi, n)
+    FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[])
+         WITH ORDINALITY AS u(collection, lo, hi, kind, n)
     CROSS JOIN LATERAL (
         SELECT * FROM events e
-        WHERE e.seq BETWEEN u.lo AND u.hi AND e.collection IS NOT DISTINCT FROM u.collection) e
+        WHERE e.seq BETWEEN u.lo AND u.hi AND e.collection IS NOT DISTINCT FROM u.collection
+          AND (u.kind IS NULL OR e.kind = u.kind)) e
     ORDER BY u.n, e.seq"""
 _SQL_RANGE: Final = f"""
     SELECT {_COLUMNS} FROM events e
     WHERE e.seq > $2 AND e.seq <= $3 AND e.collection IS NOT DISTINCT FROM $1::text
+      AND ($4::int IS NULL OR e.kind = $4::int)
     ORDER BY e.seq LIMIT {CATCH_UP_PAGE}"""
 _SQL_POSITIONS: Final = """
     SELECT c.slug AS collection,
@@ -72,6 +75,7 @@ _SQL_POSITIONS: Final = """
     SELECT NULL, (SELECT max(seq) FROM events WHERE collection IS NULL)"""
 
 Key = Slug | None  # a collection, or None for profiles and terms
+Range = tuple[Key, int, int, int | None]  # first and last seq; only this kind (None: all)
 Deliver = Callable[[Sequence[Stored]], None]
 _CATCH_UP: Final = object()
 
@@ -152,11 +156,11 @@ class CommitFeed:
 
     def _notified(self, conn: object, pid: int, channel: str, payload: object) -> None:
         try:
-            collection, first, last = json.loads(str(payload))
+            collection, first, last, lists = json.loads(str(payload))
         except (ValueError, TypeError):
             log.error("the commit feed got a notification it cannot read: %.200s", payload)
             return
-        self._put((collection, int(first), int(last)))
+        self._put((collection, int(first), int(last), bool(lists)))
 
     def _put(self, item: object) -> None:
         self._inbox.append(item)
@@ -183,22 +187,26 @@ class CommitFeed:
                 if stored:
                     self.deliver(stored)
 
-    def _unseen(self, items: list[object]) -> list[tuple[Key, int, int]]:
-        ranges = []
+    def _unseen(self, items: list[object]) -> list[Range]:
+        """What to fetch: the events of collections someone listens to, and of the others
+        only their member lists (they change who may read: a key may gain a collection)."""
+        ranges: list[Range] = []
         for item in items:
             assert isinstance(item, tuple)
-            key, first, last = item
+            key, first, last, lists = item
             seen = self.seen.get(key, 0)
             if last <= seen:
                 continue  # handed over already (by a catch-up)
             if self.wanted(key):
-                ranges.append((key, max(first, seen + 1), last))
+                ranges.append((key, max(first, seen + 1), last, None))
+            elif lists:
+                ranges.append((key, max(first, seen + 1), last, KIND_MEMBERS))
             self.seen[key] = last
         return ranges
 
-    async def _fetch(self, ranges: list[tuple[Key, int, int]]) -> list[Stored]:
-        keys, firsts, lasts = (list(column) for column in zip(*ranges, strict=True))
-        rows = await self.pool.fetch(_SQL_FETCH, keys, firsts, lasts)
+    async def _fetch(self, ranges: list[Range]) -> list[Stored]:
+        keys, firsts, lasts, kinds = (list(column) for column in zip(*ranges, strict=True))
+        rows = await self.pool.fetch(_SQL_FETCH, keys, firsts, lasts, kinds)
         return [await self.stored.stored(row) for row in rows]
 
     async def _catch_up(self) -> None:
@@ -209,14 +217,14 @@ class CommitFeed:
             seen = self.seen.get(key, 0)
             if last <= seen:
                 continue
-            if self.wanted(key):
-                while seen < last:
-                    rows = await self.pool.fetch(_SQL_RANGE, key, seen, last)
-                    if not rows:
-                        break
-                    self.deliver([await self.stored.stored(row) for row in rows])
-                    seen = rows[-1]["seq"]
-                    self.seen[key] = seen
+            only = None if self.wanted(key) else KIND_MEMBERS  # as `_unseen`
+            while seen < last:
+                rows = await self.pool.fetch(_SQL_RANGE, key, seen, last, only)
+                if not rows:
+                    break
+                self.deliver([await self.stored.stored(row) for row in rows])
+                seen = rows[-1]["seq"]
+                self.seen[key] = seen
             self.seen[key] = last
 
     async def _positions(self) -> dict[Key, int]:

@@ -399,7 +399,7 @@ class Connection:
 
     async def _scope(self, sub_id: str) -> Reader | ReadableCollection:
         """What this key reads here, or `Refused` (auth-required / restricted / rate-limited)."""
-        if self._pubkey is None or self.reader is None:
+        if self._pubkey is None:
             self._refused(Refusal.UNAUTHENTICATED)
             raise Refused(sub_id, AUTH_REQUIRED)
         try:
@@ -407,6 +407,7 @@ class Connection:
         except RateLimited as exc:
             self.relay.refusals.refused(exc, ROUTE)
             raise Refused(sub_id, reason(exc)) from None
+        self.reader = await self.relay.access.reader(self._pubkey)  # checked once per request
         if self.slug is not None:
             try:
                 return self.reader.collection(self.slug)

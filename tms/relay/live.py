@@ -128,7 +128,8 @@ class Hub:
     def _member_list(self, slug: Slug, event: Event) -> None:
         members = set(json.loads(event.content).get("members", ()))
         owner = self.owners.get(slug)
-        self.people.setdefault(slug, set()).update(members)
+        if slug in self.people:  # watched: its people grow (a list never shrinks them)
+            self.people[slug].update(members)
         told: set[int] = set()
         for sub in list(self.by_slug.get(slug, ())):
             if sub.client.pubkey not in members and sub.client.pubkey != owner:
