@@ -78,15 +78,27 @@ class Ledger:
     async def publish(
         self, events: object, *, now: int | None = None, wait_for_vectors: bool = True
     ) -> PublishResult:
-        """Store a batch of signed events, all or nothing (SPEC "Publishing"). Without
-        `wait_for_vectors` (the relay, whose OK means "committed") the answer comes at commit
-        and its claims are embedded meanwhile, as they would be within the wait; the answer
-        then says `embedded: 0`."""
+        """Store a batch of signed events, all or nothing (SPEC "Publishing"): `check`, then
+        `commit`."""
+        return await self.commit(await self.check(events, now=now), wait_for_vectors)
+
+    async def check(self, events: object, *, now: int | None = None) -> list[Parsed]:
+        """A batch's envelopes, signatures and content schemas checked, and its signers' rate
+        limits spent: what `commit` takes."""
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
         if self.throttle is not None:
             # Only now, with every signature verified: a forged event spends nobody's budget.
             await self.throttle.keys([item.event.pubkey for item in batch])
+        return batch
+
+    async def commit(self, batch: list[Parsed], wait_for_vectors: bool = True) -> PublishResult:
+        """Judge a checked batch and store it if it passes. The batch takes its place among the
+        batches waiting for its collections before this coroutine first waits, so batches whose
+        `commit`s start in order (tasks created in order) are judged in that order: the relay
+        lets a connection's events follow each other without waiting for each. Without
+        `wait_for_vectors` (the relay, whose OK means "committed") the answer comes at commit,
+        its claims are embedded meanwhile, and it says `embedded: 0`."""
         try:
             plan, checkpoints = await self._commits.commit(batch)
         except QuoteNotFound as refusal:

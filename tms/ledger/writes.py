@@ -36,10 +36,11 @@ from tms.types import EMBEDDED_KINDS, KIND_CLAIM, KIND_MEMBERS, EventId, PubKey,
 
 # What committed, for whoever listens (the relay's live subscriptions, on every server process):
 # one notification per collection the statement wrote (null for profiles and terms), holding
-# the first and last `seq` it gave them, and whether it holds a member list. PostgreSQL delivers it only once the transaction
-# commits, never for one that rolls back, and in commit order; and since every collection's
-# events (and all profiles and terms) are written under one lock, each one's `seq` grows in
-# commit order, so the feed can catch up from the last `seq` it saw of each (tms.ledger.feed).
+# the first and last `seq` it gave them, and whether it holds a member list. PostgreSQL
+# delivers it only once the transaction commits, never for one that rolls back, and in commit
+# order; and since every collection's events (and all profiles and terms) are written under
+# one lock, each one's `seq` grows in commit order, so the feed can catch up from the last
+# `seq` it saw of each (tms.ledger.feed).
 CHANNEL: Final = "tms_events"
 NOTIFY_SQL: Final = f"""
     SELECT count(pg_notify('{CHANNEL}', json_build_array(collection, lo, hi, lists)::text))

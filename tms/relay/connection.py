@@ -1,9 +1,12 @@
 """One client's relay connection: its AUTH state, its subscriptions, and its queue of messages
 to send.
 
-Messages from the client are handled one at a time, in the order they arrive: an EVENT is judged
-and committed (or refused) before the next message is read, so a link may follow its evidence on
-one connection, while the events of many connections are committed together (group commit).
+Messages from the client are handled in the order they arrive. EVENTs are checked (envelope,
+signature, schema) one by one, then committed without waiting for each other: those for the same
+collections join its queue in arrival order and are judged in that order, usually in one group
+commit (so a link may follow its evidence, and a client with many events in flight gets them
+committed together); an event for other collections waits until those before it are answered,
+and so does any other message (a read after a write sees it).
 Writes need no AUTH: `Ledger.publish` judges a one-event batch exactly as it judges any batch.
 Reads (REQ, COUNT) need an authenticated key that may read: NIP-42 AUTH, or the login cookie of
 a same-origin browser (`tms.relay.endpoint`).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import secrets
@@ -46,12 +50,14 @@ from tms.ledger.feed import CommitFeed
 from tms.ledger.filters import Stored, StoredEvents
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
+from tms.ledger.writes import lock_keys
 from tms.nostr import nip42
 from tms.nostr.events import is_hex64
 from tms.nostr.filters import Filter
 from tms.relay import messages
 from tms.relay.limits import (
     DEFAULT_LIMIT,
+    MAX_IN_FLIGHT,
     MAX_SEARCH_RESULTS,
     MAX_SUBSCRIPTIONS,
     OUTBOX_BYTES,
@@ -69,6 +75,7 @@ from tms.relay.messages import (
     ReqMessage,
 )
 from tms.relay.prefixes import reason
+from tms.results import PublishResult
 from tms.search.search import Search
 from tms.services import Services
 from tms.store.database import is_database_down
@@ -167,6 +174,8 @@ class Connection:
         self._room.set()
         self._writer: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[PublishResult]] = set()  # events not yet answered
+        self._lane: tuple[str, ...] = ()  # the lock keys of the events in flight
 
     @property
     def pubkey(self) -> PubKey | None:
@@ -288,6 +297,8 @@ class Connection:
         if isinstance(message, CloseMessage):
             self._unsubscribe(message.sub_id)
             return
+        if not isinstance(message, EventMessage):
+            await self.settle()  # a read after a write sees it
         try:
             await self.relay.throttle.address(self.address)
         except RateLimited as exc:
@@ -339,19 +350,45 @@ class Connection:
                 )
             )
             return
+        ledger = self.relay.ledger
         try:
-            result = await self.relay.ledger.publish([message.event], wait_for_vectors=False)
+            batch = await ledger.check([message.event])
         except TMSError as exc:
             self.relay.refusals.refused(exc, ROUTE)
             self.send(messages.ok(message.id, False, reason(exc)))
             return
-        except Exception as exc:
-            self.send(messages.ok(message.id, False, self._failed(exc)))
+        keys = lock_keys(batch)
+        if keys != self._lane:  # another collection: what it may depend on commits first
+            await self.settle()
+        while len(self._inflight) >= MAX_IN_FLIGHT:
+            await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
+        # Started in arrival order, each takes its place in its collection's queue before it
+        # first waits: judged in that order, committed together with the others waiting.
+        task = asyncio.create_task(ledger.commit(batch, wait_for_vectors=False))
+        task.add_done_callback(functools.partial(self._answer, message.id))
+        self._inflight.add(task)
+        self._lane = keys
+
+    async def settle(self) -> None:
+        """Until every event sent so far is committed or refused (and answered)."""
+        if self._inflight:
+            await asyncio.wait(set(self._inflight))
+
+    def _answer(self, event_id: str, task: asyncio.Task[PublishResult]) -> None:
+        self._inflight.discard(task)
+        if task.cancelled():
             return
-        if message.id in result["skipped"]:
-            self.send(messages.ok(message.id, True, "duplicate: already stored"))
+        exc = task.exception()
+        if exc is None:
+            if event_id in task.result()["skipped"]:
+                self.send(messages.ok(event_id, True, "duplicate: already stored"))
+            else:
+                self.send(messages.ok(event_id, True, ""))
+        elif isinstance(exc, TMSError):
+            self.relay.refusals.refused(exc, ROUTE)
+            self.send(messages.ok(event_id, False, reason(exc)))
         else:
-            self.send(messages.ok(message.id, True, ""))
+            self.send(messages.ok(event_id, False, self._failed(exc)))
 
     def _other_collection(self, event: dict[str, object]) -> str | None:
         """On a collection's relay, the collection another event names (None: this one, or

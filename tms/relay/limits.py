@@ -18,4 +18,5 @@ OUTBOX_BYTES: Final = 8 * MiB  # queued for one client, not yet written: past th
 OUTBOX_MESSAGES: Final = 20_000
 STALL_SECONDS: Final = 30.0  # a stored answer waits this long for a client to read, at most
 NOTICE_SECONDS: Final = 2.0  # time given to a closing NOTICE to go out
+MAX_IN_FLIGHT: Final = 64  # a connection's events checked but not yet answered
 INBOX_MESSAGES: Final = 16  # client messages read ahead before reading from it pauses
