@@ -234,7 +234,7 @@ async def test_malformed_and_unknown_messages_get_a_notice_and_the_connection_st
             assert answer[0] == "NOTICE" and answer[1].startswith("invalid: "), (junk, answer)
         await client.send(["REQ", "x" * 65, {}])
         assert (await client.recv())[0] == "NOTICE"
-        events, end = await client.req("bad", {"ids": ["abc"]})
+        _, end = await client.req("bad", {"ids": ["abc"]})
         assert end[0] == "CLOSED" and end[2].startswith("invalid: ") and "64-character" in end[2]
         _, end = await client.req("bad", {"colour": "red"})
         assert end[0] == "CLOSED" and "unknown filter field 'colour'" in end[2]

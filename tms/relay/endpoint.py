@@ -88,48 +88,58 @@ async def relay_socket(websocket: WebSocket) -> None:
 
 
 async def _serve(websocket: WebSocket, conn: Connection, idle_seconds: float, lent: Any) -> None:
-    gone = False
+    """Read until the client leaves, or the connection must end (behind, idle)."""
+    reading = asyncio.create_task(_read(websocket, conn, idle_seconds, lent))
     ended = asyncio.ensure_future(conn.ended.wait())
+    gone = False
     try:
-        await conn.open()
-        if lent is not None:
-            lent.idle(True)
-        while True:
-            receiving = asyncio.ensure_future(websocket.receive())
-            idle = conn.idle_for()
-            timeout = None if idle is None else max(0.0, idle_seconds - idle)
-            done, _ = await asyncio.wait(
-                {receiving, ended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            if receiving not in done:
-                receiving.cancel()
-                if ended not in done:
+        await asyncio.wait({reading, ended}, return_when=asyncio.FIRST_COMPLETED)
+        if reading.done():
+            gone = reading.result()
+    finally:
+        for task in (reading, ended):
+            task.cancel()
+        await asyncio.gather(reading, ended, return_exceptions=True)
+        await conn.close(NOTICE_SECONDS if conn.ending is not None and not gone else 0.0)
+        if not gone:
+            await _close(websocket, conn, lent)
+
+
+async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, lent: Any) -> bool:
+    """Each message in turn; True once the client has gone, False when the connection ends
+    for being idle."""
+    await conn.open()
+    if lent is not None:
+        lent.idle(True)
+    while True:
+        idle = conn.idle_for()
+        if idle is None:
+            message = await websocket.receive()
+        else:
+            try:
+                message = await asyncio.wait_for(websocket.receive(), max(0.0, idle_seconds - idle))
+            except TimeoutError:
+                if (conn.idle_for() or 0.0) >= idle_seconds:
                     conn.end(
                         "idle",
                         f"closing an idle connection: no subscription and no message for "
                         f"{idle_seconds:g} s",
                     )
-                break
-            message = receiving.result()
-            if message["type"] == "websocket.disconnect":
-                gone = True
-                break
-            text = message.get("text")
+                    return False
+                continue
+        if message["type"] == "websocket.disconnect":
+            return True
+        text = message.get("text")
+        if text is None:
+            text = _text(message.get("bytes") or b"")
             if text is None:
-                text = _text(message.get("bytes") or b"")
-                if text is None:
-                    conn.send(messages.notice("invalid: messages are UTF-8 JSON text"))
-                    continue
-            try:
-                await conn.handle(text)
-            except Exception:
-                log.exception("internal error on the relay")
-                conn.send(messages.notice("error: internal error"))
-    finally:
-        ended.cancel()
-        await conn.close(NOTICE_SECONDS if conn.ending is not None and not gone else 0.0)
-        if not gone:
-            await _close(websocket, conn, lent)
+                conn.send(messages.notice("invalid: messages are UTF-8 JSON text"))
+                continue
+        try:
+            await conn.handle(text)
+        except Exception:
+            log.exception("internal error on the relay")
+            conn.send(messages.notice("error: internal error"))
 
 
 async def _close(websocket: WebSocket, conn: Connection, lent: Any) -> None:
