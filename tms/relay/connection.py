@@ -93,6 +93,10 @@ AUTH_REQUIRED: Final = (
 REAUTHENTICATED: Final = (
     "auth-required: this connection authenticated as another key; subscribe again"
 )
+FEED_WAIT_SECONDS: Final = 10.0
+FEED_NOT_READY: Final = (
+    "error: live delivery is not ready (the database is not answering yet); try again shortly"
+)
 NOT_LIVE: Final = (
     "unsupported: search results are not live (NIP-50 ranks what is stored); REQ again "
     "without search to follow new events"
@@ -388,7 +392,7 @@ class Connection:
             self.relay.refusals.refused(exc, ROUTE)
             self.send(messages.ok(event_id, False, reason(exc)))
         else:
-            self.send(messages.ok(event_id, False, self._failed(exc)))
+            self.send(messages.ok(event_id, False, self.failure(exc)))
 
     def _other_collection(self, event: dict[str, object]) -> str | None:
         """On a collection's relay, the collection another event names (None: this one, or
@@ -480,7 +484,10 @@ class Connection:
                     message.sub_id,
                     "invalid: search covers claims (kind 4702) and contradictions (kind 4704) only",
                 )
-        await self.relay.feed.ready.wait()
+        try:
+            await asyncio.wait_for(self.relay.feed.ready.wait(), FEED_WAIT_SECONDS)
+        except TimeoutError:
+            raise Refused(message.sub_id, FEED_NOT_READY) from None
         live = [f for f in message.filters if f.search is None]
         slugs = [scope.slug] if isinstance(scope, ReadableCollection) else scope.slugs
         sub = Subscription(self, message.sub_id, live, slugs)
@@ -495,7 +502,7 @@ class Connection:
                 await self._stored(message.sub_id, scope, wanted, sent)
         except Exception as exc:
             self._unsubscribe(message.sub_id)
-            self.send(messages.closed(message.sub_id, self._failed(exc)))
+            self.send(messages.closed(message.sub_id, self.failure(exc)))
             return
         self.send(messages.eose(message.sub_id))
         if live:
@@ -554,7 +561,7 @@ class Connection:
         try:
             number = await self.relay.stored.count(scope, message.filters)
         except Exception as exc:
-            self.send(messages.closed(message.sub_id, self._failed(exc)))
+            self.send(messages.closed(message.sub_id, self.failure(exc)))
             return
         self.send(messages.count(message.sub_id, number))
 
@@ -590,7 +597,8 @@ class Connection:
 
     # --- failures -------------------------------------------------------------------------------
 
-    def _failed(self, exc: BaseException) -> str:
+    def failure(self, exc: BaseException) -> str:
+        """What to tell the client of an error that is not its refusal (logged here)."""
         if isinstance(exc, TMSError):
             return reason(exc)
         if is_database_down(exc):

@@ -94,8 +94,14 @@ async def _serve(websocket: WebSocket, conn: Connection, idle_seconds: float, le
     gone = False
     try:
         await asyncio.wait({reading, ended}, return_when=asyncio.FIRST_COMPLETED)
-        if reading.done():
-            gone = reading.result()
+        if reading.done() and not reading.cancelled():
+            failed = reading.exception()
+            if failed is None:
+                gone = reading.result()
+            elif isinstance(failed, WebSocketDisconnect):
+                gone = True
+            else:
+                conn.end("failed", conn.failure(failed))
     finally:
         for task in (reading, ended):
             task.cancel()
@@ -137,9 +143,8 @@ async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, len
                 continue
         try:
             await conn.handle(text)
-        except Exception:
-            log.exception("internal error on the relay")
-            conn.send(messages.notice("error: internal error"))
+        except Exception as exc:  # never a traceback on the wire
+            conn.send(messages.notice(conn.failure(exc)))
 
 
 async def _close(websocket: WebSocket, conn: Connection, lent: Any) -> None:
