@@ -47,7 +47,7 @@ from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
 from tms.ledger.access import Access, ReadableCollection, Reader, not_a_reader
 from tms.ledger.feed import CommitFeed
-from tms.ledger.filters import Stored, StoredEvents
+from tms.ledger.filters import PAGE, Stored, StoredEvents
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
 from tms.ledger.writes import lock_keys
@@ -457,11 +457,7 @@ class Connection:
                 raise Refused(sub_id, f"restricted: {exc}") from None
         if not self.reader.slugs:
             self._refused(Refusal.NOT_MEMBER, self._pubkey)
-            raise Refused(
-                sub_id,
-                f"restricted: key {self._pubkey} may read no collection here: ask a "
-                "collection's owner to add it",
-            )
+            raise Refused(sub_id, f"restricted: {self._reads_nothing()}")
         return self.reader
 
     async def _req(self, message: ReqMessage) -> None:
@@ -523,12 +519,13 @@ class Connection:
         left = DEFAULT_LIMIT if wanted.limit is None else wanted.limit
         before: int | None = None
         while left > 0 and self.ending is None:
-            page = await self.relay.stored.page(scope, wanted, before=before, size=min(left, 100))
+            size = min(left, PAGE)
+            page = await self.relay.stored.page(scope, wanted, before=before, size=size)
             for stored in page:
                 if stored.event.id not in sent:
                     sent.add(stored.event.id)
                     await self.send_stored(messages.event(sub_id, stored.event.to_json()))
-            if len(page) < min(left, 100):
+            if len(page) < size:
                 return
             left -= len(page)
             before = page[-1].seq
@@ -589,11 +586,17 @@ class Connection:
             return
         self.reader = reader
         for sub_id, sub in list(self.subs.items()):
-            if self.slug is None:
+            if self.slug is None and reader.slugs:
                 await self.relay.hub.rescope(sub, reader.slugs)
+            elif self.slug is None:
+                self._unsubscribe(sub_id)
+                self.send(messages.closed(sub_id, f"restricted: {self._reads_nothing()}"))
             elif not reader.may_read(self.slug):
                 self._unsubscribe(sub_id)
                 self.send(messages.closed(sub_id, f"restricted: {not_a_reader(self.slug)}"))
+
+    def _reads_nothing(self) -> str:
+        return f"key {self._pubkey} may read no collection here: ask a collection's owner to add it"
 
     # --- failures -------------------------------------------------------------------------------
 
