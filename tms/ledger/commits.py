@@ -7,8 +7,8 @@ set of lock keys, a "lane"), and the lane's task takes everything waiting into o
 one lock, one snapshot of what all the batches touch, every batch judged in arrival order
 against the state the ones before it left (on a copy, `Snapshot.copy`, so that a refused batch
 leaves nothing behind), one write for all that passed, one commit. Each caller still gets its
-own answer: its batch accepted whole, or its own refusal; the others are not touched by it. An acknowledged
-event is committed: no caller hears "accepted" before the commit.
+own answer: its batch accepted whole, or its own refusal; the others are not touched by it. An
+acknowledged event is committed: no caller hears "accepted" before the commit.
 
 Should the group's transaction fail for any reason but a lost database, its batches are tried
 again one by one, each in a transaction of its own, so that an error rolls back only the batch
