@@ -345,14 +345,12 @@ class Connection:
         elsewhere = self._other_collection(message.event)
         if elsewhere is not None:
             self._refused(Refusal.INVALID)
-            self.send(
-                messages.ok(
-                    message.id,
-                    False,
-                    f"invalid: this relay is collection '{self.slug}'; an event of collection "
-                    f"'{elsewhere}' goes to that collection's relay, /c/{elsewhere}, or to /",
-                )
+            here = shown(self.slug or "")
+            said = (
+                f"invalid: this relay is collection '{here}'; an event of collection "
+                f"'{elsewhere}' goes to that collection's relay, /c/{elsewhere}, or to /"
             )
+            self.send(messages.ok(message.id, False, said))
             return
         ledger = self.relay.ledger
         try:

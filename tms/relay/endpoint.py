@@ -27,6 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tms.config import Settings
 from tms.guard import clients
+from tms.http.websocket import EXTENSION
 from tms.nostr.nip42 import normalize_relay_url
 from tms.relay import info, messages
 from tms.relay.connection import Connection, Relay
@@ -35,7 +36,6 @@ from tms.web.login import COOKIE, Keyring
 
 log = logging.getLogger(__name__)
 
-EXTENSION: Final = "tms.websocket"  # what tms.http.websocket lends the app, in the scope
 CLOSE_SECONDS: Final = 1.0
 POLICY_VIOLATION: Final = 1008
 
