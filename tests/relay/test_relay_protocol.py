@@ -15,6 +15,7 @@ from factories import (
     OWNER2,
     STRANGER,
     Live,
+    allow_connections,
     claim,
     evidence,
     link,
@@ -308,3 +309,26 @@ async def test_profiles_of_the_collections_people_only(live: Live) -> None:
         assert "Member One" in names and "Owner Two" not in names
         tagged, _ = await client.req("t", {"#p": [OWNER.pubkey]})
         assert tagged == []  # TMS's own kinds carry no tags; only a profile could match
+
+
+async def test_a_database_outage_is_an_error_never_a_crash(live: Live, pg_server_url: str) -> None:
+    """Last in this module: it closes the database for a moment."""
+    async with await member(live) as client:
+        await allow_connections(pg_server_url, live.database_url, False)
+        try:
+            answer = await client.publish(
+                claim(MEMBER, "rel", f"while down {time.time_ns()}", created_at=now())
+            )
+            assert (
+                answer[2] is False and answer[3] == "error: database unavailable, try again shortly"
+            )
+            _, end = await client.req("down", {"kinds": [4705]})
+            assert end == ["CLOSED", "down", "error: database unavailable, try again shortly"]
+        finally:
+            await allow_connections(pg_server_url, live.database_url, True)
+        for _ in range(50):  # and back it comes, on the same connection
+            _, end = await client.req("up", {"kinds": [4705]})
+            if end[0] == "EOSE":
+                break
+            await asyncio.sleep(0.2)
+        assert end == ["EOSE", "up"]

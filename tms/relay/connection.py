@@ -319,22 +319,28 @@ class Connection:
                 await self._count(message)
         except Refused as exc:
             self.send(messages.closed(exc.sub_id, str(exc)))
+        except Exception as exc:  # not the client's doing (the database is away, ...)
+            self._failed_on(message, self.failure(exc))
+
+    def _failed_on(self, message: messages.ClientMessage, said: str) -> None:
+        """Answer a message that failed on our side, in the form the client waits for."""
+        if isinstance(message, ReqMessage | CountMessage):
+            self._unsubscribe(message.sub_id)
+            self.send(messages.closed(message.sub_id, said))
+        elif isinstance(message, EventMessage):
+            self.send(messages.ok(message.id, False, said))
+        elif isinstance(message, AuthMessage) and isinstance(message.event, dict):
+            event_id = message.event.get("id")
+            if isinstance(event_id, str) and is_hex64(event_id):
+                self.send(messages.ok(event_id, False, said))
+            else:
+                self.send(messages.notice(said))
+        else:
+            self.send(messages.notice(said))
 
     def _limited(self, message: messages.ClientMessage, exc: RateLimited) -> None:
         self.relay.refusals.record(Refusal.RATE_LIMITED, ROUTE)
-        said = reason(exc)
-        if isinstance(message, EventMessage):
-            self.send(messages.ok(message.id, False, said))
-        elif isinstance(message, ReqMessage | CountMessage):
-            self.send(messages.closed(message.sub_id, said))
-        elif isinstance(message, AuthMessage) and isinstance(message.event, dict):
-            event_id = message.event.get("id")
-            if isinstance(event_id, str):
-                self.send(messages.ok(event_id, False, said))
-                return
-            self.send(messages.notice(said))
-        else:
-            self.send(messages.notice(said))
+        self._failed_on(message, reason(exc))
 
     def _refused(self, kind: Refusal, pubkey: PubKey | None = None) -> None:
         self.relay.refusals.record(kind, ROUTE, pubkey, self.address)
