@@ -332,6 +332,8 @@ def live_server(
     import uvicorn  # here: the pure tests need neither it nor the app
 
     from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
+    from tms.http.websocket import uvicorn_options
+    from tms.relay.limits import MAX_MESSAGE_BYTES
     from tms.web.app import create_app
 
     server = uvicorn.Server(
@@ -342,6 +344,7 @@ def live_server(
             log_level="warning",
             lifespan="on",
             http=GuardedHttpProtocol.with_limits(limits or ConnectionLimits()),
+            **uvicorn_options(limits or ConnectionLimits(), MAX_MESSAGE_BYTES),
             proxy_headers=False,  # as `tms serve`: X-Forwarded-For only via TMS_TRUSTED_PROXIES
         )
     )

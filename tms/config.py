@@ -100,6 +100,7 @@ class Settings:
     rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_*; none when built by hand
     trusted_proxies: tuple[Network, ...] = ()  # peers whose X-Forwarded-For is believed
     refusals_keep: int = DEFAULT_KEEP  # records the refusal log keeps
+    relay_idle_seconds: float = 300.0  # a relay connection with no subscription, unused, ends
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -143,6 +144,7 @@ class Settings:
             refusals_keep=int(
                 _number(env, "TMS_REFUSALS_KEEP", DEFAULT_KEEP, 100, 100_000_000, "")
             ),
+            relay_idle_seconds=_number(env, "TMS_RELAY_IDLE_SECONDS", 300, 1, 86400, "seconds"),
         )
 
     @property

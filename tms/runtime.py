@@ -52,6 +52,7 @@ class Runtime:
     exporter: Exporter
     services: Services
     health: database.HealthCheck
+    database_url: str  # for what needs a connection of its own (the relay's commit feed)
 
     @property
     def access(self) -> Access:
@@ -144,7 +145,7 @@ async def open_runtime(
             stack.push_async_callback(_stop_vectors, loading, services)
             if model_first:
                 await starting.ready.wait()
-        yield Runtime(services.ledger, Exporter(export_pool), services, health)
+        yield Runtime(services.ledger, Exporter(export_pool), services, health, url)
 
 
 class StartingVectors:

@@ -109,6 +109,10 @@ def test_the_guides_python_runs(
     assert "'accepted': [" in lines[2] and "'collections': ['mcas']" in lines[2]
     assert lines[3].endswith("events exported")
     assert (tmp_path / "mcas.jsonl").stat().st_size > 0
+    # Use any Nostr client: AUTH, the stored links, three OKs, and the rebuttal, live
+    assert any(line.startswith("auth: ['OK',") and "True" in line for line in lines)
+    assert sum(line == "ok: True " for line in lines) == 3
+    assert lines[-1] == "rebutted: REBUTS"
 
 
 # Bodies the server refuses before any tool runs: one over the 1 MiB a call may send (413),
@@ -183,7 +187,7 @@ def test_the_guides_javascript_runs(
     script = js_current_packages / name
     script.write_text("\n".join(blocks(guide, "js")), encoding="utf-8")
     result = subprocess.run(
-        ["node", script.name],
+        ["node", *_websocket_flag(), script.name],
         cwd=js_current_packages,
         env=environment(BOT_SECRET_HEX=bots[2].secret.hex()),
         capture_output=True,
@@ -193,6 +197,14 @@ def test_the_guides_javascript_runs(
     assert result.returncode == 0, result.stderr
     assert "slug: 'mcas'" in result.stdout
     assert "accepted: [" in result.stdout
+    assert "rebutted: Symptoms without low DAO activity." in result.stdout  # over the relay
+
+
+def _websocket_flag() -> list[str]:
+    """Node 22 has `WebSocket` built in, as the guide says; Node 20 behind a flag."""
+    version = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=30)
+    major = int(version.stdout.strip().lstrip("v").split(".")[0])
+    return ["--experimental-websocket"] if major < 22 else []
 
 
 def test_the_guides_javascript_throws_the_servers_words_for_a_refused_body(

@@ -105,6 +105,8 @@ def _serve(host: str | None, port: int | None) -> int:
     import uvicorn
 
     from tms.http.protocol import GuardedHttpProtocol
+    from tms.http.websocket import uvicorn_options
+    from tms.relay.limits import MAX_MESSAGE_BYTES
     from tms.web.app import create_app
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
@@ -136,6 +138,7 @@ def _serve(host: str | None, port: int | None) -> int:
         port=port,
         lifespan="on",
         http=GuardedHttpProtocol.with_limits(limits),
+        **uvicorn_options(limits, MAX_MESSAGE_BYTES),  # the relay's WebSocket connections
         proxy_headers=False,  # X-Forwarded-For is read by the app, from TMS_TRUSTED_PROXIES only
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )

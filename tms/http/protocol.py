@@ -118,6 +118,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._disarm()
         self._in_body = False
         super().on_message_complete()
+        if self.parser.should_upgrade() and self._should_upgrade():
+            return  # a WebSocket upgrade: there is no HTTP cycle, the connection moves on
         if self.cycle.response_complete:  # answered before its body ended (a 413, a 429...)
             self._await_next()
 
@@ -134,6 +136,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if not self.transport.is_closing() and not self.pipeline:
             self._idle[self] = None  # to the end: it is the latest idle
             self._arm(self.limits.head_seconds + self.timeout_keep_alive, "a new request")
+
+    def handle_websocket_upgrade(self) -> None:
+        """The connection is the WebSocket protocol's from here (`tms.http.websocket`): this
+        one's deadline must not close it, and it is no idle HTTP connection any more."""
+        self._disarm()
+        self._idle.pop(self, None)
+        super().handle_websocket_upgrade()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

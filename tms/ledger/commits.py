@@ -5,10 +5,10 @@ Publishes to one collection are serialized by its lock, so each used to wait for
 it to take the lock, read, write and commit in turn. Here they wait in a queue instead (one per
 set of lock keys, a "lane"), and the lane's task takes everything waiting into one transaction:
 one lock, one snapshot of what all the batches touch, every batch judged in arrival order
-against the state the ones before it left (on a copy, so that a refused batch leaves nothing
-behind), one write for all that passed, one commit. Each caller still gets its own answer:
-its batch accepted whole, or its own refusal; the others are not touched by it. An acknowledged
-event is committed: no caller hears "accepted" before the commit.
+against the state the ones before it left (on a copy, `Snapshot.copy`, so that a refused batch
+leaves nothing behind), one write for all that passed, one commit. Each caller still gets its
+own answer: its batch accepted whole, or its own refusal; the others are not touched by it. An
+acknowledged event is committed: no caller hears "accepted" before the commit.
 
 Should the group's transaction fail for any reason but a lost database, its batches are tried
 again one by one, each in a transaction of its own, so that an error rolls back only the batch
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -114,7 +113,7 @@ class GroupCommitter:
             members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
             passed: list[Plan] = []
             for waiting in group:
-                trial = snapshot if len(group) == 1 else copy.deepcopy(snapshot)
+                trial = snapshot if len(group) == 1 else snapshot.copy()
                 try:
                     if waiting.expected:
                         check_expected(waiting.batch, trial, waiting.expected)

@@ -92,20 +92,47 @@ class Ledger:
         # operator's commands, which never publish.
         self.log = TransparencyLog(pool, log or LogSigner.throwaway())
         self._commits = GroupCommitter(publish_pool or pool, _off_loop(_QUOTES), self.log)
+        self._embedding: set[asyncio.Task[tuple[int, str | None]]] = set()  # not waited for
 
     # --- publishing ------------------------------------------------------------------------
 
     async def publish(
-        self, events: object, *, now: int | None = None, expected: Expected | None = None
+        self,
+        events: object,
+        *,
+        now: int | None = None,
+        expected: Expected | None = None,
+        wait_for_vectors: bool = True,
     ) -> PublishResult:
-        """Store a batch of signed events, all or nothing (SPEC "Publishing"). `expected`:
-        what the page that signed it saw of its collections (`tms.rules.expected`); a batch
-        made against a state that is gone is refused."""
+        """Store a batch of signed events, all or nothing (SPEC "Publishing"): `check`, then
+        `commit`. `expected`: what the page that signed it saw of its collections
+        (`tms.rules.expected`); a batch made against a state that is gone is refused."""
+        batch = await self.check(events, now=now)
+        return await self.commit(batch, wait_for_vectors, expected=expected)
+
+    async def check(self, events: object, *, now: int | None = None) -> list[Parsed]:
+        """A batch's envelopes, signatures and content schemas checked, and its signers' rate
+        limits spent: what `commit` takes."""
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
         if self.throttle is not None:
             # Only now, with every signature verified: a forged event spends nobody's budget.
             await self.throttle.keys([item.event.pubkey for item in batch])
+        return batch
+
+    async def commit(
+        self,
+        batch: list[Parsed],
+        wait_for_vectors: bool = True,
+        *,
+        expected: Expected | None = None,
+    ) -> PublishResult:
+        """Judge a checked batch and store it if it passes. The batch takes its place among the
+        batches waiting for its collections before this coroutine first waits, so batches whose
+        `commit`s start in order (tasks created in order) are judged in that order: the relay
+        lets a connection's events follow each other without waiting for each. Without
+        `wait_for_vectors` (the relay, whose OK means "committed") the answer comes at commit,
+        its claims are embedded meanwhile, and it says `embedded: 0`."""
         try:
             plan, checkpoints = await self._commits.commit(batch, expected)
         except QuoteNotFound as refusal:
@@ -120,6 +147,12 @@ class Ledger:
         }
         if plan.superseded:  # only then: the usual answer stays exactly SPEC's
             result["superseded"] = plan.superseded
+        if not wait_for_vectors:
+            embedding = asyncio.create_task(self._embed(plan), name="tms-embed")
+            self._embedding.add(embedding)
+            embedding.add_done_callback(self._embedding.discard)
+            result["embedded"] = 0
+            return result
         embedded, error = await self._embed(plan)
         if error is None:
             result["embedded"] = embedded

@@ -32,7 +32,21 @@ from tms.rules.publish import (
 )
 from tms.rules.terms import current_terms
 from tms.store.database import Connection
-from tms.types import KIND_CLAIM, EventId, PubKey, Slug
+from tms.types import KIND_CLAIM, KIND_MEMBERS, EventId, PubKey, Slug
+
+# What committed, for whoever listens (the relay's live subscriptions, on every server process):
+# one notification per collection the statement wrote (null for profiles and terms), holding
+# the first and last `seq` it gave them, and whether it holds a member list. PostgreSQL
+# delivers it only once the transaction commits, never for one that rolls back, and in commit
+# order; and since every collection's events (and all profiles and terms) are written under
+# one lock, each one's `seq` grows in commit order, so the feed can catch up from the last
+# `seq` it saw of each (tms.ledger.feed).
+CHANNEL: Final = "tms_events"
+NOTIFY_SQL: Final = f"""
+    SELECT count(pg_notify('{CHANNEL}', json_build_array(collection, lo, hi, lists)::text))
+    FROM (SELECT collection, min(seq) AS lo, max(seq) AS hi,
+                 bool_or(kind = {KIND_MEMBERS}) AS lists
+          FROM e GROUP BY collection) AS g"""
 
 _UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
 
@@ -181,7 +195,7 @@ async def write(
             FROM unnest({e}) WITH ORDINALITY
                  AS u(id, pubkey, created_at, kind, tags, content, sig, collection, position)
             ORDER BY position
-            RETURNING id, seq, kind)"""
+            RETURNING id, seq, kind, collection)"""
     )
     rows: dict[Table, list[tuple[Any, ...]]] = {}
     for p in plan.accepted:
@@ -229,6 +243,7 @@ async def write(
         _member_lists(statement, plan, members_before)
     for extra in also:
         statement.parts.extend(extra(statement.arrays))
+    statement.result = NOTIFY_SQL
     await conn.execute(statement.sql(), *statement.args)
 
 
@@ -382,6 +397,7 @@ class Statement:
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.args: list[Any] = []
+        self.result = "SELECT 1"  # the statement's own query, after its CTEs
 
     def arrays(self, columns: list[tuple[list[Any], str]]) -> str:
         """Bind each column as an array; the SQL that reads them, for `unnest(...)`."""
@@ -392,7 +408,7 @@ class Statement:
         return ", ".join(placeholders)
 
     def sql(self) -> str:
-        return "WITH " + ",\n".join(self.parts) + "\nSELECT 1"
+        return "WITH " + ",\n".join(self.parts) + "\n" + self.result
 
 
 # Values that are not the array's element as it is: a member list travels as JSON text.

@@ -118,6 +118,25 @@ class Snapshot:
     quotes: dict[EventId, Verdict] = field(default_factory=dict)
     evidence_texts: dict[EventId, str] = field(default_factory=dict)  # stored, quoted evidence
 
+    def copy(self) -> Snapshot:
+        """A copy to judge one batch of a group on, so that a refused batch leaves nothing
+        behind: every container is copied (and the sets inside `belongs_to` and `members`,
+        which the judge adds to); what they hold is immutable. `copy.deepcopy` did the same
+        at fifty times the cost, per batch of the group."""
+        return Snapshot(
+            stored_ids=set(self.stored_ids),
+            approved=set(self.approved),
+            terms_signed=set(self.terms_signed),
+            belongs_to={key: set(slugs) for key, slugs in self.belongs_to.items()},
+            owners=dict(self.owners),
+            members={slug: set(keys) for slug, keys in self.members.items()},
+            heads=dict(self.heads),
+            profiles=dict(self.profiles),
+            refs=dict(self.refs),
+            quotes=dict(self.quotes),
+            evidence_texts=dict(self.evidence_texts),
+        )
+
 
 @dataclass(slots=True)
 class Plan:

@@ -10,6 +10,8 @@ Routes (the whole table is `ROUTES` below):
     GET /c/<slug>/checkpoint      the latest checkpoint (C2SP signed note), members only
     GET /c/<slug>/consistency     ?old=M[&new=N]: an RFC 9162 consistency proof, members only
     GET /c/<slug>/tile/<path>     the log as C2SP tlog-tiles (hashes, entry bundles), members only
+    WS  /, /c/<slug>              the relay (NIP-01, 42, 45, 50; tms.relay); a GET of either with
+                                  `Accept: application/nostr+json` is its NIP-11 document
     POST /mcp                     the MCP endpoint: tools and prompts (tms.mcp.server)
 
 and the people's pages (tms.web.pages), logged in with NIP-07 (tms.web.login):
@@ -52,7 +54,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
@@ -71,6 +73,8 @@ from tms.ledger.access import ReadableCollection
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
 from tms.nostr import nip98
+from tms.relay.connection import open_relay
+from tms.relay.endpoint import relay_socket, with_info
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime, open_runtime
 from tms.store.database import DATABASE_DOWN, is_database_down
@@ -239,7 +243,7 @@ ROUTES: Final = [
     Route("/c/{slug:path}/consistency", consistency, methods=GET),
     Route("/c/{slug:path}/tile/{tile:path}", tile, methods=GET),
     # the people's pages
-    Route("/", _page("home"), methods=GET),
+    Route("/", with_info(_page("home")), methods=GET),
     Route("/login/challenge", _page("login_challenge"), methods=GET),
     Route("/login", _page("login"), methods=POST),
     Route("/logout", _page("logout"), methods=POST),
@@ -251,7 +255,7 @@ ROUTES: Final = [
     Route("/docs.md", docs_markdown, methods=GET),
     Route("/quotes/normalization.json", _page("normalization"), methods=GET),
     Route("/quotes/nearest", _page("nearest"), methods=POST),
-    Route("/c/{slug}", _page("collection"), methods=GET),
+    Route("/c/{slug}", with_info(_page("collection")), methods=GET),
     Route("/c/{slug}/members", _page("members"), methods=GET),
     Route("/c/{slug}/members.json", _page("members_head"), methods=GET),
     Route("/collections/check", _page("name_check"), methods=GET),
@@ -259,6 +263,9 @@ ROUTES: Final = [
     Route("/c/{slug}/claims/{event_id}", _page("claim"), methods=GET),
     Route("/c/{slug}/evidence/{event_id}", _page("evidence"), methods=GET),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+    # the relay: a WebSocket upgrade on the root or a collection's page (tms.relay)
+    WebSocketRoute("/", relay_socket),
+    WebSocketRoute("/c/{slug}", relay_socket),
 ]
 
 
@@ -440,9 +447,13 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with open_runtime(settings, database_url) as runtime:
+        async with (
+            open_runtime(settings, database_url) as runtime,
+            open_relay(runtime.services, runtime.database_url) as relay,
+        ):
             front = McpFront(runtime.services.refusals)
             app.state.runtime = runtime
+            app.state.relay = relay
             app.state.mcp = front
             # The MCP SDK loads after the server is up (it takes a good part of a second): /mcp
             # requests that come sooner wait for it, /healthz and the rest answer at once.

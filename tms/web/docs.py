@@ -22,7 +22,10 @@ from tms.http.protocol import MAX_HEAD_BYTES
 from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
+from tms.nostr.filters import MAX_VALUES as FILTER_VALUES
+from tms.nostr.nip42 import MAX_AGE_SECONDS as NIP42_SECONDS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
+from tms.relay import limits as relay_limits
 from tms.rules.content import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
 from tms.rules.publish import MAX_BATCH
 from tms.rules.requests import REQUEST_WINDOW_SECONDS
@@ -78,6 +81,15 @@ def limits(settings: Settings) -> dict[str, Any]:
         "rate_key": _rates(rates.key),
         "rate_fetch": _rates(rates.fetch),
         "rate_login": _rates(rates.login),
+        "auth_minutes": NIP42_SECONDS // 60,
+        "relay_message_bytes": relay_limits.MAX_MESSAGE_BYTES,
+        "relay_subscriptions": relay_limits.MAX_SUBSCRIPTIONS,
+        "relay_filters": relay_limits.MAX_FILTERS,
+        "relay_max_limit": relay_limits.MAX_LIMIT,
+        "relay_default_limit": relay_limits.DEFAULT_LIMIT,
+        "relay_values": FILTER_VALUES,
+        "relay_outbox_bytes": relay_limits.OUTBOX_BYTES,
+        "relay_idle_seconds": f"{settings.relay_idle_seconds:g}",
     }
 
 
@@ -119,6 +131,7 @@ def markdown(
         .get_template(TEMPLATE)
         .render(
             base=base_url,
+            ws_base="ws" + base_url.removeprefix("http"),
             terms=terms,
             limits=limits(settings),
             log_key=log_key,

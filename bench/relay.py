@@ -1,0 +1,322 @@
+"""The relay against the PyPI relay `nostr-relay` 1.14 (SQLite), same machine, same run, same
+signed events, same client code.
+
+    uv run python bench/relay.py            # prints the figures; about three minutes
+
+1. Writes: single events over WebSocket, 16 un-acknowledged per connection, from C=16 and C=1
+   connections: events/s (target at C=16: at least 2x nostr-relay's) and the acknowledgement's
+   p50 at C=1 (target <= 2 ms).
+2. Live fan-out (TMS only: nostr-relay has no collections or members): 100 subscribers on one
+   collection, 1,000 claims published half over MCP batches and half over the relay: delivery
+   latency p50 (target <= 20 ms) and p99 (<= 100 ms), and whether any subscriber missed one.
+   Latency is measured from the moment the publish was sent (an upper bound of "from commit":
+   it includes the commit itself) and, as a lower bound, from when its acknowledgement arrived.
+3. Memory: 1,000 idle authenticated connections with one subscription each (target <= 200 MB).
+
+nostr-relay runs in a virtual environment of its own (`uv venv` + `uv pip install
+nostr-relay==1.14`, made once under ~/.cache/tms-bench), under gunicorn with one worker, as its
+default configuration does. TMS runs `tms serve` with TMS_EMBED=off (nostr-relay embeds nothing
+either) on a fresh embedded PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+from serving import Server, Signer, call, free_port
+from websockets.asyncio.client import ClientConnection, connect
+
+WINDOW: Final = 16  # un-acknowledged events per connection
+COMPETITOR: Final = "nostr-relay==1.14"
+VENV: Final = Path.home() / ".cache" / "tms-bench" / "nostr-relay-1.14"
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def ms(values: Sequence[float], q: float) -> str:
+    return f"{pct(values, q) * 1e3:.2f} ms"
+
+
+# --- the same client code for both relays ----------------------------------------------------
+
+
+async def writer(
+    url: str, events: list[dict[str, Any]], acks: list[float], window: int = WINDOW
+) -> int:
+    """Send `events` keeping `window` un-acknowledged; each OK's latency into `acks`."""
+    async with connect(url, max_size=None) as ws:
+        sent: dict[str, float] = {}
+        pending = iter(events)
+        accepted = 0
+
+        async def send_next() -> bool:
+            event = next(pending, None)
+            if event is None:
+                return False
+            sent[event["id"]] = time.perf_counter()
+            await ws.send(json.dumps(["EVENT", event]))
+            return True
+
+        for _ in range(window):
+            if not await send_next():
+                break
+        while sent:
+            message = json.loads(await ws.recv())
+            if message[0] != "OK":
+                continue
+            acks.append(time.perf_counter() - sent.pop(message[1]))
+            accepted += bool(message[2])
+            await send_next()
+        return accepted
+
+
+async def write_run(
+    url: str, events: list[dict[str, Any]], connections: int, window: int = WINDOW
+) -> tuple[float, list[float], int]:
+    shares = [events[n::connections] for n in range(connections)]
+    acks: list[float] = []
+    started = time.perf_counter()
+    runs = (writer(url, share, acks, window) for share in shares)
+    accepted = sum(await asyncio.gather(*runs))
+    return len(events) / (time.perf_counter() - started), acks, accepted
+
+
+# --- nostr-relay ---------------------------------------------------------------------------------
+
+
+def competitor_venv() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        VENV.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["uv", "venv", "-q", "-p", "3.11", str(VENV)], check=True)
+        subprocess.run(
+            ["uv", "pip", "install", "-q", "--python", str(python), COMPETITOR], check=True
+        )
+    return VENV
+
+
+class NostrRelay:
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.url = f"ws://127.0.0.1:{self.port}"
+        venv = competitor_venv()
+        default = venv / "lib" / "python3.11" / "site-packages" / "nostr_relay" / "config.yaml"
+        config = default.read_text()
+        config = config.replace(
+            "sqlite+aiosqlite:///nostr.sqlite3", f"sqlite+aiosqlite:///{tmp}/nr.sqlite3"
+        )
+        config = config.replace("bind: 127.0.0.1:6969", f"bind: 127.0.0.1:{self.port}")
+        config = config.replace("loglevel: info", "loglevel: warning")
+        self.config = tmp / "nostr-relay.yaml"
+        self.config.write_text(config)
+        self.log = (tmp / "nostr-relay.log").open("wb")
+        self.proc = subprocess.Popen(
+            [str(venv / "bin" / "nostr-relay"), "-c", str(self.config), "serve"],
+            cwd=tmp,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"nostr-relay exited: {(tmp / 'nostr-relay.log').read_text()[-2000:]}"
+                )
+            with suppress(OSError, httpx.TransportError):
+                if httpx.get(f"http://127.0.0.1:{self.port}/", timeout=2).status_code < 500:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("nostr-relay did not start in 60 s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        with suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.log.close()
+
+
+# --- TMS-only parts ----------------------------------------------------------------------------
+
+
+async def authenticated(url: str, signer: Signer, sub: dict[str, Any] | None) -> ClientConnection:
+    ws = await connect(url, max_size=None)
+    challenge = json.loads(await ws.recv())[1]
+    event = signer.key.sign(22242, "", int(time.time()), [["relay", url], ["challenge", challenge]])
+    await ws.send(json.dumps(["AUTH", event.to_dict()]))
+    answer = json.loads(await ws.recv())
+    if answer[2] is not True:
+        raise RuntimeError(f"AUTH refused: {answer}")
+    if sub is not None:
+        await ws.send(json.dumps(["REQ", "live", sub]))
+        while json.loads(await ws.recv())[0] != "EOSE":
+            pass
+    return ws
+
+
+async def fan_out(server: Server, signer: Signer, subscribers: int, events: int) -> None:
+    url = server.url.replace("http", "ws") + "/c/bench"
+    subs = [
+        await authenticated(url, signer, {"kinds": [4702], "limit": 0}) for _ in range(subscribers)
+    ]
+    sent_at: dict[str, float] = {}
+    acked_at: dict[str, float] = {}
+    arrivals: list[dict[str, float]] = [{} for _ in subs]
+
+    async def listen(n: int, ws: ClientConnection) -> None:
+        while len(arrivals[n]) < events:
+            message = json.loads(await ws.recv())
+            if message[0] == "EVENT":
+                arrivals[n][message[2]["id"]] = time.perf_counter()
+
+    listeners = [asyncio.create_task(listen(n, ws)) for n, ws in enumerate(subs)]
+    claims = [
+        signer.sign(4702, {"collection": "bench", "text": f"fan-out {n} {time.time_ns()}"})
+        for n in range(events)
+    ]
+    half = events // 2
+    # half over MCP, in batches of 50
+    with httpx.Client(timeout=60) as http:
+        for start in range(0, half, 50):
+            batch = claims[start : start + 50]
+            now = time.perf_counter()
+            for event in batch:
+                sent_at[event["id"]] = now
+            await asyncio.to_thread(call, http, server.url, "publish", {"events": batch})
+            done = time.perf_counter()
+            for event in batch:
+                acked_at[event["id"]] = done
+            await asyncio.sleep(0.01)
+    # half over the relay, one at a time with a window, as a client would
+    async with connect(url, max_size=None) as ws:
+        await ws.recv()  # the AUTH challenge; writes need none
+        for event in claims[half:]:
+            sent_at[event["id"]] = time.perf_counter()
+            await ws.send(json.dumps(["EVENT", event]))
+            answer = json.loads(await ws.recv())
+            acked_at[answer[1]] = time.perf_counter()
+    with suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*listeners), 60)
+    upper = [t - sent_at[i] for got in arrivals for i, t in got.items()]
+    lower = [t - acked_at[i] for got in arrivals for i, t in got.items()]
+    missed = sum(events - len(got) for got in arrivals)
+    print(
+        f"2. fan-out to {subscribers} subscribers, {events} claims ({half} over MCP batches of "
+        f"50, {events - half} over the relay): delivery after the publish was sent p50 "
+        f"{ms(upper, 0.5)}, p99 {ms(upper, 0.99)} (targets <= 20 / <= 100 ms); after its "
+        f"acknowledgement p50 {ms(lower, 0.5)}, p99 {ms(lower, 0.99)}; deliveries missed: {missed}",
+        flush=True,
+    )
+    for ws in subs:
+        await ws.close()
+
+
+async def idle_memory(server: Server, signer: Signer, count: int) -> None:
+    url = server.url.replace("http", "ws") + "/c/bench"
+    before = server.memory()[0]
+    held = []
+    for _ in range(count):
+        held.append(await authenticated(url, signer, {"kinds": [4703], "limit": 0}))
+    await asyncio.sleep(2)
+    after = server.memory()[0]
+    print(
+        f"3. {count} idle authenticated connections with one subscription each: server memory "
+        f"{before / 2**20:.0f} MB -> {after / 2**20:.0f} MB, +{(after - before) / 2**20:.0f} MB "
+        "(target <= 200 MB)",
+        flush=True,
+    )
+    for ws in held:
+        await ws.close()
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def run(ns: argparse.Namespace, tmp: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off", TMS_MAX_CONNECTIONS="3000")
+    server = Server(env, tmp / "server.log")
+    server.start()
+    competitor = NostrRelay(tmp)
+    signer = Signer()
+    try:
+        server.approve(signer.key.pubkey)
+        with httpx.Client(timeout=60) as http:
+            call(
+                http,
+                server.url,
+                "publish",
+                {
+                    "events": [
+                        signer.sign(4706, server.agreement()),
+                        signer.sign(4702, {"collection": "bench", "text": "Start."}),
+                    ]
+                },
+            )
+        tms_url = server.url.replace("http", "ws") + "/c/bench"
+        for connections, count, window in (
+            (16, ns.events, WINDOW),
+            (1, ns.events // 4, WINDOW),
+            (1, ns.events // 8, 1),
+        ):
+            events = [
+                signer.sign(
+                    4702,
+                    {"collection": "bench", "text": f"claim {connections} {n} {time.time_ns()}"},
+                )
+                for n in range(count)
+            ]
+            figures = []
+            for name, url in (("nostr-relay", competitor.url), ("TMS", tms_url)):
+                rate, acks, accepted = asyncio.run(write_run(url, events, connections, window))
+                figures.append(rate)
+                print(
+                    f"1. C={connections:<2} window {window:<2} {name:<11}: {rate:,.0f} events/s, "
+                    f"ack p50 {ms(acks, 0.5)}, p99 {ms(acks, 0.99)}, "
+                    f"{accepted:,} of {len(events):,} accepted",
+                    flush=True,
+                )
+            target = (
+                "   (target >= 2x)" if connections == 16 else "   (target: TMS ack p50 <= 2 ms)"
+            )
+            print(f"   TMS / nostr-relay = {figures[1] / figures[0]:.2f}x{target}", flush=True)
+        asyncio.run(fan_out(server, signer, ns.subscribers, ns.fanout))
+        asyncio.run(idle_memory(server, signer, ns.idle))
+    except Exception:
+        print(server.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        competitor.stop()
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=8000, help="events of the C=16 run (8,000)")
+    parser.add_argument("--subscribers", type=int, default=100)
+    parser.add_argument("--fanout", type=int, default=1000, help="claims fanned out (1,000)")
+    parser.add_argument("--idle", type=int, default=1000, help="idle connections (1,000)")
+    ns = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tms-bench-relay-") as tmp:
+        run(ns, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""WebSocket connections under the same limits as HTTP ones (`tms.http.protocol`).
+
+uvicorn hands a connection that asks to upgrade to its WebSocket protocol, which counts it among
+the server's connections but knows none of our limits. This subclass adds them:
+
+- the handshake (the app accepting) must complete within `head_seconds` of the upgrade;
+- a connection the app calls idle (no subscription: `idle(True)`) joins the same registry of idle
+  connections the HTTP protocol keeps, so that at `max_connections` the longest idle connection
+  of either kind is closed to make room, never a busy one;
+- the app may `abort()` a connection whose client stopped reading: a polite close would wait
+  for the client to read it, and its unread bytes would hold the socket meanwhile.
+
+`abort` and `idle` reach the app through the scope's extensions, under `EXTENSION`. The client's
+message size is capped by uvicorn (`ws_max_size`, a little above what the relay accepts, so that
+a message just over the relay's limit is answered with a NOTICE rather than a close); pings every
+20 s (uvicorn's default) find peers that went away without a word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, ClassVar, Final
+
+from uvicorn.config import Config
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from uvicorn.server import ServerState
+from websockets.http11 import Request
+
+from tms.http.protocol import ConnectionLimits
+
+log = logging.getLogger(__name__)
+
+EXTENSION: Final = "tms.websocket"
+SLACK_BYTES: Final = 1024 * 1024  # above the app's own limit, so that it can answer
+
+
+class _Lent:
+    """What the app may do to its connection."""
+
+    def __init__(self, protocol: GuardedWebSocketProtocol) -> None:
+        self._protocol = protocol
+
+    def abort(self) -> None:
+        self._protocol.abort()
+
+    def idle(self, flag: bool) -> None:
+        self._protocol.set_idle(flag)
+
+
+class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
+    limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.server_state_ref = server_state  # the HTTP protocol keeps its idle registry there
+        self._deadline: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def with_limits(cls, limits: ConnectionLimits) -> type[GuardedWebSocketProtocol]:
+        return type(cls.__name__, (cls,), {"limits": limits})
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        seconds = self.limits.head_seconds
+        self._deadline = self.loop.call_later(seconds, self._handshake_expired, seconds)
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)
+        if scope is not None:  # the app runs with it: it has not started yet
+            scope["extensions"][EXTENSION] = _Lent(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._idle.pop(self, None)
+        super().connection_lost(exc)
+
+    def _handshake_expired(self, seconds: float) -> None:
+        self._deadline = None
+        if not self.handshake_complete:
+            self._close(f"no WebSocket handshake within {seconds:g} s")
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    # --- the app's levers, and the connection cap's -----------------------------------------
+
+    def abort(self) -> None:
+        if not self.disconnected:
+            self.transport.abort()
+
+    def set_idle(self, flag: bool) -> None:
+        if flag and not self.disconnected:
+            self._idle[self] = None  # to the end: the latest idle
+        else:
+            self._idle.pop(self, None)
+
+    def _close(self, why: str) -> None:
+        """Closed to make room, or for a handshake that never came (the HTTP protocol's cap
+        calls this on the longest idle connection)."""
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+        log.info("closing the WebSocket connection of %s: %s", client, why)
+        self._idle.pop(self, None)
+        self.transport.abort()
+
+    @property
+    def _idle(self) -> dict[Any, None]:
+        registry: dict[Any, None] | None = getattr(self.server_state_ref, "tms_idle", None)
+        if registry is None:
+            registry = {}
+            self.server_state_ref.tms_idle = registry  # type: ignore[attr-defined]
+        return registry
+
+
+def uvicorn_options(limits: ConnectionLimits, max_message_bytes: int) -> dict[str, Any]:
+    """What `uvicorn.Config` needs for WebSocket connections under these limits. No
+    per-message compression: a live event goes to many subscribers, and compressing it once per
+    connection would cost more CPU than the bytes are worth, and memory on every connection."""
+    return {
+        "ws": GuardedWebSocketProtocol.with_limits(limits),
+        "ws_max_size": max_message_bytes + SLACK_BYTES,
+        "ws_per_message_deflate": False,
+    }

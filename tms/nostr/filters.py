@@ -1,0 +1,158 @@
+"""NIP-01 filters (with NIP-50's `search`): parsed from a client's JSON within bounds, and
+matched against events.
+
+Pure: the relay parses a REQ or COUNT's filters here, the ledger turns them into SQL
+(`tms.ledger.filters`), and live delivery matches each new event with `Filter.matches`, so a
+filter means one thing everywhere. A filter that cannot be honoured is refused with a message
+saying which field and why (`FilterError`), never silently widened or narrowed.
+
+NIP-01 today asks for whole ids and keys (64 lowercase hex characters): prefixes are refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from tms.errors import InvalidEvent, shown
+from tms.nostr.events import Event, check_text, is_hex64
+
+MAX_VALUES: Final = 1000  # ids, authors, kinds, or one tag's values, in one filter
+MAX_SEARCH_CHARS: Final = 1000
+MAX_TIMESTAMP: Final = 2**53 - 1  # as created_at (JSON.stringify's exact integers)
+MAX_KIND: Final = 65535
+FIELDS: Final = frozenset({"ids", "authors", "kinds", "since", "until", "limit", "search"})
+_TAG_FIELD: Final = re.compile(r"#[a-zA-Z]")
+
+
+class FilterError(ValueError):
+    """A filter the relay will not run; the message says which field and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    ids: frozenset[str] | None = None
+    authors: frozenset[str] | None = None
+    kinds: frozenset[int] | None = None
+    since: int | None = None
+    until: int | None = None
+    limit: int | None = None
+    tags: Mapping[str, frozenset[str]] = field(default_factory=dict)  # "e" -> values of "#e"
+    search: str | None = None
+
+    def matches(self, event: Event) -> bool:
+        """NIP-01: every condition the filter names holds (tags: one tag of that name carries
+        one of the values). `search` is not matched here: it ranks, and live delivery never
+        runs it (see the relay)."""
+        if self.ids is not None and event.id not in self.ids:
+            return False
+        if self.kinds is not None and event.kind not in self.kinds:
+            return False
+        if self.authors is not None and event.pubkey not in self.authors:
+            return False
+        if self.since is not None and event.created_at < self.since:
+            return False
+        if self.until is not None and event.created_at > self.until:
+            return False
+        for name, values in self.tags.items():
+            if not any(len(tag) > 1 and tag[0] == name and tag[1] in values for tag in event.tags):
+                return False
+        return True
+
+    @property
+    def empty(self) -> bool:
+        """Matches nothing whatever is stored: an empty list of ids, authors, kinds or values,
+        or a window that closes before it opens."""
+        lists = (self.ids, self.authors, self.kinds, *self.tags.values())
+        if any(values is not None and not values for values in lists):
+            return True
+        return self.since is not None and self.until is not None and self.since > self.until
+
+
+def parse_filter(obj: object, *, max_limit: int) -> Filter:
+    """One filter from a REQ or COUNT, or `FilterError`. `limit` above `max_limit` is refused
+    rather than cut, so a client never mistakes a cut answer for the whole."""
+    if not isinstance(obj, dict):
+        raise FilterError("a filter must be a JSON object")
+    unknown = sorted(name for name in obj if name not in FIELDS and not _TAG_FIELD.fullmatch(name))
+    if unknown:
+        names = ", ".join(f"'{shown(name, 32)}'" for name in unknown[:5])
+        raise FilterError(
+            f"unknown filter field {names}: this relay knows ids, authors, kinds, #<letter>, "
+            "since, until, limit and search"
+        )
+    ids = _hex_list(obj, "ids")
+    authors = _hex_list(obj, "authors")
+    kinds = _int_list(obj, "kinds")
+    tags = {name[1:]: _tag_values(obj, name) for name in obj if name.startswith("#")}
+    since = _integer(obj, "since", MAX_TIMESTAMP)
+    until = _integer(obj, "until", MAX_TIMESTAMP)
+    limit = _integer(obj, "limit", None)
+    if limit is not None and limit > max_limit:
+        raise FilterError(f"limit {limit} is more than this relay's max_limit, {max_limit}")
+    search = obj.get("search")
+    if search is not None:
+        if not isinstance(search, str) or not search.strip():
+            raise FilterError("search must be a non-empty string")
+        if len(search) > MAX_SEARCH_CHARS:
+            raise FilterError(f"search is longer than {MAX_SEARCH_CHARS} characters")
+        try:
+            check_text(search, "search")
+        except InvalidEvent as exc:
+            raise FilterError(str(exc)) from None
+    return Filter(ids, authors, kinds, since, until, limit, tags, search)
+
+
+def _values(obj: dict[str, object], name: str) -> list[object] | None:
+    values = obj.get(name)
+    if values is None:
+        return None
+    if not isinstance(values, list):
+        raise FilterError(f"{name} must be a list")
+    if len(values) > MAX_VALUES:
+        raise FilterError(f"{name} has {len(values):,} values; at most {MAX_VALUES:,} per filter")
+    return values
+
+
+def _hex_list(obj: dict[str, object], name: str) -> frozenset[str] | None:
+    values = _values(obj, name)
+    if values is None:
+        return None
+    for value in values:
+        if not is_hex64(value):
+            raise FilterError(
+                f"{name} must hold 64-character lowercase hex values (no prefixes); "
+                f"got {shown(value, 70)}"
+            )
+    return frozenset(value for value in values if isinstance(value, str))
+
+
+def _int_list(obj: dict[str, object], name: str) -> frozenset[int] | None:
+    values = _values(obj, name)
+    if values is None:
+        return None
+    for value in values:
+        if type(value) is not int or not 0 <= value <= MAX_KIND:
+            raise FilterError(f"{name} must hold integers from 0 to {MAX_KIND}; got {shown(value)}")
+    return frozenset(value for value in values if type(value) is int)
+
+
+def _tag_values(obj: dict[str, object], name: str) -> frozenset[str]:
+    values = _values(obj, name)
+    if values is None:
+        raise FilterError(f"{name} must be a list of strings")
+    if not all(isinstance(value, str) for value in values):
+        raise FilterError(f"{name} must be a list of strings")
+    return frozenset(value for value in values if isinstance(value, str))
+
+
+def _integer(obj: dict[str, object], name: str, high: int | None) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or value < 0 or (high is not None and value > high):
+        bound = f" up to {high}" if high is not None else ""
+        raise FilterError(f"{name} must be a whole number from 0{bound}; got {shown(value)}")
+    return value

@@ -1,0 +1,202 @@
+"""The relay's doors in the app: a WebSocket upgrade on `/` or `/c/<slug>` is the relay (the same
+paths as the pages: a browser's GET stays the page), and a GET of either with
+`Accept: application/nostr+json` is the NIP-11 document.
+
+A connection is authenticated by NIP-42 AUTH, or by the login cookie of a browser on this very
+site: the cookie counts only when the upgrade's `Origin` is this server's own, so no other site
+can open a socket that rides a member's login (cross-site WebSocket hijacking). A connection from
+another origin still works, and authenticates with AUTH like any Nostr client.
+
+The server's WebSocket protocol (`tms.http.websocket`) lends the app two things through the
+scope: `abort`, to drop a client that no longer reads at all (a polite close would wait for it
+forever), and `idle(flag)`, so that a connection without subscriptions counts as idle for the
+connection cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tms.config import Settings
+from tms.guard import clients
+from tms.http.websocket import EXTENSION
+from tms.nostr.nip42 import normalize_relay_url
+from tms.relay import info, messages
+from tms.relay.connection import Connection, Relay
+from tms.relay.limits import NOTICE_SECONDS
+from tms.web.login import COOKIE, Keyring
+
+log = logging.getLogger(__name__)
+
+CLOSE_SECONDS: Final = 1.0
+POLICY_VIOLATION: Final = 1008
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def with_info(page: Handler) -> Handler:
+    """The page, or the NIP-11 document when the GET asks for it."""
+
+    async def handler(request: Request) -> Response:
+        if info.wants_info(request.headers.get("accept")):
+            slug = request.path_params.get("slug")
+            return JSONResponse(
+                info.document(slug),
+                media_type=info.MEDIA_TYPE,
+                headers={**info.CORS, "Vary": "Accept", "Cache-Control": "no-store"},
+            )
+        return await page(request)
+
+    handler.__name__ = getattr(page, "__name__", "page")
+    return handler
+
+
+async def relay_socket(websocket: WebSocket) -> None:
+    """One relay connection, from its upgrade to its end."""
+    relay: Relay = websocket.app.state.relay
+    settings: Settings = websocket.app.state.settings
+    peer = websocket.scope.get("client")
+    forwarded = websocket.headers.getlist("x-forwarded-for")
+    address = clients.client_address(peer[0] if peer else None, forwarded, settings.trusted_proxies)
+    token = clients.CURRENT.set(address)
+    lent: Any = websocket.scope.get("extensions", {}).get(EXTENSION)
+    try:
+        pubkey = await _cookie_key(websocket, settings, relay)
+        await websocket.accept()
+        conn = Connection(
+            relay,
+            websocket.send_text,
+            slug=websocket.path_params.get("slug"),
+            url=relay_url(websocket, settings.base_url),
+            address=address,
+            pubkey=pubkey,
+            idle=getattr(lent, "idle", None),
+        )
+        await _serve(websocket, conn, settings.relay_idle_seconds, lent)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        clients.CURRENT.reset(token)
+
+
+async def _serve(websocket: WebSocket, conn: Connection, idle_seconds: float, lent: Any) -> None:
+    """Read until the client leaves, or the connection must end (behind, idle)."""
+    reading = asyncio.create_task(_read(websocket, conn, idle_seconds, lent))
+    ended = asyncio.ensure_future(conn.ended.wait())
+    gone = False
+    try:
+        await asyncio.wait({reading, ended}, return_when=asyncio.FIRST_COMPLETED)
+        if reading.done() and not reading.cancelled():
+            failed = reading.exception()
+            if failed is None:
+                gone = reading.result()
+            elif isinstance(failed, WebSocketDisconnect):
+                gone = True
+            else:
+                conn.end("failed", conn.failure(failed))
+    finally:
+        for task in (reading, ended):
+            task.cancel()
+        await asyncio.gather(reading, ended, return_exceptions=True)
+        await conn.close(NOTICE_SECONDS if conn.ending is not None and not gone else 0.0)
+        if not gone:
+            await _close(websocket, conn, lent)
+
+
+async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, lent: Any) -> bool:
+    """Each message in turn; True once the client has gone, False when the connection ends
+    for being idle."""
+    await conn.open()
+    if lent is not None:
+        lent.idle(True)
+    while True:
+        idle = conn.idle_for()
+        if idle is None:
+            message = await websocket.receive()
+        else:
+            try:
+                message = await asyncio.wait_for(websocket.receive(), max(0.0, idle_seconds - idle))
+            except TimeoutError:
+                if (conn.idle_for() or 0.0) >= idle_seconds:
+                    conn.end(
+                        "idle",
+                        f"closing an idle connection: no subscription and no message for "
+                        f"{idle_seconds:g} s",
+                    )
+                    return False
+                continue
+        if message["type"] == "websocket.disconnect":
+            return True
+        text = message.get("text")
+        if text is None:
+            text = _text(message.get("bytes") or b"")
+            if text is None:
+                conn.send(messages.notice("invalid: messages are UTF-8 JSON text"))
+                continue
+        try:
+            await conn.handle(text)
+        except Exception as exc:  # never a traceback on the wire
+            conn.send(messages.notice(conn.failure(exc)))
+
+
+async def _close(websocket: WebSocket, conn: Connection, lent: Any) -> None:
+    code = 1000 if conn.ending is None else POLICY_VIOLATION
+    closing = (conn.ending or "")[:120]
+    try:
+        await asyncio.wait_for(websocket.close(code, closing), CLOSE_SECONDS)
+    except Exception:  # the client does not read even a close: drop it
+        if lent is not None:
+            lent.abort()
+        return
+    if conn.ending is not None and conn.ending.startswith("behind") and lent is not None:
+        lent.abort()  # its unread bytes must not hold the socket open
+
+
+def _text(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def relay_url(websocket: WebSocket, base_url: str | None) -> str:
+    """This relay's URL as an AUTH event must name it: the public origin (`TMS_BASE_URL` behind
+    a proxy, as for NIP-98) and the path."""
+    origin = base_url or f"{websocket.url.scheme}://{websocket.url.netloc}"
+    raw = websocket.scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else websocket.url.path
+    return normalize_relay_url(origin + path) or origin + path
+
+
+def page_origin(websocket: WebSocket, base_url: str | None) -> str:
+    if base_url:
+        return base_url
+    scheme = "https" if websocket.url.scheme == "wss" else "http"
+    return f"{scheme}://{websocket.url.netloc}"
+
+
+async def _cookie_key(websocket: WebSocket, settings: Settings, relay: Relay) -> str | None:
+    """The key of a live login, if the upgrade carries one and comes from this site."""
+    cookie = websocket.cookies.get(COOKIE)
+    if cookie is None:
+        return None
+    origin = websocket.headers.get("origin")
+    if origin is not None and origin != page_origin(websocket, settings.base_url):
+        return None
+    keyring: Keyring = websocket.app.state.pages.keyring
+    id_sha256 = keyring.session_hash(cookie)
+    if id_sha256 is None:
+        return None
+    with contextlib.suppress(Exception):  # a login that cannot be checked is no login
+        pubkey = await relay.sessions.pubkey(id_sha256)
+        if pubkey is not None and await relay.access.may_use(pubkey):
+            return pubkey
+    return None

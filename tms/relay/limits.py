@@ -1,0 +1,22 @@
+"""The relay's limits, named once: the NIP-11 document states them, the connection enforces
+them, `/docs` prints them."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tms.http.bodies import MiB
+
+MAX_MESSAGE_BYTES: Final = 16 * MiB  # one full-size evidence event, whatever its escaping
+MAX_SUBSCRIPTIONS: Final = 100  # open REQs per connection
+MAX_FILTERS: Final = 10  # filters per REQ or COUNT
+MAX_LIMIT: Final = 1000  # a filter's `limit`
+DEFAULT_LIMIT: Final = 500  # stored events per filter when it names no `limit`
+MAX_SUBID_CHARS: Final = 64
+MAX_SEARCH_RESULTS: Final = 200  # NIP-50: the ledger's own search returns at most this many
+OUTBOX_BYTES: Final = 8 * MiB  # queued for one client, not yet written: past this it is behind
+OUTBOX_MESSAGES: Final = 20_000
+STALL_SECONDS: Final = 30.0  # a stored answer waits this long for a client to read, at most
+NOTICE_SECONDS: Final = 2.0  # time given to a closing NOTICE to go out
+MAX_IN_FLIGHT: Final = 64  # a connection's events checked but not yet answered
+INBOX_MESSAGES: Final = 16  # client messages read ahead before reading from it pauses

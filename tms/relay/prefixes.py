@@ -1,0 +1,44 @@
+"""The one table from the ledger's refusals to NIP-01's machine-readable prefixes.
+
+Every door says a refusal in SPEC's words (`str(error)`); the relay puts NIP-01's prefix in
+front, chosen by the refusal's kind (`tms.errors.Refusal`) or, for what is no refusal of the
+caller (the database is down, the log cannot be signed), `error:`. A one-event batch's position
+("events[0] (ab12…): ") is dropped: the OK names the event already.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from tms.errors import NotAUser, Refusal, TMSError, sendable
+
+PREFIXES: Final[dict[Refusal, str]] = {
+    Refusal.BAD_SIGNATURE: "invalid",
+    Refusal.INVALID: "invalid",
+    Refusal.TOO_LARGE: "invalid",
+    Refusal.STALE: "invalid",
+    Refusal.REPLAY: "invalid",
+    Refusal.SSRF: "invalid",
+    Refusal.UNAUTHENTICATED: "auth-required",
+    Refusal.NOT_MEMBER: "restricted",
+    Refusal.RATE_LIMITED: "rate-limited",
+}
+BLOCKED: Final = "blocked"  # a key the service does not know at all: not approved, no member
+ERROR: Final = "error"  # not the caller's doing
+_POSITION: Final = re.compile(r"^events\[0\](?: \([0-9a-f]{12}…\))?: ")
+_NOT_A_USER: Final = "is not approved and is not a member of any collection"
+
+
+def prefix(exc: BaseException) -> str:
+    if not isinstance(exc, TMSError) or exc.refusal is None:
+        return ERROR
+    if isinstance(exc, NotAUser) or _NOT_A_USER in str(exc):
+        return BLOCKED
+    return PREFIXES.get(exc.refusal, "invalid")
+
+
+def reason(exc: BaseException, fallback: str = "internal error") -> str:
+    """`<prefix>: <SPEC's message>` for an OK or CLOSED."""
+    text = _POSITION.sub("", str(exc), count=1) if isinstance(exc, TMSError) else fallback
+    return sendable(f"{prefix(exc)}: {text}")
