@@ -218,7 +218,7 @@ def test_the_guides_javascript_throws_the_servers_words_for_a_refused_body(
     )
     script.write_text("\n".join(blocks(guide, "js")) + refused, encoding="utf-8")
     result = subprocess.run(
-        ["node", script.name],
+        ["node", *_websocket_flag(), script.name],
         cwd=js_current_packages,
         env=environment(BOT_SECRET_HEX=bots[2].secret.hex()),
         capture_output=True,
