@@ -6,7 +6,9 @@ collection's rows whatever ids it is handed. Searching by text is `tms.search`'s
 
 Each method's SQL sits in the method, and results come out in SPEC's shapes through
 `tms.ledger.records`. Only what cannot be ranked otherwise reads the whole collection, once:
-list_claims' count sorts (one aggregate over its links).
+list_claims' count sorts (one aggregate over its links). What the reading pages show (texts cut,
+quotes in their stored context, never an evidence text read whole) is read by
+`tms.ledger.excerpts`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import json
 from collections.abc import Collection
 from typing import Any, Final
 
-from tms.ledger import records
+from tms.ledger import excerpts, records
+from tms.ledger.excerpts import (
+    EvidenceWindow,
+    NamedClaim,
+    QuoteContext,
+    ShownContradiction,
+    ShownLink,
+)
 from tms.ledger.records import limited, page_size
 from tms.results import (
     ClaimSummary,
@@ -404,6 +413,50 @@ class Reads:
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, collection)
             return await records.contradictions(conn, collection, rows)
+
+    # --- what the reading pages show: every text cut (tms.ledger.excerpts) -----------------
+
+    async def shown_links(
+        self,
+        collection: Slug,
+        *,
+        to_id: EventId | None = None,
+        from_id: EventId | None = None,
+        limit: int,
+    ) -> list[ShownLink]:
+        """The links pointing at `to_id`, or quoting `from_id`, oldest first, texts cut."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.links(conn, collection, to_id=to_id, from_id=from_id, limit=limit)
+
+    async def quote_contexts(
+        self, collection: Slug, link_ids: list[EventId]
+    ) -> dict[EventId, QuoteContext]:
+        """Each link's quote in its evidence, from its stored anchor: bounded, whatever the
+        length of the text."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.quote_contexts(conn, collection, link_ids)
+
+    async def shown_contradictions(
+        self, collection: Slug, claim_id: EventId, limit: int
+    ) -> list[ShownContradiction]:
+        """The contradictions naming the claim, oldest first, texts cut."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.contradictions(conn, collection, claim_id, limit)
+
+    async def claim_choices(
+        self, collection: Slug, words: str, besides: EventId, limit: int
+    ) -> list[NamedClaim]:
+        """The claims a picker offers: the newest, those an id names, or those words match."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.claim_choices(conn, collection, words, besides, limit)
+
+    async def evidence_window(
+        self, pubkey: PubKey, event_id: EventId, offset: int, chars: int
+    ) -> EvidenceWindow | None:
+        """An evidence the key may read with one window of its text (None: missing or not
+        readable, alike)."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.evidence_window(conn, pubkey, event_id, offset, chars)
 
 
 def _claims_sorted_sql(sort: str, limit: int) -> str:
