@@ -94,7 +94,9 @@ async function contradict (event) {
   say(status, 'Publishing…')
   const answer = await publish([signed])
   if (!answer.ok) {
-    say(status, `${answer.data.error} Nothing was stored.`, 'error')
+    // A one-event batch: "events[0] (ab12…): " names nothing the reader does not know.
+    const why = String(answer.data.error).replace(/^events\[0\] \([^)]*\): /, '').replace(/[.\s]*$/, '')
+    say(status, `Refused: ${why}. Nothing was stored.`, 'error')
     button.disabled = false
     return
   }
@@ -117,6 +119,9 @@ if (form) {
     }
   })
   form.addEventListener('submit', contradict)
+  for (const field of [reason, choices]) { // a problem said before is gone once it is fixed
+    field.addEventListener('input', () => { if (status.classList.contains('error')) say(status, '') })
+  }
 }
 
 document.documentElement.dataset.js = 'ready' // scripts attached: what tests wait for
