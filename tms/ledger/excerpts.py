@@ -123,7 +123,8 @@ class EvidenceWindow:
 
 
 # Links matching the page's filter (`{where}`), oldest first, each with its anchor's offsets
-# and the title of the evidence it quotes. $2, $3: how much of the quote and the reason.
+# and the title of the evidence it quotes. $2, $3, $4: how much of the quote, the reason and
+# the title. Anchor and title are looked up by key for each link of the page.
 _SQL_LINKS: Final = """
     WITH page AS (
         SELECT l.id, l.seq, l.pubkey, l.from_id, l.to_id, l.relation,
@@ -131,21 +132,24 @@ _SQL_LINKS: Final = """
         FROM links l WHERE l.collection = $1 AND {where}
         ORDER BY l.seq LIMIT {limit})
     SELECT p.*, e.received_at, a.start_offset, a.end_offset,
-           left(v.title, $4) AS source_title
+           (SELECT left(v.title, $4) FROM evidence v
+            WHERE v.id = p.from_id AND v.collection = $1) AS source_title
     FROM page p JOIN events e ON e.seq = p.seq
     LEFT JOIN link_anchors a ON a.link_id = p.id
-    LEFT JOIN evidence v ON v.id = p.from_id AND v.collection = $1
     ORDER BY p.seq"""
 
-# The stored context of links ($2) of one collection ($1) that have one; $3: how much of the
-# quoted characters. `chars` (sql/010) says whether the text goes on after the passage.
+# The stored context of links ($2) of one collection ($1) that have one, each looked up by its
+# id; $3: how much of the quoted characters. `chars` (sql/010) says whether the text goes on
+# after the passage.
 _SQL_CONTEXTS: Final = """
     SELECT a.link_id, a.start_offset, a.end_offset, a.context_before, a.context_after,
-           left(a.exact, $3) AS exact, v.chars
-    FROM link_anchors a
-    JOIN links l ON l.id = a.link_id AND l.collection = $1
-    JOIN evidence v ON v.id = l.from_id AND v.collection = $1
-    WHERE a.collection = $1 AND a.link_id = ANY($2::text[]) AND a.context_before IS NOT NULL"""
+           left(a.exact, $3) AS exact,
+           (SELECT v.chars FROM evidence v
+            WHERE v.id = (SELECT l.from_id FROM links l WHERE l.id = a.link_id)
+              AND v.collection = $1) AS chars
+    FROM unnest($2::text[]) AS wanted(id)
+    JOIN link_anchors a ON a.link_id = wanted.id
+    WHERE a.collection = $1 AND a.context_before IS NOT NULL"""
 
 # The contradictions naming a claim ($2), oldest first, the page cut before it is joined.
 _SQL_CONTRADICTIONS: Final = """
@@ -260,7 +264,7 @@ def _context(row: asyncpg.Record) -> QuoteContext:
         quote=Cut.of(row["exact"], QUOTE_CHARS),
         after=after,
         more_before=row["start_offset"] > len(before),
-        more_after=row["end_offset"] + len(after) < row["chars"],
+        more_after=row["end_offset"] + len(after) < (row["chars"] or 0),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final
@@ -21,12 +22,16 @@ from tms.nostr.nip19 import npub_encode
 STATIC_DIR: Final = Path(str(files("tms.web").joinpath("static")))
 
 
+@lru_cache(maxsize=4096)
 def _npub(pubkey: str) -> str:
+    """Cached: a page names the same few keys many times (200 links by one author), and
+    bech32 in Python costs about 0.1 ms a key."""
     return npub_encode(pubkey)
 
 
+@lru_cache(maxsize=4096)
 def _short_key(pubkey: str) -> str:
-    npub = npub_encode(pubkey)
+    npub = _npub(pubkey)
     return f"{npub[:12]}…{npub[-6:]}"
 
 
