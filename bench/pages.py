@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -209,7 +210,8 @@ def measure(server: Server, client: httpx.Client, case: Case, rounds: int) -> No
                     [client] * AT_ONCE,
                 )
             )
-    print(f"{case.name}: the claim page ({page[:40]}…)")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{case.name}: the claim page ({page[:40]}…), load average {load}")
     for round_ in range(rounds):
         with peak_memory(pid) as memory:
             ms, status, size = view(client, page)

@@ -38,7 +38,7 @@ from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.anchors import CONTEXT_WINDOW_CHARS
 from tms.store.database import open_pool
-from tms.web.pages import EVIDENCE_PAGE_CHARS
+from tms.web.pages import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
 
 OWNER: Final = key(0xA1)
 MEMBER: Final = key(0xA2)
@@ -73,6 +73,11 @@ ON_LINK = link(  # a link whose target is a link quoting with quotation marks
 )
 FOUND = contradiction(OWNER, SLUG, [CLAIM["id"], OTHER_CLAIM["id"]], "Both cannot hold.")
 ELSEWHERE = claim(OTHER, "other", "DAO predicts symptoms elsewhere.")
+CROWDED = claim(OWNER, SLUG, "Most adults with symptoms have low DAO.")
+CROWD = [  # more links than a claim page shows
+    link(OWNER, SLUG, MARKED_DOC["id"], CROWDED["id"], "Low DAO activity", reason=f"Reason {n}.")
+    for n in range(LINKS_SHOWN + 1)
+]
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,8 @@ def servers(pg_server_url: str, template_url: str) -> Iterator[Servers]:
                     FOUND,
                     terms(OTHER),
                     ELSEWHERE,
+                    CROWDED,
+                    *CROWD,
                 ]
             )
         finally:
@@ -213,10 +220,10 @@ def test_the_picker_offers_the_collections_other_claims(servers: Servers) -> Non
     url = f"/c/{SLUG}/claims.json"
     with login(servers.live, MEMBER) as client:
         newest = client.get(url, params={"besides": CLAIM["id"]}).json()["claims"]
-        assert [c["id"] for c in newest] == [OTHER_CLAIM["id"]]
-        assert newest[0] == {"id": OTHER_CLAIM["id"], "text": OTHER_CLAIM_TEXT, "more": False}
+        assert [c["id"] for c in newest] == [CROWDED["id"], OTHER_CLAIM["id"]]
+        assert newest[1] == {"id": OTHER_CLAIM["id"], "text": OTHER_CLAIM_TEXT, "more": False}
         every = client.get(url).json()["claims"]
-        assert {c["id"] for c in every} == {CLAIM["id"], OTHER_CLAIM["id"]}
+        assert {c["id"] for c in every} == {CLAIM["id"], OTHER_CLAIM["id"], CROWDED["id"]}
         words = client.get(url, params={"q": "not predict", "besides": CLAIM["id"]}).json()
         assert [c["id"] for c in words["claims"]] == [OTHER_CLAIM["id"]]
         by_id = client.get(url, params={"q": OTHER_CLAIM["id"][:12] + "…"}).json()
@@ -268,3 +275,13 @@ def test_the_evidence_page_reads_one_window_and_offers_its_id(servers: Servers) 
     assert f'data-copy="{LONG_DOC["id"]}"' in page
     assert f"{len(LONG_TEXT):,} characters" in page
     assert len(answer.content) < 2 * EVIDENCE_PAGE_CHARS + 20_000
+
+
+def test_a_claim_with_more_links_than_a_page_shows_says_so(servers: Servers) -> None:
+    with login(servers.live, MEMBER) as client:
+        page = client.get(f"/c/{SLUG}/claims/{CROWDED['id']}").text
+        fewer = client.get(f"/c/{SLUG}/claims/{CLAIM['id']}").text
+    assert page.count('<article class="link"') == LINKS_SHOWN
+    assert f"here are the first {LINKS_SHOWN}, oldest first" in page
+    assert f'id="link-{CROWD[0]["id"]}"' in page and f'id="link-{CROWD[-1]["id"]}"' not in page
+    assert 'id="links-cut"' not in fewer

@@ -416,6 +416,10 @@ class Pages:
             added=added if any(c.id == added for c in contradictions) else None,
             terms_signed=terms_signed,
             page_chars=EVIDENCE_PAGE_CHARS,
+            links_cut=LINKS_SHOWN if len(links) == LINKS_SHOWN else None,
+            contradictions_cut=(
+                CONTRADICTIONS_SHOWN if len(contradictions) == CONTRADICTIONS_SHOWN else None
+            ),
         )
 
     async def claim_choices(self, request: Request) -> Response:
