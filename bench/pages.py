@@ -171,14 +171,23 @@ def _status(pid: int, field: str) -> int:
     return 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used (clock ticks of /proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
 def peak_memory(pid: int) -> Any:
-    """The server's peak resident memory during the block, above what it held at its start."""
+    """The server's peak resident memory during the block, above what it held at its start,
+    and the CPU time it spent (a figure the machine's other work inflates less than latency:
+    on a shared machine, the time a view waits for a core is not the server's)."""
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # reset VmHWM to the current VmRSS
-    result: dict[str, int] = {"before": _status(pid, "VmRSS")}
+    result: dict[str, float] = {"before": _status(pid, "VmRSS"), "cpu": _cpu_seconds(pid)}
     yield result
     result["peak"] = _status(pid, "VmHWM")
     result["extra"] = max(0, result["peak"] - result["before"])
+    result["cpu"] = _cpu_seconds(pid) - result["cpu"]
 
 
 def login(url: str, key: SecretKey) -> httpx.Client:
@@ -224,9 +233,9 @@ def measure(server: Server, client: httpx.Client, case: Case, rounds: int) -> No
             ms, status, size = view(client, page)
         mb = memory["extra"] / MiB
         print(
-            f"  one view      {ms:7.1f} ms, +{mb:5.1f} MB peak "
-            f"(status {status}, {size / 1024:.0f} KiB of HTML) {verdict(ms, mb)}"
-            + (" [first]" if round_ == 0 else "")
+            f"  one view      {ms:7.1f} ms, +{mb:5.1f} MB peak, server CPU "
+            f"{memory['cpu'] * 1000:4.0f} ms (status {status}, {size / 1024:.0f} KiB of HTML) "
+            f"{verdict(ms, mb)}" + (" [first]" if round_ == 0 else "")
         )
     with ThreadPoolExecutor(AT_ONCE) as pool:
         for _ in range(rounds):
@@ -241,7 +250,8 @@ def measure(server: Server, client: httpx.Client, case: Case, rounds: int) -> No
             print(
                 f"  five at once  slowest {max(latencies):7.1f} ms, median "
                 f"{statistics.median(latencies):7.1f} ms, all done in {wall:7.1f} ms, "
-                f"+{mb:5.1f} MB peak (statuses {statuses}) {verdict(max(latencies), mb)}"
+                f"+{mb:5.1f} MB peak, server CPU {memory['cpu'] * 1000:4.0f} ms "
+                f"(statuses {statuses}) {verdict(max(latencies), mb)}"
             )
     last = max(1, -(-case.evidence_chars // EVIDENCE_PAGE_CHARS))
     evidence = f"/c/{case.slug}/evidence/{case.evidence_id}?page={last}"

@@ -14,8 +14,10 @@ from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup, escape
 
 from tms.nostr.nip19 import npub_encode
 
@@ -49,6 +51,23 @@ def _when(value: object) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def record_id(event_id: str, slug: str | None = None, dispute: str | None = None) -> Markup:
+    """A record's full id with a copy button (static/copy.js) and, given `dispute` (the words of
+    the action), a link that opens /submit with a row prefilled to rebut the record. Python,
+    not a template macro: a claim page shows 200 of them, and a macro call costs 20 µs each."""
+    shown = escape(event_id)
+    html = (
+        '<div class="record-id"><span class="id-text"><span class="label">Id</span> '
+        f'<code class="id full-id">{shown}</code></span> '
+        f'<button type="button" class="copy" data-copy="{shown}" '
+        f'aria-label="Copy the id {escape(event_id[:8])}…">Copy</button>'
+    )
+    if dispute is not None and slug is not None:
+        target = escape(f"/submit?c={quote(slug)}&to={quote(event_id)}&relation=REBUTS")
+        html += f' <a class="dispute" href="{target}">{escape(dispute)}</a>'
+    return Markup(html + "</div>")
+
+
 def _http_url(url: object) -> str | None:
     """A URL fit for a link: http(s) only, never `javascript:` or `data:`."""
     if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
@@ -75,6 +94,7 @@ class Renderer:
             if path.is_file()
         }
         self.env.globals["static"] = lambda name: f"/static/{name}?v={versions.get(name, '0')}"
+        self.env.globals["record_id"] = record_id
 
     def __call__(self, template: str, context: dict[str, Any]) -> str:
         return self.env.get_template(template).render(context)
