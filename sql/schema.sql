@@ -150,7 +150,10 @@ CREATE TABLE public.link_anchors (
     prefix text NOT NULL,
     suffix text NOT NULL,
     occurrences integer NOT NULL,
+    context_before text,
+    context_after text,
     CONSTRAINT link_anchors_check CHECK ((end_offset >= start_offset)),
+    CONSTRAINT link_anchors_context_whole CHECK (((context_before IS NULL) = (context_after IS NULL))),
     CONSTRAINT link_anchors_occurrences_check CHECK ((occurrences >= 1)),
     CONSTRAINT link_anchors_start_offset_check CHECK ((start_offset >= 0))
 );
@@ -409,6 +412,8 @@ CREATE INDEX evidence_collection_seq ON public.evidence USING btree (collection,
 CREATE INDEX evidence_text_sha256 ON public.evidence USING btree (collection, public.tms_text_sha256(text));
 
 CREATE INDEX evidence_url_md5 ON public.evidence USING btree (collection, md5(url)) WHERE (url IS NOT NULL);
+
+CREATE INDEX link_anchors_without_context ON public.link_anchors USING btree (collection, link_id) WHERE (context_before IS NULL);
 
 CREATE INDEX links_collection_from ON public.links USING btree (collection, from_id);
 

@@ -122,7 +122,10 @@ async def test_the_snapshot_holds_what_the_batch_touches(ledger: Ledger) -> None
     # Every link's quote, looked for in its evidence (the stored ones read one at a time), and
     # anchored in it: the first "DAO" of the text, which holds it twice.
     start = DOC.index("DAO")
-    dao = Anchor(start, start + 3, "DAO", DOC[start - 32 : start], DOC[start + 3 : start + 35], 2)
+    around = DOC[max(0, start - 300) : start], DOC[start + 3 : start + 303]
+    dao = Anchor(
+        start, start + 3, "DAO", DOC[start - 32 : start], DOC[start + 3 : start + 35], 2, *around
+    )
     assert found == {batch[2]["id"]: dao, batch[3]["id"]: dao}
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tms.rules.anchors import (
     CONTEXT_CHARS,
+    CONTEXT_WINDOW_CHARS,
     HINT_CHARS,
     Anchor,
     Miss,
@@ -44,6 +45,9 @@ def check(text: str, quote: str, found: Anchor) -> None:
     assert found.exact == text[found.start : found.end]
     assert found.prefix == text[max(0, found.start - CONTEXT_CHARS) : found.start]
     assert found.suffix == text[found.end : found.end + CONTEXT_CHARS]
+    start, end = found.start, found.end
+    assert found.context_before == text[max(0, start - CONTEXT_WINDOW_CHARS) : start]
+    assert found.context_after == text[end : end + CONTEXT_WINDOW_CHARS]
     assert found.occurrences == normalize(text).count(normalize(quote)) >= 1
 
 
@@ -136,7 +140,7 @@ def test_offsets_count_characters_of_the_text_as_signed(text: str, quote: str, e
 def test_every_occurrence_is_counted_and_the_first_anchored() -> None:
     text = "DAO here, dao there, and D\u00adAO again."
     found = anchor(prepared(text), "dao")
-    assert found == Anchor(0, 3, "DAO", "", text[3:35], 3)
+    assert found == Anchor(0, 3, "DAO", "", text[3:35], 3, "", text[3:])
 
 
 def test_an_occurrence_inside_a_folded_character_is_skipped() -> None:
@@ -152,10 +156,12 @@ def test_an_occurrence_inside_a_folded_character_is_skipped() -> None:
     assert found is not None and (found.exact, found.occurrences) == ("ß", 1)
 
 
-def test_context_is_cut_to_32_characters() -> None:
-    text = "a" * 100 + "NEEDLE" + "b" * 100
+def test_context_is_cut_to_32_characters_and_the_passage_around_to_300() -> None:
+    text = "a" * 400 + "NEEDLE" + "b" * 100
     found = anchor(prepared(text), "needle")
-    assert found == Anchor(100, 106, "NEEDLE", "a" * 32, "b" * 32, 1)
+    passage = ("a" * CONTEXT_WINDOW_CHARS, "b" * 100)  # what pages show around the quote
+    assert found == Anchor(400, 406, "NEEDLE", "a" * 32, "b" * 32, 1, *passage)
+    assert CONTEXT_WINDOW_CHARS == 300
 
 
 def test_a_missing_or_blank_quote_has_no_anchor() -> None:

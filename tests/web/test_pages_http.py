@@ -27,6 +27,7 @@ from factories import (
     terms,
 )
 
+from tms.ledger.anchors import backfill
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.store.database import open_pool
@@ -173,31 +174,48 @@ def test_a_closed_collection_reads_exactly_as_a_missing_one(live: Live) -> None:
 
 
 def test_the_evidence_page_marks_a_quote_where_its_anchor_says(live: Live) -> None:
-    """The page marks the span stored with the link (its first whole occurrence, `Straße ist`),
-    and finds the quote in the text itself only for a link without one."""
+    """The page marks the span stored with the link (its first whole occurrence, `Straße ist`).
+    A link without an anchor yet (stored before anchors existed) is listed but not marked, and
+    its claim page shows its quote without context: neither page looks for it in the text.
+    The start-up back-fill then anchors it, with its context."""
     with session(live, MEMBER) as client:
         page = client.get(f"/c/mcas/evidence/{DOC['id']}").text
         assert f'<mark data-links="{QUOTED["id"]}">Straße ist</mark>' in page
 
-        async def move_anchor(start: int | None) -> None:
+        async def on_database(sql: str, *args: object) -> None:
             conn = await asyncpg.connect(live.database_url)
             try:
-                if start is None:
-                    await conn.execute("DELETE FROM link_anchors")
-                else:
-                    await conn.execute(
-                        "UPDATE link_anchors SET start_offset = $1, end_offset = $1 + 11",
-                        start,
-                    )
+                await conn.execute(sql, *args)
             finally:
                 await conn.close()
 
-        asyncio.run(move_anchor(25))  # the second occurrence, as a stored anchor may say
+        # the second occurrence, as a stored anchor may say
+        move = "UPDATE link_anchors SET start_offset = $1, end_offset = $1 + 11 WHERE link_id = $2"
+        asyncio.run(on_database(move, 25, QUOTED["id"]))
         page = client.get(f"/c/mcas/evidence/{DOC['id']}").text
         assert f'<mark data-links="{QUOTED["id"]}">STRASSE ist</mark>' in page
-        asyncio.run(move_anchor(None))  # no anchor yet: found in the text
+
+        forget = "DELETE FROM link_anchors WHERE link_id = $1"
+        asyncio.run(on_database(forget, QUOTED["id"]))
+        page = client.get(f"/c/mcas/evidence/{DOC['id']}").text
+        assert "<mark" not in page.split('id="document"')[1].split("</div>")[0]
+        assert "0 of 1 quote marked." in page and f'id="quote-{QUOTED["id"]}"' in page
+        claim_page = client.get(f"/c/mcas/claims/{ROAD['id']}").text
+        shown = claim_page.split(f'id="link-{QUOTED["id"]}"')[1].split("</blockquote>")[0]
+        assert shown.endswith('<blockquote class="context"><mark>strasse ist</mark>')
+
+        async def back_fill() -> int:
+            pool = await open_pool(live.database_url, min_size=1, max_size=1)
+            try:
+                return await backfill(pool)
+            finally:
+                await pool.close()
+
+        assert asyncio.run(back_fill()) == 1
         page = client.get(f"/c/mcas/evidence/{DOC['id']}").text
         assert f'<mark data-links="{QUOTED["id"]}">Straße ist</mark>' in page
+        claim_page = client.get(f"/c/mcas/claims/{ROAD['id']}").text
+        assert "Die <mark>Straße ist</mark> lang. Die STRASSE ist breit.</blockquote>" in claim_page
 
 
 def test_export_with_the_login_cookie(live: Live) -> None:

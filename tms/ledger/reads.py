@@ -7,7 +7,9 @@ Searching by text is `tms.search`'s job.
 
 Each method's SQL sits in the method, and results come out in SPEC's shapes through
 `tms.ledger.records`. Every listing reads a page, never the whole collection: list_claims' count
-sorts read the top of an index over counts kept as links are stored (sql/008).
+sorts read the top of an index over counts kept as links are stored (sql/008). What the reading
+pages show (texts cut, quotes in their stored context, never an evidence text read whole) is
+read by `tms.ledger.excerpts`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,15 @@ import json
 from collections.abc import Collection
 from typing import Any, Final
 
-from tms.ledger import records
+from tms.ledger import excerpts, records
 from tms.ledger.access import ReadableCollection, Reader
+from tms.ledger.excerpts import (
+    EvidenceWindow,
+    NamedClaim,
+    QuoteContext,
+    ShownContradiction,
+    ShownLink,
+)
 from tms.ledger.records import limited, page_size
 from tms.results import (
     ClaimSummary,
@@ -412,6 +421,52 @@ class Reads:
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, readable.slug)
             return await records.contradictions(conn, readable.slug, rows)
+
+    # --- what the reading pages show: every text cut (tms.ledger.excerpts) -----------------
+
+    async def shown_links(
+        self,
+        readable: ReadableCollection,
+        *,
+        to_id: EventId | None = None,
+        from_id: EventId | None = None,
+        limit: int,
+    ) -> list[ShownLink]:
+        """The links pointing at `to_id`, or quoting `from_id`, oldest first, texts cut."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.links(
+                conn, readable.slug, to_id=to_id, from_id=from_id, limit=limit
+            )
+
+    async def quote_contexts(
+        self, readable: ReadableCollection, link_ids: list[EventId]
+    ) -> dict[EventId, QuoteContext]:
+        """Each link's quote in its evidence, from its stored anchor: bounded, whatever the
+        length of the text."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.quote_contexts(conn, readable.slug, link_ids)
+
+    async def shown_contradictions(
+        self, readable: ReadableCollection, claim_id: EventId, limit: int
+    ) -> list[ShownContradiction]:
+        """The contradictions naming the claim, oldest first, texts cut."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.contradictions(conn, readable.slug, claim_id, limit)
+
+    async def claim_choices(
+        self, readable: ReadableCollection, words: str, besides: EventId, limit: int
+    ) -> list[NamedClaim]:
+        """The claims a picker offers: the newest, those an id names, or those words match."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.claim_choices(conn, readable.slug, words, besides, limit)
+
+    async def evidence_window(
+        self, readable: ReadableCollection, event_id: EventId, offset: int, chars: int
+    ) -> EvidenceWindow | None:
+        """An evidence of the collection with one window of its text (None: missing or
+        elsewhere, alike)."""
+        async with self.pool.acquire() as conn:
+            return await excerpts.evidence_window(conn, readable.slug, event_id, offset, chars)
 
 
 def _claims_sorted_sql(sort: str, limit: int) -> str:

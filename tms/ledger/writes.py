@@ -258,6 +258,8 @@ def _anchors(statement: Statement, anchored: list[tuple[Parsed, Anchor]]) -> Non
             ([a.prefix for _, a in anchored], "text"),
             ([a.suffix for _, a in anchored], "text"),
             ([a.occurrences for _, a in anchored], "int"),
+            ([a.context_before for _, a in anchored], "text"),
+            ([a.context_after for _, a in anchored], "text"),
         ]
     )
     statement.parts.append(

@@ -8,7 +8,8 @@ anchored passage is the first occurrence that starts and ends on whole character
 that `normalize(text[start:end]) == normalize(quote)`; an occurrence that starts or ends inside a
 character whose case folding is longer (the second ``s`` of ``ß``) is skipped for the next one,
 and when none is whole (a quote ``se`` against ``Straße``), the first is widened to the whole
-characters around it.
+characters around it. `context_before` and `context_after` are the few hundred characters either
+side that a reader sees the quote in (pages show them; they are no selector).
 
 The nearest passage helps a writer whose quote was refused: where the evidence reads most like the
 quote, with a similarity between 0 and 1 (rapidfuzz's normalized Indel similarity of the
@@ -31,6 +32,7 @@ from rapidfuzz.fuzz import partial_ratio_alignment, ratio
 from tms.rules.quotes import PreparedText, normalize
 
 CONTEXT_CHARS: Final = 32  # `prefix` and `suffix`, at most
+CONTEXT_WINDOW_CHARS: Final = 300  # `context_before` and `context_after`, at most
 HINT_CHARS: Final = 200  # the nearest passage's text, at most (ellipsis included)
 MIN_SIMILARITY: Final = 0.5  # a passage less like the quote than this is no hint
 NEAREST_QUOTE_CHARS: Final = 2_000  # a longer quote is compared by its beginning
@@ -45,7 +47,9 @@ _ROUNDS: Final = 2  # seed lengths tried: the first, then shorter (none found) o
 
 @dataclass(frozen=True, slots=True)
 class Anchor:
-    """Where a link's quote sits in its evidence (W3C TextPosition- and TextQuoteSelector)."""
+    """Where a link's quote sits in its evidence (W3C TextPosition- and TextQuoteSelector),
+    and the passage around it that a reader sees (`context_before`, `context_after`: what
+    pages show, stored so that they never read the evidence text again)."""
 
     start: int
     end: int
@@ -53,6 +57,8 @@ class Anchor:
     prefix: str
     suffix: str
     occurrences: int
+    context_before: str
+    context_after: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,7 @@ def anchor(prepared: PreparedText, quote: str) -> Anchor | None:
         span = prepared.original_start(first)[0], prepared.original_end(first + len(needle))[0]
     start, end = span
     text = prepared.text
+    before, after = context(text, start, end)
     return Anchor(
         start=start,
         end=end,
@@ -114,7 +121,17 @@ def anchor(prepared: PreparedText, quote: str) -> Anchor | None:
         prefix=text[max(0, start - CONTEXT_CHARS) : start],
         suffix=text[end : end + CONTEXT_CHARS],
         occurrences=occurrences,
+        context_before=before,
+        context_after=after,
     )
+
+
+def context(text: str, start: int, end: int) -> tuple[str, str]:
+    """The passage either side of an anchor's `[start, end)` in `text`, as `anchor` gives it
+    (for anchors stored before their context was)."""
+    return text[max(0, start - CONTEXT_WINDOW_CHARS) : start], text[
+        end : end + CONTEXT_WINDOW_CHARS
+    ]
 
 
 def verdict(prepared: PreparedText, quote: str) -> Verdict:

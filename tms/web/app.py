@@ -23,6 +23,7 @@ and the people's pages (tms.web.pages), logged in with NIP-07 (tms.web.login):
                                   POST /quotes/nearest (a wrong quote's nearest passage)
     GET /c/<slug>                 claims (sorts, search) and evidence
     GET /c/<slug>/claims/<id>     a claim with its links, quotes in context, contradictions
+    GET /c/<slug>/claims.json     the claims its "Contradicts…" picker offers (?q=, ?besides=)
     GET /c/<slug>/evidence/<id>   an evidence text, paged, quotes marked
     GET /c/<slug>/members         the owner's member list editor (members.json: its head)
     GET /collections/check        ?slug=: is it free? (the create form, for approved keys)
@@ -260,6 +261,7 @@ ROUTES: Final = [
     Route("/c/{slug}/members.json", _page("members_head"), methods=GET),
     Route("/collections/check", _page("name_check"), methods=GET),
     Route("/c/{slug}/lookup", _page("lookup"), methods=POST),
+    Route("/c/{slug}/claims.json", _page("claim_choices"), methods=GET),
     Route("/c/{slug}/claims/{event_id}", _page("claim"), methods=GET),
     Route("/c/{slug}/evidence/{event_id}", _page("evidence"), methods=GET),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),

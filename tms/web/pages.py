@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,11 +44,11 @@ from tms.nostr.nip19 import npub_encode
 from tms.rules.content import SLUG_PATTERN
 from tms.rules.expected import NO_LIST
 from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
-from tms.rules.spans import QuoteIndex, casefold_table
+from tms.rules.spans import casefold_table
 from tms.rules.terms import current_terms
 from tms.search.search import Method
 from tms.services import Services
-from tms.types import KIND_CLAIM, KIND_EVIDENCE, MAX_CONTENT_CHARS, MAX_QUERY_CHARS
+from tms.types import KIND_CLAIM, MAX_CONTENT_CHARS, MAX_QUERY_CHARS
 from tms.web import charts
 from tms.web.login import (
     COOKIE,
@@ -61,7 +60,7 @@ from tms.web.login import (
     Session,
     request_url,
 )
-from tms.web.reading import in_context, link_targets, marked
+from tms.web.reading import link_targets, marked
 from tms.web.render import Renderer
 from tms.web.submit_checks import (
     BadLookup,
@@ -78,8 +77,9 @@ EVIDENCE_PAGE_CHARS: Final = 20_000  # evidence text shown per page
 CLAIMS_SHOWN: Final = 100
 EVIDENCE_SHOWN: Final = 100
 LINKS_SHOWN: Final = 200  # links read for a claim page, and quotes marked on an evidence page
+CONTRADICTIONS_SHOWN: Final = 50  # on a claim page
+CHOICES_SHOWN: Final = 20  # claims the "Contradicts…" picker offers at once
 SMALL_JSON: Final = 64 * 1024  # /fetch and /logout bodies
-QUOTE_INDEXES: Final = 16  # evidence texts kept normalized, for marking quotes
 RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
 MAX_NOTE_CHARS: Final = 80  # of a profile name, shown as a note on the members page
 MAX_EXPECTED: Final = 16  # collections a page's batch may state its expectations of
@@ -108,7 +108,6 @@ class Pages:
         self.bodies = BodyReader()
         self.hint_bodies = BodyReader(HINT_BODY)
         self.texts = Texts()  # evidence texts kept for the submit page's quote hints
-        self._indexes: OrderedDict[str, QuoteIndex] = OrderedDict()
 
     async def close(self) -> None:
         await self.bodies.close()
@@ -496,36 +495,69 @@ class Pages:
         )
 
     async def claim(self, request: Request) -> Response:
+        """A claim, the links pointing at it with each quote in its context (read from the
+        stored anchors, never from the evidence texts), and the contradictions naming it."""
         opened = await self._collection_reader(request)
         if isinstance(opened, Response):
             return opened
-        _, readable, services = opened
+        reader, readable, services = opened
         slug, event_id = readable.slug, request.path_params["event_id"]
         event = await self._event(services, readable, event_id, KIND_CLAIM)
         if event is None:
             return await self.not_found(request)
-        links = await services.reads.get_links(readable, event_id, None, None, LINKS_SHOWN)
-        sources: dict[str, dict[str, Any]] = {}
-        quoted = []
-        for found in links:
-            source = sources.get(found["from"])
-            if source is None:
-                source = await self._evidence_text(readable, found["from"], services)
-                sources[found["from"]] = source
-            quoted.append({**found, "context": in_context(source, found["quote"])})
-        by_relation = {r: [q for q in quoted if q["relation"] == r] for r in RELATIONS}
-        contradictions = await services.reads.contradictions_with_claim(readable, event_id, 50)
+        links = await services.reads.shown_links(readable, to_id=event_id, limit=LINKS_SHOWN)
+        contexts, contradictions, terms_signed = await asyncio.gather(
+            services.reads.quote_contexts(readable, [found.id for found in links]),
+            services.reads.shown_contradictions(readable, event_id, CONTRADICTIONS_SHOWN),
+            services.keys.terms_signed(reader.pubkey),
+        )
+        by_relation = {
+            relation: [
+                {"link": found, "context": contexts.get(found.id)}
+                for found in links
+                if found.relation == relation
+            ]
+            for relation in RELATIONS
+        }
+        added = request.query_params.get("added")
         return await self.render(
             request,
             "claim.html",
             slug=slug,
             event=event,
             by_relation=by_relation,
-            sources=sources,
             contradictions=contradictions,
+            added=added if any(c.id == added for c in contradictions) else None,
+            terms_signed=terms_signed,
+            page_chars=EVIDENCE_PAGE_CHARS,
+            links_cut=LINKS_SHOWN if len(links) == LINKS_SHOWN else None,
+            contradictions_cut=(
+                CONTRADICTIONS_SHOWN if len(contradictions) == CONTRADICTIONS_SHOWN else None
+            ),
         )
 
+    async def claim_choices(self, request: Request) -> Response:
+        """The claims the claim page's "Contradicts…" picker offers, as JSON: the newest, or
+        those matching `q` (words, or a claim id or the start of one), never `besides`."""
+        session = await self.session(request)
+        services = _services(request)
+        if session is None:
+            return _json_error("no such collection", 404)
+        try:
+            readable = await services.access.collection(session.pubkey, request.path_params["slug"])
+        except NotAReader:
+            return _json_error("no such collection", 404)
+        words = (request.query_params.get("q") or "").strip()[:MAX_QUERY_CHARS]
+        besides = request.query_params.get("besides") or ""
+        choices = await services.reads.claim_choices(
+            readable, words, besides if is_hex64(besides) else "", CHOICES_SHOWN
+        )
+        body = {"claims": [{"id": c.id, "text": c.text.text, "more": c.text.more} for c in choices]}
+        return JSONResponse(body, headers=PRIVATE)
+
     async def evidence(self, request: Request) -> Response:
+        """One page of an evidence text (a window read in SQL), each quote of it marked where
+        its stored anchor says, and what each link quoting it points at."""
         opened = await self._collection_reader(request)
         if isinstance(opened, Response):
             return opened
@@ -536,40 +568,32 @@ class Pages:
         except ValueError:
             page = 1
         offset = (page - 1) * EVIDENCE_PAGE_CHARS
-        event = await self._event(
-            services, readable, event_id, KIND_EVIDENCE, offset, EVIDENCE_PAGE_CHARS
-        )
-        if event is None:
+        if not is_hex64(event_id) or offset > MAX_CONTENT_CHARS:
             return await self.not_found(request)
-        chars = int(event.get("chars", 0))
-        pages = max(1, -(-chars // EVIDENCE_PAGE_CHARS))
+        window = await services.reads.evidence_window(
+            readable, event_id, offset, EVIDENCE_PAGE_CHARS
+        )
+        if window is None:
+            return await self.not_found(request)
+        pages = max(1, -(-window.chars // EVIDENCE_PAGE_CHARS))
         if page > pages:
             return await self.not_found(request)
-        links = await services.reads.get_links(readable, None, event_id, None, LINKS_SHOWN)
-        window = str(event["content"]["text"])
+        links = await services.reads.shown_links(readable, from_id=event_id, limit=LINKS_SHOWN)
         # Each link's anchor, stored when it was published; a link stored before anchors
-        # existed, until the start-up back-fill reaches it, is found in the text here.
+        # existed is not marked until the start-up back-fill reaches it.
         spans = [
-            (anchor["start"], anchor["end"], found["id"])
+            (found.start, found.end, found.id)
             for found in links
-            if (anchor := found.get("anchor")) is not None
+            if found.start is not None and found.end is not None
         ]
-        unanchored = [found for found in links if found.get("anchor") is None]
-        if unanchored:
-            index = await self._index(readable, event_id, services)
-            for found in unanchored:
-                span = index.find(found["quote"]) if index is not None else None
-                if span is not None:
-                    spans.append((span[0], span[1], found["id"]))
-        segments = marked(window, offset, spans)
         targets = await link_targets(readable, links, services.reads)
         return await self.render(
             request,
             "evidence.html",
             slug=slug,
-            event=event,
-            segments=segments,
-            links=[{**found, "target": targets.get(found["to"])} for found in links],
+            evidence=window,
+            segments=marked(window.text, offset, spans),
+            links=[{"link": found, "target": targets.get(found.to_id)} for found in links],
             marked={s[2] for s in spans},
             page=page,
             pages=pages,
@@ -581,53 +605,15 @@ class Pages:
         readable: ReadableCollection,
         event_id: str,
         kind: int,
-        offset: int = 0,
-        max_chars: int = EVIDENCE_PAGE_CHARS,
     ) -> dict[str, Any] | None:
         """The event if it is of `kind` and in the collection; else None (the same 404 for
-        each)."""
+        each). Not for evidence, whose page reads a window of its text."""
         if not is_hex64(event_id):
             return None
-        event = await services.reads.get_event(readable.reader(), event_id, offset, max_chars)
+        event = await services.reads.get_event(readable.reader(), event_id)
         if event is None or event["kind"] != kind:
             return None
         return dict(event)
-
-    async def _evidence_text(
-        self, readable: ReadableCollection, event_id: str, services: Services
-    ) -> dict[str, Any]:
-        event = await services.reads.get_event(readable.reader(), event_id, 0, MAX_CONTENT_CHARS)
-        if event is None:  # cannot happen for a stored link's `from`; shown as missing
-            return {"id": event_id, "title": None, "text": "", "index": None}
-        text = str(event["content"]["text"])
-        index = self._indexes.get(event_id)
-        if index is None:
-            index = await asyncio.to_thread(QuoteIndex, text)
-            self._remember(event_id, index)
-        return {
-            "id": event_id,
-            "title": event["content"].get("title"),
-            "url": event["content"].get("url"),
-            "text": text,
-            "index": index,
-        }
-
-    async def _index(
-        self, readable: ReadableCollection, event_id: str, services: Services
-    ) -> QuoteIndex | None:
-        index = self._indexes.get(event_id)
-        if index is not None:
-            self._indexes.move_to_end(event_id)
-            return index
-        source = await self._evidence_text(readable, event_id, services)
-        found: QuoteIndex | None = source["index"]
-        return found
-
-    def _remember(self, event_id: str, index: QuoteIndex) -> None:
-        """Evidence never changes, so its normalized text is kept for the next page view."""
-        self._indexes[event_id] = index
-        while len(self._indexes) > QUOTE_INDEXES:
-            self._indexes.popitem(last=False)
 
     # --- members ---------------------------------------------------------------------------
 
