@@ -48,7 +48,7 @@ from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.terms import current_terms
 from tms.store import database
-from tms.web.pages import EVIDENCE_PAGE_CHARS
+from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 MiB: Final = 1024 * 1024
 TARGET_MS: Final = 200

@@ -216,7 +216,8 @@ def test_the_guides_javascript_throws_the_servers_words_for_a_refused_body(
         "\ntry { await call('list_collections', { request: 'x'.repeat(1100000) }) }"
         "\ncatch (error) { console.log('refused: ' + error.message) }\n"
     )
-    script.write_text("\n".join(blocks(guide, "js")) + refused, encoding="utf-8")
+    mcp_only = [block for block in blocks(guide, "js") if "nostr-tools/relay" not in block]
+    script.write_text("\n".join(mcp_only) + refused, encoding="utf-8")
     result = subprocess.run(
         ["node", *_websocket_flag(), script.name],
         cwd=js_current_packages,

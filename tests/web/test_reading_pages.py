@@ -38,7 +38,7 @@ from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.anchors import CONTEXT_WINDOW_CHARS
 from tms.store.database import open_pool
-from tms.web.pages import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
+from tms.web.reading import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
 
 OWNER: Final = key(0xA1)
 MEMBER: Final = key(0xA2)

@@ -1,5 +1,5 @@
-"""Request bodies read with bounds, for every door that takes big JSON: `/mcp` and the pages'
-publish. Whatever an unauthenticated client sends costs a bounded amount of memory and time.
+"""Request bodies read with bounds, for every door that takes JSON: `/mcp` and the pages.
+Whatever an unauthenticated client sends costs a bounded amount of memory and time.
 
 - A body is refused past `max_body` bytes, from its Content-Length before a byte is read, or
   as it arrives;
@@ -140,6 +140,24 @@ class BodyReader:
                 await self.close()  # a fresh pool for the next one
             raise TooLarge("request body too large or too complex to read") from None
 
+    async def parsed(
+        self,
+        scope: Scope,
+        receive: Receive,
+        parse: Callable[[bytes], T],
+        check: Callable[[Path], object] | None = None,
+    ) -> T:
+        """The body, `parse`d in a thread (never on the event loop). A body big enough to go
+        to a file is first `check`ed in a worker process (its shape within bounds) and only
+        then read into this one."""
+        async with AsyncExitStack() as stack:
+            body = await self.read(scope, receive, stack)
+            if isinstance(body, Path):
+                if check is not None:
+                    await self.inspect(check, body)
+                body = await asyncio.to_thread(body.read_bytes)
+        return await asyncio.to_thread(parse, body)
+
     async def close(self) -> None:
         if self._workers is not None:
             self._workers.shutdown(wait=False, cancel_futures=True)
@@ -151,6 +169,25 @@ class BodyReader:
         except TimeoutError:
             raise Busy from None
         stack.callback(self._slots.release)
+
+
+async def small_body(receive: Receive, limit: int) -> bytes:
+    """A body that must be small (a form, a URL, a look-up): `TooLarge` past `limit` bytes,
+    `Disconnected` when the client leaves first."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise Disconnected
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            await discard(receive, message.get("more_body", False))
+            raise TooLarge(f"request body too large: more than {limit // 1024} KiB")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 async def discard(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.errors import NotAReader, NotAUser
+from tms.errors import NotAReader, NotAUser, Refusal
 from tms.rules.content import SLUG_PATTERN
 from tms.store.database import Pool
 from tms.types import PubKey, Slug
@@ -97,7 +97,7 @@ class Access:
         """The collection if the key may read it (owner or current member); else `NotAReader`,
         the same for one that does not exist or whose name no collection can have."""
         if not await self.can_read(pubkey, slug):
-            raise not_a_reader(slug)
+            raise not_a_reader(slug).refused_as(Refusal.NOT_MEMBER, pubkey)
         return ReadableCollection(pubkey, slug, _MINTED)
 
     def for_operator(self, slug: Slug) -> ReadableCollection:
@@ -131,4 +131,6 @@ class Access:
 
     async def require_user(self, pubkey: PubKey) -> None:
         if not await self.may_use(pubkey):
-            raise NotAUser(f"pubkey {pubkey} is not approved and is not a member of any collection")
+            raise NotAUser(
+                f"pubkey {pubkey} is not approved and is not a member of any collection"
+            ).refused_as(Refusal.NOT_MEMBER, pubkey)

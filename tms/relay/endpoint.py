@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -55,8 +56,7 @@ def with_info(page: Handler) -> Handler:
             )
         return await page(request)
 
-    handler.__name__ = getattr(page, "__name__", "page")
-    return handler
+    return functools.wraps(page)(handler)  # the page's name and marks (`tms.web.door.page`)
 
 
 async def relay_socket(websocket: WebSocket) -> None:
@@ -191,7 +191,7 @@ async def _cookie_key(websocket: WebSocket, settings: Settings, relay: Relay) ->
     origin = websocket.headers.get("origin")
     if origin is not None and origin != page_origin(websocket, settings.base_url):
         return None
-    keyring: Keyring = websocket.app.state.pages.keyring
+    keyring: Keyring = websocket.app.state.door.keyring
     id_sha256 = keyring.session_hash(cookie)
     if id_sha256 is None:
         return None

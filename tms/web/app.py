@@ -1,41 +1,30 @@
-"""The HTTP front door: a Starlette app over the ledger service.
+"""The HTTP front door: a Starlette app over the ledger service, assembled here from its
+route groups, with the one table that turns whatever a handler raises into its answer.
 
-Routes (the whole table is `ROUTES` below):
+Routes (each group's table is its module's `ROUTES`):
 
-    GET /healthz                  {"ok": true, "database": "reachable"}, or 503 when it is not
-    GET /terms                    {"version", "sha256", "text"}: the terms every key signs
-    GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98 or login);
-                                  `?checkpoint=1` ends it with the log's checkpoint line
-    GET /log-key                  the key checkpoints are signed with (C2SP verifier key)
-    GET /c/<slug>/checkpoint      the latest checkpoint (C2SP signed note), members only
-    GET /c/<slug>/consistency     ?old=M[&new=N]: an RFC 9162 consistency proof, members only
-    GET /c/<slug>/tile/<path>     the log as C2SP tlog-tiles (hashes, entry bundles), members only
-    WS  /, /c/<slug>              the relay (NIP-01, 42, 45, 50; tms.relay); a GET of either with
-                                  `Accept: application/nostr+json` is its NIP-11 document
-    POST /mcp                     the MCP endpoint: tools and prompts (tms.mcp.server)
+    tms.web.api         GET /healthz, /terms, /log-key; GET /c/<slug>/export.jsonl (members:
+                        NIP-98 or the login cookie; `?checkpoint=1` ends with the log's
+                        checkpoint line), /c/<slug>/checkpoint, /c/<slug>/consistency,
+                        /c/<slug>/tile/<path>; POST /mcp (tms.mcp)
+    tms.web.home        GET / (Connect; once logged in, home), GET /login/challenge,
+                        POST /login, POST /logout, GET /collections/check (is a slug free?)
+    tms.web.collection  GET /c/<slug> (claims, search, evidence), /c/<slug>/members and
+                        /c/<slug>/members.json (the owner's member list editor and its head)
+    tms.web.reading     GET /c/<slug>/claims/<id>, /c/<slug>/evidence/<id>,
+                        /c/<slug>/claims.json (the "Contradicts…" picker)
+    tms.web.submit      GET /submit; POST /publish, /fetch, /c/<slug>/lookup, /quotes/nearest;
+                        GET /quotes/normalization.json
+    tms.web.dashboard   GET /dashboard
+    tms.web.docs        GET /docs, /docs.md: the user guide, for this server
+    tms.relay           WS / and /c/<slug> (NIP-01, 42, 45, 50); a GET of either with
+                        `Accept: application/nostr+json` is its NIP-11 document
+                        GET /static/...: the stylesheet and the pages' scripts
 
-and the people's pages (tms.web.pages), logged in with NIP-07 (tms.web.login):
-
-    GET /                         Connect; once logged in, home: terms, profile, collections
-    GET /login/challenge          a nonce and the URL to sign; POST /login, POST /logout
-    GET /submit                   evidence, claims and links; POST /fetch, POST /publish,
-                                  POST /c/<slug>/lookup (duplicates, pasted ids) and
-                                  POST /quotes/nearest (a wrong quote's nearest passage)
-    GET /c/<slug>                 claims (sorts, search) and evidence
-    GET /c/<slug>/claims/<id>     a claim with its links, quotes in context, contradictions
-    GET /c/<slug>/claims.json     the claims its "Contradicts…" picker offers (?q=, ?besides=)
-    GET /c/<slug>/evidence/<id>   an evidence text, paged, quotes marked
-    GET /c/<slug>/members         the owner's member list editor (members.json: its head)
-    GET /collections/check        ?slug=: is it free? (the create form, for approved keys)
-    GET /dashboard                activity, records by kind, contributors, sources
-    GET /docs, /docs.md           the user guide, for this server
-    GET /static/...               the one stylesheet and the pages' scripts
-
-JSON handlers answer `{"error": "..."}` when something is wrong: 401 (with `WWW-Authenticate:
-Nostr`) when the credentials do not hold up, one byte-identical 404 for a collection that does
-not exist, is not the caller's, or cannot be named so, 503 when the database is down, and a bare
-500 (logged here, never a traceback on the wire) for anything unforeseen. Pages answer with
-pages: one 404 page for whatever is missing or closed to the key.
+Handlers raise; `tms.web.answers` answers (see `create_app`'s table): a page for a page (one
+404 page for whatever is missing or closed to the key), `{"error": "..."}` for everything else,
+401 with `WWW-Authenticate: Nostr` when credentials do not hold up, 503 when the database is
+down, and a bare 500 (logged, never a traceback on the wire) for anything unforeseen.
 
 Every response carries the security headers of `tms.web.security` (a Content-Security-Policy
 without inline script, whose only outside origins are the profile relays).
@@ -46,380 +35,56 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Mount, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings, load_secret
-from tms.errors import (
-    DATABASE_UNAVAILABLE,
-    AuthError,
-    LogError,
-    NotAReader,
-    RateLimited,
-    Refusal,
-    sendable,
-)
-from tms.http.gate import Gate, route_name
-from tms.ledger.access import ReadableCollection
-from tms.ledger.export import Exporter
+from tms.errors import TMSError
+from tms.http.bodies import BodyError, Disconnected
+from tms.http.gate import Gate
 from tms.mcp.http import McpFront
-from tms.nostr import nip98
 from tms.relay.connection import open_relay
-from tms.relay.endpoint import relay_socket, with_info
-from tms.rules.terms import current_terms
+from tms.relay.endpoint import relay_socket
 from tms.runtime import Runtime, open_runtime
-from tms.store.database import DATABASE_DOWN, is_database_down
-from tms.tlog.tiles import parse_tile_path
-from tms.types import PubKey
-from tms.web import docs
-from tms.web.login import Keyring, request_url
-from tms.web.pages import Pages
+from tms.store.database import DATABASE_DOWN
+from tms.web import answers, api, collection, dashboard, docs, home, reading, submit
+from tms.web.door import Door, NeedsLogin
+from tms.web.login import Keyring
 from tms.web.render import STATIC_DIR, Renderer
 from tms.web.security import SecurityHeaders
 
 log = logging.getLogger("tms.web.app")
 
-EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
-EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
-PRIVATE: Final = {"Cache-Control": "no-store"}
-# A tile never changes once the log holds it (tlog-tiles); it is still a member's to see.
-IMMUTABLE: Final = {"Cache-Control": "private, max-age=31536000, immutable"}
-NOTE_MEDIA_TYPE: Final = "text/plain; charset=utf-8"
-MAX_SIZE_DIGITS: Final = 19  # a tree size in a query: bigint's range
-
-
-# --- handlers ----------------------------------------------------------------------------------
-
-
-async def healthz(request: Request) -> Response:
-    runtime = _runtime(request)
-    problem = await runtime.health.problem()
-    if problem is not None:
-        runtime.services.outage.failed("the health check", problem)
-        body = {"ok": False, "database": f"unreachable: {problem}"}
-        return JSONResponse(body, 503, headers=PRIVATE)
-    runtime.services.outage.answered()
-    vectors = _runtime(request).services.search.status
-    return JSONResponse({"ok": True, "database": "reachable", "vectors": vectors}, headers=PRIVATE)
-
-
-async def terms(request: Request) -> Response:
-    return JSONResponse(current_terms())
-
-
-async def export(request: Request) -> Response:
-    """Every event of the collection, oldest first, exactly as stored. Membership is checked
-    before the first byte goes out; the body then streams from a database cursor. With
-    `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`)."""
-    readable = await _readable(request)
-    if readable is None:
-        return no_such_collection()
-    slug = readable.slug
-    runtime = _runtime(request)
-    flag = request.query_params.get("checkpoint", "0")
-    if flag not in ("0", "1"):
-        return error("checkpoint must be 0 or 1", 400)
-    # Two names, so that both downloads can sit side by side (`tms verify-export` wants the
-    # checkpointed one).
-    name = f"{slug}.checkpoint.jsonl" if flag == "1" else f"{slug}.jsonl"
-    headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{name}"'}
-    if request.method == "HEAD":
-        return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
-    if flag == "1":
-        await runtime.services.tlog.checkpoint(readable)  # builds a log not built yet
-    return _ClosingStreamingResponse(
-        _export_body(runtime.exporter, readable, flag == "1"),
-        media_type=EXPORT_MEDIA_TYPE,
-        headers=headers,
-    )
-
-
-async def log_key(request: Request) -> Response:
-    """The verifier key of every checkpoint this server signs: public, one line."""
-    return PlainTextResponse(_log_key(request) + "\n", media_type=NOTE_MEDIA_TYPE)
-
-
-async def checkpoint(request: Request) -> Response:
-    """The collection log's latest checkpoint, as tlog-tiles serves it: the signed note."""
-    readable = await _readable(request)
-    if readable is None:
-        return no_such_collection()
-    note = (await _runtime(request).services.tlog.checkpoint(readable))["note"]
-    return PlainTextResponse(note, media_type=NOTE_MEDIA_TYPE, headers=PRIVATE)
-
-
-async def consistency(request: Request) -> Response:
-    """`?old=M[&new=N]`: the proof that the log at M entries is a prefix of it at N (default:
-    the latest checkpoint's size), as `get_consistency` returns it."""
-    readable = await _readable(request)
-    if readable is None:
-        return no_such_collection()
-    sizes = [request.query_params.get(name) for name in ("old", "new")]
-    if sizes[0] is None or not all(_size(text) for text in sizes if text is not None):
-        return error("old (and new) must be tree sizes: ?old=M or ?old=M&new=N", 400)
-    old, new = (None if text is None else int(text) for text in sizes)
-    assert old is not None
-    try:
-        proof = await _runtime(request).services.tlog.consistency(readable, old, new)
-    except LogError as exc:
-        return error(str(exc), 400)
-    return JSONResponse(proof, headers=PRIVATE)
-
-
-async def tile(request: Request) -> Response:
-    """One tile or entry bundle of the collection's log (C2SP tlog-tiles), or 404 while the
-    log does not hold it; the same 404 for any path that names no tile."""
-    readable = await _readable(request)
-    if readable is None:
-        return no_such_collection()
-    wanted = parse_tile_path(request.path_params["tile"])
-    tlog = _runtime(request).services.tlog
-    data = None if wanted is None else await tlog.tile(readable, wanted)
-    if data is None:
-        return error("no such tile", 404)
-    return Response(data, media_type="application/octet-stream", headers=IMMUTABLE)
-
-
-class _MCP:
-    """`/mcp`: the MCP endpoint (`tms.mcp.http`), built by the lifespan. An instance, so that
-    the route passes it every method (it answers the ones it does not serve itself)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await scope["app"].state.mcp(scope, receive, send)
-
-
-def _page(name: str) -> Callable[[Request], Awaitable[Response]]:
-    """The handler `name` of this app's `Pages` (built by the lifespan, with its secret)."""
-
-    async def handler(request: Request) -> Response:
-        method: Callable[[Request], Awaitable[Response]] = getattr(_pages(request), name)
-        return await method(request)
-
-    handler.__name__ = name
-    return handler
-
-
-async def docs_html(request: Request) -> Response:
-    settings = request.app.state.settings
-    guide = docs.html(_base(request), settings, _log_key(request), _log_host(request))
-    return await _pages(request).render(request, "docs.html", guide=guide)
-
-
-async def docs_markdown(request: Request) -> Response:
-    settings = request.app.state.settings
-    guide = docs.markdown(_base(request), settings, _log_key(request), _log_host(request))
-    return Response(guide, media_type="text/markdown; charset=utf-8")
-
-
-def _log_key(request: Request) -> str:
-    return _runtime(request).ledger.log.signer.key.verifier().encode()
-
-
-def _log_host(request: Request) -> str:
-    return _runtime(request).ledger.log.signer.host
-
-
-GET: Final = ["GET"]
-POST: Final = ["POST"]
-
-ROUTES: Final = [
-    Route("/healthz", healthz, methods=GET),
-    Route("/mcp", _MCP()),
-    Route("/terms", terms, methods=GET),
-    # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
-    Route("/c/{slug:path}/export.jsonl", export, methods=GET),
-    # each collection's transparency log
-    Route("/log-key", log_key, methods=GET),
-    Route("/c/{slug:path}/checkpoint", checkpoint, methods=GET),
-    Route("/c/{slug:path}/consistency", consistency, methods=GET),
-    Route("/c/{slug:path}/tile/{tile:path}", tile, methods=GET),
-    # the people's pages
-    Route("/", with_info(_page("home")), methods=GET),
-    Route("/login/challenge", _page("login_challenge"), methods=GET),
-    Route("/login", _page("login"), methods=POST),
-    Route("/logout", _page("logout"), methods=POST),
-    Route("/submit", _page("submit"), methods=GET),
-    Route("/fetch", _page("fetch"), methods=POST),
-    Route("/publish", _page("publish"), methods=POST),
-    Route("/dashboard", _page("dashboard"), methods=GET),
-    Route("/docs", docs_html, methods=GET),
-    Route("/docs.md", docs_markdown, methods=GET),
-    Route("/quotes/normalization.json", _page("normalization"), methods=GET),
-    Route("/quotes/nearest", _page("nearest"), methods=POST),
-    Route("/c/{slug}", with_info(_page("collection")), methods=GET),
-    Route("/c/{slug}/members", _page("members"), methods=GET),
-    Route("/c/{slug}/members.json", _page("members_head"), methods=GET),
-    Route("/collections/check", _page("name_check"), methods=GET),
-    Route("/c/{slug}/lookup", _page("lookup"), methods=POST),
-    Route("/c/{slug}/claims.json", _page("claim_choices"), methods=GET),
-    Route("/c/{slug}/claims/{event_id}", _page("claim"), methods=GET),
-    Route("/c/{slug}/evidence/{event_id}", _page("evidence"), methods=GET),
+ROUTES: Final[list[BaseRoute]] = [
+    *api.ROUTES,
+    *home.ROUTES,
+    *submit.ROUTES,
+    *dashboard.ROUTES,
+    *docs.ROUTES,
+    *collection.ROUTES,
+    *reading.ROUTES,
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     # the relay: a WebSocket upgrade on the root or a collection's page (tms.relay)
     WebSocketRoute("/", relay_socket),
     WebSocketRoute("/c/{slug}", relay_socket),
 ]
 
-
-# --- authentication ----------------------------------------------------------------------------
-
-
-def authenticate(request: Request) -> PubKey:
-    """The caller's pubkey from a NIP-98 header, or `AuthError` (answered with a 401)."""
-    settings: Settings = request.app.state.settings
-    return nip98.check_authorization(
-        request.headers.get("authorization"),
-        url=request_url(request, settings.base_url),
-        method=request.method,
-        now=int(time.time()),
-    )
-
-
-async def caller(request: Request) -> PubKey:
-    """Who asks: a bot signs NIP-98; a browser sends its login cookie (`AuthError` if
-    neither holds up)."""
-    session = None
-    if "authorization" not in request.headers:
-        session = await _pages(request).session(request)
-    return session.pubkey if session is not None else authenticate(request)
-
-
-async def _readable(request: Request) -> ReadableCollection | None:
-    """The collection the path names, if the caller may read it; None for one that does not
-    exist, is closed to the caller, or cannot be named so (the same 404, noted in the refusal
-    log). The caller's key spends its rate limit first (`RateLimited`: a 429)."""
-    pubkey = await caller(request)
-    slug: str = request.path_params["slug"]
-    services = _runtime(request).services
-    await services.throttle.key(pubkey)
-    try:
-        return await services.access.collection(pubkey, slug)
-    except NotAReader:
-        services.refusals.record(Refusal.NOT_MEMBER, route_name(request.scope), pubkey)
-        return None
-
-
-def _size(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= MAX_SIZE_DIGITS
-
-
-# --- responses ---------------------------------------------------------------------------------
-
-
-def error(message: str, status: int, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(
-        {"error": sendable(message)}, status, headers={**PRIVATE, **(headers or {})}
-    )
-
-
-def no_such_collection() -> JSONResponse:
-    """One answer for a collection that does not exist, is closed to the caller, or has a name
-    no collection can have: the same bytes, so none of them can be told apart."""
-    return error("no such collection", 404)
-
-
-async def _export_body(
-    exporter: Exporter, readable: ReadableCollection, checkpoint: bool
-) -> AsyncGenerator[bytes, None]:
-    chunk: list[bytes] = []
-    size = 0
-    lines = exporter.lines(readable, checkpoint=checkpoint)
-    async with aclosing(lines):
-        async for line in lines:
-            data = f"{line}\n".encode()
-            chunk.append(data)
-            size += len(data)
-            if size >= EXPORT_CHUNK_BYTES:
-                yield b"".join(chunk)
-                chunk, size = [], 0
-    if chunk:
-        yield b"".join(chunk)
-
-
-class _ClosingStreamingResponse(StreamingResponse):
-    """Closes its body when the response ends for any reason (a client that hangs up mid-export
-    included), so the export's cursor, transaction and pooled connection go back at once rather
-    than whenever the garbage collector gets to the generator."""
-
-    def __init__(
-        self, body: AsyncGenerator[bytes, None], *, media_type: str, headers: Mapping[str, str]
-    ) -> None:
-        super().__init__(body, media_type=media_type, headers=headers)
-        self._body = body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._body.aclose()
-
-
-async def _auth_failed(request: Request, exc: Exception) -> Response:
-    _runtime(request).services.refusals.refused(exc, route_name(request.scope))
-    return error(str(exc), 401, headers={"WWW-Authenticate": "Nostr"})
-
-
-async def _rate_limited(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RateLimited)
-    _runtime(request).services.refusals.refused(exc, route_name(request.scope))
-    return error(str(exc), 429, headers={"Retry-After": str(exc.retry_after)})
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
-        if "text/html" in request.headers.get("accept", ""):
-            return await _pages(request).not_found(request)
-        return error("not found", 404)
-    return error(exc.detail.lower(), exc.status_code, headers=exc.headers)
-
-
-async def _database_down(request: Request, exc: Exception) -> Response:
-    """The exceptions that may mean the database is down, answered where they are caught (a
-    handler for `Exception` runs outermost, and Starlette re-raises after it: a traceback in
-    the log for every request an outage met). Any other of these classes is a bug: re-raised,
-    to `_internal_error`."""
-    if not is_database_down(exc):
-        raise exc
-    _runtime(request).services.outage.failed(f"{request.method} {request.url.path}", exc)
-    return error(DATABASE_UNAVAILABLE, 503)
-
-
-async def _internal_error(request: Request, exc: Exception) -> Response:
-    if is_database_down(exc):  # raised where the handlers above do not reach (a middleware)
-        _runtime(request).services.outage.failed(f"{request.method} {request.url.path}", exc)
-        return error(DATABASE_UNAVAILABLE, 503)
-    log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error("internal error", 500)
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
-
-
-def _pages(request: Request) -> Pages:
-    pages: Pages = request.app.state.pages
-    return pages
-
-
-def _base(request: Request) -> str:
-    """This server's public origin: `TMS_BASE_URL`, else the request's own."""
-    settings: Settings = request.app.state.settings
-    return settings.base_url or f"{request.url.scheme}://{request.url.netloc}"
-
-
-# --- the application ---------------------------------------------------------------------------
+# What a handler raises, and who answers it (the nearest class in an exception's ancestry).
+EXCEPTION_HANDLERS: Final = {
+    TMSError: answers.refused,  # every refusal: its status by its class, noted in the log
+    BodyError: answers.unreadable_body,
+    Disconnected: answers.unreadable_body,
+    NeedsLogin: answers.to_connect,
+    HTTPException: answers.http_error,
+    **dict.fromkeys(DATABASE_DOWN, answers.database_down),
+    Exception: answers.internal_error,
+}
 
 
 async def _serve_mcp(runtime: Runtime, front: McpFront, stop: asyncio.Event) -> None:
@@ -440,7 +105,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     secret, chosen = load_secret(settings, external_database=external)
     if chosen is not None:
         log.warning("%s", chosen)
-    pages = Pages(
+    door = Door(
         Renderer(),
         Keyring(secret),
         base_url=settings.base_url,
@@ -467,21 +132,11 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
                 stop.set()
                 await asyncio.gather(mcp, return_exceptions=True)
                 await front.close()
-                await pages.close()
+                await door.close()
 
-    app = Starlette(
-        routes=ROUTES,
-        lifespan=lifespan,
-        exception_handlers={
-            AuthError: _auth_failed,
-            RateLimited: _rate_limited,
-            HTTPException: _http_error,
-            **dict.fromkeys(DATABASE_DOWN, _database_down),
-            Exception: _internal_error,
-        },
-    )
+    app = Starlette(routes=ROUTES, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.state.settings = settings
-    app.state.pages = pages
+    app.state.door = door
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
     app.add_middleware(SecurityHeaders, relays=settings.profile_relays)  # outermost: every answer
     return app

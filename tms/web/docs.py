@@ -14,6 +14,9 @@ from typing import Any, Final
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from limits import RateLimitItem
 from markdown_it import MarkdownIt
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from tms.config import Settings
 from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
@@ -38,8 +41,9 @@ from tms.types import (
     MAX_LINKS_LIMIT,
     MAX_QUERY_CHARS,
 )
+from tms.web.door import door_of, page
 from tms.web.login import NONCE_SECONDS, SESSION_SECONDS
-from tms.web.pages import EVIDENCE_PAGE_CHARS
+from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 TEMPLATE: Final = "docs.md"
 
@@ -155,3 +159,29 @@ def html(
     """The guide as HTML (trusted: our own text, with raw HTML escaped by markdown-it)."""
     rendered: str = _renderer().render(markdown(base_url, settings, log_key, log_host))
     return rendered
+
+
+# --- the routes --------------------------------------------------------------------------------
+
+
+@page
+async def guide_page(request: Request) -> Response:
+    guide = html(door_of(request).origin(request), request.app.state.settings, *_log(request))
+    return await door_of(request).render(request, "docs.html", guide=guide)
+
+
+async def guide_markdown(request: Request) -> Response:
+    guide = markdown(door_of(request).origin(request), request.app.state.settings, *_log(request))
+    return Response(guide, media_type="text/markdown; charset=utf-8")
+
+
+def _log(request: Request) -> tuple[str, str]:
+    """The key checkpoints are signed with, and the host their origin names."""
+    signer = request.app.state.runtime.ledger.log.signer
+    return signer.key.verifier().encode(), signer.host
+
+
+ROUTES: Final = [
+    Route("/docs", guide_page, methods=["GET"], name="page"),
+    Route("/docs.md", guide_markdown, methods=["GET"], name="page"),
+]

@@ -1,17 +1,135 @@
-"""What the reading pages show of quotes: the marked spans of an evidence page's window and what
-each link points at. The handlers are in `tms.web.pages`; a quote in its context comes ready
-from the ledger (`tms.ledger.excerpts`), read from its stored anchor."""
+"""The reading pages: a claim with the links pointing at it (each quote in its stored context)
+and the contradictions naming it; one page of an evidence text with every quote of it marked
+where its stored anchor says; and the claims the claim page's "Contradicts…" picker offers.
+
+Quotes are located one way only: by the anchors stored when each link was published, with their
+context (`tms.ledger.excerpts`). No page reads an evidence text whole or searches it, so a page
+costs bounded time and memory whatever the collection holds.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from tms.ledger.access import ReadableCollection
 from tms.ledger.excerpts import ShownLink
 from tms.ledger.reads import Reads
-from tms.types import KIND_CLAIM, KIND_EVIDENCE, KIND_LINK
+from tms.nostr.events import is_hex64
+from tms.types import KIND_CLAIM, KIND_EVIDENCE, KIND_LINK, MAX_CONTENT_CHARS, MAX_QUERY_CHARS
+from tms.web.door import door_of, ok, page, services_of
+
+EVIDENCE_PAGE_CHARS: Final = 20_000  # evidence text shown per page
+LINKS_SHOWN: Final = 200  # links read for a claim page, and quotes marked on an evidence page
+CONTRADICTIONS_SHOWN: Final = 50  # on a claim page
+CHOICES_SHOWN: Final = 20  # claims the "Contradicts…" picker offers at once
+RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
+
+
+@page
+async def claim(request: Request) -> Response:
+    """A claim, the links pointing at it with each quote in its context (read from the
+    stored anchors, never from the evidence texts), and the contradictions naming it."""
+    door = door_of(request)
+    session, readable = await door.collection(request)
+    services = services_of(request)
+    event_id = request.path_params["event_id"]
+    event = None
+    if is_hex64(event_id):
+        event = await services.reads.get_event(readable.reader(), event_id)
+    if event is None or event["kind"] != KIND_CLAIM:
+        return await door.not_found(request)
+    links = await services.reads.shown_links(readable, to_id=event_id, limit=LINKS_SHOWN)
+    contexts, contradictions, terms_signed = await asyncio.gather(
+        services.reads.quote_contexts(readable, [found.id for found in links]),
+        services.reads.shown_contradictions(readable, event_id, CONTRADICTIONS_SHOWN),
+        services.keys.terms_signed(session.pubkey),
+    )
+    by_relation = {
+        relation: [
+            {"link": found, "context": contexts.get(found.id)}
+            for found in links
+            if found.relation == relation
+        ]
+        for relation in RELATIONS
+    }
+    added = request.query_params.get("added")
+    return await door.render(
+        request,
+        "claim.html",
+        slug=readable.slug,
+        event=event,
+        by_relation=by_relation,
+        contradictions=contradictions,
+        added=added if any(c.id == added for c in contradictions) else None,
+        terms_signed=terms_signed,
+        page_chars=EVIDENCE_PAGE_CHARS,
+        links_cut=LINKS_SHOWN if len(links) == LINKS_SHOWN else None,
+        contradictions_cut=(
+            CONTRADICTIONS_SHOWN if len(contradictions) == CONTRADICTIONS_SHOWN else None
+        ),
+    )
+
+
+async def claim_choices(request: Request) -> Response:
+    """The claims the claim page's "Contradicts…" picker offers, as JSON: the newest, or
+    those matching `q` (words, or a claim id or the start of one), never `besides`."""
+    _, readable = await door_of(request).collection(request)
+    words = (request.query_params.get("q") or "").strip()[:MAX_QUERY_CHARS]
+    besides = request.query_params.get("besides") or ""
+    choices = await services_of(request).reads.claim_choices(
+        readable, words, besides if is_hex64(besides) else "", CHOICES_SHOWN
+    )
+    return ok({"claims": [{"id": c.id, "text": c.text.text, "more": c.text.more} for c in choices]})
+
+
+@page
+async def evidence(request: Request) -> Response:
+    """One page of an evidence text (a window read in SQL), each quote of it marked where
+    its stored anchor says, and what each link quoting it points at."""
+    door = door_of(request)
+    _, readable = await door.collection(request)
+    services = services_of(request)
+    event_id = request.path_params["event_id"]
+    try:
+        shown = max(1, int(request.query_params.get("page", "1")))
+    except ValueError:
+        shown = 1
+    offset = (shown - 1) * EVIDENCE_PAGE_CHARS
+    if not is_hex64(event_id) or offset > MAX_CONTENT_CHARS:
+        return await door.not_found(request)
+    window = await services.reads.evidence_window(readable, event_id, offset, EVIDENCE_PAGE_CHARS)
+    if window is None:
+        return await door.not_found(request)
+    pages = max(1, -(-window.chars // EVIDENCE_PAGE_CHARS))
+    if shown > pages:
+        return await door.not_found(request)
+    links = await services.reads.shown_links(readable, from_id=event_id, limit=LINKS_SHOWN)
+    # Each link's anchor, stored when it was published; a link stored before anchors
+    # existed is not marked until the start-up back-fill reaches it.
+    spans = [
+        (found.start, found.end, found.id)
+        for found in links
+        if found.start is not None and found.end is not None
+    ]
+    targets = await link_targets(readable, links, services.reads)
+    return await door.render(
+        request,
+        "evidence.html",
+        slug=readable.slug,
+        evidence=window,
+        segments=marked(window.text, offset, spans),
+        links=[{"link": found, "target": targets.get(found.to_id)} for found in links],
+        marked={s[2] for s in spans},
+        page=shown,
+        pages=pages,
+    )
 
 
 class Target(NamedTuple):
@@ -65,3 +183,12 @@ def marked(window: str, offset: int, spans: list[tuple[int, int, str]]) -> list[
         links = [link for start, stop, link in spans if start <= left and right <= stop]
         segments.append({"text": window[left - offset : right - offset], "links": links})
     return segments
+
+
+GET: Final = ["GET"]
+
+ROUTES: Final = [
+    Route("/c/{slug}/claims.json", claim_choices, methods=GET, name="page"),
+    Route("/c/{slug}/claims/{event_id}", claim, methods=GET, name="page"),
+    Route("/c/{slug}/evidence/{event_id}", evidence, methods=GET, name="page"),
+]

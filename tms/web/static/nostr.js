@@ -23,6 +23,7 @@ export class NotSigned extends Error {
     const reason = String((cause && cause.message) || cause || 'no reason given').replace(/[.\s]+$/, '')
     super(`Your extension did not sign (${reason}).`)
     this.name = 'NotSigned'
+    this.reason = reason // the extension's own words, for a page that says more around them
   }
 }
 

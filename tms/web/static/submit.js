@@ -547,7 +547,7 @@ async function signAndPublish (slug) {
       done += 1
       return signed
     } catch (error) {
-      throw new NotSigned(`Record ${done + 1} of ${total} was not signed (${error.message || error}). ` +
+      throw new NotSigned(`Record ${done + 1} of ${total} was not signed (${error.reason || error.message || error}). ` +
         `Nothing was stored: the records are sent only once all ${total} are signed. ` +
         'Click “Sign and publish” to try again.')
     }

@@ -1,0 +1,213 @@
+"""The routes bots and tools read over plain HTTP: health, the terms, a collection's export,
+and its transparency log (the key checkpoints are signed with, checkpoints, consistency proofs,
+tlog-tiles). A member proves who asks with a NIP-98 header, or a browser with its login cookie;
+a collection closed to the caller answers exactly as a missing one (`tms.web.answers`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from tms.ledger.access import ReadableCollection
+from tms.ledger.export import Exporter
+from tms.nostr import nip98
+from tms.rules.terms import current_terms
+from tms.runtime import Runtime
+from tms.tlog.tiles import parse_tile_path
+from tms.types import PubKey
+from tms.web.door import PRIVATE, Refused, door_of, json_error
+from tms.web.login import request_url
+
+EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
+EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
+# A tile never changes once the log holds it (tlog-tiles); it is still a member's to see.
+IMMUTABLE: Final = {"Cache-Control": "private, max-age=31536000, immutable"}
+NOTE_MEDIA_TYPE: Final = "text/plain; charset=utf-8"
+MAX_SIZE_DIGITS: Final = 19  # a tree size in a query: bigint's range
+
+
+async def healthz(request: Request) -> Response:
+    runtime = runtime_of(request)
+    problem = await runtime.health.problem()
+    if problem is not None:
+        runtime.services.outage.failed("the health check", problem)
+        body = {"ok": False, "database": f"unreachable: {problem}"}
+        return JSONResponse(body, 503, headers=PRIVATE)
+    runtime.services.outage.answered()
+    vectors = runtime.services.search.status
+    return JSONResponse({"ok": True, "database": "reachable", "vectors": vectors}, headers=PRIVATE)
+
+
+async def terms(request: Request) -> Response:
+    return JSONResponse(current_terms())
+
+
+async def export(request: Request) -> Response:
+    """Every event of the collection, oldest first, exactly as stored. Membership is checked
+    before the first byte goes out; the body then streams from a database cursor. With
+    `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`)."""
+    readable = await readable_by_caller(request)
+    runtime = runtime_of(request)
+    flag = request.query_params.get("checkpoint", "0")
+    if flag not in ("0", "1"):
+        raise Refused(400, "checkpoint must be 0 or 1")
+    # Two names, so that both downloads can sit side by side (`tms verify-export` wants the
+    # checkpointed one).
+    name = f"{readable.slug}.checkpoint.jsonl" if flag == "1" else f"{readable.slug}.jsonl"
+    headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{name}"'}
+    if request.method == "HEAD":
+        return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
+    if flag == "1":
+        await runtime.services.tlog.checkpoint(readable)  # builds a log not built yet
+    return _ClosingStreamingResponse(
+        _export_body(runtime.exporter, readable, flag == "1"),
+        media_type=EXPORT_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+async def log_key(request: Request) -> Response:
+    """The verifier key of every checkpoint this server signs: public, one line."""
+    key = runtime_of(request).ledger.log.signer.key.verifier().encode()
+    return PlainTextResponse(key + "\n", media_type=NOTE_MEDIA_TYPE)
+
+
+async def checkpoint(request: Request) -> Response:
+    """The collection log's latest checkpoint, as tlog-tiles serves it: the signed note."""
+    readable = await readable_by_caller(request)
+    note = (await runtime_of(request).services.tlog.checkpoint(readable))["note"]
+    return PlainTextResponse(note, media_type=NOTE_MEDIA_TYPE, headers=PRIVATE)
+
+
+async def consistency(request: Request) -> Response:
+    """`?old=M[&new=N]`: the proof that the log at M entries is a prefix of it at N (default:
+    the latest checkpoint's size), as `get_consistency` returns it (a `LogError`, a 400, for
+    sizes the log cannot prove)."""
+    readable = await readable_by_caller(request)
+    sizes = [request.query_params.get(name) for name in ("old", "new")]
+    if sizes[0] is None or not all(_size(text) for text in sizes if text is not None):
+        raise Refused(400, "old (and new) must be tree sizes: ?old=M or ?old=M&new=N")
+    old, new = (None if text is None else int(text) for text in sizes)
+    assert old is not None
+    proof = await runtime_of(request).services.tlog.consistency(readable, old, new)
+    return JSONResponse(proof, headers=PRIVATE)
+
+
+async def tile(request: Request) -> Response:
+    """One tile or entry bundle of the collection's log (C2SP tlog-tiles), or 404 while the
+    log does not hold it; the same 404 for any path that names no tile."""
+    readable = await readable_by_caller(request)
+    wanted = parse_tile_path(request.path_params["tile"])
+    tlog = runtime_of(request).services.tlog
+    data = None if wanted is None else await tlog.tile(readable, wanted)
+    if data is None:
+        return json_error("no such tile", 404)
+    return Response(data, media_type="application/octet-stream", headers=IMMUTABLE)
+
+
+class _MCP:
+    """`/mcp`: the MCP endpoint (`tms.mcp.http`), built by the lifespan. An instance, so that
+    the route passes it every method (it answers the ones it does not serve itself)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await scope["app"].state.mcp(scope, receive, send)
+
+
+# --- who asks ----------------------------------------------------------------------------------
+
+
+async def caller(request: Request) -> PubKey:
+    """Who asks: a bot signs NIP-98 (`AuthError`, a 401, when it does not hold up); a
+    browser sends its login cookie."""
+    if "authorization" not in request.headers:
+        session = await door_of(request).session(request)
+        if session is not None:
+            return session.pubkey
+    return nip98.check_authorization(
+        request.headers.get("authorization"),
+        url=request_url(request, request.app.state.settings.base_url),
+        method=request.method,
+        now=int(time.time()),
+    )
+
+
+async def readable_by_caller(request: Request) -> ReadableCollection:
+    """The collection the path names, if the caller may read it (`NotAReader`, the one 404,
+    for one that does not exist, is closed to the caller, or cannot be named so). The caller's
+    key spends its rate limit first (`RateLimited`: a 429)."""
+    pubkey = await caller(request)
+    services = runtime_of(request).services
+    await services.throttle.key(pubkey)
+    return await services.access.collection(pubkey, request.path_params["slug"])
+
+
+def runtime_of(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def _size(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= MAX_SIZE_DIGITS
+
+
+# --- streaming an export -----------------------------------------------------------------------
+
+
+async def _export_body(
+    exporter: Exporter, readable: ReadableCollection, checkpoint: bool
+) -> AsyncGenerator[bytes, None]:
+    chunk: list[bytes] = []
+    size = 0
+    lines = exporter.lines(readable, checkpoint=checkpoint)
+    async with aclosing(lines):
+        async for line in lines:
+            data = f"{line}\n".encode()
+            chunk.append(data)
+            size += len(data)
+            if size >= EXPORT_CHUNK_BYTES:
+                yield b"".join(chunk)
+                chunk, size = [], 0
+    if chunk:
+        yield b"".join(chunk)
+
+
+class _ClosingStreamingResponse(StreamingResponse):
+    """Closes its body when the response ends for any reason (a client that hangs up mid-export
+    included), so the export's cursor, transaction and pooled connection go back at once rather
+    than whenever the garbage collector gets to the generator."""
+
+    def __init__(
+        self, body: AsyncGenerator[bytes, None], *, media_type: str, headers: Mapping[str, str]
+    ) -> None:
+        super().__init__(body, media_type=media_type, headers=headers)
+        self._body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._body.aclose()
+
+
+GET: Final = ["GET"]
+
+ROUTES: Final = [
+    Route("/healthz", healthz, methods=GET),
+    Route("/mcp", _MCP(), name="mcp"),
+    Route("/terms", terms, methods=GET),
+    # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
+    Route("/c/{slug:path}/export.jsonl", export, methods=GET, name="export"),
+    # each collection's transparency log
+    Route("/log-key", log_key, methods=GET),
+    Route("/c/{slug:path}/checkpoint", checkpoint, methods=GET, name="log checkpoint"),
+    Route("/c/{slug:path}/consistency", consistency, methods=GET, name="log consistency"),
+    Route("/c/{slug:path}/tile/{tile:path}", tile, methods=GET, name="log tile"),
+]

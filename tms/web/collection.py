@@ -1,0 +1,116 @@
+"""A collection's pages: its claims (by each of `list_claims`' sorts, or searched) and evidence,
+and, for its owner, the member list editor with the head it compares before signing."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tms.errors import NotAReader
+from tms.ledger.reads import CLAIM_SORTS
+from tms.nostr.nip19 import npub_encode
+from tms.relay.endpoint import with_info
+from tms.search.search import Method
+from tms.types import MAX_QUERY_CHARS
+from tms.web.door import Refused, door_of, ok, page, services_of
+
+CLAIMS_SHOWN: Final = 100
+EVIDENCE_SHOWN: Final = 100
+MAX_NOTE_CHARS: Final = 80  # of a profile name, shown as a note on the members page
+
+
+@page
+async def collection(request: Request) -> Response:
+    door = door_of(request)
+    session, readable = await door.collection(request)
+    services = services_of(request)
+    sort = request.query_params.get("sort") or "recent"
+    if sort not in CLAIM_SORTS:
+        sort = "recent"
+    text = (request.query_params.get("q") or "").strip()[:MAX_QUERY_CHARS]
+    method: Method = "keyword" if request.query_params.get("method") == "keyword" else "vector"
+    search = None
+    claims: list[Any] = []
+    if text:
+        search = await services.search.claims(readable, text, method, CLAIMS_SHOWN)
+    else:
+        claims = list(await services.reads.list_claims(readable, sort, CLAIMS_SHOWN))
+    evidence = await services.reads.list_evidence(readable, False, None, EVIDENCE_SHOWN)
+    [info] = await services.reads.list_collections(readable.reader())
+    return await door.render(
+        request,
+        "collection.html",
+        slug=readable.slug,
+        info=info,
+        sort=sort,
+        sorts=CLAIM_SORTS,
+        query=text,
+        method=method,
+        search=search,
+        claims=claims,
+        evidence=evidence,
+        owner=info["owner"] == session.pubkey,
+    )
+
+
+@page
+async def members(request: Request) -> Response:
+    door = door_of(request)
+    session, readable = await door.collection(request)
+    services = services_of(request)
+    slug = readable.slug
+    if not await services.access.owns(session.pubkey, slug):
+        # a member's page, not a refusal worth noting: the member may read the collection
+        raise Refused(403, f"Only the owner of {slug} changes its members.").refused_as(None)
+    current = await services.keys.member_list(slug)
+    if current is None:
+        raise NotAReader("no such collection")
+    names = await services.keys.names([*current["members"], current["owner"]])
+    listed = [
+        {"pubkey": m, "npub": npub_encode(m), "name": names.get(m)} for m in current["members"]
+    ]
+    return await door.render(
+        request,
+        "members.html",
+        slug=slug,
+        current=current,
+        members=listed,
+        member_lines=member_lines(listed),
+        owner_name=names.get(current["owner"]),
+    )
+
+
+async def members_head(request: Request) -> Response:
+    """The current list's head, which the members page compares with the one it loaded
+    before signing: a list saved meanwhile elsewhere is shown, not overwritten unseen."""
+    session = await door_of(request).session(request)
+    slug = request.path_params["slug"]
+    services = services_of(request)
+    if session is None or not await services.access.owns(session.pubkey, slug):
+        raise NotAReader("no such collection")
+    current = await services.keys.member_list(slug)
+    if current is None:
+        raise NotAReader("no such collection")
+    return ok(current)
+
+
+def member_lines(listed: list[dict[str, Any]]) -> str:
+    """The members page's textarea: one npub per line, its profile name as a `# note`, so that
+    saving it unchanged signs the same list. A name is kept to one line and to what a note is."""
+    lines = []
+    for member in listed:
+        name = " ".join(str(member["name"] or "").split())[:MAX_NOTE_CHARS]
+        lines.append(f"{member['npub']}  # {name}" if name else member["npub"])
+    return "".join(f"{line}\n" for line in lines)
+
+
+GET: Final = ["GET"]
+
+ROUTES: Final = [
+    Route("/c/{slug}", with_info(collection), methods=GET, name="page"),
+    Route("/c/{slug}/members", members, methods=GET, name="page"),
+    Route("/c/{slug}/members.json", members_head, methods=GET, name="page"),
+]
