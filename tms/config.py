@@ -31,7 +31,7 @@ DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_PROFILE_RELAYS: Final = ("wss://relay.damus.io", "wss://relay.primal.net")
 SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_DIR
 MIN_SECRET_CHARS: Final = 32
-DEFAULT_KEEP: Final = 100_000  # records the refusal log keeps (TMS_REFUSALS_KEEP)
+DEFAULT_KEEP: Final = 100_000  # rows the refusal log keeps of each kind (TMS_REFUSALS_KEEP)
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 
@@ -99,7 +99,7 @@ class Settings:
     profile_relays: tuple[str, ...] = DEFAULT_PROFILE_RELAYS  # where the pages look up profiles
     rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_*; none when built by hand
     trusted_proxies: tuple[Network, ...] = ()  # peers whose X-Forwarded-For is believed
-    refusals_keep: int = DEFAULT_KEEP  # records the refusal log keeps
+    refusals_keep: int = DEFAULT_KEEP  # rows the refusal log keeps of each kind
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

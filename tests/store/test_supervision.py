@@ -198,7 +198,7 @@ def test_a_server_killed_with_sigkill_leaves_the_next_one_to_stop_postgres(
     assert helpers, "no worker was started"
     killed.kill()
     killed.wait()
-    gone, alive = psutil.wait_procs(helpers, timeout=10)
+    _, alive = psutil.wait_procs(helpers, timeout=10)
     assert not alive, [p.cmdline() for p in alive]  # the worker and the resource tracker left
     first = postmaster(data_dir)
     assert first is not None  # PostgreSQL outlives a killed server, as it should

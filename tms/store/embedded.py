@@ -146,7 +146,8 @@ class LiveProcessList:
 
     def get_and_remove(self, pid: int) -> list[int]:
         pids = self._get()
-        self._put([other for other in pids if other != pid])
+        if pid in pids:
+            self._put([other for other in pids if other != pid])
         return pids
 
     def _get(self) -> list[int]:
