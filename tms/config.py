@@ -33,6 +33,7 @@ SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_D
 MIN_SECRET_CHARS: Final = 32
 DEFAULT_KEEP: Final = 100_000  # rows the refusal log keeps of each kind (TMS_REFUSALS_KEEP)
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
+DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 
 
@@ -100,6 +101,8 @@ class Settings:
     rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_*; none when built by hand
     trusted_proxies: tuple[Network, ...] = ()  # peers whose X-Forwarded-For is believed
     refusals_keep: int = DEFAULT_KEEP  # rows the refusal log keeps of each kind
+    max_exports: int = DEFAULT_EXPORTS  # exports streamed at once, per process
+    export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -143,6 +146,7 @@ class Settings:
             refusals_keep=int(
                 _number(env, "TMS_REFUSALS_KEEP", DEFAULT_KEEP, 100, 100_000_000, "")
             ),
+            max_exports=int(_number(env, "TMS_MAX_EXPORTS", DEFAULT_EXPORTS, 1, 64, "")),
         )
 
     @property

@@ -42,7 +42,7 @@ import importlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import aclosing, asynccontextmanager
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from typing import Final
 
 from starlette.applications import Starlette
@@ -55,6 +55,7 @@ from starlette.types import Receive, Scope, Send
 
 from tms.config import Settings, load_secret
 from tms.errors import DATABASE_UNAVAILABLE, AuthError, LogError, RateLimited, Refusal, sendable
+from tms.guard.exports import Exports, ExportsBusy
 from tms.http.gate import Gate, route_name
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
@@ -102,7 +103,7 @@ async def export(request: Request) -> Response:
     """Every event of the collection, oldest first, exactly as stored. Membership is checked
     before the first byte goes out; the body then streams from a database cursor. With
     `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`)."""
-    slug = await _readable(request)
+    pubkey, slug = await _reader(request)
     if slug is None:
         return no_such_collection()
     runtime = _runtime(request)
@@ -114,10 +115,18 @@ async def export(request: Request) -> Response:
         return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
     if flag == "1":
         await runtime.services.tlog.checkpoint(slug)  # builds a log not built yet
+    # The slot is held until the response has streamed (or the client hung up): one export at
+    # a time per key (RateLimited: a 429), a few at a time in all (ExportsBusy: a 503).
+    held = AsyncExitStack()
+    try:
+        await held.enter_async_context(runtime.exports.slot(pubkey))
+    except ExportsBusy as exc:
+        return error(str(exc), 503, headers={"Retry-After": str(exc.retry_after)})
     return _ClosingStreamingResponse(
-        _export_body(runtime.exporter, slug, flag == "1"),
+        _export_body(runtime.exporter, slug, flag == "1", runtime.exports),
         media_type=EXPORT_MEDIA_TYPE,
         headers=headers,
+        held=held,
     )
 
 
@@ -267,14 +276,20 @@ async def _readable(request: Request) -> str | None:
     """The collection the path names, if the caller may read it; None for one that does not
     exist, is closed to the caller, or cannot be named so (the same 404, noted in the refusal
     log). The caller's key spends its rate limit first (`RateLimited`: a 429)."""
+    _, slug = await _reader(request)
+    return slug
+
+
+async def _reader(request: Request) -> tuple[PubKey, str | None]:
+    """The caller's key, and what `_readable` returns."""
     pubkey = await caller(request)
     slug: str = request.path_params["slug"]
     services = _runtime(request).services
     await services.throttle.key(pubkey)
     if await services.access.can_read(pubkey, slug):
-        return slug
+        return pubkey, slug
     services.refusals.record(Refusal.NOT_MEMBER, route_name(request.scope), pubkey)
-    return None
+    return pubkey, None
 
 
 def _size(text: str) -> bool:
@@ -297,21 +312,27 @@ def no_such_collection() -> JSONResponse:
 
 
 async def _export_body(
-    exporter: Exporter, slug: Slug, checkpoint: bool
+    exporter: Exporter, slug: Slug, checkpoint: bool, exports: Exports
 ) -> AsyncGenerator[bytes, None]:
-    chunk: list[bytes] = []
-    size = 0
+    """The export in chunks of about `EXPORT_CHUNK_BYTES`, each made in the export's turn on
+    the exports' lane and paced after it (`tms.guard.exports`); sending waits outside it."""
     lines = exporter.lines(slug, checkpoint=checkpoint)
     async with aclosing(lines):
-        async for line in lines:
-            data = f"{line}\n".encode()
-            chunk.append(data)
-            size += len(data)
-            if size >= EXPORT_CHUNK_BYTES:
+        done = False
+        while not done:
+            chunk: list[bytes] = []
+            size = 0
+            async with exports.turn():
+                done = True
+                async for line in lines:
+                    data = f"{line}\n".encode()
+                    chunk.append(data)
+                    size += len(data)
+                    if size >= EXPORT_CHUNK_BYTES:
+                        done = False
+                        break
+            if chunk:
                 yield b"".join(chunk)
-                chunk, size = [], 0
-    if chunk:
-        yield b"".join(chunk)
 
 
 class _ClosingStreamingResponse(StreamingResponse):
@@ -320,16 +341,25 @@ class _ClosingStreamingResponse(StreamingResponse):
     than whenever the garbage collector gets to the generator."""
 
     def __init__(
-        self, body: AsyncGenerator[bytes, None], *, media_type: str, headers: Mapping[str, str]
+        self,
+        body: AsyncGenerator[bytes, None],
+        *,
+        media_type: str,
+        headers: Mapping[str, str],
+        held: AsyncExitStack,
     ) -> None:
         super().__init__(body, media_type=media_type, headers=headers)
         self._body = body
+        self._held = held  # what the response holds until it ends: the export's slot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self._body.aclose()
+            try:
+                await self._body.aclose()
+            finally:
+                await self._held.aclose()
 
 
 async def _auth_failed(request: Request, exc: Exception) -> Response:
