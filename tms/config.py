@@ -95,6 +95,8 @@ class Settings:
     head_seconds: float = 10.0  # a request's head must arrive within this
     body_seconds: float = 60.0  # and its body within this after the head
     max_connections: int = 1000  # connections held at once
+    max_connections_per_address: int = 64  # of them, by one client address (trusted proxies: any)
+    body_min_rate: int = 1024  # bytes a second a request body keeps up after its first seconds
     log_key: str | None = None  # TMS_LOG_KEY; None: generated into data_dir (`load_log_key`)
     secret: str | None = None  # TMS_SECRET; None: generated into data_dir (`load_secret`)
     profile_relays: tuple[str, ...] = DEFAULT_PROFILE_RELAYS  # where the pages look up profiles
@@ -129,6 +131,10 @@ class Settings:
             head_seconds=_number(env, "TMS_HEAD_SECONDS", 10, 0.1, 3600, "seconds"),
             body_seconds=_number(env, "TMS_BODY_SECONDS", 60, 0.1, 3600, "seconds"),
             max_connections=int(_number(env, "TMS_MAX_CONNECTIONS", 1000, 10, 1_000_000, "")),
+            max_connections_per_address=int(
+                _number(env, "TMS_MAX_CONNECTIONS_PER_ADDRESS", 64, 1, 1_000_000, "")
+            ),
+            body_min_rate=int(_number(env, "TMS_BODY_MIN_RATE", 1024, 0, 1_000_000_000, "")),
             log_key=env.get("TMS_LOG_KEY", "").strip() or None,
             secret=_secret(env),
             profile_relays=_relays(env),

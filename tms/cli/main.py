@@ -160,7 +160,7 @@ def _connection_limits(settings: Settings) -> ConnectionLimits:
             "connections (TMS_MAX_CONNECTIONS)",
             file=sys.stderr,
         )
-    return ConnectionLimits(settings.head_seconds, settings.body_seconds, connections)
+    return ConnectionLimits.of(settings, connections)
 
 
 def _stdio() -> int:
