@@ -1,6 +1,6 @@
 """The export slots and lane (`tms.guard.exports`) on their own: one export at a time per key,
 a few in all with a short wait for a turn, slots given back however an export ends, and chunks
-made one export at a time, yielding the loop when something else wants it."""
+made one export at a time, pausing while other requests are served."""
 
 from __future__ import annotations
 
@@ -109,3 +109,22 @@ async def test_exports_make_their_chunks_one_at_a_time_and_yield_to_others() -> 
     assert most == 1  # never two exports' chunks at once
     # The other work waits behind one chunk at most (about 15 ms here), never behind all.
     assert max(others_waited) < 0.1, others_waited
+
+
+async def test_while_other_requests_are_served_exports_leave_them_the_loop() -> None:
+    """A chunk that took 20 ms is followed by a 20 ms pause while another request is being
+    served, and by none when the export is alone."""
+    exports = Exports(at_once=2)
+
+    async def one_turn() -> float:
+        started = time.perf_counter()
+        async with exports.turn():
+            time.sleep(0.02)  # making the chunk's lines
+        return time.perf_counter() - started
+
+    alone = await one_turn()
+    with exports.other_request():
+        assert exports.others == 1
+        shared = await one_turn()
+    assert exports.others == 0
+    assert alone < 0.035 and shared >= 0.04, (alone, shared)

@@ -10,24 +10,24 @@ busy for a second or more; five at once kept both CPUs busy and raised the publi
   (`WAIT_SECONDS`) for one of them to end, then is told to come back (503, `Retry-After`);
 - the exports running take turns on one lane (`turn`): one of them makes a chunk of lines while
   the others wait, so whatever else the process does waits behind one chunk at most, never one
-  chunk per export. When something else was waiting to run, the export then leaves the loop to
-  it for as long as its chunk took (`pace`): with work to share, exports get about half the
-  loop; alone, they go at full speed.
+  chunk per export. While other requests are being served (`tms.http.gate` counts them), the
+  export then leaves the loop to them for as long as its chunk took (`pace`): with publishing
+  to share with, exports get about half the loop; alone, they go at full speed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Final
 
 from tms.errors import RateLimited, Refusal
 
 WAIT_SECONDS: Final = 10.0  # an export waits this long for a turn among `at_once`
 RETRY_SECONDS: Final = 10  # what Retry-After says to an export refused
-CONTENDED_SECONDS: Final = 0.0005  # others held the loop this long in one turn: they want it
+MAX_PAUSE_SECONDS: Final = 0.05
 
 
 class ExportsBusy(Exception):
@@ -51,6 +51,7 @@ class Exports:
         self._slots = asyncio.Semaphore(at_once)
         self._keys: set[str] = set()  # keys with an export running or waiting for a slot
         self._lane = asyncio.Lock()
+        self.others = 0  # requests other than exports being served right now
 
     @asynccontextmanager
     async def slot(self, pubkey: str) -> AsyncIterator[None]:
@@ -84,13 +85,22 @@ class Exports:
         async with self._lane:
             started = time.perf_counter()
             yield
-            await pace(time.perf_counter() - started)
+            await self.pace(time.perf_counter() - started)
 
+    @contextmanager
+    def other_request(self) -> Iterator[None]:
+        """Count a request other than an export while it is served (`tms.http.gate`)."""
+        self.others += 1
+        try:
+            yield
+        finally:
+            self.others -= 1
 
-async def pace(took: float) -> None:
-    """After work that held the loop for up to `took` seconds: if other tasks were waiting to
-    run meanwhile (they held the loop when offered it), leave it to them for as long again."""
-    offered = time.perf_counter()
-    await asyncio.sleep(0)
-    if time.perf_counter() - offered > CONTENDED_SECONDS:
-        await asyncio.sleep(took)
+    async def pace(self, took: float) -> None:
+        """After a chunk that took `took` seconds: while other requests are being served,
+        leave the loop to them for as long again (at most `MAX_PAUSE_SECONDS`); else only let
+        whatever is ready run."""
+        if self.others:
+            await asyncio.sleep(min(took, MAX_PAUSE_SECONDS))
+        else:
+            await asyncio.sleep(0)
