@@ -161,9 +161,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         peer = self.client[0] if self.client else None
         if peer is not None and not is_trusted(peer, limits.uncapped):
             self.address = budget_of(peer)
-        mine = registry.by_address.get(self.address or "", {})
-        if self.address is not None and len(mine) >= limits.per_address:
-            victim = next((c for c in mine if c.idle), None)
+        if registry.held_by(self.address) >= limits.per_address:
+            victim = next((c for c in registry.idle if c.address == self.address), None)
             if victim is None:
                 registry.notice("refused: the address holds its most connections, all busy")
                 self._refuse()
@@ -185,10 +184,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _refuse(self) -> None:
         self.transport.close()
         self.connections.discard(self)
-
-    @property
-    def idle(self) -> bool:
-        return self in self._all.idle
 
     def _victim(self, registry: _Connections) -> tuple[GuardedHttpProtocol | None, str]:
         """Whom a new connection replaces at the connection limit, and why; None: nobody.
