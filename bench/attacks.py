@@ -18,7 +18,15 @@ beside the figures; nothing is asserted.
 4. slow connections: `--slow` connections sending half a request head, then nothing
    (`/healthz` must answer throughout; they must be closed);
 5. the embedded PostgreSQL killed with SIGKILL: seconds until `/healthz` answers 200 again
-   (target: 10 s), and what a tool call said meanwhile.
+   (target: 10 s), and what a tool call said meanwhile;
+6. slow uploads: `--uploads` connections that send an upload's head, then a byte of its body a
+   second, reopened as soon as the server closes one, for `--upload-seconds`: first all from
+   one address (127.0.0.2), then spread over 20 (127.0.0.2 to 127.0.0.21), so that the server's
+   whole connection limit is reached. `/healthz` is asked every 20 ms from 127.0.0.1 meanwhile,
+   and `/terms` every 100 ms from 127.0.0.200: how many were served (target: all; the attack
+   measured 5 of 34), and how many uploads the server held;
+7. calls: `--uploads` concurrent `tools/list` from 127.0.0.2, repeated for `--upload-seconds`:
+   `/healthz` and `/terms` from other addresses meanwhile (target: all served).
 """
 
 from __future__ import annotations
@@ -43,8 +51,10 @@ import httpx
 import psutil
 from serving import HEADERS, Server, Signer, call, compact
 
+from tms.guard.rates import DEFAULT_ADDRESS, DEFAULT_KEY
+
 COLLECTION: Final = "attacks"
-ATTACKS: Final = ["bodies", "quotes", "proofs", "slow", "database"]
+ATTACKS: Final = ["bodies", "quotes", "proofs", "slow", "database", "uploads", "calls"]
 MiB: Final = 1024 * 1024
 
 
@@ -278,6 +288,154 @@ def attack_slow(server: Server, count: int) -> None:
     print(f"   {watch.report(baseline)}")
 
 
+UPLOAD_HEAD: Final = (
+    b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Accept: application/json, text/event-stream\r\nContent-Length: 10000000\r\n\r\n{"
+)
+
+
+class Probe:
+    """A plain request from an address of its own every `every` seconds, in a thread: how
+    many were answered 200, and what the others got."""
+
+    def __init__(self, url: str, source: str, every: float) -> None:
+        self.url, self.source, self.every = url, source, every
+        self.answers: dict[int | str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        transport = httpx.HTTPTransport(local_address=self.source)
+        with httpx.Client(transport=transport, timeout=10) as http:
+            while not self._stop.is_set():
+                try:
+                    status: int | str = http.get(self.url).status_code
+                except httpx.HTTPError as exc:
+                    status = type(exc).__name__
+                self.answers[status] = self.answers.get(status, 0) + 1
+                time.sleep(self.every)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def report(self) -> str:
+        total = sum(self.answers.values())
+        return f"{self.answers.get(200, 0)} of {total} served ({self.answers})"
+
+
+def server_connections(server: Server, port: int) -> int:
+    """The TCP connections the server process holds on its port (accepted, not closed)."""
+    assert server.proc is not None
+    try:
+        held = psutil.Process(server.proc.pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return 0
+    return sum(c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED for c in held)
+
+
+def open_upload(port: int, source: str) -> socket.socket | None:
+    """A connection from `source` that sent an upload's head and its body's first byte."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+    except OSError:
+        return None
+    try:
+        s.sendall(UPLOAD_HEAD)
+        s.setblocking(False)
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
+def attack_uploads(server: Server, count: int, seconds: float) -> None:
+    port = int(server.url.rsplit(":", 1)[1])
+    for addresses in (1, 20):
+        print(
+            f"6. {count:,} slow uploads (a byte a second, reopened when closed) from "
+            f"{addresses} address{'es' if addresses > 1 else ''}, for {seconds:.0f} s",
+            flush=True,
+        )
+        sources = [f"127.0.0.{2 + n % addresses}" for n in range(count)]
+        baseline = memory(server)
+        opened = held_most = 0
+        with (
+            more_files(count * 2),
+            Watch(server) as watch,
+            Probe(f"{server.url}/terms", "127.0.0.200", 0.1) as other,
+        ):
+            uploads = [open_upload(port, source) for source in sources]
+            opened = sum(s is not None for s in uploads)
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                for n, s in enumerate(uploads):
+                    if s is not None:
+                        try:
+                            if s.recv(1) == b"":
+                                raise ConnectionResetError
+                        except BlockingIOError:
+                            with suppress(OSError):
+                                s.send(b" ")
+                                continue
+                        except OSError:
+                            pass
+                        s.close()
+                    uploads[n] = open_upload(port, sources[n])  # straight back
+                    opened += uploads[n] is not None
+                held_most = max(held_most, server_connections(server, port))
+                time.sleep(1.0)
+            for s in uploads:
+                if s is not None:
+                    s.close()
+        print(
+            f"   connections opened {opened:,}; the server held at most {held_most:,} "
+            "connections at once"
+        )
+        print(f"   /terms from 127.0.0.200: {other.report()}")
+        print(f"   {watch.report(baseline)}")
+
+
+def attack_calls(server: Server, count: int, seconds: float) -> None:
+    print(
+        f"7. {count:,} concurrent tools/list from 127.0.0.2, again and again for {seconds:.0f} s",
+        flush=True,
+    )
+    body = compact({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+    answers: dict[int | str, int] = {}
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def caller(_: int) -> None:
+        transport = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(transport=transport, timeout=30) as http:
+            while time.monotonic() < deadline:
+                try:
+                    status: int | str = http.post(
+                        f"{server.url}/mcp", content=body, headers=HEADERS
+                    ).status_code
+                except httpx.HTTPError as exc:
+                    status = type(exc).__name__
+                with lock:
+                    answers[status] = answers.get(status, 0) + 1
+
+    baseline = memory(server)
+    with (
+        more_files(count * 2),
+        Watch(server) as watch,
+        Probe(f"{server.url}/terms", "127.0.0.200", 0.1) as other,
+        ThreadPoolExecutor(count) as pool,
+    ):
+        list(pool.map(caller, range(count)))
+    print(f"   the callers got {answers}")
+    print(f"   /terms from 127.0.0.200: {other.report()}")
+    print(f"   {watch.report(baseline)}")
+
+
 def attack_database(server: Server, signer: Signer, data_dir: Path) -> None:
     print("5. the embedded PostgreSQL killed with SIGKILL", flush=True)
     pid = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
@@ -306,6 +464,8 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
     data_dir = tmp / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     env.update(TMS_DATA_DIR=str(data_dir), TMS_EMBED="off")
+    if ns.default_limits:  # the rate limits a server has unless told otherwise
+        env.update(TMS_RATE_ADDRESS=DEFAULT_ADDRESS, TMS_RATE_KEY=DEFAULT_KEY)
     server = Server(env, tmp / "server.log")
     signer = Signer()
     print(f"tms serve answered /healthz after {server.start():.1f} s", flush=True)
@@ -336,6 +496,10 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                 attack_slow(server, ns.slow)
             elif name == "database":
                 attack_database(server, signer, data_dir)
+            elif name == "uploads":
+                attack_uploads(server, ns.uploads, ns.upload_seconds)
+            elif name == "calls":
+                attack_calls(server, ns.uploads, ns.upload_seconds)
     except Exception:
         print(server.log_tail())
         raise
@@ -346,6 +510,17 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slow", type=int, default=5000, help="slow connections (default 5000)")
+    parser.add_argument(
+        "--uploads", type=int, default=1000, help="slow uploads, and calls (default 1000)"
+    )
+    parser.add_argument(
+        "--upload-seconds", type=float, default=30, help="how long they last (default 30)"
+    )
+    parser.add_argument(
+        "--default-limits",
+        action="store_true",
+        help="keep the default TMS_RATE_ADDRESS and TMS_RATE_KEY (benchmarks turn them off)",
+    )
     parser.add_argument(
         "--only",
         nargs="*",

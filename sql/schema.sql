@@ -215,13 +215,21 @@ CREATE TABLE public.refusals (
     kind text NOT NULL,
     tool text NOT NULL,
     pubkey public.hex64,
-    address text
+    address text,
+    count bigint DEFAULT 1 NOT NULL,
+    CONSTRAINT refusals_count_check CHECK ((count > 0))
 );
 
 CREATE TABLE public.refusals_dropped (
     only_row boolean DEFAULT true NOT NULL,
     dropped bigint DEFAULT 0 NOT NULL,
     CONSTRAINT refusals_dropped_only_row_check CHECK (only_row)
+);
+
+CREATE TABLE public.refusals_kept (
+    kind text NOT NULL,
+    rows bigint NOT NULL,
+    CONSTRAINT refusals_kept_rows_check CHECK ((rows >= 0))
 );
 
 ALTER TABLE public.refusals ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
@@ -352,6 +360,9 @@ ALTER TABLE ONLY public.profiles
 ALTER TABLE ONLY public.refusals_dropped
     ADD CONSTRAINT refusals_dropped_pkey PRIMARY KEY (only_row);
 
+ALTER TABLE ONLY public.refusals_kept
+    ADD CONSTRAINT refusals_kept_pkey PRIMARY KEY (kind);
+
 ALTER TABLE ONLY public.refusals
     ADD CONSTRAINT refusals_pkey PRIMARY KEY (seq);
 
@@ -429,9 +440,13 @@ CREATE INDEX memberships_pubkey ON public.memberships USING btree (pubkey);
 
 CREATE INDEX profiles_current ON public.profiles USING btree (pubkey, created_at DESC, id);
 
-CREATE INDEX refusals_at ON public.refusals USING btree (at);
+CREATE INDEX refusals_at ON public.refusals USING btree (at, seq);
 
-CREATE INDEX refusals_pubkey ON public.refusals USING btree (pubkey, at) WHERE (pubkey IS NOT NULL);
+CREATE INDEX refusals_kind ON public.refusals USING btree (kind, seq);
+
+CREATE INDEX refusals_pubkey ON public.refusals USING btree (pubkey, at, seq) WHERE (pubkey IS NOT NULL);
+
+CREATE UNIQUE INDEX refusals_rate_limited ON public.refusals USING btree (at, tool, address, pubkey) NULLS NOT DISTINCT WHERE (kind = 'rate_limited'::text);
 
 CREATE INDEX terms_signatures_pubkey ON public.terms_signatures USING btree (pubkey, version, sha256);
 

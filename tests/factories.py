@@ -327,8 +327,8 @@ def wait_until_ready(url: str, deadline: float) -> None:
 def live_server(
     database_url: str, config: Settings | None = None, limits: ConnectionLimits | None = None
 ) -> Iterator[Live]:
-    """The real app under uvicorn with the connection limits `tms serve` sets (`limits`, or the
-    defaults), in a thread of its own, on a port the OS picks, until the block ends."""
+    """The real app under uvicorn with the connection limits `tms serve` sets (`limits`, or
+    those of `config`), in a thread of its own, on a port the OS picks, until the block ends."""
     import uvicorn  # here: the pure tests need neither it nor the app
 
     from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
@@ -336,15 +336,16 @@ def live_server(
     from tms.relay.limits import MAX_MESSAGE_BYTES
     from tms.web.app import create_app
 
+    config = config or settings()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config or settings(), database_url=database_url),
+            create_app(config, database_url=database_url),
             host="127.0.0.1",
             port=0,
             log_level="warning",
             lifespan="on",
-            http=GuardedHttpProtocol.with_limits(limits or ConnectionLimits()),
-            **uvicorn_options(limits or ConnectionLimits(), MAX_MESSAGE_BYTES),
+            http=GuardedHttpProtocol.with_limits(limits or ConnectionLimits.of(config)),
+            **uvicorn_options(limits or ConnectionLimits.of(config), MAX_MESSAGE_BYTES),
             proxy_headers=False,  # as `tms serve`: X-Forwarded-For only via TMS_TRUSTED_PROXIES
         )
     )

@@ -1,4 +1,4 @@
-"""Settings the pages add: the login secret and the profile relays."""
+"""Settings: the login secret, the profile relays, the connection and export limits."""
 
 from __future__ import annotations
 
@@ -43,3 +43,32 @@ def test_profile_relays_are_websocket_origins() -> None:
     for bad in ("https://a.example", "wss://a.example; script-src *", "wss://a b"):
         with pytest.raises(ConfigError, match="TMS_PROFILE_RELAYS"):
             Settings.from_env({"TMS_PROFILE_RELAYS": bad})
+
+
+def test_the_connection_and_export_limits_are_read_and_checked() -> None:
+    from tms.http.protocol import ConnectionLimits
+
+    defaults = Settings.from_env({})
+    assert (defaults.max_connections_per_address, defaults.body_min_rate) == (64, 1024)
+    assert defaults.max_exports == 2
+    tuned = Settings.from_env(
+        {
+            "TMS_MAX_CONNECTIONS_PER_ADDRESS": "8",
+            "TMS_BODY_MIN_RATE": "0",
+            "TMS_MAX_EXPORTS": "5",
+            "TMS_TRUSTED_PROXIES": "10.0.0.0/8",
+        }
+    )
+    limits = ConnectionLimits.of(tuned)
+    assert (limits.per_address, limits.body_min_rate) == (8, 0)
+    assert [str(n) for n in limits.uncapped] == ["10.0.0.0/8"]  # the proxy's clients are many
+    assert tuned.max_exports == 5
+    for name, value in (
+        ("TMS_MAX_CONNECTIONS_PER_ADDRESS", "0"),
+        ("TMS_MAX_CONNECTIONS_PER_ADDRESS", "2.5"),
+        ("TMS_BODY_MIN_RATE", "-1"),
+        ("TMS_MAX_EXPORTS", "0"),
+        ("TMS_MAX_EXPORTS", "many"),
+    ):
+        with pytest.raises(ConfigError, match=name):
+            Settings.from_env({name: value})

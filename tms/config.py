@@ -33,6 +33,7 @@ DEFAULT_PROFILE_RELAYS: Final = ("wss://relay.damus.io", "wss://relay.primal.net
 SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_DIR
 MIN_SECRET_CHARS: Final = 32
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
+DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 
 
@@ -94,13 +95,17 @@ class Settings:
     head_seconds: float = 10.0  # a request's head must arrive within this
     body_seconds: float = 60.0  # and its body within this after the head
     max_connections: int = 1000  # connections held at once
+    max_connections_per_address: int = 64  # of them, by one client address (trusted proxies: any)
+    body_min_rate: int = 1024  # bytes a second a request body keeps up after its first seconds
     log_key: str | None = None  # TMS_LOG_KEY; None: generated into data_dir (`load_log_key`)
     secret: str | None = None  # TMS_SECRET; None: generated into data_dir (`load_secret`)
     profile_relays: tuple[str, ...] = DEFAULT_PROFILE_RELAYS  # where the pages look up profiles
     rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_*; none when built by hand
     trusted_proxies: tuple[Network, ...] = ()  # peers whose X-Forwarded-For is believed
-    refusals_keep: int = DEFAULT_KEEP  # records the refusal log keeps
+    refusals_keep: int = DEFAULT_KEEP  # rows the refusal log keeps of each kind
     relay_idle_seconds: float = 300.0  # a relay connection with no subscription, unused, ends
+    max_exports: int = DEFAULT_EXPORTS  # exports streamed at once, per process
+    export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -127,6 +132,10 @@ class Settings:
             head_seconds=_number(env, "TMS_HEAD_SECONDS", 10, 0.1, 3600, "seconds"),
             body_seconds=_number(env, "TMS_BODY_SECONDS", 60, 0.1, 3600, "seconds"),
             max_connections=int(_number(env, "TMS_MAX_CONNECTIONS", 1000, 10, 1_000_000, "")),
+            max_connections_per_address=int(
+                _number(env, "TMS_MAX_CONNECTIONS_PER_ADDRESS", 64, 1, 1_000_000, "")
+            ),
+            body_min_rate=int(_number(env, "TMS_BODY_MIN_RATE", 1024, 0, 1_000_000_000, "")),
             log_key=env.get("TMS_LOG_KEY", "").strip() or None,
             secret=_secret(env),
             profile_relays=_relays(env),
@@ -145,6 +154,7 @@ class Settings:
                 _number(env, "TMS_REFUSALS_KEEP", DEFAULT_KEEP, 100, 100_000_000, "")
             ),
             relay_idle_seconds=_number(env, "TMS_RELAY_IDLE_SECONDS", 300, 1, 86400, "seconds"),
+            max_exports=int(_number(env, "TMS_MAX_EXPORTS", DEFAULT_EXPORTS, 1, 64, "")),
         )
 
     @property

@@ -20,6 +20,7 @@ import asyncpg
 from tms.config import EmbeddingConfig, Settings, load_log_key
 from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
+from tms.guard.exports import Exports
 from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
 from tms.ledger import anchors, lookups
@@ -40,7 +41,6 @@ from tms.types import EventId
 
 log = logging.getLogger(__name__)
 
-EXPORT_CONNECTIONS: Final = 4  # downloads in flight at once; more wait for one to finish
 PUBLISH_CONNECTIONS: Final = 8  # publish transactions at once (one per group of collections)
 POOL_CLOSE_SECONDS: Final = 10.0
 VECTORS_RETRY_SECONDS: Final = 1.0  # starting vector search, while the database is down
@@ -53,6 +53,7 @@ class Runtime:
     services: Services
     health: database.HealthCheck
     database_url: str  # for what needs a connection of its own (the relay's commit feed)
+    exports: Exports  # the HTTP door's export slots and pace (TMS_MAX_EXPORTS)
 
     @property
     def access(self) -> Access:
@@ -92,8 +93,9 @@ async def open_runtime(
         pool = await database.open_pool(url)
         stack.push_async_callback(close_pool, pool)
         # Exports hold a connection for as long as the download lasts: give them their own
-        # few, so that slow downloaders queue behind each other and never block publishing.
-        export_pool = await database.open_pool(url, min_size=0, max_size=EXPORT_CONNECTIONS)
+        # few, one for each export allowed at once (TMS_MAX_EXPORTS), so that slow downloaders
+        # never take a connection publishing needs.
+        export_pool = await database.open_pool(url, min_size=0, max_size=settings.max_exports)
         stack.push_async_callback(close_pool, export_pool)
         # Publishes run the same few statements by key over and over: on connections of their
         # own, PostgreSQL plans each once (generic plans), not at every call as it chose to.
@@ -145,7 +147,14 @@ async def open_runtime(
             stack.push_async_callback(_stop_vectors, loading, services)
             if model_first:
                 await starting.ready.wait()
-        yield Runtime(services.ledger, Exporter(export_pool), services, health, url)
+        yield Runtime(
+            services.ledger,
+            Exporter(export_pool),
+            services,
+            health,
+            url,
+            Exports(settings.max_exports, settings.export_wait),
+        )
 
 
 class StartingVectors:

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.anyio
 
 KEY = "d" * 64
 NOW = datetime.now(UTC)
+MINUTE = (NOW - timedelta(minutes=5)).replace(second=0, microsecond=0)
 
 
 async def tms(db_url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -37,6 +38,10 @@ async def seed(db_url: str) -> None:
             Record(NOW - timedelta(minutes=10), "ssrf", "fetch_url", KEY, "192.0.2.3"),
         ]
         await RefusalStore(pool).write(records, keep=100, lost=2)
+        # A flood from one address, written in two batches: one row, the minute's count.
+        flood = Record(MINUTE, "rate_limited", "mcp", None, "198.51.100.7", count=4000)
+        await RefusalStore(pool).write([flood], keep=100)
+        await RefusalStore(pool).write([flood, flood], keep=100)
     finally:
         await pool.close()
 
@@ -46,15 +51,20 @@ async def test_counts_by_kind_then_the_newest(db_url: str) -> None:
     result = await tms(db_url, "--since", "1h")
     assert result.returncode == 0, result.stderr
     out = result.stdout.decode().splitlines()
-    assert out[0].startswith("refusals since ") and out[0].endswith(": 3")
-    assert [line.split() for line in out[1:3]] == [["rate_limited", "2"], ["ssrf", "1"]]
-    assert out[3] == "dropped so far: 2 (the log keeps the newest 100,000; TMS_REFUSALS_KEEP)"
+    assert out[0].startswith("refusals since ") and out[0].endswith(": 12,003")
+    assert [line.split() for line in out[1:3]] == [["rate_limited", "12,002"], ["ssrf", "1"]]
+    assert out[3] == (
+        "dropped so far: 2 (each kind keeps its newest 100,000 rows; TMS_REFUSALS_KEEP)"
+    )
+    assert out[4].startswith("the newest 4 rows, oldest first (time, kind, count, tool, ")
     npub = nip19.npub_encode(KEY)
     assert [line.split()[1:] for line in out[5:]] == [
-        ["rate_limited", "list_claims", "192.0.2.2", npub],
-        ["rate_limited", "mcp", "192.0.2.2", "-"],
-        ["ssrf", "fetch_url", "192.0.2.3", npub],
+        ["rate_limited", "1", "list_claims", "192.0.2.2", npub],
+        ["rate_limited", "1", "mcp", "192.0.2.2", "-"],
+        ["ssrf", "1", "fetch_url", "192.0.2.3", npub],
+        ["rate_limited", "12,000", "mcp", "198.51.100.7", "-"],
     ]
+    assert out[-1].split()[0] == MINUTE.strftime("%Y-%m-%dT%H:%M:00Z")
 
 
 async def test_one_keys_refusals_over_a_day(db_url: str) -> None:

@@ -239,3 +239,18 @@ def test_the_guide_states_the_rate_limits_a_server_is_set_to() -> None:
     tuned = Settings.from_env({"TMS_RATE_KEY": "2 per 5 seconds", "TMS_HEAD_SECONDS": "2.5"})
     guide = docs.markdown("https://tms.example.org", tuned)
     assert "| Calls per key | 2 per 5 seconds:" in guide and "within 2.5 seconds" in guide
+
+
+def test_the_guide_states_the_connection_and_export_limits_a_server_is_set_to() -> None:
+    defaults = docs.markdown("https://tms.example.org", Settings.from_env({}))
+    assert "at 1,024 bytes a second at least after its first seconds |" in defaults
+    assert "| Connections per client address | 64 at once;" in defaults
+    assert "| Exports | one at a time per key (a second one at once: `429`" in defaults
+    assert "2 at a time per server process" in defaults
+    tuned = Settings.from_env(
+        {"TMS_BODY_MIN_RATE": "0", "TMS_MAX_CONNECTIONS_PER_ADDRESS": "8", "TMS_MAX_EXPORTS": "3"}
+    )
+    guide = docs.markdown("https://tms.example.org", tuned)
+    assert "bytes a second" not in guide
+    assert "| Connections per client address | 8 at once;" in guide
+    assert "3 at a time per server process" in guide

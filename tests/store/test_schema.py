@@ -44,6 +44,7 @@ MUTABLE: Final = {
     "login_nonces": "one-time login challenges, pruned once expired",
     "refusals": "the bounded refusal log, pruned as it fills",
     "refusals_dropped": "how many refusals the bounded log let go",
+    "refusals_kept": "how many refusals of each kind the bounded log holds",
 }
 
 _NOISE: Final = re.compile(r"^(--.*|SET .*|SELECT pg_catalog\.set_config.*|\\(un)?restrict .*)$")

@@ -1,6 +1,7 @@
 """The embedded PostgreSQL is watched by `tms serve`: killed, it comes back by itself within
 seconds (503 and "database unavailable" meanwhile), and nothing is left running after a clean
-shutdown, even when an operator command started it again first."""
+shutdown, even when an operator command started it again first, or when an earlier server was
+killed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -49,33 +50,40 @@ def postmaster(data_dir: Path) -> psutil.Process | None:
     return None
 
 
+def start_serving(data_dir: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`tms serve` on `data_dir`, once it answers `/healthz`."""
+    port = free_port()
+    with log_path.open("ab") as log:
+        server = subprocess.Popen(
+            [TMS, "serve", "--port", str(port)],
+            env=environment(TMS_DATA_DIR=str(data_dir)),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if server.poll() is not None:
+            raise AssertionError(log_path.read_text())
+        if time.monotonic() > deadline:
+            server.kill()
+            raise AssertionError("tms serve did not answer within 60 s")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return server, base
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
     data_dir = tmp_path / "data"
-    port = free_port()
-    log = (tmp_path / "err").open("wb")
-    server = subprocess.Popen(
-        [TMS, "serve", "--port", str(port)],
-        env=environment(TMS_DATA_DIR=str(data_dir)),
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{port}"
+    server, base = start_serving(data_dir, tmp_path / "err")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, (tmp_path / "err").read_text()
-            assert time.monotonic() < deadline, "tms serve did not answer within 60 s"
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
         yield server, base, data_dir
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
-        log.close()
         process = postmaster(data_dir)
         if process is not None:
             process.kill()
@@ -220,3 +228,36 @@ def test_an_outage_is_one_line_in_the_log_and_its_end_another(
         logged[1],
     ), logged[1]
     assert list_collections(base, key)["structuredContent"] == {"result": []}
+
+
+def test_a_server_killed_with_sigkill_leaves_the_next_one_to_stop_postgres(
+    served: tuple[subprocess.Popen[bytes], str, Path], tmp_path: Path
+) -> None:
+    """The killed server's id stayed in the wheel's list of PostgreSQL's users, so no later
+    server saw itself as the last one out and PostgreSQL ran on for good. Its body-inspecting
+    worker (started by a body over 1 MiB) and multiprocessing's resource tracker ran on too."""
+    killed, base, data_dir = served
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[' + b"1," * 700_000 + b"1]}"
+    answer = httpx.post(f"{base}/mcp", content=body, headers=HEADERS, timeout=60)
+    assert answer.status_code == 400  # read by the worker, and refused
+    helpers = psutil.Process(killed.pid).children()
+    assert helpers, "no worker was started"
+    killed.kill()
+    killed.wait()
+    _, alive = psutil.wait_procs(helpers, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]  # the worker and the resource tracker left
+    first = postmaster(data_dir)
+    assert first is not None  # PostgreSQL outlives a killed server, as it should
+    second, _ = start_serving(data_dir, tmp_path / "err2")
+    try:
+        assert postmaster(data_dir) == first  # taken up, not started again
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+    deadline = time.monotonic() + 10
+    while postmaster(data_dir) is not None:
+        assert time.monotonic() < deadline, "PostgreSQL was left running after the last server"
+        time.sleep(0.1)

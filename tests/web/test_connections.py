@@ -155,9 +155,11 @@ def test_two_hundred_slowloris_clients_leave_health_checks_answering(
     pg_server_url: str, template_url: str
 ) -> None:
     """A hundred heads and a hundred bodies, each dribbled a byte at a time: /healthz answers
-    throughout, and every one of them is cut off at its deadline (the cap is not reached, so
+    throughout, and every one of them is cut off at its deadline (the caps are not reached, so
     nothing here is evicted: the deadlines alone do it)."""
-    limits = ConnectionLimits(head_seconds=2.0, body_seconds=2.0, max_connections=1000)
+    limits = ConnectionLimits(
+        head_seconds=2.0, body_seconds=2.0, max_connections=1000, per_address=1000
+    )
     with (
         fresh_database(pg_server_url, template_url) as database,
         live_server(database, limits=limits) as live,

@@ -260,7 +260,8 @@ def test_every_refusal_is_recorded_with_who_where_and_what_kind_never_content(li
             ("not_member", "export", reader.pubkey),
         ]
         for row in rows:
-            assert set(row) == {"seq", "at", "kind", "tool", "pubkey", "address"}
+            assert set(row) == {"seq", "at", "kind", "tool", "pubkey", "address", "count"}
+            assert row["count"] == 1
             assert SECRET_WORDS not in repr(row) and "lab" not in repr(row)
             assert abs(row["at"].timestamp() - time.time()) < 120
 

@@ -34,7 +34,6 @@ from tms.config import Settings
 from tms.errors import DATABASE_UNAVAILABLE, TMSError, one_line
 from tms.nostr import nip19
 from tms.nostr.events import Event, SecretKey
-from tms.rules.kinds import validate_content
 from tms.types import PubKey
 
 if TYPE_CHECKING:
@@ -45,6 +44,8 @@ if TYPE_CHECKING:
 
 def verify_lines(lines: Iterable[str], out: TextIO) -> tuple[int, int]:
     """Print one line per bad event; return (good, bad). Blank lines are skipped."""
+    from tms.rules.kinds import validate_content  # here: its schemas cost every other command
+
     good = bad = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip() or line.startswith('{"checkpoint"'):  # for tms verify-export
@@ -188,7 +189,7 @@ def _connection_limits(settings: Settings) -> ConnectionLimits:
             "connections (TMS_MAX_CONNECTIONS)",
             file=sys.stderr,
         )
-    return ConnectionLimits(settings.head_seconds, settings.body_seconds, connections)
+    return ConnectionLimits.of(settings, connections)
 
 
 def _stdio() -> int:
@@ -422,14 +423,21 @@ async def _refusals(since: datetime, pubkey: PubKey | None, limit: int) -> int:
     for kind, count in counts.items():
         print(f"  {kind:<{width}}  {count:>9,}")
     print(
-        f"dropped so far: {dropped:,} (the log keeps the newest {settings.refusals_keep:,}; "
-        "TMS_REFUSALS_KEEP)"
+        f"dropped so far: {dropped:,} (each kind keeps its newest {settings.refusals_keep:,} "
+        "rows; TMS_REFUSALS_KEEP)"
     )
     if newest:
-        print(f"the newest {len(newest):,}, oldest first (time, kind, tool, address, key):")
+        print(
+            f"the newest {len(newest):,} rows, oldest first (time, kind, count, tool, address, "
+            "key); a rate_limited row counts a minute's refusals of one route, address and key, "
+            "from the minute's start:"
+        )
     for record in newest:
         key = nip19.npub_encode(record.pubkey) if record.pubkey else "-"
-        print(f"{_utc(record.at)}  {record.kind}  {record.tool}  {record.address or '-'}  {key}")
+        print(
+            f"{_utc(record.at)}  {record.kind}  {record.count:,}  {record.tool}  "
+            f"{record.address or '-'}  {key}"
+        )
     return 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Final, TextIO
 
 from tms.errors import LogError
+from tms.orphans import exit_with_parent
 from tms.tlog.audit import CheckpointLine, Line, audit, read_kept, read_lines
 from tms.tlog.note import NoteVerifier
 
@@ -105,7 +106,9 @@ def _checked(stream: BinaryIO) -> Iterator[Line | CheckpointLine]:
             yield from read_lines(numbers, raws)
         return
     workers = os.cpu_count() or 1
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=get_context("spawn"), initializer=exit_with_parent
+    ) as pool:
         pending: deque[Future[list[Line | CheckpointLine]]] = deque()
         for numbers, raws in itertools.chain(head, blocks):
             pending.append(pool.submit(read_lines, numbers, raws))

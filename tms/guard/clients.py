@@ -48,7 +48,7 @@ def client_address(
     """The client's address: `peer` (who connected), or, when `peer` is a trusted proxy, the
     nearest untrusted address its `X-Forwarded-For` headers name (the headers' values in the
     order they came)."""
-    if peer is None or not trusted or not _trusted(peer, trusted):
+    if peer is None or not trusted or not is_trusted(peer, trusted):
         return peer
     hops = [hop.strip() for value in forwarded_for for hop in value.split(",")]
     client = peer
@@ -57,7 +57,7 @@ def client_address(
         if address is None:
             break  # garbage: the nearest address we could read stands
         client = address
-        if not _trusted(address, trusted):
+        if not is_trusted(address, trusted):
             break
     return client
 
@@ -74,7 +74,9 @@ def _address(text: str) -> str | None:
         return None
 
 
-def _trusted(address: str, trusted: Sequence[Network]) -> bool:
+def is_trusted(address: str, trusted: Sequence[Network]) -> bool:
+    """Whether `address` is in one of the `trusted` networks (an IPv4-mapped IPv6 address as
+    its IPv4 one); anything that is not an IP address is not."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:

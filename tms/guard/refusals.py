@@ -2,11 +2,14 @@
 request is noted here, and written to the database by a task of its own.
 
 Recording sits on the refusal's path, so it must never slow it down or change it: `record` only
-appends to a bounded queue in memory and cannot raise; the writer task takes the queue every
-`FLUSH_SECONDS` (sooner when it fills) and writes it in one statement (`tms.ledger.refusals`).
-When the queue is full, the oldest record gives way; when the database is down, the queue waits
-for it (still bounded). What never reaches the database is counted as dropped there, like the
-rows pruned to keep the log at `keep` records.
+adds to bounded queues in memory and cannot raise; the writer task takes them every
+`FLUSH_SECONDS` (sooner when they fill) and writes them in one transaction
+(`tms.ledger.refusals`). Each kind waits in a queue of its own, and rate-limit refusals, which
+come in floods, are added up as they come (one entry per minute, tool, address and key), so a
+flood of one kind never pushes another kind's records out. When a queue is full its oldest
+entry gives way; when the database is down, the queues wait for it (still bounded). What never
+reaches the database is counted as dropped there, like the rows pruned to keep each kind at
+`keep` rows.
 
 A record holds the time, the kind of refusal (`tms.errors.Refusal`), the tool or route, the key
 when its signature verified, and the client's address (`tms.guard.clients.CURRENT`): never
@@ -24,7 +27,7 @@ from typing import Final
 
 from tms.errors import Refusal, TMSError, one_line
 from tms.guard import clients
-from tms.ledger.refusals import Record, RefusalStore
+from tms.ledger.refusals import COUNTED, Record, RefusalStore, minute_of
 from tms.store.database import is_database_down
 from tms.store.outage import Outage
 
@@ -32,9 +35,11 @@ DEFAULT_KEEP: Final = 100_000  # records the log keeps (TMS_REFUSALS_KEEP)
 
 log = logging.getLogger(__name__)
 
-QUEUE: Final = 10_000  # records waiting for the writer, at most
+_Key = tuple[datetime, str, str | None, str | None]  # a counted kind's minute, tool, key, address
+
+QUEUE: Final = 10_000  # records (or minutes' counts) of one kind waiting for the writer, at most
 FLUSH_SECONDS: Final = 1.0
-FLUSH_AT: Final = 1_000  # a queue this long is written at once
+FLUSH_AT: Final = 1_000  # this many entries waiting are written at once
 RETRY_SECONDS: Final = 1.0  # after a failed write
 CLOSE_SECONDS: Final = 5.0
 MAX_TOOL_CHARS: Final = 64
@@ -49,8 +54,10 @@ class RefusalLog:
         self.store = store
         self.keep = keep
         self.outage = outage or Outage()
-        self._queue: deque[Record] = deque()
-        self._lost = 0  # records dropped before reaching the database, not yet counted there
+        self._queues: dict[str, deque[Record]] = {}  # by kind, oldest first
+        self._counts: dict[str, dict[_Key, int]] = {}  # counted kinds, by kind: oldest first
+        self._waiting = 0  # entries in both
+        self._lost = 0  # refusals dropped before reaching the database, not yet counted there
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -69,22 +76,38 @@ class RefusalLog:
         address: str | None = None,
     ) -> None:
         try:
-            if len(self._queue) >= QUEUE:
-                self._queue.popleft()
-                self._lost += 1
-            self._queue.append(
-                Record(
-                    at=datetime.now(UTC),
-                    kind=str(kind),
-                    tool=tool[:MAX_TOOL_CHARS],
-                    pubkey=pubkey,
-                    address=address if address is not None else clients.CURRENT.get(),
-                )
-            )
-            if len(self._queue) >= FLUSH_AT and self._wake is not None:
+            at = datetime.now(UTC)
+            name = str(kind)
+            tool = tool[:MAX_TOOL_CHARS]
+            where = address if address is not None else clients.CURRENT.get()
+            if name in COUNTED:
+                self._count(name, (minute_of(at), tool, pubkey, where))
+            else:
+                self._list(Record(at=at, kind=name, tool=tool, pubkey=pubkey, address=where))
+            if self._waiting >= FLUSH_AT and self._wake is not None:
                 self._wake.set()
         except Exception:  # recording must never change a response
             log.exception("could not record a refusal")
+
+    def _list(self, record: Record) -> None:
+        queue = self._queues.setdefault(record.kind, deque())
+        if len(queue) >= QUEUE:
+            queue.popleft()
+            self._lost += 1
+        else:
+            self._waiting += 1
+        queue.append(record)
+
+    def _count(self, kind: str, key: _Key, n: int = 1) -> None:
+        counts = self._counts.setdefault(kind, {})
+        if key in counts:
+            counts[key] += n
+            return
+        if len(counts) >= QUEUE:
+            self._lost += counts.pop(next(iter(counts)))
+        else:
+            self._waiting += 1
+        counts[key] = n
 
     # --- the writer -----------------------------------------------------------------------------
 
@@ -104,24 +127,52 @@ class RefusalLog:
 
     async def flush(self) -> None:
         """Write what is waiting. Raises what the database raised; the records stay queued."""
-        if self.store is None:
-            self._lost += len(self._queue)
-            self._queue.clear()
-            return
-        if not self._queue and not self._lost:
-            return
-        records, self._queue = self._queue, deque()
+        records = self._take()
         lost, self._lost = self._lost, 0
+        if self.store is None:
+            self._lost += lost + sum(record.count for record in records)
+            return
+        if not records and not lost:
+            return
         try:
-            await self.store.write(list(records), self.keep, lost)
+            await self.store.write(records, self.keep, lost)
         except BaseException:
-            records.extend(self._queue)  # those that came meanwhile go after, still bounded
-            overflow = max(0, len(records) - QUEUE)
-            for _ in range(overflow):
-                records.popleft()
-            self._queue = records
-            self._lost += lost + overflow
+            self._lost += lost
+            self._put_back(records)
             raise
+
+    def _take(self) -> list[Record]:
+        """Everything waiting: listed records in the order they came (the log's sequence is
+        the order of refusals), then the minutes' counts."""
+        records = sorted(
+            (record for queue in self._queues.values() for record in queue),
+            key=lambda record: record.at,
+        )
+        records += [
+            Record(at=at, kind=kind, tool=tool, pubkey=pubkey, address=address, count=n)
+            for kind, counts in self._counts.items()
+            for (at, tool, pubkey, address), n in counts.items()
+        ]
+        self._queues, self._counts, self._waiting = {}, {}, 0
+        return records
+
+    def _put_back(self, records: list[Record]) -> None:
+        """Records a write failed to store, back before those that came meanwhile; where that
+        overflows a queue, the oldest give way and are counted as lost."""
+        queues, counts = self._queues, self._counts
+        self._queues, self._counts, self._waiting = {}, {}, 0
+        for record in records:
+            if record.kind in COUNTED:
+                key = (record.at, record.tool, record.pubkey, record.address)
+                self._count(record.kind, key, record.count)
+            else:
+                self._list(record)
+        for queue in queues.values():
+            for record in queue:
+                self._list(record)
+        for kind, waiting in counts.items():
+            for key, n in waiting.items():
+                self._count(kind, key, n)
 
     async def _run(self) -> None:
         assert self._wake is not None

@@ -31,6 +31,8 @@ from typing import IO, Final, TypeVar
 
 from starlette.types import Receive, Scope
 
+from tms.orphans import exit_with_parent
+
 MiB: Final = 1024 * 1024
 SMALL_BODY: Final = 1 * MiB  # bodies up to this are read into memory and inspected in place
 MAX_BODY: Final = 64 * MiB  # the largest body: a batch of full-size evidence documents
@@ -223,7 +225,9 @@ def _spill_file() -> Iterator[IO[bytes]]:
 
 def _start_worker(memory: int) -> None:
     """In a worker: a body that would need more memory than `memory` fails alone, with
-    MemoryError; and the server's own process comes first for the CPU."""
+    MemoryError; the server's own process comes first for the CPU; and the worker ends with
+    the server, however that dies."""
+    exit_with_parent()
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     os.nice(10)
 

@@ -7,6 +7,9 @@ request over its address's budget (`TMS_RATE_ADDRESS`, `tms.guard.rates`) is not
 refusal log and answered 429 with `Retry-After`: a JSON-RPC error at `/mcp` (its id is not read:
 nothing of the body is), `{"error": ...}` elsewhere. `/healthz` and `/static/` are never
 limited, so a monitor and the pages' files always get through.
+
+It also counts the requests being served other than exports, for the exports to make way
+while there are any (`tms.guard.exports`).
 """
 
 from __future__ import annotations
@@ -47,15 +50,21 @@ class Gate:
         token = clients.CURRENT.set(address)
         try:
             path: str = scope["path"]
-            if not path.startswith(UNLIMITED):
-                services = scope["app"].state.runtime.services
-                try:
-                    await services.throttle.address(address)
-                except RateLimited as exc:
-                    services.refusals.record(Refusal.RATE_LIMITED, route_name(scope))
-                    await _refuse(exc, scope, receive, send)
-                    return
-            await self.app(scope, receive, send)
+            if path.startswith(UNLIMITED):
+                await self.app(scope, receive, send)
+                return
+            runtime = scope["app"].state.runtime
+            try:
+                await runtime.services.throttle.address(address)
+            except RateLimited as exc:
+                runtime.services.refusals.record(Refusal.RATE_LIMITED, route_name(scope))
+                await _refuse(exc, scope, receive, send)
+                return
+            if route_name(scope) == "export":
+                await self.app(scope, receive, send)
+                return
+            with runtime.exports.other_request():  # exports make way while it is served
+                await self.app(scope, receive, send)
         finally:
             clients.CURRENT.reset(token)
 

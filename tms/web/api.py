@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Mapping
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 from typing import Final
 
 from starlette.requests import Request
@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from tms.guard.exports import Exports, ExportsBusy
 from tms.ledger.access import ReadableCollection
 from tms.ledger.export import Exporter
 from tms.nostr import nip98
@@ -67,10 +68,18 @@ async def export(request: Request) -> Response:
         return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
     if flag == "1":
         await runtime.services.tlog.checkpoint(readable)  # builds a log not built yet
+    # The slot is held until the response has streamed (or the client hung up): one export at
+    # a time per key (RateLimited: a 429), a few at a time in all (ExportsBusy: a 503).
+    held = AsyncExitStack()
+    try:
+        await held.enter_async_context(runtime.exports.slot(readable.pubkey))
+    except ExportsBusy as exc:
+        raise Refused(503, str(exc), {"Retry-After": str(exc.retry_after)}) from None
     return _ClosingStreamingResponse(
-        _export_body(runtime.exporter, readable, flag == "1"),
+        _export_body(runtime.exporter, readable, flag == "1", runtime.exports),
         media_type=EXPORT_MEDIA_TYPE,
         headers=headers,
+        held=held,
     )
 
 
@@ -162,21 +171,27 @@ def _size(text: str) -> bool:
 
 
 async def _export_body(
-    exporter: Exporter, readable: ReadableCollection, checkpoint: bool
+    exporter: Exporter, readable: ReadableCollection, checkpoint: bool, exports: Exports
 ) -> AsyncGenerator[bytes, None]:
-    chunk: list[bytes] = []
-    size = 0
+    """The export in chunks of about `EXPORT_CHUNK_BYTES`, each made in the export's turn on
+    the exports' lane and paced after it (`tms.guard.exports`); sending waits outside it."""
     lines = exporter.lines(readable, checkpoint=checkpoint)
     async with aclosing(lines):
-        async for line in lines:
-            data = f"{line}\n".encode()
-            chunk.append(data)
-            size += len(data)
-            if size >= EXPORT_CHUNK_BYTES:
+        done = False
+        while not done:
+            chunk: list[bytes] = []
+            size = 0
+            async with exports.turn():
+                done = True
+                async for line in lines:
+                    data = f"{line}\n".encode()
+                    chunk.append(data)
+                    size += len(data)
+                    if size >= EXPORT_CHUNK_BYTES:
+                        done = False
+                        break
+            if chunk:
                 yield b"".join(chunk)
-                chunk, size = [], 0
-    if chunk:
-        yield b"".join(chunk)
 
 
 class _ClosingStreamingResponse(StreamingResponse):
@@ -185,16 +200,25 @@ class _ClosingStreamingResponse(StreamingResponse):
     than whenever the garbage collector gets to the generator."""
 
     def __init__(
-        self, body: AsyncGenerator[bytes, None], *, media_type: str, headers: Mapping[str, str]
+        self,
+        body: AsyncGenerator[bytes, None],
+        *,
+        media_type: str,
+        headers: Mapping[str, str],
+        held: AsyncExitStack,
     ) -> None:
         super().__init__(body, media_type=media_type, headers=headers)
         self._body = body
+        self._held = held  # what the response holds until it ends: the export's slot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self._body.aclose()
+            try:
+                await self._body.aclose()
+            finally:
+                await self._held.aclose()
 
 
 GET: Final = ["GET"]
