@@ -16,7 +16,7 @@ for either, so its protocol is extended here (uvicorn stays: everything else it 
 
 A connection past a limit is closed; a request already being served learns it from the ASGI
 `http.disconnect` message, as it would from a client that hung up. Behind a reverse proxy these
-are a second line; the README lists the proxy settings that go with them.
+are a second line; docs/operating.md lists the proxy settings that go with them.
 """
 
 from __future__ import annotations
