@@ -1,4 +1,5 @@
-"""Settings, all from `TMS_*` environment variables with sane defaults (listed in the README).
+"""Settings, all from `TMS_*` environment variables with sane defaults (listed in
+docs/operating.md, which a test holds to every name the code reads).
 
 Read once into a frozen object at start-up, so a misconfiguration fails loudly there and not
 half-way through a request.

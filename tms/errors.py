@@ -1,9 +1,10 @@
 """One error hierarchy whose messages are the user-facing text.
 
 Every front door (CLI, MCP, web) shows `str(error)` unchanged, so the wording here and where
-these are raised is the wording of SPEC.md's "Common errors" table. Every subclass a user can
-meet is defined here, so the whole vocabulary of refusals reads in one place. Nothing here
-imports anything but the standard library.
+these are raised is the wording of SPEC's "Common errors" table, which the guide repeats
+(`tms/web/templates/docs.md`). Every subclass a user can meet is defined here, so the whole
+vocabulary of refusals reads in one place. Nothing here imports anything but the standard
+library.
 
 Each error also says how the refusal log (`tms.guard.refusals`) files it: its `refusal` kind
 (None for what is not a refusal of the caller, such as a database that is down), and `pubkey`,

@@ -180,16 +180,17 @@ async def test_collections_lists_every_collection_with_its_counts(
     assert (slugs.returncode, lines(slugs.stdout)) == (0, ["mcas", "b-lab"])
 
 
-async def test_the_readmes_backup_loop_exports_every_collection(
+async def test_the_operating_guides_backup_loop_exports_every_collection(
     db_url: str, ledger: Ledger, tmp_path: Path
 ) -> None:
-    """README's backup loop, run as written with `tms` on PATH: one verified file a collection."""
+    """docs/operating.md's backup loop, run as written with `tms` on PATH: one verified file a
+    collection."""
     owner = SecretKey.generate()
     await ledger.approve([owner.pubkey])
     await publish(ledger, terms(owner), claim(owner, "a", "One."), claim(owner, "b", "Two."))
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    guide = (Path(__file__).parents[2] / "docs" / "operating.md").read_text(encoding="utf-8")
     loop = next(
-        block for block in readme.split("```") if "tms collections --slugs" in block
+        block for block in guide.split("```") if "tms collections --slugs" in block
     ).removeprefix("bash\n")
     assert "psql" not in loop
     script = loop.replace("uv run tms", "tms")

@@ -17,9 +17,11 @@ from typing import Final
 import httpx
 import pytest
 from factories import Live, environment, fresh_database, live_server, members, settings, terms
+from pydantic_core import PydanticUndefined
 
 from tms.config import Settings
 from tms.ledger.service import Ledger
+from tms.mcp.tools import TOOLS
 from tms.nostr.events import SecretKey
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
@@ -254,3 +256,35 @@ def test_the_guide_states_the_connection_and_export_limits_a_server_is_set_to() 
     assert "bytes a second" not in guide
     assert "| Connections per client address | 8 at once;" in guide
     assert "3 at a time per server process" in guide
+
+
+def test_the_guide_states_every_tools_arguments_and_defaults() -> None:
+    """The guide's table of signed tools names each argument as the tool's model takes it:
+    required, or optional (`?`) with its default in parentheses, as the server applies it."""
+    guide = docs.markdown("https://tms.example.org", Settings.from_env({}))
+    table = guide.split("### Signed requests", 1)[1].split("\n#", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", table, re.MULTILINE))
+    for name, tool in TOOLS.items():
+        if not tool.signed:
+            continue
+        row = rows[name]
+        fields = tool.args.model_fields
+        if not fields:
+            assert row == "none", (name, row)
+        for field_name, info in fields.items():
+            arg = info.alias or field_name
+            if info.is_required():
+                assert f"`{arg}`" in row and f"`{arg}`?" not in row, (name, arg)
+            elif info.default is None:
+                assert f"`{arg}`?" in row, (name, arg)
+            else:
+                default = info.default
+                assert default is not PydanticUndefined
+                shown = (
+                    str(default).lower()
+                    if isinstance(default, bool)
+                    else f"{default:,}"
+                    if isinstance(default, int)
+                    else f"`{default}`"
+                )
+                assert f"`{arg}`? ({shown}" in row, (name, arg, shown)

@@ -1372,9 +1372,9 @@ def stored_after(snapshot: Snapshot, plan: Plan) -> Snapshot:
 
 
 def assert_removed_by_its_own_list(sent: Sequence[Parsed], first: Outcome, error: str) -> None:
-    """The one retry refused by design (README, "Publishing rules"): the part stored first holds
-    a member list that removed one of its own signers; sent again, that signer's stored event is
-    refused, as any event of a key that may no longer write."""
+    """The one retry refused by design (docs/architecture.md, "Publishing"): the part stored
+    first holds a member list that removed one of its own signers; sent again, that signer's
+    stored event is refused, as any event of a key that may no longer write."""
     found = re.match(r"events\[(\d+)\]", error)
     assert found, error
     item = sent[int(found.group(1))]

@@ -1,8 +1,8 @@
-"""Two `tms serve` processes on one database behind a reverse proxy, as the README's production
-notes describe: what one stores the other reads, a request used on one is refused on the other,
-a login made through one holds on the other, NIP-98 is signed for the proxy's public URL, and
-the client's address comes from X-Forwarded-For because the proxy is trusted, with rate limits
-counted by each process and refusals logged in the one database.
+"""Two `tms serve` processes on one database behind a reverse proxy, as docs/operating.md's
+"Several servers" describes: what one stores the other reads, a request used on one is refused
+on the other, a login made through one holds on the other, NIP-98 is signed for the proxy's
+public URL, and the client's address comes from X-Forwarded-For because the proxy is trusted,
+with rate limits counted by each process and refusals logged in the one database.
 
 The proxy is a few lines of ASGI here (round robin, appending the peer to X-Forwarded-For, as
 nginx's `$proxy_add_x_forwarded_for` does, and naming the backend that answered)."""

@@ -1,4 +1,4 @@
-"""`tms-sign`: make keys and sign events and requests locally, as SPEC.md's "Local use" shows.
+"""`tms-sign`: make keys and sign events and requests locally, as the guide's "Local use" shows.
 
 The secret comes only from the environment (`TMS_NSEC`), never from an argument, so it stays out
 of shell history and process listings. Output is machine-readable on stdout; any refusal is one

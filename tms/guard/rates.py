@@ -11,8 +11,8 @@ Four budgets, each a list of limits in `limits`' notation ("10/second;300/minute
 - `login`: browser logins, by one key.
 
 The counts live in each server process: behind a proxy spreading clients over N processes, a
-client gets up to N times a budget. That is the trade for needing no shared store; the README
-says so, and a proxy can hold a global limit of its own.
+client gets up to N times a budget. That is the trade for needing no shared store;
+docs/operating.md says so, and a proxy can hold a global limit of its own.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""Who may read what, and who may use the service: the one place the rule is asked.
+"""Who may read what, and who may use the service, asked once per request by every door.
 
 The rule "a collection's owner or a key on its current member list may read it" lives in the
-`readers` view (sql/003_access.sql). Reading is done with a capability only this module makes:
-a `Reader` (a key and the collections it may read, as checked when it was made) or a
-`ReadableCollection` (a key and one collection it may read). The read services take one of them
-instead of a key or a slug, and filter their SQL by what it holds, so a door that forgets to ask
-has nothing to pass them: the type checker refuses it, and nothing leaks at run time.
+`readers` view (sql/003_access.sql), which this module asks for the doors (the publish snapshot,
+`tms.ledger.writes`, reads it too, to judge writes). Reading is done with a capability only this
+module makes: a `Reader` (a key and the collections it may read, as checked when it was made) or
+a `ReadableCollection` (a key and one collection it may read). The read services take one of
+them instead of a key or a slug, and filter their SQL by what it holds, so a door that forgets to
+ask has nothing to pass them: the type checker refuses it, and nothing leaks at run time.
 
 A collection the caller may not read and one that does not exist get the same answer, the same
 message and the same number of round trips, so no door can become an oracle for which slugs or

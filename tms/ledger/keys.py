@@ -3,7 +3,10 @@ whether the key signed the current terms, its current profile, the names of a pa
 a collection's current member list with its head (id and created_at), against which a page
 tells whether a newer list stands.
 
-The caller has asked `tms.ledger.access` first (a member list is read for its owner only).
+These take a bare key or slug, not a capability: a key's terms and profile are its own, names
+are shown beside records the caller may already read, and a member list is shown to its owner
+only (the members pages ask `Access.owns` first) or reduced to whether a name is taken (the
+create form, for keys approved to create collections).
 """
 
 from __future__ import annotations

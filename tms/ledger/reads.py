@@ -206,7 +206,7 @@ class Reads:
     async def cited(
         self, readable: ReadableCollection, ids: Collection[str]
     ) -> dict[EventId, Cited]:
-        """What a proof's tree prints of the cited events that belong to `collection`: kinds
+        """What a proof's tree prints of the cited events in the readable collection: kinds
         and short fields from the typed tables, never a document's text; a link's anchor; and
         what disputes each claim in this collection (`disputes`). An id from elsewhere is
         simply absent, so a proof can never learn another collection's contents (or that the

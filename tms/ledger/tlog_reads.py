@@ -1,10 +1,10 @@
 """Reading a collection's transparency log: its latest checkpoint, inclusion and consistency
 proofs, and tiles in the C2SP tlog-tiles layout.
 
-The caller has already asked `tms.ledger.access` whether the key may read the collection; every
-statement here still names that one collection. A proof is computed from the stored perfect
-subtrees (sql/006): the ranges `tms.tlog.merkle` says it needs, their subtrees read in one
-statement of index look-ups, so a proof costs the same at a million entries as at ten. Every
+Every read takes the `ReadableCollection` that `tms.ledger.access` made when it checked the
+caller, and every statement names that one collection. A proof is computed from the stored
+perfect subtrees (sql/006): the ranges `tms.tlog.merkle` says it needs, their subtrees read in
+one statement of index look-ups, so a proof costs the same at a million entries as at ten. Every
 answer is bounded: at most 63 levels of hashes for a proof, 256 hashes for a tile.
 """
 

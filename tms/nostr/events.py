@@ -1,7 +1,7 @@
 """The NIP-01 event envelope: parse, identify, verify and sign.
 
-Kept free of content schemas (see `kinds`) so that the hot path of a 1,000-event batch is a few
-dictionary look-ups, one sha256 and one BIP-340 verification per event.
+Kept free of content schemas (see `tms.rules.kinds`) so that the hot path of a 1,000-event batch
+is a few dictionary look-ups, one sha256 and one BIP-340 verification per event.
 """
 
 from __future__ import annotations

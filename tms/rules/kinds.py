@@ -1,8 +1,9 @@
-"""Every event kind, one entry each: its content schema (a strict pydantic model, as SPEC.md's
-table defines it) and what the rest of the ledger needs to know of it: the events it references
-and how, its typed tables, whether it is embedded for search, counted, an entry of its
-collection's transparency log, and the name people and bots see. Everything else reads `KINDS`,
-so a new kind is its model and its entry here, plus the migration that makes its table.
+"""Every event kind, one entry each: its content schema (a strict pydantic model, as SPEC's
+table of kinds defines it, which the guide repeats) and what the rest of the ledger needs to know
+of it: the events it references and how, its typed tables, whether it is embedded for search,
+counted, an entry of its collection's transparency log, and the name people and bots see.
+Everything else reads `KINDS`, so a new kind is its model and its entry here, plus the migration
+that makes its table.
 
 What content is made of, and how its errors are phrased: `tms.rules.content`.
 """
@@ -171,7 +172,7 @@ class Kind:
 
     number: int
     name: str  # `kind_name` in results; refusals and pages say it
-    plural: str  # pages: "3 claims"
+    plural: str  # for counts: "3 claims"
     model: type[BaseModel]
     scoped: bool = True  # names a collection: stored in it, exported with it, a log entry
     stored: bool = True  # requests are signed, checked and never stored

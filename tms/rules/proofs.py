@@ -19,7 +19,7 @@ The rules (SPEC):
 The caller is an async database service, so look-ups are batched::
 
     ids = cited_event_ids(proof)                  # pure, never raises, bounded
-    found = await reads.cited(collection, ids)    # {id: Cited}, this collection only
+    found = await reads.cited(readable, ids)      # {id: Cited}, this collection only
     result = check_proof(proof, found)            # pure, never raises
 
 `found` holds only the events of the caller's collection, and of each only what the tree prints

