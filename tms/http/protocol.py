@@ -28,8 +28,8 @@ protocol is extended here (uvicorn stays: everything else it does is right):
 A connection past a limit is closed; a request already being served learns it from the ASGI
 `http.disconnect` message, as it would from a client that hung up. Refusals and evictions are
 logged a line at a time at most every `NOTICE_SECONDS`, with counts, so a flood cannot flood the
-log. Behind a reverse proxy these are a second line; docs/operating.md lists the proxy settings that go
-with them.
+log. Behind a reverse proxy these are a second line; docs/operating.md lists the proxy settings
+that go with them.
 """
 
 from __future__ import annotations
