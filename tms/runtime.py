@@ -35,7 +35,7 @@ from tms.search.search import VECTORS_STARTING
 from tms.search.vectors import Vectors
 from tms.services import Services
 from tms.store import database
-from tms.types import EventId
+from tms.types import EventId, Slug
 
 log = logging.getLogger(__name__)
 
@@ -145,14 +145,14 @@ class StartingVectors:
         self.failed: str | None = None
         self.ready = asyncio.Event()
 
-    async def embed_published(self, ids: Sequence[EventId]) -> int:
+    async def embed_published(self, published: Sequence[tuple[Slug, EventId]]) -> int:
         try:
             await asyncio.wait_for(self.ready.wait(), self.wait_seconds)
         except TimeoutError:
             return 0
         if self.vectors is None:
             raise EmbeddingError(self.failed or "the embedding model did not load")
-        return await self.vectors.embed_published(ids)
+        return await self.vectors.embed_published(published)
 
 
 async def _start_vectors(settings: Settings, services: Services, starting: StartingVectors) -> None:

@@ -191,3 +191,21 @@ def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(tmp_path: Pa
         for proc in postgres_processes(data_dir):
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
+
+
+# --- migrate -----------------------------------------------------------------------------------
+
+
+async def test_migrate_on_plain_postgresql_changes_nothing(db_url: str) -> None:
+    """The server migrates at start-up; `tms migrate` does the same by hand. `--distribute`
+    needs a Citus coordinator: on a plain PostgreSQL it says so and touches nothing."""
+    done = await tms(db_url, "migrate")
+    assert done.returncode == 0, done.stderr
+    assert lines(done.stdout) == ["applied: none (up to date)"]
+    refused = await tms(db_url, "migrate", "--distribute")
+    assert refused.returncode == 1
+    assert lines(refused.stderr) == [
+        "tms: --distribute needs a Citus coordinator: the citus extension is not installed in "
+        "this database"
+    ]
+    assert refused.stdout == b""

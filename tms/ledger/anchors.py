@@ -31,15 +31,17 @@ ANCHOR_COLUMNS: Final = [
 
 _SQL_PENDING_EVIDENCE: Final = """
     SELECT DISTINCT l.collection, l.from_id FROM links l
-    WHERE NOT EXISTS (SELECT 1 FROM link_anchors a WHERE a.link_id = l.id)"""
+    WHERE NOT EXISTS (SELECT 1 FROM link_anchors a
+                      WHERE a.link_id = l.id AND a.collection = l.collection)"""
 # A link and the evidence it quotes share a collection, which leads the index on (collection,
 # from_id).
 _SQL_PENDING_LINKS: Final = """
     SELECT l.id, l.quote FROM links l
     WHERE l.collection = $1 AND l.from_id = $2
-      AND NOT EXISTS (SELECT 1 FROM link_anchors a WHERE a.link_id = l.id)
+      AND NOT EXISTS (SELECT 1 FROM link_anchors a
+                      WHERE a.link_id = l.id AND a.collection = l.collection)
     ORDER BY l.seq"""
-_SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
+_SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1 AND collection = $2"
 
 
 def anchor_row(found: Anchor) -> tuple[int, int, str, str, str, int]:
@@ -68,7 +70,7 @@ async def backfill(pool: Pool) -> int:
     for collection, evidence_id in pending:
         async with pool.acquire() as conn:
             links = await conn.fetch(_SQL_PENDING_LINKS, collection, evidence_id)
-            text = await conn.fetchval(_SQL_TEXT, evidence_id)
+            text = await conn.fetchval(_SQL_TEXT, evidence_id, collection)
         if not links or text is None:
             continue
         quotes = [(r["id"], r["quote"]) for r in links]
@@ -84,7 +86,8 @@ async def backfill(pool: Pool) -> int:
         if rows:
             await pool.executemany(
                 f"""INSERT INTO link_anchors ({", ".join(ANCHOR_COLUMNS)})
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (link_id) DO NOTHING""",
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                    ON CONFLICT (link_id, collection) DO NOTHING""",
                 rows,
             )
             written += len(rows)

@@ -49,7 +49,7 @@ INLINE_CHARS: Final = 20_000
 class AfterPublish(Protocol):
     """What embeds a batch's searchable events once they are committed (tms.search.vectors)."""
 
-    async def embed_published(self, ids: Sequence[EventId]) -> int: ...
+    async def embed_published(self, published: Sequence[tuple[Slug, EventId]]) -> int: ...
 
 
 class Ledger:
@@ -107,7 +107,9 @@ class Ledger:
         transaction, outside its locks: evidence never changes, so reading it again is safe."""
         text = batch_texts(batch).get(refusal.evidence_id)
         if text is None:
-            text = await self.pool.fetchval(writes.SQL_TEXT, refusal.evidence_id)
+            text = await self.pool.fetchval(
+                writes.SQL_TEXT, refusal.evidence_id, writes.collections(batch)
+            )
         if text is None:
             return refusal
         hinted: QuoteNotFound = await _off_loop(_QUOTES)(with_nearest, refusal, text)
@@ -117,7 +119,11 @@ class Ledger:
         """Vectors for the claims and contradictions just committed (what search reads), within
         the wait budget; evidence is left to the background catch-up. A failure is reported,
         never raised: the events are stored, and their vectors are caught up later."""
-        searchable = [p.event.id for p in plan.accepted if p.event.kind in EMBEDDED_AT_PUBLISH]
+        searchable = [
+            (p.collection, p.event.id)
+            for p in plan.accepted
+            if p.event.kind in EMBEDDED_AT_PUBLISH and p.collection is not None
+        ]
         if self.vectors is None or not searchable:
             return 0, None
         try:

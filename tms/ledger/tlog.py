@@ -61,7 +61,8 @@ _SQL_STATE_ROWS: Final = f"""
     SELECT s.collection, c.size, c.root, f.bit, d.idx, d.value
     FROM unnest({{collections}}) AS s(collection)
     CROSS JOIN LATERAL (SELECT size, root FROM tlog_checkpoints t
-                        WHERE t.collection = s.collection ORDER BY size DESC LIMIT 1) AS c
+                        WHERE t.collection = s.collection AND t.collection = ANY({{collections}})
+                        ORDER BY size DESC LIMIT 1) AS c
     CROSS JOIN LATERAL generate_series(0, 62) AS f(bit)
     CROSS JOIN LATERAL (
         SELECT f.bit - f.bit % {STRIDE} AS base,
@@ -69,11 +70,12 @@ _SQL_STATE_ROWS: Final = f"""
                1 << (f.bit % {STRIDE}) AS count) AS r
     LEFT JOIN LATERAL (  -- a missing one leaves its row, so that _Tree names what is missing
         SELECT l.idx, l.event_id AS value FROM tlog_leaves l
-        WHERE r.base = 0 AND l.collection = s.collection
+        WHERE r.base = 0 AND l.collection = s.collection AND l.collection = ANY({{collections}})
           AND l.idx >= r.first AND l.idx < r.first + r.count
         UNION ALL
         SELECT n.idx, n.hash FROM tlog_nodes n
-        WHERE r.base > 0 AND n.collection = s.collection AND n.level = r.base
+        WHERE r.base > 0 AND n.collection = s.collection AND n.collection = ANY({{collections}})
+          AND n.level = r.base
           AND n.idx >= r.first AND n.idx < r.first + r.count) AS d ON true
     WHERE (c.size >> f.bit) & 1 = 1"""
 _SQL_STATE: Final = _SQL_STATE_ROWS.format(collections="$1::text[]")
@@ -87,17 +89,21 @@ _SQL_HISTORY: Final = "SELECT id FROM events WHERE collection = $1 ORDER BY seq"
 # under its lock either way).
 _SQL_BEFORE: Final = """
     SELECT id FROM events WHERE collection = $1
-      AND seq < coalesce((SELECT min(seq) FROM events WHERE id = ANY($2::text[])),
+      AND seq < coalesce((SELECT min(seq) FROM events
+                          WHERE collection = $1 AND id = ANY($2::text[])),
                          9223372036854775807)
     ORDER BY seq"""
 # The column types of the log's three tables, for their inserts (`LogRows.ctes`).
 _LEAF_TYPES: Final = ("text", "bigint", "bytea")
 _NODE_TYPES: Final = ("text", "smallint", "bigint", "bytea")
 _CP_TYPES: Final = ("text", "bigint", "bytea", "text")
+# Collections with no checkpoint: read from each collection's counts row (sql/009: every
+# collection has one from its creation), which sits beside its log (on Citus, on one worker:
+# a question each worker answers for its own collections).
 _SQL_UNBUILT: Final = """
-    SELECT slug FROM collections c
-    WHERE NOT EXISTS (SELECT 1 FROM tlog_checkpoints t WHERE t.collection = c.slug)
-    ORDER BY slug"""
+    SELECT n.collection AS slug FROM collection_counts n
+    WHERE NOT EXISTS (SELECT 1 FROM tlog_checkpoints t WHERE t.collection = n.collection)
+    ORDER BY 1"""
 _SQL_NEWEST_NOTE: Final = "SELECT note FROM tlog_checkpoints ORDER BY signed_at DESC LIMIT 1"
 _SQL_HAS_CHECKPOINT: Final = "SELECT EXISTS (SELECT 1 FROM tlog_checkpoints WHERE collection = $1)"
 

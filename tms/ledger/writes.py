@@ -32,20 +32,26 @@ from tms.rules.publish import (
 )
 from tms.rules.terms import current_terms
 from tms.store.database import Connection
-from tms.types import EMBEDDED_KINDS, KIND_CLAIM, EventId, PubKey, Slug
+from tms.types import EMBEDDED_KINDS, UNSCOPED, EventId, PubKey, Slug
 
-_UNSCOPED_LOCK: Final = "~unscoped"  # one lock for profiles and terms, which name no collection
-
-# Sorted, so that two batches never wait on each other in a cycle.
+# One key's lock, taken where the key's rows live: the statement filters on the collection, so
+# on Citus it runs on the worker that holds the collection's shard (and the lock with it),
+# whichever node the server talks to; on a single PostgreSQL it is the same advisory lock as
+# ever. The count makes the row that carries the call whether or not the collection has one.
 _SQL_LOCK: Final = """
-    SELECT count(pg_advisory_xact_lock(hashtextextended(k, 7)))
-    FROM (SELECT unnest($1::text[]) AS k ORDER BY 1) AS keys"""
+    SELECT pg_advisory_xact_lock(hashtextextended($1, 7)), count(*)
+    FROM collection_counts WHERE collection = $1"""
 
 # $1 the batch's ids, $2 its signers, $3 its collections, $4 the ids it cites, $5 and $6 the
-# current terms. One JSON document, parsed in Python: one round trip for all of it.
+# current terms, $7 where its own events would be filed ($3, and UNSCOPED for profiles and
+# terms). One JSON document, parsed in Python: one round trip for all of it. Events are looked
+# up only under the batch's collections: an event id fixes its content, so a stored event can
+# only be filed where the batch's copy names, and a cited event elsewhere is refused exactly as
+# a missing one (on Citus, this keeps the statement on the batch's shard).
 _SQL_SNAPSHOT: Final = """
     SELECT json_build_object(
-        'stored', (SELECT json_agg(id) FROM events WHERE id = ANY($1::text[])),
+        'stored', (SELECT json_agg(id) FROM events
+                   WHERE collection = ANY($7::text[]) AND id = ANY($1::text[])),
         'approved', (SELECT json_agg(pubkey) FROM approvals WHERE pubkey = ANY($2::text[])),
         'terms', (SELECT json_agg(DISTINCT pubkey) FROM terms_signatures
                   WHERE pubkey = ANY($2::text[]) AND version = $5 AND sha256 = $6),
@@ -58,13 +64,14 @@ _SQL_SNAPSHOT: Final = """
             FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
             WHERE c.slug = ANY($3::text[])),
         'refs', (SELECT json_agg(json_build_array(id, kind, collection)) FROM events
-                 WHERE id = ANY($4::text[])),
+                 WHERE collection = ANY($3::text[]) AND id = ANY($4::text[])),
         'profiles', (
             SELECT json_agg(json_build_array(pubkey, created_at, id)) FROM (
                 SELECT DISTINCT ON (pubkey) pubkey, created_at, id FROM profiles
                 WHERE pubkey = ANY($2::text[]) ORDER BY pubkey, created_at DESC, id) AS p){also}
     )::text"""
-SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
+# A quoted evidence's text: $1 its id, $2 the collections it may be in (the batch's).
+SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1 AND collection = ANY($2::text[])"
 
 OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
 # Binds columns as arrays in the write statement; returns the SQL that reads them (`unnest`).
@@ -75,7 +82,12 @@ Extra = Callable[[Binder], list[str]]
 
 def lock_keys(batch: Sequence[Parsed]) -> tuple[str, ...]:
     """What a batch locks: each collection it names, and one key for all profiles and terms."""
-    return tuple(sorted({p.collection or _UNSCOPED_LOCK for p in batch}))
+    return tuple(sorted({p.collection or UNSCOPED for p in batch}))
+
+
+def collections(batch: Sequence[Parsed]) -> list[Slug]:
+    """The collections a batch names, sorted (profiles and terms name none)."""
+    return sorted({p.collection for p in batch if p.collection is not None})
 
 
 async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
@@ -87,31 +99,43 @@ async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
 
 async def hold_locks(conn: Connection, keys: Sequence[str]) -> None:
     """Take these lock keys (collections' slugs) until the transaction ends: also for work on
-    a collection outside a publish (building its log) that must not interleave with one."""
-    await conn.fetchval(_SQL_LOCK, list(keys))
+    a collection outside a publish (building its log) that must not interleave with one. One
+    statement per key, in sorted order, so that two batches never wait on each other in a
+    cycle."""
+    for key in sorted(keys):
+        await conn.fetchval(_SQL_LOCK, key)
 
 
 async def snapshot(
     conn: Connection, batch: Sequence[Parsed], also: Mapping[str, str] | None = None
 ) -> tuple[Snapshot, dict[str, Any]]:
     """The ledger as the batch finds it, limited to what the batch touches; and, under each
-    name in `also`, the JSON value of its SQL expression over `{collections}` (the batch's
-    collections, a text[]), read in the same round trip."""
+    name in `also`, the JSON array its SQL expression makes over `{collections}` (the batch's
+    collections, a text[]), read in the same round trip. A batch of several collections reads
+    `also` one collection at a time, in statements of their own, and gets the arrays joined (a
+    batch of none gets null):
+    each statement about one collection's rows, so that on Citus it runs on that collection's
+    worker (such an expression over collections on several workers is more than Citus plans).
+    The collections are locked, so what the extra statements read is what the first one would
+    have."""
     terms = current_terms()
+    slugs = collections(batch)
+    inline = (also or {}) if len(slugs) == 1 else {}
     extra = "".join(
         f",\n        '{name}', {sql.format(collections='$3::text[]')}"
-        for name, sql in (also or {}).items()
+        for name, sql in inline.items()
     )
     document = await conn.fetchval(
         _SQL_SNAPSHOT.format(also=extra),
         [p.event.id for p in batch],
         sorted({p.event.pubkey for p in batch}),
-        sorted({p.collection for p in batch if p.collection is not None}),
+        slugs,
         # Batch ids stay in: an event re-sent in the batch may be stored already (and
         # skipped), and the events after it may cite it.
         sorted(referenced_ids(batch)),
         terms["version"],
         terms["sha256"],
+        list(lock_keys(batch)),
     )
     found = json.loads(document)
     s = Snapshot()
@@ -129,7 +153,17 @@ async def snapshot(
     s.profiles = {
         pubkey: (created_at, event_id) for pubkey, created_at, event_id in found["profiles"] or ()
     }
-    return s, {name: found[name] for name in also or {}}
+    read = {name: found[name] for name in inline}
+    for name, sql in (also or {}).items():
+        if name not in inline:
+            rows: list[Any] = []
+            for slug in slugs:
+                one = await conn.fetchval(
+                    f"SELECT {sql.format(collections='$1::text[]')}::text", [slug]
+                )
+                rows.extend(json.loads(one) if one is not None else ())
+            read[name] = rows or None
+    return s, read
 
 
 async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dict[EventId, Verdict]:
@@ -138,11 +172,12 @@ async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dic
     the largest document, not by how many the batch quotes. Each found quote comes back with
     its anchor."""
     own = batch_texts(batch)
+    slugs = collections(batch)
     found: dict[EventId, Verdict] = {}
     for evidence_id, quoted in quotes_by_evidence(batch).items():
         text = own.get(evidence_id)
         if text is None:
-            text = await conn.fetchval(SQL_TEXT, evidence_id)
+            text = await conn.fetchval(SQL_TEXT, evidence_id, slugs)
         if text is not None:
             found.update(await run(quotes_found, text, quoted))
     return found
@@ -171,7 +206,7 @@ async def write(
             ([compact_json(x.tags) for x in events], "text"),
             ([x.content for x in events], "text"),
             ([x.sig for x in events], "text"),
-            ([p.collection for p in plan.accepted], "text"),
+            ([p.collection or UNSCOPED for p in plan.accepted], "text"),
         ]
     )
     statement.parts.append(
@@ -181,7 +216,7 @@ async def write(
             FROM unnest({e}) WITH ORDINALITY
                  AS u(id, pubkey, created_at, kind, tags, content, sig, collection, position)
             ORDER BY position
-            RETURNING id, seq, kind)"""
+            RETURNING id, seq, kind, collection)"""
     )
     rows: dict[str, list[tuple[Any, ...]]] = {}
     for p in plan.accepted:
@@ -210,8 +245,8 @@ async def write(
     _collection_counts(statement, plan)
     if any(x.kind in EMBEDDED_KINDS for x in events):  # vectors come after commit (search)
         statement.parts.append(
-            "queue AS (INSERT INTO embedding_queue (event_id, seq) "
-            f"SELECT id, seq FROM e WHERE kind IN ({_EMBEDDED}))"  # by kind: no id lookups
+            "queue AS (INSERT INTO embedding_queue (event_id, seq, collection) "
+            f"SELECT id, seq, collection FROM e WHERE kind IN ({_EMBEDDED}))"  # no id lookups
         )
     if plan.new_collections:
         made = statement.arrays(
@@ -296,51 +331,57 @@ _COUNTED: Final = {"SUPPORTS": 0, "QUALIFIES": 1, "REBUTS": 2}
 
 def _claim_counts(statement: Statement, plan: Plan) -> None:
     """Each new claim's counts row, and what the batch adds to its targets' (links by
-    relation, contradictions as findings): one row per claim, added to what stands. Targets
-    that are not claims (links, contradictions, evidence) are left out by the SQL, which knows
-    them: a claim stored before, or one this statement inserts."""
+    relation, contradictions as findings): a new claim's row is inserted with what the batch
+    already adds to it; a stored claim's row has the rest added. A target that is not a claim
+    (a link, a contradiction, evidence) has no row, so the update passes it by.
+
+    The update names its collections as a constant array too: Citus then sends it to their
+    shards only (the join to the batch's rows alone would reach every shard)."""
     counted: dict[EventId, list[Any]] = {}
 
     def row(claim_id: EventId, collection: Slug) -> list[Any]:
         return counted.setdefault(claim_id, [collection, 0, 0, 0, 0])
 
+    new: set[EventId] = set()
     for p in plan.accepted:
         content = p.content
         if isinstance(content, Claim):
             row(p.event.id, content.collection)
+            new.add(p.event.id)
         elif isinstance(content, Link):
             row(content.to, content.collection)[1 + _COUNTED[content.relation]] += 1
         elif isinstance(content, Contradiction):
             for claim_id in content.claims:
                 row(claim_id, content.collection)[4] += 1
-    if not counted:
-        return
-    values = [(claim_id, *rest) for claim_id, rest in counted.items()]
     types = ("text", "text", "int", "int", "int", "int")
-    arrays = statement.arrays(
-        [([v[i] for v in values], sql_type) for i, sql_type in enumerate(types)]
-    )
-    statement.parts.append(
-        f"""claim_counted AS (
-            INSERT INTO claim_counts AS t
-                (claim_id, collection, seq, supports, qualifies, rebuts, findings)
-            SELECT * FROM (
-                SELECT u.id, u.collection,
-                       -- a new claim's seq from this statement's insert, else the stored
-                       -- claim's by its key (a subquery: one index look-up, never a scan)
-                       coalesce(e.seq, (SELECT c.seq FROM claims c
-                                        WHERE c.id = u.id AND c.collection = u.collection))
-                           AS seq,
-                       u.s, u.q, u.r, u.f
+    inserted = [(claim_id, *rest) for claim_id, rest in counted.items() if claim_id in new]
+    if inserted:
+        arrays = statement.arrays(
+            [([v[i] for v in inserted], sql_type) for i, sql_type in enumerate(types)]
+        )
+        statement.parts.append(
+            f"""claim_new AS (
+                INSERT INTO claim_counts
+                    (claim_id, collection, seq, supports, qualifies, rebuts, findings)
+                SELECT u.id, u.collection, e.seq, u.s, u.q, u.r, u.f
                 FROM unnest({arrays}) AS u(id, collection, s, q, r, f)
-                LEFT JOIN e ON e.id = u.id AND e.kind = {KIND_CLAIM}) AS r
-            WHERE r.seq IS NOT NULL  -- targets that are not claims count for nothing
-            ON CONFLICT (claim_id) DO UPDATE SET
-                supports = t.supports + excluded.supports,
-                qualifies = t.qualifies + excluded.qualifies,
-                rebuts = t.rebuts + excluded.rebuts,
-                findings = t.findings + excluded.findings)"""
-    )
+                JOIN e ON e.id = u.id)"""
+        )
+    added = [(claim_id, *rest) for claim_id, rest in counted.items() if claim_id not in new]
+    if added:
+        arrays = statement.arrays(
+            [([v[i] for v in added], sql_type) for i, sql_type in enumerate(types)]
+        )
+        slugs = statement.arrays([(sorted({v[1] for v in added}), "text")])
+        statement.parts.append(
+            f"""claim_counted AS (
+                UPDATE claim_counts AS t SET
+                    supports = t.supports + u.s, qualifies = t.qualifies + u.q,
+                    rebuts = t.rebuts + u.r, findings = t.findings + u.f
+                FROM unnest({arrays}) AS u(id, collection, s, q, r, f)
+                WHERE t.collection = ANY({slugs}) AND t.claim_id = u.id
+                  AND t.collection = u.collection)"""
+        )
 
 
 # The kinds each collection's counts row counts (sql/009), in its columns' order.
