@@ -53,9 +53,21 @@ _NOT_DOWN: Final[tuple[type[Exception], ...]] = (
 )
 
 
+# A Citus coordinator relays a connection to a worker lost mid-statement (a worker restarting,
+# say) as an internal error carrying libpq's or its own words for it, rather than a connection
+# error (which it does use when a worker cannot be reached at all).
+_WORKER_LOST: Final = re.compile(
+    "server closed the connection unexpectedly|could not receive data from server"
+    "|no connection to the server|SSL SYSCALL error|connection not open"
+    "|failure on connection marked as essential|could not establish any connections to the node"
+)
+
+
 def is_database_down(exc: BaseException) -> bool:
     """Whether an exception means the database cannot be used right now (every door answers
     "database unavailable, try again shortly"), rather than a bug."""
+    if isinstance(exc, asyncpg.InternalServerError) and _WORKER_LOST.search(str(exc)):
+        return True
     return isinstance(exc, DATABASE_DOWN) and not isinstance(exc, _NOT_DOWN)
 
 
