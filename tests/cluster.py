@@ -78,6 +78,14 @@ async def worker_urls(database: str) -> list[str]:
     return [node_url(host, port, database) for host, port in (await nodes())[1:]]
 
 
+async def node_urls(database_url: str) -> list[str]:
+    """The database on every node that holds part of it: the coordinator and the workers on
+    the cluster; elsewhere, just itself."""
+    if not is_citus(database_url):
+        return [database_url]
+    return [database_url, *await worker_urls(urlsplit(database_url).path.lstrip("/"))]
+
+
 async def _on_node(host: str, port: int, *sql: str) -> None:
     conn = await asyncpg.connect(node_url(host, port, "postgres"))
     try:

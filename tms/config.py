@@ -7,6 +7,7 @@ half-way through a request.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ MIN_SECRET_CHARS: Final = 32
 DEFAULT_KEEP: Final = 100_000  # records the refusal log keeps (TMS_REFUSALS_KEEP)
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
+MIN_METRICS_TOKEN_CHARS: Final = 24
+_BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 
 
 def _default_threads() -> int:
@@ -100,6 +103,9 @@ class Settings:
     rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_*; none when built by hand
     trusted_proxies: tuple[Network, ...] = ()  # peers whose X-Forwarded-For is believed
     refusals_keep: int = DEFAULT_KEEP  # records the refusal log keeps
+    metrics_token: str | None = None  # TMS_METRICS_TOKEN: GET /metrics with it as a bearer token
+    metrics_port: int | None = None  # TMS_METRICS_PORT: metrics on a port of their own
+    metrics_host: str = "127.0.0.1"  # TMS_METRICS_HOST: where that port listens
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -143,6 +149,9 @@ class Settings:
             refusals_keep=int(
                 _number(env, "TMS_REFUSALS_KEEP", DEFAULT_KEEP, 100, 100_000_000, "")
             ),
+            metrics_token=_metrics_token(env),
+            metrics_port=_metrics_port(env, port),
+            metrics_host=env.get("TMS_METRICS_HOST", "").strip() or "127.0.0.1",
         )
 
     @property
@@ -196,6 +205,32 @@ def _secret(env: Mapping[str, str]) -> str | None:
             " makes one"
         )
     return value or None
+
+
+def _metrics_token(env: Mapping[str, str]) -> str | None:
+    """`TMS_METRICS_TOKEN`: what a scraper sends as `Authorization: Bearer ...` for the public
+    port's /metrics. Long enough not to be guessed, and of the characters a bearer token may
+    hold (RFC 6750), so that it reads the same in a header and in a scrape config."""
+    value = env.get("TMS_METRICS_TOKEN", "").strip()
+    if not value:
+        return None
+    if len(value) < MIN_METRICS_TOKEN_CHARS or not _BEARER.fullmatch(value):
+        raise ConfigError(
+            f"TMS_METRICS_TOKEN must be at least {MIN_METRICS_TOKEN_CHARS} characters of letters, "
+            "digits and -._~+/ (got one that is not); `python -c 'import secrets; "
+            "print(secrets.token_urlsafe())'` makes one"
+        )
+    return value
+
+
+def _metrics_port(env: Mapping[str, str], public: int) -> int | None:
+    """`TMS_METRICS_PORT`: a port of its own for the metrics, never the public one."""
+    if not env.get("TMS_METRICS_PORT", "").strip():
+        return None
+    port = int(_number(env, "TMS_METRICS_PORT", 0, 1, 65535, ""))
+    if port == public:
+        raise ConfigError(f"TMS_METRICS_PORT must not be TMS_PORT ({public}): metrics are private")
+    return port
 
 
 def _relays(env: Mapping[str, str]) -> tuple[str, ...]:

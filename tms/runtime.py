@@ -17,6 +17,7 @@ from typing import Final
 
 import asyncpg
 
+from tms import metrics
 from tms.config import EmbeddingConfig, Settings, load_log_key
 from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
@@ -95,6 +96,10 @@ async def open_runtime(
             url, min_size=1, max_size=PUBLISH_CONNECTIONS, generic_plans=True
         )
         stack.push_async_callback(close_pool, publish_pool)
+        watched = metrics.POOLS.watch(
+            {"main": pool, "export": export_pool, "publish": publish_pool}
+        )
+        stack.callback(metrics.POOLS.forget, watched)
         health = database.HealthCheck(url)
         stack.push_async_callback(health.close)
         # Links stored before anchors existed get theirs in the background: reads show

@@ -26,6 +26,7 @@ from tms.config import DEFAULT_KEEP
 from tms.errors import Refusal, TMSError, one_line
 from tms.guard import clients
 from tms.ledger.refusals import Record, RefusalStore
+from tms.metrics import REFUSALS
 from tms.store.database import is_database_down
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class RefusalLog:
         address: str | None = None,
     ) -> None:
         try:
+            REFUSALS.labels(str(kind)).inc()
             if len(self._queue) >= QUEUE:
                 self._queue.popleft()
                 self._lost += 1

@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol
 
-from tms.errors import QuoteNotFound, one_line
+from tms import metrics
+from tms.errors import QuoteNotFound, TMSError, one_line
 from tms.guard.rates import Throttle
 from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
@@ -31,9 +32,9 @@ from tms.rules.publish import (
     parse_events,
     with_nearest,
 )
-from tms.store.database import Pool
+from tms.store.database import Pool, is_database_down
 from tms.tlog.note import LogSigner
-from tms.types import EMBEDDED_AT_PUBLISH, EventId, PubKey, Slug
+from tms.types import EMBEDDED_AT_PUBLISH, KIND_NAMES, EventId, PubKey, Slug
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,30 @@ class Ledger:
     # --- publishing ------------------------------------------------------------------------
 
     async def publish(self, events: object, *, now: int | None = None) -> PublishResult:
-        """Store a batch of signed events, all or nothing (SPEC "Publishing")."""
+        """Store a batch of signed events, all or nothing (SPEC "Publishing"); timed, and
+        counted by outcome and by the kinds stored, for the operator (tms.metrics)."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result, stored = await self._publish(events, now)
+        except TMSError:
+            outcome = "refused"
+            raise
+        except Exception as exc:
+            outcome = "unavailable" if is_database_down(exc) else "error"
+            raise
+        else:
+            outcome = "accepted"
+            for kind in stored:
+                metrics.EVENTS_STORED.labels(KIND_NAMES[kind]).inc()
+            return result
+        finally:
+            metrics.PUBLISH_SECONDS.labels(outcome).observe(time.perf_counter() - started)
+            if isinstance(events, list):
+                metrics.PUBLISH_EVENTS.observe(len(events))
+
+    async def _publish(self, events: object, now: int | None) -> tuple[PublishResult, list[int]]:
+        """The answer, and the kinds of the events it stored."""
         now = int(time.time()) if now is None else now
         batch = await _parse_off_loop(check_batch_shape(events), now)
         if self.throttle is not None:
@@ -100,7 +124,7 @@ class Ledger:
             result["embedded"] = embedded
         else:
             result["embedding_error"] = error
-        return result
+        return result, [p.event.kind for p in plan.accepted]
 
     async def _with_nearest(self, refusal: QuoteNotFound, batch: list[Parsed]) -> QuoteNotFound:
         """The refusal with the nearest passage of the evidence, looked for after the batch's

@@ -3,6 +3,8 @@
 Routes (the whole table is `ROUTES` below):
 
     GET /healthz                  {"ok": true, "database": "reachable"}, or 503 when it is not
+    GET /metrics                  Prometheus' text format, with `Authorization: Bearer
+                                  $TMS_METRICS_TOKEN` only (tms.metrics); a 404 without a token
     GET /terms                    {"version", "sha256", "text"}: the terms every key signs
     GET /c/<slug>/export.jsonl    the collection as JSON Lines, members only (NIP-98 or login);
                                   `?checkpoint=1` ends it with the log's checkpoint line
@@ -38,6 +40,7 @@ without inline script, whose only outside origins are the profile relays).
 from __future__ import annotations
 
 import asyncio
+import hmac
 import importlib
 import logging
 import time
@@ -45,6 +48,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import aclosing, asynccontextmanager
 from typing import Final
 
+from prometheus_client import REGISTRY, start_http_server
+from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -53,9 +58,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
+from tms import metrics
 from tms.config import Settings, load_secret
 from tms.errors import DATABASE_UNAVAILABLE, AuthError, LogError, RateLimited, Refusal, sendable
 from tms.http.gate import Gate, route_name
+from tms.http.metered import Metered
 from tms.ledger.export import Exporter
 from tms.mcp.http import McpFront
 from tms.nostr import nip98
@@ -92,6 +99,30 @@ async def healthz(request: Request) -> Response:
         return JSONResponse(body, 503, headers=PRIVATE)
     vectors = _runtime(request).services.search.status
     return JSONResponse({"ok": True, "database": "reachable", "vectors": vectors}, headers=PRIVATE)
+
+
+async def metrics_text(request: Request) -> Response:
+    """This process's figures (tms.metrics), for a scraper holding `TMS_METRICS_TOKEN`. Without
+    a token configured, the route is not there: the 404 of any unknown path."""
+    settings: Settings = request.app.state.settings
+    if settings.metrics_token is None:
+        raise HTTPException(404)
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), settings.metrics_token.encode()
+    ):
+        runtime = _runtime(request)
+        runtime.services.refusals.record(Refusal.UNAUTHENTICATED, route_name(request.scope))
+        return error(
+            "metrics need Authorization: Bearer <TMS_METRICS_TOKEN>",
+            401,
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+        )
+    await metrics.refresh(_runtime(request).ledger.pool)
+    # The format the scraper asks for (Prometheus' text, or OpenMetrics), as the library's own
+    # listener chooses it.
+    encode, media_type = choose_encoder(request.headers.get("accept", ""))
+    return Response(encode(REGISTRY), headers={**PRIVATE, "Content-Type": media_type})
 
 
 async def terms(request: Request) -> Response:
@@ -210,6 +241,7 @@ POST: Final = ["POST"]
 
 ROUTES: Final = [
     Route("/healthz", healthz, methods=GET),
+    Route("/metrics", metrics_text, methods=GET),
     Route("/mcp", _MCP()),
     Route("/terms", terms, methods=GET),
     # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
@@ -406,7 +438,10 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with open_runtime(settings, database_url) as runtime:
+        async with (
+            open_runtime(settings, database_url) as runtime,
+            _metrics_port(settings, runtime),
+        ):
             front = McpFront(runtime.services.refusals)
             app.state.runtime = runtime
             app.state.mcp = front
@@ -435,5 +470,28 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     app.state.settings = settings
     app.state.pages = pages
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
-    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)  # outermost: every answer
+    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)  # every answer
+    app.add_middleware(Metered)  # outermost: counts what the client gets
     return app
+
+
+@asynccontextmanager
+async def _metrics_port(settings: Settings, runtime: Runtime) -> AsyncIterator[None]:
+    """With `TMS_METRICS_PORT`, the metrics on a listener of their own (prometheus_client's,
+    in a thread), without a token: for a scraper on a private network. A port that cannot be
+    bound stops start-up. The embedding queue's depth is refreshed in the background meanwhile,
+    since that thread cannot ask the database itself."""
+    if settings.metrics_port is None:
+        yield
+        return
+    server, thread = start_http_server(settings.metrics_port, settings.metrics_host)
+    refresher = asyncio.create_task(metrics.refresh_forever(runtime.ledger.pool))
+    log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
+    try:
+        yield
+    finally:
+        refresher.cancel()
+        await asyncio.gather(refresher, return_exceptions=True)
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
