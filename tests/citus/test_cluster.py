@@ -37,6 +37,7 @@ from tms.ledger import writes
 from tms.ledger.export import Exporter
 from tms.ledger.reads import CLAIM_SORTS, Reads
 from tms.ledger.service import Ledger
+from tms.search.pgvector import ensure_vector_index
 from tms.search.search import Search
 from tms.store import citus
 from tms.store.database import is_database_down, open_pool
@@ -265,6 +266,14 @@ async def test_a_collections_publish_and_reads_each_stay_on_its_worker(
     assert set(await reads.cited("lab", [c1["id"], doc["id"]])) == {c1["id"], doc["id"]}
     search = Search(routed_pool, None)
     assert [h["id"] for h in await search.claims_by_keyword("lab", "explains", 5)] == [c1["id"]]
+    await routed_pool.executemany(  # vectors as the embedder stores them: c1 nearer the query
+        "INSERT INTO embeddings (event_id, model, collection, kind, embedding) "
+        "VALUES ($1, 'test/model', 'lab', 4702, $2::text::vector)",
+        [(c1["id"], "[1,0,0,0]"), (c2["id"], "[0,1,0,0]")],
+    )
+    await ensure_vector_index(routed_pool, "test/model", 4)
+    near = await search.claims_near("lab", [0.9, 0.1, 0.0, 0.0], "test/model", 4, 5)
+    assert [h["id"] for h in near] == [c1["id"], c2["id"]]
     assert len(await search.contradictions_by_keyword("lab", "cannot", 5)) == 1
     lines = [line async for line in Exporter(routed_pool).lines("lab", checkpoint=True)]
     assert len(lines) == 10  # 2 terms, the 7 events of lab, the checkpoint
@@ -413,3 +422,58 @@ async def test_an_export_from_the_cluster_verifies(
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert verified.stdout.endswith(b"7 events verified, 4 log entries: OK\n")
+
+
+# --- a shard moved -------------------------------------------------------------------------------
+
+
+async def test_a_shard_moved_to_another_worker_keeps_its_rows_and_its_guard(
+    ledger: Ledger, db_url: str
+) -> None:
+    """What an operator does after adding a worker (citus_move_shard_placement, which the
+    rebalancer runs): the collection's shards, moved with their co-located ones, keep every row
+    and both triggers on the new worker, and publishing there goes on."""
+    spread = await slugs_on_each_worker(db_url)
+    (source, [slug]), (target, _) = sorted(spread.items())
+    await open_collection(ledger, OWNER, slug)
+    await publish(ledger, *(claim(OWNER, slug, f"Claim {n}.") for n in range(5)))
+    conn = await asyncpg.connect(db_url)
+    try:
+        shard, port = await worker_of(conn, "events", slug)
+        assert port == source
+        hosts = {port: host for host, port in await cluster.nodes()}
+        await conn.execute(
+            "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, "
+            "shard_transfer_mode => 'block_writes')",
+            shard,
+            hosts[source],
+            source,
+            hosts[target],
+            target,
+        )
+        moved = {table: await worker_of(conn, table, slug) for table in GUARDED_ALL}
+    finally:
+        await conn.close()
+    assert {port for _, port in moved.values()} == {target}
+    worker = await asyncpg.connect(await worker_url(db_url, target))
+    try:
+        await worker.execute("SET citus.override_table_visibility = off")
+        for table, (shard, _) in moved.items():
+            triggers = await worker.fetchval(
+                "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal",
+                f"{table}_{shard}",
+            )
+            assert triggers == 2, table
+        events_shard = moved["events"][0]
+        assert (
+            await worker.fetchval(
+                f"SELECT count(*) FROM events_{events_shard} WHERE collection = $1", slug
+            )
+            == 6
+        )
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="append-only"):
+            await worker.execute(f"DELETE FROM events_{events_shard}")
+    finally:
+        await worker.close()
+    after = await publish(ledger, claim(OWNER, slug, "After the move."))
+    assert len(after["accepted"]) == 1

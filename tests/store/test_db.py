@@ -143,4 +143,9 @@ def test_a_worker_lost_under_citus_reads_as_the_database_down() -> None:
     assert is_database_down(
         asyncpg.InternalServerError("failure on connection marked as essential: 127.0.0.1:5702")
     )
+    assert is_database_down(
+        asyncpg.InternalServerError(
+            "could not commit transaction for shard 102024 on at least one active node"
+        )
+    )
     assert not is_database_down(asyncpg.InternalServerError("cache lookup failed for type 0"))

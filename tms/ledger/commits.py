@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import PublishError
-from tms.ledger import writes
+from tms.ledger import routed, writes
 from tms.ledger.tlog import STATE_SQL, TransparencyLog
 from tms.ledger.writes import OffLoop
 from tms.results import CheckpointInfo
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
+from tms.store import citus
 from tms.store.database import Pool, is_database_down
 from tms.types import Slug
 
@@ -59,6 +60,7 @@ class GroupCommitter:
         self.run = quotes_off_loop
         self.log = log
         self._lanes: dict[tuple[str, ...], _Lane] = {}
+        self._routed: bool | None = None  # writes one statement per table (tms.ledger.routed)
 
     async def commit(self, batch: list[Parsed]) -> Committed:
         """The batch judged and, if it passes, committed; or its `PublishError` (or the
@@ -124,7 +126,12 @@ class GroupCommitter:
             signed: dict[Slug, CheckpointInfo] = {}
             if merged.accepted:
                 log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
-                await writes.write(conn, merged, members_before, [log_rows.ctes])
+                if self._routed is None:  # learnt once: whether the ledger is on Citus
+                    self._routed = await citus.is_distributed(conn)
+                if self._routed:
+                    await routed.write(conn, merged, members_before, log_rows.tables())
+                else:
+                    await writes.write(conn, merged, members_before, [log_rows.ctes])
                 signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
 

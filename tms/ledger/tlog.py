@@ -304,6 +304,25 @@ class LogRows:
         if statement.parts:
             await conn.execute(statement.sql(), *statement.args)
 
+    def tables(self) -> list[tuple[str, tuple[str, ...], tuple[str, ...], list[tuple[Any, ...]]]]:
+        """The rows as (table, columns, SQL types, rows), for a writer that inserts them with
+        VALUES (tms.ledger.routed)."""
+        tables = (
+            ("tlog_leaves", ("collection", "idx", "event_id"), self.leaf_rows, _LEAF_TYPES),
+            ("tlog_nodes", ("collection", "level", "idx", "hash"), self.node_rows, _NODE_TYPES),
+            (
+                "tlog_checkpoints",
+                ("collection", "size", "root", "note"),
+                self.checkpoint_rows,
+                _CP_TYPES,
+            ),
+        )
+        return [
+            (table, columns, types, list(zip(*rows, strict=True)))
+            for table, columns, rows, types in tables
+            if rows[0]
+        ]
+
     def ctes(self, arrays: Binder) -> list[str]:
         """The inserts, as parts of a write statement (the publish's, or `write`'s)."""
         tables = (

@@ -220,10 +220,10 @@ async def write(
     )
     rows: dict[str, list[tuple[Any, ...]]] = {}
     for p in plan.accepted:
-        for table, row in _TYPED_ROWS[type(p.content)](p.event, p.content):
+        for table, row in TYPED_ROWS[type(p.content)](p.event, p.content):
             rows.setdefault(table, []).append(row)
     for table, records in rows.items():
-        columns = _COLUMNS[table]
+        columns = COLUMNS[table]
         names = ", ".join(name for name, _ in columns)
         arrays = statement.arrays(
             [([r[i] for r in records], sql_type) for i, (_, sql_type) in enumerate(columns)]
@@ -282,6 +282,20 @@ def _anchors(statement: Statement, anchored: list[tuple[Parsed, Anchor]]) -> Non
     )
 
 
+def membership_changes(
+    plan: Plan, members_before: dict[Slug, set[PubKey]]
+) -> tuple[list[tuple[Slug, PubKey]], list[tuple[Slug, PubKey]]]:
+    """The (collection, key) rows the batch's member lists drop from `memberships`, and those
+    they add: only what changed since the batch began."""
+    dropped: list[tuple[Slug, PubKey]] = []
+    added: list[tuple[Slug, PubKey]] = []
+    for slug, (_, _, members) in plan.member_lists.items():
+        before, after = members_before.get(slug, set()), set(members)
+        dropped += [(slug, pubkey) for pubkey in sorted(before - after)]
+        added += [(slug, pubkey) for pubkey in sorted(after - before)]
+    return dropped, added
+
+
 def _member_lists(
     statement: Statement, plan: Plan, members_before: dict[Slug, set[PubKey]]
 ) -> None:
@@ -296,16 +310,9 @@ def _member_lists(
     statement.parts.append(
         f"""heads AS (
             INSERT INTO current_member_lists (collection, list_id, created_at)
-            SELECT * FROM unnest({heads})
-            ON CONFLICT (collection) DO UPDATE
-            SET list_id = EXCLUDED.list_id, created_at = EXCLUDED.created_at)"""
+            SELECT * FROM unnest({heads}){HEAD_REPLACED})"""
     )
-    dropped: list[tuple[str, str]] = []
-    added: list[tuple[str, str]] = []
-    for slug, (_, _, members) in plan.member_lists.items():
-        before, after = members_before.get(slug, set()), set(members)
-        dropped += [(slug, pubkey) for pubkey in sorted(before - after)]
-        added += [(slug, pubkey) for pubkey in sorted(after - before)]
+    dropped, added = membership_changes(plan, members_before)
     if dropped:
         gone = statement.arrays(
             [([s for s, _ in dropped], "text"), ([k for _, k in dropped], "text")]
@@ -329,14 +336,29 @@ _EMBEDDED: Final = ", ".join(str(kind) for kind in sorted(EMBEDDED_KINDS))
 _COUNTED: Final = {"SUPPORTS": 0, "QUALIFIES": 1, "REBUTS": 2}
 
 
-def _claim_counts(statement: Statement, plan: Plan) -> None:
-    """Each new claim's counts row, and what the batch adds to its targets' (links by
-    relation, contradictions as findings): a new claim's row is inserted with what the batch
-    already adds to it; a stored claim's row has the rest added. A target that is not a claim
-    (a link, a contradiction, evidence) has no row, so the update passes it by.
+# A claim's counts row, after its id: its collection, then SUPPORTS, QUALIFIES and REBUTS links
+# and contradictions naming it.
+CountRow = tuple[EventId, Slug, int, int, int, int]
+COUNT_TYPES: Final = ("text", "text", "int", "int", "int", "int")
+# What a collection's counts row adds, after its slug: evidence, claims, links, contradictions.
+COLLECTION_TYPES: Final = ("text", "bigint", "bigint", "bigint", "bigint")
+# The upserts of sql/009's rows and of the current member lists, after their VALUES or SELECT.
+COLLECTION_COUNTED: Final = """
+    ON CONFLICT (collection) DO UPDATE SET
+        evidence = t.evidence + excluded.evidence,
+        claims = t.claims + excluded.claims,
+        links = t.links + excluded.links,
+        contradictions = t.contradictions + excluded.contradictions"""
+HEAD_REPLACED: Final = """
+    ON CONFLICT (collection) DO UPDATE
+    SET list_id = EXCLUDED.list_id, created_at = EXCLUDED.created_at"""
 
-    The update names its collections as a constant array too: Citus then sends it to their
-    shards only (the join to the batch's rows alone would reach every shard)."""
+
+def claim_counts(plan: Plan) -> tuple[list[CountRow], list[CountRow]]:
+    """Each new claim's counts row (with what the batch already adds to it), and what the
+    batch adds to its targets stored before (links by relation, contradictions as findings).
+    A target that is not a claim (a link, a contradiction, evidence) has no row, so adding to
+    it updates nothing."""
     counted: dict[EventId, list[Any]] = {}
 
     def row(claim_id: EventId, collection: Slug) -> list[Any]:
@@ -353,11 +375,19 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
         elif isinstance(content, Contradiction):
             for claim_id in content.claims:
                 row(claim_id, content.collection)[4] += 1
-    types = ("text", "text", "int", "int", "int", "int")
-    inserted = [(claim_id, *rest) for claim_id, rest in counted.items() if claim_id in new]
+    rows: list[CountRow] = [(claim_id, *rest) for claim_id, rest in counted.items()]
+    return [r for r in rows if r[0] in new], [r for r in rows if r[0] not in new]
+
+
+def _claim_counts(statement: Statement, plan: Plan) -> None:
+    """`claim_counts` as two parts of the write statement: the new claims' rows inserted, with
+    their seq from the events just inserted; the stored ones' updated. The update names its
+    collections as a constant array too: Citus then sends it to their shards only (the join
+    to the batch's rows alone would reach every shard)."""
+    inserted, added = claim_counts(plan)
     if inserted:
         arrays = statement.arrays(
-            [([v[i] for v in inserted], sql_type) for i, sql_type in enumerate(types)]
+            [([v[i] for v in inserted], sql_type) for i, sql_type in enumerate(COUNT_TYPES)]
         )
         statement.parts.append(
             f"""claim_new AS (
@@ -367,28 +397,31 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
                 FROM unnest({arrays}) AS u(id, collection, s, q, r, f)
                 JOIN e ON e.id = u.id)"""
         )
-    added = [(claim_id, *rest) for claim_id, rest in counted.items() if claim_id not in new]
     if added:
         arrays = statement.arrays(
-            [([v[i] for v in added], sql_type) for i, sql_type in enumerate(types)]
+            [([v[i] for v in added], sql_type) for i, sql_type in enumerate(COUNT_TYPES)]
         )
         slugs = statement.arrays([(sorted({v[1] for v in added}), "text")])
         statement.parts.append(
-            f"""claim_counted AS (
-                UPDATE claim_counts AS t SET
-                    supports = t.supports + u.s, qualifies = t.qualifies + u.q,
-                    rebuts = t.rebuts + u.r, findings = t.findings + u.f
-                FROM unnest({arrays}) AS u(id, collection, s, q, r, f)
-                WHERE t.collection = ANY({slugs}) AND t.claim_id = u.id
-                  AND t.collection = u.collection)"""
+            f"claim_counted AS ({SQL_COUNTS_ADDED.format(rows=arrays, slugs=slugs)})"
         )
+
+
+# What the batch adds to claims stored before: {rows} binds COUNT_TYPES' arrays, {slugs} the
+# collections they are in.
+SQL_COUNTS_ADDED: Final = """
+    UPDATE claim_counts AS t SET
+        supports = t.supports + u.s, qualifies = t.qualifies + u.q,
+        rebuts = t.rebuts + u.r, findings = t.findings + u.f
+    FROM unnest({rows}) AS u(id, collection, s, q, r, f)
+    WHERE t.collection = ANY({slugs}) AND t.claim_id = u.id AND t.collection = u.collection"""
 
 
 # The kinds each collection's counts row counts (sql/009), in its columns' order.
 _COUNTED_KINDS: Final = (Evidence, Claim, Link, Contradiction)
 
 
-def _collection_counts(statement: Statement, plan: Plan) -> None:
+def collection_counts(plan: Plan) -> list[tuple[Slug, int, int, int, int]]:
     """What the batch adds to each collection's record counts: one row per collection, and a
     row for each collection it creates (every collection has one, as the migration made)."""
     added: dict[Slug, list[int]] = {slug: [0, 0, 0, 0] for slug, *_ in plan.new_collections}
@@ -396,23 +429,25 @@ def _collection_counts(statement: Statement, plan: Plan) -> None:
         kind = type(p.content)
         if kind in _COUNTED_KINDS and p.collection is not None:
             added.setdefault(p.collection, [0, 0, 0, 0])[_COUNTED_KINDS.index(kind)] += 1
-    if not added:
+    return [(slug, e, c, ln, x) for slug, (e, c, ln, x) in added.items()]
+
+
+def _collection_counts(statement: Statement, plan: Plan) -> None:
+    rows = collection_counts(plan)
+    if not rows:
         return
-    columns = list(zip(*((slug, *counts) for slug, counts in added.items()), strict=True))
-    types = ("text", "bigint", "bigint", "bigint", "bigint")
+    columns = list(zip(*rows, strict=True))
     arrays = statement.arrays(
-        [(list(column), sql_type) for column, sql_type in zip(columns, types, strict=True)]
+        [
+            (list(column), sql_type)
+            for column, sql_type in zip(columns, COLLECTION_TYPES, strict=True)
+        ]
     )
     statement.parts.append(
         f"""collection_counted AS (
             INSERT INTO collection_counts AS t
                 (collection, evidence, claims, links, contradictions)
-            SELECT * FROM unnest({arrays})
-            ON CONFLICT (collection) DO UPDATE SET
-                evidence = t.evidence + excluded.evidence,
-                claims = t.claims + excluded.claims,
-                links = t.links + excluded.links,
-                contradictions = t.contradictions + excluded.contradictions)"""
+            SELECT * FROM unnest({arrays}){COLLECTION_COUNTED})"""
     )
 
 
@@ -437,9 +472,9 @@ class Statement:
 
 TypedRows = Callable[[Event, Any], list[tuple[str, tuple[Any, ...]]]]
 
-# Each kind's rows in the typed tables, as (table, row) pairs whose values follow `_COLUMNS`
+# Each kind's rows in the typed tables, as (table, row) pairs whose values follow `COLUMNS`
 # (the seq comes from the events just inserted).
-_TYPED_ROWS: Final[dict[type, TypedRows]] = {
+TYPED_ROWS: Final[dict[type, TypedRows]] = {
     Evidence: lambda e, c: [
         ("evidence", (e.id, c.collection, e.pubkey, c.title, c.url, c.source, c.text))
     ],
@@ -461,7 +496,7 @@ _TYPED_ROWS: Final[dict[type, TypedRows]] = {
 }
 
 # Each typed table's columns but `seq`, with the SQL type of the array that carries them.
-_COLUMNS: Final[dict[str, list[tuple[str, str]]]] = {
+COLUMNS: Final[dict[str, list[tuple[str, str]]]] = {
     "evidence": [
         *(("id", "text"), ("collection", "text"), ("pubkey", "text")),
         *(("title", "text"), ("url", "text"), ("source", "text"), ("text", "text")),

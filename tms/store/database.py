@@ -55,11 +55,14 @@ _NOT_DOWN: Final[tuple[type[Exception], ...]] = (
 
 # A Citus coordinator relays a connection to a worker lost mid-statement (a worker restarting,
 # say) as an internal error carrying libpq's or its own words for it, rather than a connection
-# error (which it does use when a worker cannot be reached at all).
+# error (which it does use when a worker cannot be reached at all). Lost at the commit, the
+# outcome is unknown, as with any database lost then: a publish sent again is safe (what was
+# stored is skipped).
 _WORKER_LOST: Final = re.compile(
     "server closed the connection unexpectedly|could not receive data from server"
     "|no connection to the server|SSL SYSCALL error|connection not open"
     "|failure on connection marked as essential|could not establish any connections to the node"
+    "|could not commit transaction for shard"
 )
 
 
