@@ -394,34 +394,34 @@ def report(plain: Figures, citus: Figures, ns: argparse.Namespace, nworkers: int
 
 
 def estimate(citus: Figures, nworkers: int) -> None:
-    """What N workers on N machines would carry, from the CPU each part spent per event here:
-    each worker machine does its share of the collections' work; the coordinator and the TMS
-    servers do a fixed amount per event."""
+    """What N workers on N machines would carry, from the CPU each part spent per event here.
+    The workers' part divides among them (each holds its share of the collections); the
+    coordinator's does not (every statement passes through it: TMS servers must talk to the
+    coordinator, whose sequence gives the ledger its order), so its cores set a bound of their
+    own; the TMS servers' part divides among as many as are started."""
     app = citus.cpu.get("tms serve", 0.0)
     coordinator = citus.cpu.get("coordinator", 0.0)
     worker = sum(v for k, v in citus.cpu.items() if k.startswith("worker"))
-    cores = 2
     print(
-        f"\nEstimate, {cores}-core machines, many collections spread evenly, TMS servers added as"
-        " needed:"
+        f"\nPer published event: TMS {app * 1000:.2f} ms of CPU, the coordinator "
+        f"{coordinator * 1000:.2f} ms, the workers {worker * 1000:.2f} ms in all. Estimate for "
+        "many collections spread evenly, 2-core workers, events/s (the smaller of the workers' "
+        "and the coordinator's bound):"
     )
+    cores = (2, 8, 16, 32)
+    print(f"  {'workers':>8}" + "".join(f"{f'coordinator {k} cores':>24}" for k in cores))
+    for n in (1, 2, 4, 8, 16, 32):
+        cells = []
+        for k in cores:
+            workers_cap = n * 2 / worker if worker else float("inf")
+            coordinator_cap = k / coordinator if coordinator else float("inf")
+            bound = min(workers_cap, coordinator_cap)
+            which = "w" if workers_cap <= coordinator_cap else "c"
+            cells.append(f"{bound:>14,.0f} ({which}) ")
+        print(f"  {n:>8}" + "".join(f"{cell:>24}" for cell in cells))
     print(
-        f"  per event: TMS {app * 1000:.2f} ms, coordinator {coordinator * 1000:.2f} ms, "
-        f"workers {worker * 1000:.2f} ms in all"
-    )
-    for n in (1, 2, 4, 8, 16):
-        workers_cap = n * cores / worker if worker else float("inf")
-        coordinator_cap = cores / coordinator if coordinator else float("inf")
-        bound = min(workers_cap, coordinator_cap)
-        limit = "the workers" if workers_cap <= coordinator_cap else "the coordinator"
-        apps = bound * app / cores if app else 0
-        print(
-            f"  {n:2} workers: ~{bound:7,.0f} events/s (bounded by {limit}; "
-            f"~{apps:.0f} TMS server machines to feed it)"
-        )
-    print(
-        "  Beyond the coordinator's bound, TMS servers can talk to the workers directly (Citus"
-        " routes from any node), which spreads the coordinator's part too."
+        f"  (w: bounded by the workers, c: by the coordinator; each 1,000 events/s also takes "
+        f"~{app * 1000 / 2:.1f} two-core TMS servers)"
     )
 
 
