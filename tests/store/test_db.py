@@ -12,7 +12,14 @@ from publishing import publish
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
-from tms.store.database import DatabaseError, Migration, load_migrations, migrate, with_database
+from tms.store.database import (
+    DatabaseError,
+    Migration,
+    is_database_down,
+    load_migrations,
+    migrate,
+    with_database,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -122,3 +129,23 @@ async def test_every_typed_row_has_its_event(ledger: Ledger) -> None:
         )
         == 2
     )
+
+
+def test_a_worker_lost_under_citus_reads_as_the_database_down() -> None:
+    """Citus relays a worker's connection lost mid-statement as an internal error in libpq's
+    words: the doors must answer "database unavailable", as for the coordinator itself; any
+    other internal error stays a bug."""
+    lost = asyncpg.InternalServerError(
+        "server closed the connection unexpectedly\n\tThis probably means the server "
+        "terminated abnormally\n\tbefore or while processing the request."
+    )
+    assert is_database_down(lost)
+    assert is_database_down(
+        asyncpg.InternalServerError("failure on connection marked as essential: 127.0.0.1:5702")
+    )
+    assert is_database_down(
+        asyncpg.InternalServerError(
+            "could not commit transaction for shard 102024 on at least one active node"
+        )
+    )
+    assert not is_database_down(asyncpg.InternalServerError("cache lookup failed for type 0"))

@@ -1,8 +1,9 @@
 """The commit feed: every event committed through any door of any server process on this
 database, handed over once, in commit order, after its transaction commits.
 
-Each publish's write statement notifies `tms.ledger.writes.CHANNEL` with, per collection it wrote
-(null for profiles and terms), the first and last `seq` it gave them (`NOTIFY_SQL`). PostgreSQL
+Each publish notifies `tms.ledger.writes.CHANNEL`, in its transaction after its write, with, per
+collection it wrote (null for profiles and terms), the first and last `seq` it gave them
+(`tms.ledger.writes.notify`). PostgreSQL
 delivers a notification only when its transaction commits, never for one that rolls back, and
 delivers them in commit order. The feed listens on a connection of its own and fetches the
 events each names.
@@ -18,7 +19,9 @@ transparency log's leaf index would serve as well for collections, but profiles 
 no log.
 
 Start-up reads every collection's last `seq` before it listens, then catches up once it
-listens: nothing committed in between is lost. `ready` is set after that first catch-up.
+listens: nothing committed in between is lost. `ready` is set after that first catch-up. A
+database found down while connecting or reading is told to the server's `Outage` (one line in
+the log for the whole outage), not logged at every retry.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ import asyncpg
 from tms.errors import one_line
 from tms.ledger.filters import BIG_BYTES, Stored, StoredEvents
 from tms.ledger.writes import CHANNEL
-from tms.store.database import Pool
-from tms.types import KIND_MEMBERS, Slug
+from tms.store.database import Pool, is_database_down
+from tms.store.outage import Outage
+from tms.types import KIND_MEMBERS, UNSCOPED, Slug
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +63,22 @@ _SQL_FETCH: Final = f"""
          WITH ORDINALITY AS u(collection, lo, hi, kind, n)
     CROSS JOIN LATERAL (
         SELECT * FROM events e
-        WHERE e.seq BETWEEN u.lo AND u.hi AND e.collection IS NOT DISTINCT FROM u.collection
+        WHERE e.collection = coalesce(u.collection, '{UNSCOPED}') AND e.seq BETWEEN u.lo AND u.hi
           AND (u.kind IS NULL OR e.kind = u.kind)) e
     ORDER BY u.n, e.seq"""
 _SQL_RANGE: Final = f"""
     SELECT {_COLUMNS} FROM events e
-    WHERE e.seq > $2 AND e.seq <= $3 AND e.collection IS NOT DISTINCT FROM $1::text
+    WHERE e.collection = coalesce($1::text, '{UNSCOPED}') AND e.seq > $2 AND e.seq <= $3
       AND ($4::int IS NULL OR e.kind = $4::int)
     ORDER BY e.seq LIMIT {CATCH_UP_PAGE}"""
-_SQL_POSITIONS: Final = """
-    SELECT c.slug AS collection,
-           (SELECT max(seq) FROM events e WHERE e.collection = c.slug) AS last
-    FROM collections c
+# Each collection's last seq, from its counts row (every collection has one, beside its events:
+# on Citus each worker answers for its own), and the unscoped events' (null).
+_SQL_POSITIONS: Final = f"""
+    SELECT n.collection, m.last FROM collection_counts n
+    CROSS JOIN LATERAL (SELECT max(seq) AS last FROM events e
+                        WHERE e.collection = n.collection) AS m
     UNION ALL
-    SELECT NULL, (SELECT max(seq) FROM events WHERE collection IS NULL)"""
+    SELECT NULL, (SELECT max(seq) FROM events WHERE collection = '{UNSCOPED}')"""
 
 Key = Slug | None  # a collection, or None for profiles and terms
 Range = tuple[Key, int, int, int | None]  # first and last seq; only this kind (None: all)
@@ -82,11 +88,19 @@ _CATCH_UP: Final = object()
 
 class CommitFeed:
     def __init__(
-        self, url: str, pool: Pool, *, wanted: Callable[[Key], bool], deliver: Deliver
+        self,
+        url: str,
+        pool: Pool,
+        *,
+        wanted: Callable[[Key], bool],
+        deliver: Deliver,
+        outage: Outage | None = None,
     ) -> None:
         """`wanted(key)`: whether anyone here listens to that collection (else its events are
-        passed over unread); `deliver`: takes each fetched run of events, in commit order."""
+        passed over unread); `deliver`: takes each fetched run of events, in commit order;
+        `outage`: where a database found down is told."""
         self.url = url
+        self.outage = outage or Outage()
         self.pool = pool
         self.stored = StoredEvents(pool)
         self.wanted = wanted
@@ -124,7 +138,7 @@ class CommitFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("the commit feed cannot connect: %s", one_line(exc, 300))
+                self._failed("the commit feed, connecting", exc)
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, RECONNECT_MAX_SECONDS)
                 continue
@@ -134,14 +148,14 @@ class CommitFeed:
                 await conn.add_listener(CHANNEL, self._notified)
                 self._put(_CATCH_UP)
                 if not first:
-                    log.warning("the commit feed listens again; catching up")
+                    log.info("the commit feed listens again; catching up")
                 first = False
                 wait = RECONNECT_SECONDS
                 await self._watch(conn, lost)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("the commit feed lost its connection: %s", one_line(exc, 300))
+                self._failed("the commit feed, listening", exc)
             finally:
                 conn.terminate()
             await asyncio.sleep(wait)
@@ -239,8 +253,14 @@ class CommitFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("the commit feed cannot read the ledger: %s", one_line(exc, 300))
+                self._failed("the commit feed, reading", exc)
                 await asyncio.sleep(RETRY_SECONDS)
+
+    def _failed(self, where: str, exc: Exception) -> None:
+        if is_database_down(exc):
+            self.outage.failed(where, exc)
+        else:
+            log.warning("%s: %s", where, one_line(exc, 300))
 
 
 def _setter(event: asyncio.Event) -> Callable[[object], None]:
