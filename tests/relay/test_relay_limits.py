@@ -21,11 +21,11 @@ from relay_client import Client, seed, ws_url
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from tms.http.login import COOKIE, Keyring
 from tms.http.protocol import ConnectionLimits
 from tms.ledger.sessions import Sessions
 from tms.relay.limits import OUTBOX_BYTES
 from tms.store.database import open_pool
-from tms.web.login import COOKIE, Keyring
 
 pytestmark = pytest.mark.anyio
 SECRET = secrets.token_hex(32)

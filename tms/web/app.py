@@ -48,6 +48,7 @@ from tms.config import Settings, load_secret
 from tms.errors import TMSError
 from tms.http.bodies import BodyError, Disconnected
 from tms.http.gate import Gate
+from tms.http.login import Keyring
 from tms.mcp.http import McpFront
 from tms.relay.connection import open_relay
 from tms.relay.endpoint import relay_socket
@@ -55,7 +56,6 @@ from tms.runtime import Runtime, open_runtime
 from tms.store.database import DATABASE_DOWN
 from tms.web import answers, api, collection, dashboard, docs, home, reading, submit
 from tms.web.door import Door, NeedsLogin
-from tms.web.login import Keyring
 from tms.web.render import STATIC_DIR, Renderer
 from tms.web.security import SecurityHeaders
 
