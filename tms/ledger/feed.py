@@ -37,7 +37,8 @@ import asyncpg
 from tms.errors import one_line
 from tms.ledger.filters import BIG_BYTES, Stored, StoredEvents
 from tms.ledger.writes import CHANNEL
-from tms.store.database import Pool
+from tms.store.database import Pool, is_database_down
+from tms.store.outage import Outage
 from tms.types import KIND_MEMBERS, Slug
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,20 @@ _CATCH_UP: Final = object()
 
 class CommitFeed:
     def __init__(
-        self, url: str, pool: Pool, *, wanted: Callable[[Key], bool], deliver: Deliver
+        self,
+        url: str,
+        pool: Pool,
+        *,
+        wanted: Callable[[Key], bool],
+        deliver: Deliver,
+        outage: Outage | None = None,
     ) -> None:
         """`wanted(key)`: whether anyone here listens to that collection (else its events are
-        passed over unread); `deliver`: takes each fetched run of events, in commit order."""
+        passed over unread); `deliver`: takes each fetched run of events, in commit order;
+        `outage`: where the database found down is told (one line an outage, not one per
+        attempt to reconnect)."""
         self.url = url
+        self.outage = outage or Outage()
         self.pool = pool
         self.stored = StoredEvents(pool)
         self.wanted = wanted
@@ -124,7 +134,7 @@ class CommitFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("the commit feed cannot connect: %s", one_line(exc, 300))
+                self._failed("cannot connect", exc)
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, RECONNECT_MAX_SECONDS)
                 continue
@@ -134,14 +144,14 @@ class CommitFeed:
                 await conn.add_listener(CHANNEL, self._notified)
                 self._put(_CATCH_UP)
                 if not first:
-                    log.warning("the commit feed listens again; catching up")
+                    log.info("the commit feed listens again; catching up")
                 first = False
                 wait = RECONNECT_SECONDS
                 await self._watch(conn, lost)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("the commit feed lost its connection: %s", one_line(exc, 300))
+                self._failed("lost its connection", exc)
             finally:
                 conn.terminate()
             await asyncio.sleep(wait)
@@ -239,8 +249,14 @@ class CommitFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("the commit feed cannot read the ledger: %s", one_line(exc, 300))
+                self._failed("cannot read the ledger", exc)
                 await asyncio.sleep(RETRY_SECONDS)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        if is_database_down(exc):
+            self.outage.failed(f"the commit feed ({what})", exc)
+        else:
+            log.warning("the commit feed %s: %s", what, one_line(exc, 300))
 
 
 def _setter(event: asyncio.Event) -> Callable[[object], None]:

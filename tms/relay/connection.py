@@ -124,7 +124,9 @@ async def open_relay(services: Services, database_url: str) -> AsyncIterator[Rel
     pool = services.ledger.pool
     stored = StoredEvents(pool)
     hub = Hub(stored)
-    feed = CommitFeed(database_url, pool, wanted=hub.wanted, deliver=hub.deliver)
+    feed = CommitFeed(
+        database_url, pool, wanted=hub.wanted, deliver=hub.deliver, outage=services.outage
+    )
     feed.start()
     try:
         yield Relay(
