@@ -123,7 +123,9 @@ async def login(request: Request) -> Response:
 @page
 async def logout(request: Request) -> Response:
     door = door_of(request)
-    form = parse_qs((await small_body(request.receive, SMALL_JSON)).decode("utf-8", "replace"))
+    form = parse_qs(
+        (await small_body(request.scope, request.receive, SMALL_JSON)).decode("utf-8", "replace")
+    )
     try:
         session = await door.writer(request, (form.get(CSRF_FIELD) or [""])[0])
     except Refused as refused:
