@@ -104,7 +104,7 @@ def setup(server: Server, owner: Signer, exporters: list[SecretKey], total: int)
 def run(ns: argparse.Namespace, tmp: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
-    env.update({k: v for k, v in os.environ.items() if k.startswith("TMS_EXPORT")})
+    env.update({k: v for k, v in os.environ.items() if k == "TMS_MAX_EXPORTS"})  # to compare
     server = Server(env, tmp / "server.log")
     print(f"tms serve answered /healthz after {server.start():.1f} s", flush=True)
     owner = Signer()

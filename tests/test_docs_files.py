@@ -19,7 +19,7 @@ from typing import Final
 from tms.cli import sign
 from tms.cli.main import main
 from tms.results import PublishResult
-from tms.web import app
+from tms.web import api
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 README: Final = ROOT / "README.md"
@@ -211,7 +211,7 @@ def test_the_quick_start_shows_the_operator_approving_a_key() -> None:
 def test_healthz_and_publish_are_described_with_every_field() -> None:
     healthz = re.search(r"`GET /healthz` \(`\{([^}]*)\}`", read(OPERATING))
     assert healthz is not None
-    served = re.findall(r'"(\w+)": ', inspect.getsource(app.healthz).rsplit("JSONResponse", 1)[1])
+    served = re.findall(r'"(\w+)": ', inspect.getsource(api.healthz).rsplit("JSONResponse", 1)[1])
     assert re.findall(r'"(\w+)"', healthz.group(1)) == served == ["ok", "database", "vectors"]
     publish = re.search(
         r"Ledger.publish\(events\)`.*?returning\s+`\{([^}]*)\}`", read(ARCHITECTURE), re.DOTALL

@@ -43,9 +43,9 @@ _SQL_EVENT = """
 
 async def test_015_refiles_a_populated_ledger_in_place(empty_url: str) -> None:
     """A ledger stored under sql/013 (profiles and terms with no collection, an embedding queue
-    without one, the old keys, a claim's key keyed by its id alone) is migrated without losing or moving a row: profiles and terms
-    are filed under UNSCOPED, the queue learns each event's collection, the guard is back on,
-    and the server exports and publishes on it as before."""
+    without one, the old keys, a claim's key keyed by its id alone) is migrated without losing
+    or moving a row: profiles and terms are filed under UNSCOPED, the queue learns each event's
+    collection, the guard is back on, and the server exports and publishes on it as before."""
     key = OWNER
     events = [
         (terms(key), None),

@@ -173,23 +173,15 @@ class BodyReader:
         stack.callback(self._slots.release)
 
 
-async def small_body(receive: Receive, limit: int) -> bytes:
-    """A body that must be small (a form, a URL, a look-up): `TooLarge` past `limit` bytes,
-    `Disconnected` when the client leaves first."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise Disconnected
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            await discard(receive, message.get("more_body", False))
-            raise TooLarge(f"request body too large: more than {limit // 1024} KiB")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+async def small_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """A body that must be small (a form, a URL, a look-up), read as every body is (`TooLarge`
+    past `limit` bytes, `Disconnected` when the client leaves first): never spilled to a file,
+    as `limit` is under `SMALL_BODY`."""
+    assert limit <= SMALL_BODY
+    async with AsyncExitStack() as stack:
+        body = await BodyReader(limit).read(scope, receive, stack)
+    assert isinstance(body, bytes)
+    return body
 
 
 async def discard(
@@ -213,7 +205,7 @@ async def discard(
 
 
 def _mib(size: int) -> str:
-    return f"{size // MiB} MiB"
+    return f"{size // MiB} MiB" if size >= MiB else f"{size // 1024} KiB"
 
 
 @contextmanager

@@ -3,10 +3,9 @@ database, handed over once, in commit order, after its transaction commits.
 
 Each publish notifies `tms.ledger.writes.CHANNEL`, in its transaction after its write, with, per
 collection it wrote (null for profiles and terms), the first and last `seq` it gave them
-(`tms.ledger.writes.notify`). PostgreSQL
-delivers a notification only when its transaction commits, never for one that rolls back, and
-delivers them in commit order. The feed listens on a connection of its own and fetches the
-events each names.
+(`tms.ledger.writes.notify`). PostgreSQL delivers a notification only when its transaction
+commits, never for one that rolls back, and delivers them in commit order. The feed listens on
+a connection of its own and fetches the events each names.
 
 Why `seq` can be caught up from: the global `seq` is not commit order (a transaction may take a
 lower `seq` and commit after one that took a higher), but every collection's events are written
@@ -19,9 +18,7 @@ transparency log's leaf index would serve as well for collections, but profiles 
 no log.
 
 Start-up reads every collection's last `seq` before it listens, then catches up once it
-listens: nothing committed in between is lost. `ready` is set after that first catch-up. A
-database found down while connecting or reading is told to the server's `Outage` (one line in
-the log for the whole outage), not logged at every retry.
+listens: nothing committed in between is lost. `ready` is set after that first catch-up.
 """
 
 from __future__ import annotations
@@ -98,7 +95,8 @@ class CommitFeed:
     ) -> None:
         """`wanted(key)`: whether anyone here listens to that collection (else its events are
         passed over unread); `deliver`: takes each fetched run of events, in commit order;
-        `outage`: where a database found down is told."""
+        `outage`: where the database found down is told (one line an outage, not one per
+        attempt to reconnect)."""
         self.url = url
         self.outage = outage or Outage()
         self.pool = pool
@@ -138,7 +136,7 @@ class CommitFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._failed("the commit feed, connecting", exc)
+                self._failed("cannot connect", exc)
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, RECONNECT_MAX_SECONDS)
                 continue
@@ -155,7 +153,7 @@ class CommitFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._failed("the commit feed, listening", exc)
+                self._failed("lost its connection", exc)
             finally:
                 conn.terminate()
             await asyncio.sleep(wait)
@@ -253,14 +251,14 @@ class CommitFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._failed("the commit feed, reading", exc)
+                self._failed("cannot read the ledger", exc)
                 await asyncio.sleep(RETRY_SECONDS)
 
-    def _failed(self, where: str, exc: Exception) -> None:
+    def _failed(self, what: str, exc: BaseException) -> None:
         if is_database_down(exc):
-            self.outage.failed(where, exc)
+            self.outage.failed(f"the commit feed ({what})", exc)
         else:
-            log.warning("%s: %s", where, one_line(exc, 300))
+            log.warning("the commit feed %s: %s", what, one_line(exc, 300))
 
 
 def _setter(event: asyncio.Event) -> Callable[[object], None]:

@@ -1,7 +1,7 @@
 """Browser logins as the database keeps them: nonces used once, and live sessions.
 
 Not ledger: these rows change and expire (sql/004_sessions.sql). The web door decides what a
-cookie or a nonce is (`tms.web.login`); this module only records and answers, so every process
+cookie or a nonce is (`tms.http.login`); this module only records and answers, so every process
 serving the same database agrees on who is logged in, and a logout anywhere ends the session
 everywhere.
 """

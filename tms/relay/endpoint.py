@@ -28,12 +28,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tms.config import Settings
 from tms.guard import clients
+from tms.http.login import COOKIE, Keyring
 from tms.http.websocket import EXTENSION
 from tms.nostr.nip42 import normalize_relay_url
 from tms.relay import info, messages
 from tms.relay.connection import Connection, Relay
 from tms.relay.limits import NOTICE_SECONDS
-from tms.web.login import COOKIE, Keyring
 
 log = logging.getLogger(__name__)
 

@@ -85,7 +85,6 @@ PLACEMENT: Final[dict[str, str]] = {
 }
 
 
-
 def placement() -> dict[str, str]:
     """Where every table the schema should hold lives on Citus: `PLACEMENT`, and the typed
     tables of kinds registered since (a scoped kind's distributed, another's reference)."""

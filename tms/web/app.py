@@ -51,6 +51,7 @@ from tms.config import Settings, load_secret
 from tms.errors import TMSError
 from tms.http.bodies import BodyError, Disconnected
 from tms.http.gate import Gate
+from tms.http.login import Keyring
 from tms.http.metered import Metered
 from tms.mcp.http import McpFront
 from tms.relay.connection import open_relay
@@ -59,7 +60,6 @@ from tms.runtime import Runtime, open_runtime
 from tms.store.database import DATABASE_DOWN
 from tms.web import answers, api, collection, dashboard, docs, home, reading, scrape, submit
 from tms.web.door import Door, NeedsLogin
-from tms.web.login import Keyring
 from tms.web.render import STATIC_DIR, Renderer
 from tms.web.security import SecurityHeaders
 

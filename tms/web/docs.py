@@ -21,6 +21,7 @@ from starlette.routing import Route
 from tms.config import Settings
 from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
 from tms.http.bodies import BIG_BODIES, BIG_WAIT_SECONDS, MAX_BODY, SMALL_BODY, MiB
+from tms.http.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.http.protocol import MAX_HEAD_BYTES
 from tms.ledger.reads import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
@@ -42,7 +43,6 @@ from tms.types import (
     MAX_QUERY_CHARS,
 )
 from tms.web.door import door_of, page
-from tms.web.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 TEMPLATE: Final = "docs.md"

@@ -19,10 +19,10 @@ from starlette.responses import HTMLResponse, JSONResponse
 
 from tms.errors import Refusal, TMSError, sendable
 from tms.http.bodies import BodyReader, MiB
+from tms.http.login import COOKIE, CSRF_HEADER, Keyring, Session
 from tms.ledger.access import ReadableCollection, Reader
 from tms.nostr.nip19 import npub_encode
 from tms.services import Services
-from tms.web.login import COOKIE, CSRF_HEADER, Keyring, Session
 from tms.web.render import Renderer
 from tms.web.submit_checks import Texts
 

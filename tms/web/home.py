@@ -2,7 +2,7 @@
 whether a name is free for a new collection (the create form asks as the user types).
 
 Login is a NIP-98 event signed by the browser's extension over a one-time challenge
-(`tms.web.login`); it opens a 12-hour session held in an HttpOnly cookie.
+(`tms.http.login`); it opens a 12-hour session held in an HttpOnly cookie.
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ from starlette.routing import Route
 
 from tms.errors import Refusal
 from tms.http.bodies import small_body
+from tms.http.login import (
+    COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    NONCE_SECONDS,
+    SESSION_SECONDS,
+    request_url,
+)
 from tms.nostr import nip98
 from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
@@ -32,14 +40,6 @@ from tms.web.door import (
     ok,
     page,
     services_of,
-)
-from tms.web.login import (
-    COOKIE,
-    CSRF_FIELD,
-    CSRF_HEADER,
-    NONCE_SECONDS,
-    SESSION_SECONDS,
-    request_url,
 )
 
 NEXT_CHARS: Final = 2000  # the longest path the Connect page brings a visitor back to
@@ -123,7 +123,9 @@ async def login(request: Request) -> Response:
 @page
 async def logout(request: Request) -> Response:
     door = door_of(request)
-    form = parse_qs((await small_body(request.receive, SMALL_JSON)).decode("utf-8", "replace"))
+    form = parse_qs(
+        (await small_body(request.scope, request.receive, SMALL_JSON)).decode("utf-8", "replace")
+    )
     try:
         session = await door.writer(request, (form.get(CSRF_FIELD) or [""])[0])
     except Refused as refused:

@@ -86,7 +86,7 @@ async def fetch(request: Request) -> Response:
     door = door_of(request)
     services = services_of(request)
     session = await door.writer(request)
-    body = _json(await small_body(request.receive, SMALL_JSON), _FETCH_BODY, 10, 10)
+    body = _json(await small_body(request.scope, request.receive, SMALL_JSON), _FETCH_BODY, 10, 10)
     url = body.get("url") if isinstance(body, dict) else None
     if not isinstance(url, str) or not url.strip():
         raise Refused(400, "paste an http(s) URL to fetch").refused_as(
@@ -111,7 +111,9 @@ async def lookup(request: Request) -> Response:
     door = door_of(request)
     services = services_of(request)
     session = await door.writer(request)
-    body = _json(await small_body(request.receive, SMALL_JSON), _LOOKUP_BODY, 64, 256)
+    body = _json(
+        await small_body(request.scope, request.receive, SMALL_JSON), _LOOKUP_BODY, 64, 256
+    )
     try:
         asked = parse_lookup(body)
     except BadLookup as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tms.errors import AuthError
-from tms.web.login import NONCE_SECONDS, Keyring
+from tms.http.login import NONCE_SECONDS, Keyring
 
 RING = Keyring(b"k" * 32)
 NOW = 1_800_000_000
