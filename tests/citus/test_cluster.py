@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import hashlib
 import json
 import os
 import subprocess
@@ -34,9 +35,16 @@ from factories import (
 from publishing import join, open_collection, publish
 
 from tms.ledger import writes
+from tms.ledger.access import Access
 from tms.ledger.export import Exporter
+from tms.ledger.filters import StoredEvents
+from tms.ledger.lookups import Lookups, claim_key
 from tms.ledger.reads import CLAIM_SORTS, Reads
 from tms.ledger.service import Ledger
+from tms.ledger.stats import Stats
+from tms.ledger.tlog_reads import LogReads
+from tms.nostr.filters import parse_filter
+from tms.rules.references import Reference
 from tms.search.pgvector import ensure_vector_index
 from tms.search.search import Search
 from tms.store import citus
@@ -242,11 +250,16 @@ async def routed_pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
 async def test_a_collections_publish_and_reads_each_stay_on_its_worker(
     ledger: Ledger, routed_pool: asyncpg.Pool
 ) -> None:
-    """Publishing into one collection (its lock, snapshot and write), listing, following,
-    searching, proving and exporting it: not one statement reaches a second shard."""
+    """Publishing into one collection (its lock, snapshot and write), the member's access to
+    it, listing, following, the reading pages' excerpts, the submit page's look-ups, searching,
+    proving, its log, its dashboard, the relay's stored answers and exporting it: not one
+    statement reaches a second shard."""
     await open_collection(ledger, OWNER, "lab", [MEMBER])
     await join(ledger, MEMBER)
     routed = Ledger(routed_pool)
+    lab = await Access(routed_pool).collection(MEMBER.pubkey, "lab")  # as a door checks it
+    reader = await Access(routed_pool).reader(MEMBER.pubkey)
+    assert reader.slugs == ("lab",)
     doc = evidence(MEMBER, "lab", DOC)
     c1, c2 = claim(MEMBER, "lab", "DAO explains HIT."), claim(OWNER, "lab", "It does not.")
     await publish(routed, doc, c1, c2)
@@ -258,24 +271,53 @@ async def test_a_collections_publish_and_reads_each_stay_on_its_worker(
     )
     reads = Reads(routed_pool)
     for sort in CLAIM_SORTS:
-        assert len(await reads.list_claims("lab", sort, 10)) == 2
-    assert len(await reads.get_links("lab", c1["id"], None, None, 10)) == 1
-    assert len(await reads.list_evidence("lab", False, None, 10)) == 1
-    assert len(await reads.list_contradictions("lab", 10)) == 1
-    assert len(await reads.contradictions_with_claim("lab", c1["id"], 10)) == 1
-    assert set(await reads.cited("lab", [c1["id"], doc["id"]])) == {c1["id"], doc["id"]}
+        assert len(await reads.list_claims(lab, sort, 10)) == 2
+    assert len(await reads.get_links(lab, c1["id"], None, None, 10)) == 1
+    assert len(await reads.list_evidence(lab, False, None, 10)) == 1
+    assert len(await reads.list_contradictions(lab, 10)) == 1
+    assert len(await reads.contradictions_with_claim(lab, c1["id"], 10)) == 1
+    assert set(await reads.cited(lab, [c1["id"], doc["id"]])) == {c1["id"], doc["id"]}
+    got = await reads.get_event(reader, c1["id"])
+    assert got is not None and got["collection"] == "lab"
+    assert len(await reads.list_collections(reader)) == 1
+    # the reading pages (tms.ledger.excerpts)
+    shown = await reads.shown_links(lab, to_id=c1["id"], limit=10)
+    assert len(shown) == 1
+    assert set(await reads.quote_contexts(lab, [s.id for s in shown])) == {shown[0].id}
+    assert len(await reads.shown_contradictions(lab, c1["id"], 10)) == 1
+    assert len(await reads.claim_choices(lab, "", c2["id"], 10)) == 1
+    assert (await reads.evidence_window(lab, doc["id"], 0, 20)) is not None
+    # the submit page's look-ups (tms.ledger.lookups)
+    lookups = Lookups(routed_pool)
+    same = await lookups.evidence(lab, hashlib.sha256(DOC.encode()).digest(), None)
+    assert [e["id"] for e in same] == [doc["id"]]
+    keyed = await lookups.claims(lab, [claim_key("DAO explains  HIT.")])
+    assert [c["id"] for found in keyed.values() for c in found] == [c1["id"]]
+    assert [
+        [f["id"] for f in found] for found in await lookups.targets(lab, [Reference(c1["id"])])
+    ] == [[c1["id"]]]
+    # the log, the dashboard, the relay's stored answers
+    log = LogReads(routed_pool, routed.log)
+    checkpoint = await log.checkpoint(lab)
+    assert checkpoint["size"] == 7
+    assert (await log.inclusion(lab, c1["id"])) is not None
+    assert (await log.consistency(lab, 1, None))["new_size"] == 7
+    assert (await Stats(routed_pool).dashboard(reader, "lab"))["kinds"]
+    claims_only = parse_filter({"kinds": [4702]}, max_limit=10)
+    page = await StoredEvents(routed_pool).page(lab, claims_only, before=None, size=10)
+    assert {s.event.id for s in page} == {c1["id"], c2["id"]}
     search = Search(routed_pool, None)
-    assert [h["id"] for h in await search.claims_by_keyword("lab", "explains", 5)] == [c1["id"]]
+    assert [h["id"] for h in await search.claims_by_keyword(lab, "explains", 5)] == [c1["id"]]
     await routed_pool.executemany(  # vectors as the embedder stores them: c1 nearer the query
         "INSERT INTO embeddings (event_id, model, collection, kind, embedding) "
         "VALUES ($1, 'test/model', 'lab', 4702, $2::text::vector)",
         [(c1["id"], "[1,0,0,0]"), (c2["id"], "[0,1,0,0]")],
     )
     await ensure_vector_index(routed_pool, "test/model", 4)
-    near = await search.claims_near("lab", [0.9, 0.1, 0.0, 0.0], "test/model", 4, 5)
+    near = await search.claims_near(lab, [0.9, 0.1, 0.0, 0.0], "test/model", 4, 5)
     assert [h["id"] for h in near] == [c1["id"], c2["id"]]
-    assert len(await search.contradictions_by_keyword("lab", "cannot", 5)) == 1
-    lines = [line async for line in Exporter(routed_pool).lines("lab", checkpoint=True)]
+    assert len(await search.contradictions_by_keyword(lab, "cannot", 5)) == 1
+    lines = [line async for line in Exporter(routed_pool).lines(lab, checkpoint=True)]
     assert len(lines) == 10  # 2 terms, the 7 events of lab, the checkpoint
     async with routed_pool.acquire() as conn, conn.transaction():
         await writes.hold_locks(conn, ["lab"])
@@ -421,7 +463,7 @@ async def test_an_export_from_the_cluster_verifies(
         [TMS, "verify-export", str(path), "--key", key], env=env, capture_output=True, timeout=120
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert verified.stdout.endswith(b"7 events verified, 4 log entries: OK\n")
+    assert verified.stdout.endswith(b"7 events verified, 4 log entries of 'lab': OK\n")
 
 
 # --- a shard moved -------------------------------------------------------------------------------

@@ -134,12 +134,12 @@ class Reads:
             """SELECT c.slug, c.owner, c.created_at,
                       ARRAY(SELECT m.pubkey FROM memberships m WHERE m.collection = c.slug
                             ORDER BY m.pubkey) AS members,
-                      coalesce(n.evidence, 0) AS evidence, coalesce(n.claims, 0) AS claims,
-                      coalesce(n.links, 0) AS links,
-                      coalesce(n.contradictions, 0) AS contradictions
+                      n.evidence, n.claims, n.links, n.contradictions
                FROM collections c
-               LEFT JOIN collection_counts n ON n.collection = c.slug  -- kept: sql/009
-               WHERE c.slug = ANY($1::text[])
+               -- kept by every publish (sql/009); every collection has its row. The filter on
+               -- the counts' own column lets Citus send this to the collections' shards only.
+               JOIN collection_counts n ON n.collection = c.slug
+               WHERE c.slug = ANY($1::text[]) AND n.collection = ANY($1::text[])
                ORDER BY c.created_at, c.slug""",
             list(reader.slugs),
         )

@@ -63,6 +63,16 @@ async def write(
 
     for table, rows in writes.typed_rows(plan).items():
         columns = table.columns
+        decoded = [writes.DECODED.get(name) for name, _ in columns]
+        if any(decoded):  # values the one statement converts in SQL (a member list's JSON)
+            columns = tuple(
+                (name, sql_type if how is None else how[0])
+                for (name, sql_type), how in zip(columns, decoded, strict=True)
+            )
+            rows = [
+                tuple(v if how is None else how[1](v) for v, how in zip(row, decoded, strict=True))
+                for row in rows
+            ]
         if table.sequenced:  # every typed row but a contradiction's claims carries the seq
             columns = (columns[0], ("seq", "bigint"), *columns[1:])
             rows = [(row[0], seq[row[0]], *row[1:]) for row in rows]
@@ -100,8 +110,7 @@ async def write(
 
 async def insert(conn: Connection, rows: Rows, *, overriding: bool = False) -> None:
     """`INSERT INTO table (columns) VALUES (...), ...`, as few statements as the protocol's
-    parameter limit allows, in the rows' order. A column `writes.VALUE` names is bound as it
-    is and turned into its value by the same SQL as in the one statement."""
+    parameter limit allows, in the rows' order."""
     columns = rows.columns
     per = max(1, MAX_PARAMS // len(columns))
     names = ", ".join(name for name, _ in columns)
@@ -111,8 +120,8 @@ async def insert(conn: Connection, rows: Rows, *, overriding: bool = False) -> N
         values = ", ".join(
             "("
             + ", ".join(
-                _value(name, f"${n * len(columns) + i + 1}::{sql_type}")
-                for i, (name, sql_type) in enumerate(columns)
+                f"${n * len(columns) + i + 1}::{sql_type}"
+                for i, (_, sql_type) in enumerate(columns)
             )
             + ")"
             for n in range(len(chunk))
@@ -125,10 +134,6 @@ async def insert(conn: Connection, rows: Rows, *, overriding: bool = False) -> N
 
 def _event(e: Event) -> tuple[str, str, int, int, str, str, str]:
     return e.id, e.pubkey, e.created_at, e.kind, compact_json(e.tags), e.content, e.sig
-
-
-def _value(name: str, bound: str) -> str:
-    return writes.VALUE[name].format(bound) if name in writes.VALUE else bound
 
 
 _NEW_COUNT_COLUMNS: Final[Columns] = (

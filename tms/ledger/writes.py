@@ -544,6 +544,9 @@ class Statement:
         return "WITH " + ",\n".join(self.parts) + "\n" + self.result
 
 
-# Values that are not the column's bound value as it is, as SQL over it (`{}`): a member list
-# travels as JSON text.
+# Values that are not the column's bound value as it is: a member list is JSON text in its kind's
+# row (`Kind.rows`). The one statement turns it into the column's text[] by SQL over the bound
+# value (`VALUE`, `{}`); a plain INSERT ... VALUES (tms.ledger.routed), where Citus allows no
+# subquery, binds it decoded, as that SQL type (`DECODED`).
 VALUE: Final = {"members": "ARRAY(SELECT json_array_elements_text({}::json))"}
+DECODED: Final[dict[str, tuple[str, Callable[[Any], Any]]]] = {"members": ("text[]", json.loads)}
