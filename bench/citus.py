@@ -53,6 +53,9 @@ WORDS: Final = (
 ).split()
 DOC: Final = " ".join(WORDS) + "."
 RNG: Final = random.Random(7)
+TEST_SETTINGS: Final = (
+    "TMS_TEST_"  # the suite's settings (a cluster for the tests): not the server's
+)
 TICKS: Final = os.sysconf("SC_CLK_TCK")
 
 
@@ -248,7 +251,7 @@ def bench_backend(
 ) -> Figures:
     figures = Figures()
     env = {**os.environ, "TMS_DATABASE_URL": url, "TMS_DATA_DIR": str(tmp / name)}
-    env = {k: v for k, v in env.items() if not k.startswith("TMS_TEST")}
+    env = {k: v for k, v in env.items() if not k.startswith(TEST_SETTINGS)}
     if name == "citus":
         done = subprocess.run(
             [*tms_command(), "migrate", "--distribute"], env=env, capture_output=True, text=True
