@@ -131,13 +131,16 @@ async def migrate(
     applied_now = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
-        await conn.execute(
-            """CREATE TABLE IF NOT EXISTS schema_migrations (
-                   version    integer PRIMARY KEY,
-                   name       text NOT NULL,
-                   sha256     text NOT NULL,
-                   applied_at timestamptz NOT NULL DEFAULT now())"""
-        )
+        # Made when missing, not with IF NOT EXISTS: on a Citus coordinator that statement is
+        # refused to a role that does not own the table, even when it exists.
+        if await conn.fetchval("SELECT to_regclass('schema_migrations')") is None:
+            await conn.execute(
+                """CREATE TABLE schema_migrations (
+                       version    integer PRIMARY KEY,
+                       name       text NOT NULL,
+                       sha256     text NOT NULL,
+                       applied_at timestamptz NOT NULL DEFAULT now())"""
+            )
         rows = await conn.fetch("SELECT version, name, sha256 FROM schema_migrations")
         recorded = {row["version"]: row for row in rows}
         known = {m.version for m in migrations}
