@@ -111,6 +111,8 @@ async def write(
 async def insert(conn: Connection, rows: Rows, *, overriding: bool = False) -> None:
     """`INSERT INTO table (columns) VALUES (...), ...`, as few statements as the protocol's
     parameter limit allows, in the rows' order."""
+    if not rows.rows:
+        return
     columns = rows.columns
     per = max(1, MAX_PARAMS // len(columns))
     names = ", ".join(name for name, _ in columns)
