@@ -10,6 +10,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -29,6 +30,10 @@ from tms.web import docs
 
 FENCE: Final = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 RUN_SECONDS: Final = 120
+# The second the last run of the guide ended in. The guide signs its events with the current
+# second, so a run starting within that second would sign the last run's very events: stored
+# already, skipped, and never delivered live to the run's subscription, which waits forever.
+_last_run: list[int] = [0]
 
 
 @pytest.fixture(scope="module")
@@ -188,14 +193,19 @@ def test_the_guides_javascript_runs(
     assert "`bot.mjs`" in guide and '`"type": "module"`' in guide and "Node.js 20" in guide
     script = js_current_packages / name
     script.write_text("\n".join(blocks(guide, "js")), encoding="utf-8")
-    result = subprocess.run(
-        ["node", *_websocket_flag(), script.name],
-        cwd=js_current_packages,
-        env=environment(BOT_SECRET_HEX=bots[2].secret.hex()),
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-    )
+    while int(time.time()) <= _last_run[0]:
+        time.sleep(0.05)
+    try:
+        result = subprocess.run(
+            ["node", *_websocket_flag(), script.name],
+            cwd=js_current_packages,
+            env=environment(BOT_SECRET_HEX=bots[2].secret.hex()),
+            capture_output=True,
+            text=True,
+            timeout=RUN_SECONDS,
+        )
+    finally:
+        _last_run[0] = int(time.time())
     assert result.returncode == 0, result.stderr
     assert "slug: 'mcas'" in result.stdout
     assert "accepted: [" in result.stdout
