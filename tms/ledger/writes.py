@@ -2,12 +2,12 @@
 read the snapshot the rules judge it against, and write what they accept.
 
 Each step is one statement, so a publish costs few round trips whatever its batch holds: begin,
-lock, snapshot, (one per quoted evidence stored before,) write, commit. Other parts of the
-ledger that keep rows per collection (the transparency log) read with the snapshot and write
-with the write (`also`, `Extra`), rather than in round trips of their own. The locks come in a
-statement of their own: in READ COMMITTED a statement reads the ledger as it stood when the
-statement began, so a snapshot read in the statement that takes the locks could miss what the
-batch it waited for had written.
+lock (one per collection), snapshot, (one per quoted evidence stored before,) write, notify,
+commit. Other parts of the ledger that keep rows per collection (the transparency log, the
+claims' keys) read with the snapshot and write with the write (`also`, `Rows`), rather than in
+round trips of their own. The locks come in statements of their own: in READ COMMITTED a
+statement reads the ledger as it stood when the statement began, so a snapshot read in the
+statement that takes the locks could miss what the batch it waited for had written.
 
 On a Citus cluster the same steps run with the write as one plain statement per table
 (`tms.ledger.routed`), every statement naming the collections it is about so that Citus sends
@@ -95,8 +95,6 @@ _SQL_SNAPSHOT: Final = """
 SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1 AND collection = ANY($2::text[])"
 
 OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
-# Binds columns as arrays in the write statement; returns the SQL that reads them (`unnest`).
-Binder = Callable[[list[tuple[list[Any], str]]], str]
 
 
 @dataclass(frozen=True, slots=True)
