@@ -193,6 +193,10 @@ async def test_live_events_reach_a_subscriber_after_eose_in_order(live: Live) ->
         assert (await writer.publish(other))[2] is True
         assert await reader.silent()  # another collection's events never come here
         await reader.send(["CLOSE", "live"])
+        # NIP-01 answers no CLOSE; a COUNT after it is answered once the CLOSE is handled
+        # (a connection's messages are handled in order), so the claim below comes after it
+        await reader.send(["COUNT", "after-close", {"kinds": [4702]}])
+        assert (await reader.recv())[:2] == ["COUNT", "after-close"]
         more = claim(MEMBER, "rel", f"after close {time.time_ns()}", created_at=now())
         assert (await writer.publish(more))[2] is True
         assert await reader.silent()
