@@ -48,8 +48,9 @@ if (where && claimId && /^[0-9a-f]{64}$/.test(claimId)) {
     const shown = document.querySelector(`.link a[href^="${base}/evidence/${evidenceId}"]`)
     if (shown && !titles.has(evidenceId)) titles.set(evidenceId, shown.textContent)
     if (!titles.has(evidenceId)) {
-      const [evidence] = await live.lookup({ ids: [evidenceId], kinds: [4701], limit: 1 })
-      const content = evidence ? contentOf(evidence) : null
+      const found = await live.lookup({ ids: [evidenceId], kinds: [4701], limit: 1 })
+      if (!found || !found.length) return 'its evidence' // not told: said plainly, asked again
+      const content = contentOf(found[0])
       titles.set(evidenceId, cut((content && content.title) || 'Untitled document', TITLE_CHARS))
     }
     return titles.get(evidenceId)
@@ -90,7 +91,7 @@ if (where && claimId && /^[0-9a-f]{64}$/.test(claimId)) {
       names.of(event.pubkey)
     ])
     if (document.getElementById(`contradiction-${event.id}`)) return
-    const texts = new Map(found.map(claim => [claim.id, (contentOf(claim) || {}).text]))
+    const texts = new Map((found || []).map(claim => [claim.id, (contentOf(claim) || {}).text]))
     const items = []
     for (const id of listed) {
       if (id === claimId) {

@@ -69,7 +69,7 @@ export function follow ({ slug, kinds, caughtUp, after, known, onEvent }) {
     socket = null
     for (const [id, pending] of lookups) {
       lookups.delete(id)
-      pending.done(pending.events)
+      pending.done(null)
     }
     setState('off')
     if (refused) return
@@ -108,7 +108,7 @@ export function follow ({ slug, kinds, caughtUp, after, known, onEvent }) {
       const pending = lookups.get(id)
       lookups.delete(id)
       if (type === 'EOSE' && socket) socket.send(JSON.stringify(['CLOSE', id]))
-      pending.done(pending.events)
+      pending.done(type === 'EOSE' ? pending.events : null)
     } else if (type === 'CLOSED' && id === SUB) {
       // auth-required (the login ended) or restricted (no longer a reader): the page stays as
       // it is; anything else (the server busy, a rate limit) is tried again later
@@ -118,13 +118,14 @@ export function follow ({ slug, kinds, caughtUp, after, known, onEvent }) {
     }
   }
 
-  // The stored events matching `filter` (newest first), or [] when the relay cannot say.
+  // The stored events matching `filter` (newest first), or null when the relay did not say
+  // (no connection, no answer in time, the look-up refused).
   function lookup (filter) {
     return new Promise(resolve => {
-      if (!socket || socket.readyState !== WebSocket.OPEN) { resolve([]); return }
+      if (!socket || socket.readyState !== WebSocket.OPEN) { resolve(null); return }
       const id = `q${++serial}`
       const timer = setTimeout(() => {
-        if (lookups.delete(id)) resolve([])
+        if (lookups.delete(id)) resolve(null)
       }, LOOKUP_MS)
       lookups.set(id, { events: [], done: events => { clearTimeout(timer); resolve(events) } })
       socket.send(JSON.stringify(['REQ', id, filter]))
@@ -178,10 +179,11 @@ export class Names {
 
   async of (pubkey) {
     if (!this.names.has(pubkey)) {
-      const [profile] = await this.live.lookup({ kinds: [0], authors: [pubkey], limit: 1 })
-      const content = profile ? contentOf(profile) : null
+      const found = await this.live.lookup({ kinds: [0], authors: [pubkey], limit: 1 })
+      const content = found && found.length ? contentOf(found[0]) : null
       const name = content && typeof content.name === 'string' && content.name.trim() ? content.name : null
-      this.names.set(pubkey, name)
+      if (found) this.names.set(pubkey, name) // an unanswered look-up is asked again next time
+      if (!found) return this.shortKey(pubkey)
     }
     return this.names.get(pubkey) || this.shortKey(pubkey)
   }
