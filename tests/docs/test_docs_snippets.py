@@ -129,7 +129,7 @@ def test_the_guides_python_runs(
     # Use any Nostr client: AUTH, the stored links, three OKs, and the rebuttal, live
     assert any(line.startswith("auth: ['OK',") and "True" in line for line in lines)
     assert sum(line == "ok: True " for line in lines) == 3
-    assert lines[-1] == "rebutted: REBUTS"
+    assert lines.count("rebutted: REBUTS") == 1  # before or after the OKs: the relay's timing
 
 
 # Bodies the server refuses before any tool runs: one over the 1 MiB a call may send (413),
@@ -262,7 +262,9 @@ def test_the_guides_python_hears_the_rebuttal_when_run_twice_in_one_second(
             timeout=RUN_SECONDS,
         )
         assert result.returncode == 0, result.stderr
-        assert result.stdout.splitlines()[-1] == "rebutted: REBUTS"
+        lines = result.stdout.splitlines()
+        assert lines.count("rebutted: REBUTS") == 1
+        assert sum(line.startswith("ok: True") for line in lines) == 3
 
 
 def test_the_guides_relay_snippets_raise_the_relays_words(
