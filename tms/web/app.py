@@ -138,5 +138,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     app.state.settings = settings
     app.state.door = door
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
-    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)  # outermost: every answer
+    app.add_middleware(  # outermost: every answer
+        SecurityHeaders, relays=settings.profile_relays, base_url=settings.base_url
+    )
     return app
