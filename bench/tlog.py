@@ -44,7 +44,7 @@ from tms.ledger.tlog_reads import LogReads
 from tms.nostr.events import SecretKey
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
-from tms.tlog.audit import checkpoint_line
+from tms.tlog.export_lines import checkpoint_line
 from tms.tlog.merkle import leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteSigner
 

@@ -29,7 +29,8 @@ from publishing import join, open_collection, publish, readable
 from tms.cli.verify_export import run
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
-from tms.tlog.audit import NO_CHECKPOINT, Report, audit, checkpoint_line, read_line
+from tms.tlog.audit import NO_CHECKPOINT, Report, audit
+from tms.tlog.export_lines import checkpoint_line, read_line
 from tms.tlog.merkle import leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteSigner
 

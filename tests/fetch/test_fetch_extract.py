@@ -7,13 +7,13 @@ import gzip
 import tracemalloc
 import zlib
 
-import httpx
 import pytest
 from pdf_maker import make_pdf
 
 from tms.errors import FetchError
-from tms.fetch import client as fetch_module
+from tms.fetch.client import MAX_BYTES
 from tms.fetch.extract import decode, extract, media_type
+from tms.fetch.inflate import Inflater
 
 URL = "https://example.org/doc"
 
@@ -93,16 +93,15 @@ def test_long_pdf_stops_at_the_limit() -> None:
     )
 
 
-def test_inflater_never_holds_more_than_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inflater_never_holds_more_than_the_cap() -> None:
     """One small chunk that inflates to 64 MiB: refused, with memory bounded by the 1 MiB cap."""
-    monkeypatch.setattr(fetch_module, "MAX_BYTES", 1024 * 1024)
     packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     bomb = b"".join(packer.compress(bytes(1024 * 1024)) for _ in range(64)) + packer.flush()
     assert len(bomb) < 100_000
-    inflater = fetch_module._Inflater("gzip", httpx.URL(URL))
+    inflater = Inflater("gzip", URL, 1024 * 1024)
     tracemalloc.start()
     try:
-        with pytest.raises(FetchError, match="decompresses to more than the 50 MB limit"):
+        with pytest.raises(FetchError, match="decompresses to more than the 1 MB limit"):
             inflater.feed(bomb)
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -111,16 +110,16 @@ def test_inflater_never_holds_more_than_the_cap(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_inflater_reads_concatenated_gzip_members_and_ignores_trailing_junk() -> None:
-    inflater = fetch_module._Inflater("x-gzip", httpx.URL(URL))
+    inflater = Inflater("x-gzip", URL, MAX_BYTES)
     data = gzip.compress(b"first ") + gzip.compress(b"second") + b"\x00\x00junk"
     out = b"".join(inflater.feed(data[i : i + 7]) for i in range(0, len(data), 7))
     assert out + inflater.finish() == b"first second"
 
 
 def test_inflater_identity_and_refused_codings() -> None:
-    assert fetch_module._Inflater("identity", httpx.URL(URL)).feed(b"abc") == b"abc"
+    assert Inflater("identity", URL, MAX_BYTES).feed(b"abc") == b"abc"
     with pytest.raises(FetchError, match="content encoding 'gzip, gzip'"):
-        fetch_module._Inflater("gzip, gzip", httpx.URL(URL))
+        Inflater("gzip, gzip", URL, MAX_BYTES)
 
 
 def test_pdf_without_a_text_layer() -> None:

@@ -21,7 +21,7 @@ from fetch_routes import PLAIN_TEXT, ROUTES
 from fetch_site import Site
 
 from tms.errors import FetchError
-from tms.fetch import client as fetch_module
+from tms.fetch import transport
 from tms.fetch.addresses import IPAddress
 from tms.fetch.client import fetch_url
 
@@ -254,7 +254,7 @@ def fake_dns(monkeypatch: pytest.MonkeyPatch, answers: list[str]) -> list[tuple[
         lookups.append((host, port))
         return [ip_address(a) for a in answers]
 
-    monkeypatch.setattr(fetch_module, "resolve", resolve)
+    monkeypatch.setattr(transport, "resolve", resolve)
     return lookups
 
 

@@ -22,7 +22,8 @@ from tms.ledger.service import Ledger
 from tms.rules.content import CollectionSlug, EventIdField, NonBlank, Strict
 from tms.rules.kinds import KINDS, Kind, Reference, Table
 from tms.store.database import Migration, load_migrations, migrate
-from tms.tlog.audit import audit, read_line
+from tms.tlog.audit import audit
+from tms.tlog.export_lines import read_line
 from tms.types import KIND_CLAIM
 
 pytestmark = pytest.mark.anyio

@@ -52,9 +52,26 @@ def now() -> int:
     return int(time.time())
 
 
+def small_buffer_socket(url: str) -> socket.socket:
+    """A client socket whose kernel receive buffer stays small: left to itself, Linux grows it
+    (net.ipv4.tcp_rmem allows 32 MB here), and a client that never reads would then take in
+    everything the test sends without the server ever meeting its back-pressure."""
+    host, port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # before connect: fixed
+    sock.connect((host, int(port)))
+    sock.setblocking(False)
+    return sock
+
+
 async def test_a_subscriber_that_never_reads_is_closed(live: Live) -> None:
     text = "A long document. " * 90_000  # about 1.5 MB per event
-    lazy = await connect(ws_url(live.url, "/c/rel"), max_size=None, max_queue=1)
+    lazy = await connect(
+        ws_url(live.url, "/c/rel"),
+        sock=small_buffer_socket(live.url),
+        max_size=None,
+        max_queue=1,
+    )
     try:
         challenge = json.loads(await lazy.recv())[1]
         event = MEMBER.sign(

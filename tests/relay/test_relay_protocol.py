@@ -24,7 +24,9 @@ from factories import (
 )
 from relay_client import Client, ws_url
 
+from tms.ledger.service import Ledger
 from tms.relay.limits import MAX_FILTERS, MAX_LIMIT, MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS
+from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
 
@@ -193,9 +195,52 @@ async def test_live_events_reach_a_subscriber_after_eose_in_order(live: Live) ->
         assert (await writer.publish(other))[2] is True
         assert await reader.silent()  # another collection's events never come here
         await reader.send(["CLOSE", "live"])
+        # NIP-01 answers no CLOSE; a COUNT after it is answered once the CLOSE is handled
+        # (a connection's messages are handled in order), so the claim below comes after it
+        await reader.send(["COUNT", "after-close", {"kinds": [4702]}])
+        assert (await reader.recv())[:2] == ["COUNT", "after-close"]
         more = claim(MEMBER, "rel", f"after close {time.time_ns()}", created_at=now())
         assert (await writer.publish(more))[2] is True
         assert await reader.silent()
+
+
+async def test_a_big_batch_reaches_every_subscriber_whole_in_order(live: Live) -> None:
+    """A batch's events go to each subscriber many to a write (`send_texts`): every one comes,
+    once, in commit order; and a writer with many events in flight gets an OK for each."""
+    readers = [await member(live), await member(live), await member(live, "/")]
+    try:
+        for n, reader in enumerate(readers):
+            _, end = await reader.req(f"s{n}", {"kinds": [4702], "limit": 0})
+            assert end[0] == "EOSE"
+        batch = [
+            claim(MEMBER, "rel", f"batch {n} {time.time_ns()}", created_at=now())
+            for n in range(300)
+        ]
+        pool = await open_pool(live.database_url, min_size=1, max_size=1)
+        try:
+            await Ledger(pool).publish(batch)
+        finally:
+            await pool.close()
+        for reader in readers:
+            got = [await reader.recv() for _ in batch]
+            assert [m[2]["id"] for m in got] == [e["id"] for e in batch]
+            assert await reader.silent()
+        async with await Client.open(ws_url(live.url, "/c/rel")) as writer:
+            many = [
+                claim(MEMBER, "rel", f"piped {n} {time.time_ns()}", created_at=now())
+                for n in range(100)
+            ]
+            for event in many:
+                await writer.send(["EVENT", event])
+            oks = [await writer.recv() for _ in many]
+            assert {m[1] for m in oks} == {e["id"] for e in many}
+            assert all(m[0] == "OK" and m[2] is True for m in oks)
+        for reader in readers:
+            got = [await reader.recv() for _ in many]
+            assert [m[2]["id"] for m in got] == [e["id"] for e in many]
+    finally:
+        for reader in readers:
+            await reader.close()
 
 
 async def test_the_root_relay_follows_every_collection_the_key_reads(live: Live) -> None:

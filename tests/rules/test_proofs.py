@@ -11,17 +11,11 @@ from hypothesis import strategies as st
 from proof_events import cited
 
 from tms.nostr.events import Event
+from tms.results import ProofResult
 from tms.rules.cited import MAX_TEXT_CHARS
-from tms.rules.proofs import (
-    MAX_CITED_EVENTS,
-    MAX_FROM,
-    MAX_PROBLEMS,
-    MAX_STEPS,
-    MAX_TREE_CHARS,
-    ProofResult,
-    check_proof,
-    cited_event_ids,
-)
+from tms.rules.proof_steps import MAX_CITED_EVENTS, MAX_FROM, MAX_PROBLEMS, MAX_STEPS
+from tms.rules.proof_tree import MAX_TREE_CHARS
+from tms.rules.proofs import check_proof, cited_event_ids
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,

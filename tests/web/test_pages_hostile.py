@@ -37,6 +37,7 @@ from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.quotes import CHARACTER_MAP, normalize
 from tms.rules.spans import QuoteIndex
+from tms.web.security import content_security_policy
 
 OWNER: Final = SecretKey(bytes([0x81]) * 32)
 SLUG: Final = "hostile"
@@ -148,6 +149,18 @@ def test_every_page_sends_a_strict_content_security_policy(site: Live, relay_url
         assert "script-src 'self';" in policy and "unsafe-inline" not in policy
         assert f"connect-src 'self' {relay_url};" in policy
         assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
+
+
+def test_the_policy_names_the_sites_own_websocket_origin_when_it_is_known() -> None:
+    """The reading pages open a WebSocket to this site's relay: `'self'` covers it in CSP
+    Level 3, and behind a proxy (TMS_BASE_URL) the public ws(s) origin is named too."""
+    relays = ("wss://relay.example.net",)
+    policy = content_security_policy(relays, "https://tms.example.org")
+    assert "connect-src 'self' wss://tms.example.org wss://relay.example.net;" in policy
+    assert "connect-src 'self' ws://10.0.0.5:8080;" in content_security_policy(
+        (), "http://10.0.0.5:8080"
+    )
+    assert "connect-src 'self' wss://relay.example.net;" in content_security_policy(relays)
 
 
 @pytest.fixture

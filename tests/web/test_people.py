@@ -312,7 +312,9 @@ def test_search_results_say_similar_not_cosine_distance() -> None:
             "search": {"method": "vector", "note": None, "items": [item, far]},
             "claims": [],
             "evidence": [],
+            "evidence_cut": False,
             "owner": True,
+            "live": {"after": None, "kinds": (4702,), "caught_up": (4702,)},
         },
     )
     assert "cosine" not in html and "distance 0." not in html

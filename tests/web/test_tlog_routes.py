@@ -18,7 +18,8 @@ from publishing import publish, without_log
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
-from tms.tlog.audit import audit, read_line
+from tms.tlog.audit import audit
+from tms.tlog.export_lines import read_line
 from tms.tlog.note import LogSigner, NoteVerifier, open_checkpoint
 from tms.web.app import create_app
 

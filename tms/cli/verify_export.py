@@ -23,7 +23,8 @@ from typing import BinaryIO, Final, TextIO
 
 from tms.errors import LogError
 from tms.orphans import exit_with_parent
-from tms.tlog.audit import CheckpointLine, Line, audit, read_kept, read_lines
+from tms.tlog.audit import audit
+from tms.tlog.export_lines import CheckpointLine, Line, read_kept, read_lines
 from tms.tlog.note import NoteVerifier
 
 BLOCK_LINES: Final = 4000  # lines a worker checks at once

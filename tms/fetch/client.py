@@ -16,12 +16,12 @@ The fetcher is the one place where the server talks to the outside world, so:
    (`tms.fetch.addresses.classify`: loopback, private, link-local and cloud metadata, CGNAT,
    unique-local, multicast, reserved, IPv4-mapped, ...). The connection then goes to an address
    we checked, never through a second lookup, so DNS rebinding has no window; TLS still checks
-   the certificate against the host name, sent as SNI.
+   the certificate against the host name, sent as SNI (`tms.fetch.transport`).
 3. Redirects are followed by us, at most `MAX_REDIRECTS`, each target checked again from step 1.
 4. The body is streamed: a Content-Length over `MAX_BYTES` is refused before reading, and
    reading stops as soon as `MAX_BYTES` have arrived. We ask only for gzip and deflate and
-   inflate them ourselves in bounded steps, refusing past `MAX_BYTES` of decompressed data, so
-   a compression bomb never fills memory.
+   inflate them ourselves in bounded steps (`tms.fetch.inflate`), refusing past `MAX_BYTES` of
+   decompressed data, so a compression bomb never fills memory.
 5. `connect_timeout` (10 s) bounds each connection attempt and `total_timeout` (30 s) the whole
    download, redirects included. Extraction (`tms.fetch.extract`) runs afterwards in a worker
    process of `tms.fetch.pool` (by default the process-wide `default_pool()`), bounded in time
@@ -50,31 +50,21 @@ never set it on a server.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
-import socket
 import ssl
-import zlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from importlib.metadata import version
-from ipaddress import ip_address
 from typing import Final
 
 import httpcore
 import httpx
 
 from tms.errors import FetchError, Refusal, one_line
-from tms.fetch.addresses import (
-    IPAddress,
-    classify,
-    describe,
-    normalize_host,
-    parse_exemptions,
-    port_refusal,
-)
+from tms.fetch.addresses import parse_exemptions, port_refusal
 from tms.fetch.extract import short_title
+from tms.fetch.inflate import Inflater
 from tms.fetch.pool import ExtractionPool, default_pool, extract_seconds_from_env
+from tms.fetch.transport import AddressRefused, VettedTransport
 from tms.results import FetchResult
 from tms.types import MAX_CONTENT_CHARS
 
@@ -124,7 +114,7 @@ async def fetch_url(
     """
     exempt = parse_exemptions(os.environ.get(ALLOW_ENV, "") if allow is None else allow)
     extract_seconds = extract_seconds_from_env()
-    transport = _VettedTransport(_VettedBackend(exempt), ssl_context or _default_tls())
+    transport = VettedTransport(exempt, ssl_context)
     async with httpx.AsyncClient(
         transport=transport,
         headers=_HEADERS,
@@ -179,12 +169,6 @@ def _check_publishable(text: str, url: str, title: str, max_chars: int) -> None:
     ).refused_as(Refusal.TOO_LARGE)
 
 
-@functools.cache
-def _default_tls() -> ssl.SSLContext:
-    """certifi's authorities, verification on; built once (loading them takes a while)."""
-    return httpx.create_ssl_context(trust_env=False)
-
-
 async def _download(
     client: httpx.AsyncClient, url: str, connect_timeout: float
 ) -> tuple[httpx.URL, str, bytes]:
@@ -210,7 +194,7 @@ async def _download(
                     )
                 body = await _read_body(response, current)
                 return current, response.headers.get("content-type", ""), body
-        except _AddressRefused as exc:
+        except AddressRefused as exc:
             if previous is None:
                 raise
             raise FetchError(f"{exc} (a redirect from {_shown(previous)})").refused_as(
@@ -263,7 +247,7 @@ async def _read_body(response: httpx.Response, url: httpx.URL) -> bytes:
             f"refused: {_shown(url)} is {int(declared):,} bytes, more than the "
             f"{MAX_BYTES:,}-byte (50 MB) limit"
         ).refused_as(Refusal.TOO_LARGE)
-    inflater = _Inflater(response.headers.get("content-encoding", ""), url)
+    inflater = Inflater(response.headers.get("content-encoding", ""), _shown(url), MAX_BYTES)
     received = 0
     parts: list[bytes] = []
     async for chunk in response.aiter_raw():
@@ -276,212 +260,6 @@ async def _read_body(response: httpx.Response, url: httpx.URL) -> bytes:
         parts.append(inflater.feed(chunk))
     parts.append(inflater.finish())
     return b"".join(parts)
-
-
-class _Inflater:
-    """Undo a Content-Encoding (identity, gzip or deflate) with a cap on the output.
-
-    zlib is asked for at most the room left under the cap plus one byte per call, and input it
-    has not used yet waits in `unconsumed_tail`, so a small chunk of a compression bomb never
-    inflates past the cap in memory.
-    """
-
-    def __init__(self, header: str, url: httpx.URL) -> None:
-        codings = [c.strip().lower() for c in header.split(",")]
-        codings = [c for c in codings if c and c != "identity"]
-        coding = codings[0] if len(codings) == 1 else "" if codings else "identity"
-        coding = "gzip" if coding == "x-gzip" else coding
-        if coding not in ("identity", "gzip", "deflate"):
-            raise FetchError(
-                f"refused: {_shown(url)} is sent with content encoding {header.strip()!r}; "
-                "only gzip and deflate are supported"
-            )
-        self._url = url
-        self._coding = coding
-        self._total = 0  # bytes produced so far
-        self._zlib = self._decompressor()
-        self._started = False  # has zlib accepted any input yet (for deflate's fallback)
-        self._members = 0  # complete gzip members seen
-        self._done = False  # the stream ended; anything after it is ignored
-
-    def _decompressor(self, *, raw_deflate: bool = False) -> zlib._Decompress:
-        if self._coding == "gzip":
-            return zlib.decompressobj(16 + zlib.MAX_WBITS)
-        return zlib.decompressobj(-zlib.MAX_WBITS if raw_deflate else zlib.MAX_WBITS)
-
-    def feed(self, data: bytes) -> bytes:
-        if self._coding == "identity":
-            self._count(len(data))
-            return data
-        out: list[bytes] = []
-        while data and not self._done:
-            try:
-                piece = self._zlib.decompress(data, MAX_BYTES - self._total + 1)
-            except zlib.error:
-                if self._coding == "deflate" and not self._started:
-                    # Some servers send raw deflate without the zlib wrapper; httpx reads it too.
-                    self._zlib = self._decompressor(raw_deflate=True)
-                    self._started = True
-                    continue
-                if self._members:
-                    self._done = True  # junk after a complete gzip member is ignored, as gzip does
-                    break
-                raise FetchError(
-                    f"fetch failed: {_shown(self._url)} sent a corrupt {self._coding} body"
-                ) from None
-            self._started = True
-            self._count(len(piece))
-            out.append(piece)
-            if self._zlib.eof:
-                self._members += 1
-                data = self._zlib.unused_data
-                if self._coding == "gzip":
-                    self._zlib = self._decompressor()  # another gzip member may follow
-                else:
-                    self._done = True  # bytes after a deflate stream are ignored
-            else:
-                data = self._zlib.unconsumed_tail
-        return b"".join(out)
-
-    def finish(self) -> bytes:
-        if self._coding == "identity" or self._done:
-            return b""
-        tail = self._zlib.flush()
-        self._count(len(tail))
-        return tail
-
-    def _count(self, size: int) -> None:
-        self._total += size
-        if self._total > MAX_BYTES:
-            raise FetchError(
-                f"refused: {_shown(self._url)} decompresses to more than the 50 MB limit "
-                f"({MAX_BYTES:,} bytes)"
-            ).refused_as(Refusal.TOO_LARGE)
-
-
-async def resolve(host: str, port: int) -> list[IPAddress]:
-    """Every address `host` resolves to, in the resolver's order (getaddrinfo, off the loop)."""
-    loop = asyncio.get_running_loop()
-    try:
-        infos = await loop.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-        )
-    except (socket.gaierror, UnicodeError) as exc:
-        raise FetchError(f"fetch failed: cannot resolve {host} ({one_line(exc)})") from None
-    addresses: list[IPAddress] = []
-    for info in infos:
-        address = ip_address(str(info[4][0]))
-        if address not in addresses:
-            addresses.append(address)
-    if not addresses:
-        raise FetchError(f"fetch failed: cannot resolve {host} (no addresses)")
-    return addresses
-
-
-class _AddressRefused(FetchError):
-    """The host resolves to an address the policy refuses: what an attacker probing for
-    internal services meets, so the refusal log files it as SSRF."""
-
-    refusal = Refusal.SSRF
-
-
-class _VettedBackend(httpcore.AsyncNetworkBackend):
-    """Resolve, check every address, then connect to a checked one: no second DNS lookup."""
-
-    def __init__(self, exempt: frozenset[tuple[str, int]]) -> None:
-        self._exempt = exempt
-        self._network = httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        addresses = await resolve(host, port)
-        if (normalize_host(host), port) not in self._exempt:
-            for address in addresses:
-                label = classify(address)
-                if label is None:
-                    continue
-                if str(address) == normalize_host(host):  # the URL names the address itself
-                    raise _AddressRefused(f"refused: {host} is {describe(label)}")
-                raise _AddressRefused(f"refused: {host} resolves to {describe(label)} ({address})")
-        failure = httpcore.ConnectError(f"{host} has no address")
-        for address in addresses:
-            try:
-                return await self._network.connect_tcp(
-                    str(address),
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except httpcore.ConnectError as exc:
-                failure = exc  # try the next checked address
-        raise failure
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise FetchError("refused: Unix sockets are never fetched").refused_as(Refusal.SSRF)
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-class _VettedTransport(httpx.AsyncBaseTransport):
-    """httpx's transport, minus proxies, over an httpcore pool that uses `_VettedBackend`."""
-
-    def __init__(self, backend: _VettedBackend, ssl_context: ssl.SSLContext) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context, network_backend=backend, http1=True, http2=False
-        )
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._pool.handle_async_request(
-            httpcore.Request(
-                method=request.method,
-                url=httpcore.URL(
-                    scheme=request.url.raw_scheme,
-                    host=request.url.raw_host,
-                    port=request.url.port,
-                    target=request.url.raw_path,
-                ),
-                headers=request.headers.raw,
-                content=request.stream,
-                extensions=request.extensions,
-            )
-        )
-        assert isinstance(response.stream, AsyncIterable)
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_ResponseStream(response.stream),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._pool.aclose()
-
-
-class _ResponseStream(httpx.AsyncByteStream):
-    def __init__(self, stream: AsyncIterable[bytes]) -> None:
-        self._stream = stream
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for part in self._stream:
-            yield part
-
-    async def aclose(self) -> None:
-        close = getattr(self._stream, "aclose", None)
-        if close is not None:
-            await close()
 
 
 def _title_from(url: httpx.URL) -> str:

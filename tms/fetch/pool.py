@@ -10,9 +10,10 @@ segfault would take the server down with it. So:
   that import only the extractor, at a lower CPU priority than the server). Callers queue for a
   free one for at most the extraction time limit, then get "busy, try again".
 - Each extraction is bounded in time (`seconds`, per call) and memory (`memory_bytes`, per pool:
-  the pool kills a worker whose resident memory passes it, checking every `WATCH_SECONDS`; the
-  worker caps its own address space at twice that). A worker past either limit, or that dies (a
-  segfault in PDFium), costs that one extraction, with a one-line `FetchError` saying which.
+  the pool kills a worker whose resident memory passes it, looking every `WATCH_SECONDS` of
+  `tms.fetch.process`; the worker caps its own address space at twice that). A worker past
+  either limit, or that dies (a segfault in PDFium), costs that one extraction, with a one-line
+  `FetchError` saying which.
   A fresh worker takes its place at once, so the pool stays whole.
 - When the caller goes away (its task is cancelled: a client that hung up, a server shutting
   down), its worker is killed then and there: no extraction outlives its request.
@@ -41,12 +42,9 @@ import asyncio
 import atexit
 import collections
 import contextlib
-import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import weakref
 from collections.abc import Mapping
@@ -54,7 +52,7 @@ from typing import Any, Final
 
 from tms.errors import FetchError, one_line
 from tms.fetch.extract import Extracted
-from tms.fetch.worker import FRAME, MAX_HEADER, READY, encode
+from tms.fetch.process import REAP_SECONDS, WorkerDied, WorkerProcess
 
 SECONDS_ENV: Final = "TMS_FETCH_EXTRACT_SECONDS"
 MEMORY_ENV: Final = "TMS_FETCH_EXTRACT_MEMORY_MB"
@@ -64,12 +62,6 @@ DEFAULT_MEMORY_MB: Final = 1024
 DEFAULT_WORKERS: Final = 2
 MiB: Final = 1024 * 1024
 START_SECONDS: Final = 60.0  # a worker starts in under a second; this is for a swamped machine
-WATCH_SECONDS: Final = 0.02  # how often a busy worker's memory is looked at
-REAP_SECONDS: Final = 2.0  # how long to wait for a dead worker's exit status
-
-# What a worker may see of the server's environment: enough to run Python, nothing else.
-_ENV_KEPT: Final = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "VIRTUAL_ENV")
-_ENV_PREFIXES: Final = ("LC_", "PYTHON")
 
 
 def extract_seconds_from_env(env: Mapping[str, str] | None = None) -> float:
@@ -100,137 +92,6 @@ def _number(
     return value
 
 
-class _WorkerDied(Exception):
-    """The worker's socket closed in the middle of a job."""
-
-
-class _Worker:
-    """One worker process and the server's end of its socket."""
-
-    def __init__(self, memory_bytes: int) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tms.fetch.worker",
-                    str(theirs.fileno()),
-                    str(memory_bytes),
-                ],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                env=_worker_env(),
-                close_fds=True,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        ours.setblocking(False)
-        self.socket = ours
-        self.ready = False
-        self.over_memory = False  # killed by `watch` for passing the memory limit
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    async def start(self) -> None:
-        """Wait for the worker's "ready" (it has loaded its libraries)."""
-        header, _ = await self._receive(0)
-        if header != READY:
-            raise _WorkerDied("the worker did not say it was ready")
-        self.ready = True
-
-    async def run(self, header: dict[str, Any], body: bytes, max_text: int) -> tuple[Any, bytes]:
-        """Send one job, return the worker's reply header and payload."""
-        loop = asyncio.get_running_loop()
-        head, payload = encode(header, body)
-        try:
-            await loop.sock_sendall(self.socket, head)
-            await loop.sock_sendall(self.socket, payload)
-        except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died first
-            raise _WorkerDied(str(exc)) from None
-        return await self._receive(max_text)
-
-    async def watch(self, memory_bytes: int) -> None:
-        """Kill the worker if its resident memory passes `memory_bytes` (runs until cancelled)."""
-        statm = f"/proc/{self.pid}/statm"
-        page = os.sysconf("SC_PAGE_SIZE")
-        while True:
-            await asyncio.sleep(WATCH_SECONDS)
-            try:
-                with open(statm, "rb") as file:
-                    resident = int(file.read().split()[1]) * page
-            except (OSError, ValueError, IndexError):
-                return  # gone, or no /proc here: the worker's own address-space cap still holds
-            if resident > memory_bytes:
-                self.over_memory = True
-                self.kill()
-                return
-
-    async def _receive(self, max_payload: int) -> tuple[Any, bytes]:
-        lengths = await self._exactly(FRAME.size)
-        head_size, payload_size = FRAME.unpack(lengths)
-        if head_size > MAX_HEADER or payload_size > max_payload:
-            raise _WorkerDied(f"the worker sent a frame of {head_size}+{payload_size} bytes")
-        head = await self._exactly(head_size)
-        payload = await self._exactly(payload_size)
-        try:
-            return json.loads(head.decode("utf-8")), bytes(payload)
-        except ValueError:
-            raise _WorkerDied("the worker sent a header that is not JSON") from None
-
-    async def _exactly(self, size: int) -> bytearray:
-        loop = asyncio.get_running_loop()
-        buffer = bytearray(size)
-        view = memoryview(buffer)
-        got = 0
-        while got < size:
-            try:
-                n = await loop.sock_recv_into(self.socket, view[got:])
-            except OSError as exc:
-                raise _WorkerDied(str(exc)) from None
-            if n == 0:
-                raise _WorkerDied("the worker closed its socket")
-            got += n
-        return buffer
-
-    def kill(self) -> None:
-        """SIGKILL the process. Our socket stays open until `discard`, so that a coroutine
-        reading it sees it close rather than wait on a closed descriptor."""
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-
-    def discard(self) -> None:
-        """Kill the process and close our socket (no coroutine may be using it)."""
-        self.kill()
-        self.socket.close()
-
-    def reaped(self) -> bool:
-        """True once the process has exited and its status was collected."""
-        return self.process.poll() is not None
-
-    async def exit_status(self) -> int | None:
-        """The exit status of a worker whose socket closed, waiting briefly for it."""
-        deadline = time.monotonic() + REAP_SECONDS
-        while self.process.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        return self.process.returncode
-
-
-def _worker_env() -> dict[str, str]:
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if name in _ENV_KEPT or name.startswith(_ENV_PREFIXES)
-    }
-
-
 class ExtractionPool:
     """At most `workers` extractions at once, each in its own process; see the module doc.
 
@@ -246,10 +107,10 @@ class ExtractionPool:
             raise ValueError("an extraction pool needs at least one worker")
         self.size = workers
         self.memory_bytes = memory_bytes
-        self._idle: list[_Worker] = []
-        self._busy: set[_Worker] = set()
-        self._dying: list[_Worker] = []  # killed, exit status not collected yet
-        self._waiters: collections.deque[asyncio.Future[_Worker]] = collections.deque()
+        self._idle: list[WorkerProcess] = []
+        self._busy: set[WorkerProcess] = set()
+        self._dying: list[WorkerProcess] = []  # killed, exit status not collected yet
+        self._waiters: collections.deque[asyncio.Future[WorkerProcess]] = collections.deque()
         self._closed = False
         _POOLS.add(self)
 
@@ -295,7 +156,7 @@ class ExtractionPool:
                 try:
                     async with asyncio.timeout(START_SECONDS):
                         await worker.start()
-                except (TimeoutError, _WorkerDied):
+                except (TimeoutError, WorkerDied):
                     raise FetchError(
                         "fetch failed: the text extractor could not start; see the server's log"
                     ) from None
@@ -309,7 +170,7 @@ class ExtractionPool:
                     f"no text could be extracted from {url}: extraction took longer than "
                     f"{seconds:g} s; the page is too large or too complex to extract"
                 ) from None
-            except _WorkerDied:
+            except WorkerDied:
                 raise await self._death(worker, url) from None
             finally:
                 watch.cancel()
@@ -344,7 +205,7 @@ class ExtractionPool:
         except UnicodeDecodeError:
             raise misbehaved from None
 
-    async def _death(self, worker: _Worker, url: str) -> FetchError:
+    async def _death(self, worker: WorkerProcess, url: str) -> FetchError:
         """The error for a worker that died during a job: killed for its memory, or crashed."""
         if self._closed:
             return FetchError("fetch failed: the server is shutting down")
@@ -364,7 +225,7 @@ class ExtractionPool:
             f"no text could be extracted from {url}: the extractor crashed on this document{how}"
         )
 
-    async def _acquire(self, seconds: float) -> _Worker:
+    async def _acquire(self, seconds: float) -> WorkerProcess:
         if self._closed:
             raise FetchError("fetch failed: the server is shutting down")
         self._reap()
@@ -377,9 +238,9 @@ class ExtractionPool:
         self._busy.add(worker)
         return worker
 
-    async def _wait(self, seconds: float) -> _Worker:
+    async def _wait(self, seconds: float) -> WorkerProcess:
         """Queue for a worker that `_release` hands over, for at most `seconds`."""
-        waiter: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[WorkerProcess] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
             async with asyncio.timeout(seconds):
@@ -398,15 +259,15 @@ class ExtractionPool:
                 ) from None
             raise
 
-    def _spawn(self) -> _Worker:
+    def _spawn(self) -> WorkerProcess:
         try:
-            return _Worker(self.memory_bytes)
+            return WorkerProcess(self.memory_bytes)
         except OSError as exc:
             raise FetchError(
                 f"fetch failed: the text extractor could not start ({one_line(exc)})"
             ) from None
 
-    def _release(self, worker: _Worker, *, healthy: bool) -> None:
+    def _release(self, worker: WorkerProcess, *, healthy: bool) -> None:
         """Take a worker back from a caller: to the next waiter, or idle; or replace it."""
         self._busy.discard(worker)
         if not healthy or self._closed:

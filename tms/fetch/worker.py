@@ -1,5 +1,5 @@
 """The extraction worker: `python -m tms.fetch.worker FD MEMORY_BYTES`, started by
-`tms.fetch.pool`.
+`tms.fetch.process` on behalf of `tms.fetch.pool`.
 
 A worker is a fresh interpreter, not a fork of the server: it inherits no memory, threads,
 event loop or database connection, no file descriptor but its end of a socket pair (FD), and an

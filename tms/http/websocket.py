@@ -9,9 +9,14 @@ the server's connections but knows none of our limits. This subclass adds them:
   the app calls idle (no subscription: `idle(True)`) is among the idle ones, so that at a cap
   the longest idle connection of either kind is closed to make room, never a busy one;
 - the app may `abort()` a connection whose client stopped reading: a polite close would wait
-  for the client to read it, and its unread bytes would hold the socket meanwhile.
+  for the client to read it, and its unread bytes would hold the socket meanwhile;
+- the app may `send_texts(texts)`: several text messages framed at once and written in one
+  system call, where ASGI's `websocket.send` writes each message on its own. A relay sends
+  many small messages at once (a batch's events to each of its subscribers, a group's OKs):
+  one write per message was the largest cost of fanning events out.
 
-`abort` and `idle` reach the app through the scope's extensions, under `EXTENSION`. The client's
+`abort`, `idle` and `send_texts` reach the app through the scope's extensions, under
+`EXTENSION`. The client's
 message size is capped by uvicorn (`ws_max_size`, a little above what the relay accepts, so that
 a message just over the relay's limit is answered with a NOTICE rather than a close); pings every
 20 s (uvicorn's default) find peers that went away without a word.
@@ -22,11 +27,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
 from uvicorn.config import Config
+from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
+from websockets.exceptions import InvalidState
 from websockets.http11 import Request
 
 from tms.guard.clients import is_trusted
@@ -50,6 +58,9 @@ class _Lent:
 
     def idle(self, flag: bool) -> None:
         self._protocol.set_idle(flag)
+
+    async def send_texts(self, texts: Sequence[str]) -> None:
+        await self._protocol.send_texts(texts)
 
 
 class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -105,6 +116,20 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             self._deadline = None
 
     # --- the app's levers, and the connection cap's -----------------------------------------
+
+    async def send_texts(self, texts: Sequence[str]) -> None:
+        """What ASGI's `websocket.send` does for each text, in one write: waits while the
+        transport's buffer is full (the client reads slowly), and raises `ClientDisconnected`
+        once the connection is gone or closing, as `send` does."""
+        await self.writable.wait()
+        if self.disconnected or self.close_sent or not self.handshake_complete:
+            raise ClientDisconnected()
+        try:
+            for text in texts:
+                self.conn.send_text(text.encode())
+        except InvalidState:
+            raise ClientDisconnected() from None
+        self.transport.write(b"".join(self.conn.data_to_send()))
 
     def abort(self) -> None:
         if not self.disconnected:

@@ -19,7 +19,7 @@ from tms.ledger.access import ReadableCollection
 from tms.nostr.events import Event
 from tms.rules.publish import newer
 from tms.store.database import Connection, Pool
-from tms.tlog.audit import checkpoint_line
+from tms.tlog.export_lines import checkpoint_line
 from tms.types import KIND_MEMBERS, UNSCOPED, EventId, PubKey, Slug
 
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
@@ -55,7 +55,7 @@ class Exporter:
 
         With `checkpoint`, a last line holds the collection log's latest signed checkpoint, the
         log's entries (event ids in log order) and the ids of the profile and terms lines
-        (`tms.tlog.audit.checkpoint_line`), all read from the same snapshot as the events, so
+        (`tms.tlog.export_lines.checkpoint_line`), all read from the same snapshot as the events, so
         that `tms verify-export` needs nothing but the file. The collection's log must exist
         (`LogReads.checkpoint` builds one not built yet)."""
         slug = readable.slug

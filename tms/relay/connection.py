@@ -11,10 +11,12 @@ Writes need no AUTH: `Ledger.publish` judges a one-event batch exactly as it jud
 Reads (REQ, COUNT) need an authenticated key that may read: NIP-42 AUTH, or the login cookie of
 a same-origin browser (`tms.relay.endpoint`).
 
-Everything sent goes through one bounded queue, written by a task of its own. Live events are
-never waited for: a client that lets its queue pass `OUTBOX_BYTES` or `OUTBOX_MESSAGES` is behind,
-and is told so in a NOTICE and closed. A stored answer waits for room (the query pages are
-small), up to `STALL_SECONDS`.
+Everything sent goes through one bounded queue, written by a task of its own: whatever has
+queued up meanwhile goes out in one write (`send_many`, up to `WRITE_BYTES`), so that a batch's
+events reach a subscriber, and a group's OKs a writer, in one system call rather than one each.
+Live events are never waited for: a client that lets its queue pass `OUTBOX_BYTES` or
+`OUTBOX_MESSAGES` is behind, and is told so in a NOTICE and closed. A stored answer waits for
+room (the query pages are small), up to `STALL_SECONDS`.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ AUTH_REQUIRED: Final = (
 REAUTHENTICATED: Final = (
     "auth-required: this connection authenticated as another key; subscribe again"
 )
+WRITE_BYTES: Final = 256 * 1024  # queued messages written at once, about (one at least)
 FEED_WAIT_SECONDS: Final = 10.0
 FEED_NOT_READY: Final = (
     "error: live delivery is not ready (the database is not answering yet); try again shortly"
@@ -150,18 +153,22 @@ class Connection:
         relay: Relay,
         send: Callable[[str], Awaitable[None]],
         *,
+        send_many: Callable[[list[str]], Awaitable[None]] | None = None,
         slug: Slug | None,
         url: str,
         address: str | None,
         pubkey: PubKey | None = None,
         idle: Callable[[bool], None] | None = None,
     ) -> None:
-        """`slug`: the collection this relay is (None: the root, every collection the key
-        reads); `url`: this relay's URL, as AUTH events must name it; `pubkey`: the key a login
-        cookie authenticated; `idle(flag)`: told when the connection has no subscription
-        (the server may then close it to make room for another)."""
+        """`send`: one message to the client; `send_many`: several in one write, when the
+        server can (`tms.http.websocket`); `slug`: the collection this relay is (None: the
+        root, every collection the key reads); `url`: this relay's URL, as AUTH events must
+        name it; `pubkey`: the key a login cookie authenticated; `idle(flag)`: told when the
+        connection has no subscription (the server may then close it to make room for
+        another)."""
         self.relay = relay
         self._send = send
+        self._send_many = send_many
         self.slug = slug
         self.url = url
         self.address = address
@@ -272,11 +279,23 @@ class Connection:
             while not self._outbox:
                 self._wake.clear()
                 await self._wake.wait()
-            message = self._outbox.popleft()
-            self._outbox_chars -= len(message)
-            if self._outbox_chars <= OUTBOX_BYTES // 4:
-                self._room.set()
-            await self._send(message)
+            if self._send_many is None:
+                message = self._outbox.popleft()
+                self._taken(len(message))
+                await self._send(message)
+                continue
+            batch = [self._outbox.popleft()]
+            size = len(batch[0])
+            while self._outbox and size + len(self._outbox[0]) <= WRITE_BYTES:
+                size += len(self._outbox[0])
+                batch.append(self._outbox.popleft())
+            self._taken(size)
+            await self._send_many(batch)
+
+    def _taken(self, chars: int) -> None:
+        self._outbox_chars -= chars
+        if self._outbox_chars <= OUTBOX_BYTES // 4:
+            self._room.set()
 
     async def _drained(self) -> None:
         while self._outbox:

@@ -7,10 +7,10 @@ site: the cookie counts only when the upgrade's `Origin` is this server's own, s
 can open a socket that rides a member's login (cross-site WebSocket hijacking). A connection from
 another origin still works, and authenticates with AUTH like any Nostr client.
 
-The server's WebSocket protocol (`tms.http.websocket`) lends the app two things through the
+The server's WebSocket protocol (`tms.http.websocket`) lends the app three things through the
 scope: `abort`, to drop a client that no longer reads at all (a polite close would wait for it
-forever), and `idle(flag)`, so that a connection without subscriptions counts as idle for the
-connection cap.
+forever), `idle(flag)`, so that a connection without subscriptions counts as idle for the
+connection cap, and `send_texts`, several messages in one write.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ async def relay_socket(websocket: WebSocket) -> None:
         conn = Connection(
             relay,
             websocket.send_text,
+            send_many=getattr(lent, "send_texts", None),
             slug=websocket.path_params.get("slug"),
             url=relay_url(websocket, settings.base_url),
             address=address,

@@ -7,7 +7,8 @@ profiles of the keys that wrote them; asked for, it ends with a *checkpoint line
 profile or terms line>, <id of the entry just before it, or null>], ...]}`, a JSON object no
 event can be (it has no `id`). The audit:
 
-1. checks every event line's id and signature (a changed line is named);
+1. checks every event line's id and signature (a changed line is named): done line by line,
+   before the audit, by `tms.tlog.export_lines.read_line`;
 2. opens every checkpoint (the export's own, and any the member kept) with the server's
    verifier key, and learns the collection from the checkpoints' origin `<host>/c/<slug>`;
 3. rebuilds the tree from the collection's events in file order, and checks that its first
@@ -21,27 +22,25 @@ cannot run: the lines are still checked (step 1), and the file against itself
 (`tms.tlog.replay`: one collection, no repeats, every citation earlier in the file, every author
 the owner or a member then), and the report says that nothing proves the file whole.
 
-Pure: lines in, a report out. Reading the file and spreading the signature checks over the
-CPUs is the CLI's (`tms.cli.verify_export`).
+Pure: read lines in (`tms.tlog.export_lines.Line`), a report out. Reading the file and
+spreading the signature checks over the CPUs is the CLI's (`tms.cli.verify_export`).
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Final
 
-from tms.errors import InvalidEvent, LogError, shown
-from tms.nostr.events import Event, compact_json, is_hex64
-from tms.rules.kinds import KINDS, unscoped_kinds
+from tms.errors import LogError, shown
+from tms.rules.kinds import unscoped_kinds
+from tms.tlog.export_lines import CheckpointLine, Line
 from tms.tlog.merkle import CompactRange, leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint, origin_slug
 from tms.tlog.replay import replay
-from tms.types import KIND_MEMBERS, KIND_TERMS
+from tms.types import KIND_TERMS
 
-CHECKPOINT_KEY: Final = "checkpoint"
 MAX_REPORTED: Final = 1000  # problems printed; the count is always exact
 NO_CHECKPOINT: Final = (
     "no checkpoint: the export has no checkpoint line, and none was given, so nothing proves "
@@ -50,125 +49,6 @@ NO_CHECKPOINT: Final = (
     "checkpoint (tms export --checkpoint SLUG, or /c/SLUG/export.jsonl?checkpoint=1), or give "
     "a checkpoint you kept from publish or get_checkpoint (--checkpoint FILE)"
 )
-
-
-Other = tuple[str, str | None]  # a profile or terms line: its id, and the entry before it
-
-
-def checkpoint_line(note: str, entries: Sequence[str], others: Sequence[Other]) -> str:
-    """The line an export ends with when asked: its signed checkpoint and what it covers."""
-    listed = [list(other) for other in others]
-    return compact_json({CHECKPOINT_KEY: note, "entries": list(entries), "others": listed})
-
-
-class Line(NamedTuple):
-    """One line of an export, as far as it could be read and checked (a tuple: workers send
-    hundreds of thousands back, and tuples pickle several times faster than objects)."""
-
-    number: int
-    id: str | None  # the id the line claims (None: not an event at all)
-    kind: int | None = None
-    pubkey: str | None = None
-    collection: str | None = None
-    problem: str | None = None  # why it does not verify
-    created_at: int | None = None
-    cites: tuple[tuple[str, ...], ...] = ()  # what an entry cites, per reference of its kind
-    listed: tuple[str, ...] | None = None  # a member list's members
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointLine:
-    number: int
-    note: str
-    entries: list[str]
-    others: list[Other]
-
-
-def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
-    """Parse and check one line (its id and signature): the CPU-bound part of an audit."""
-    if raw.startswith(b'{"' + CHECKPOINT_KEY.encode() + b'"'):
-        try:
-            return _checkpoint_line(number, json.loads(raw))
-        except (ValueError, TypeError) as exc:
-            return Line(number, None, problem=f"not an event nor a checkpoint line: {exc}")
-    try:
-        event = Event.from_json(raw)
-    except InvalidEvent as exc:
-        return Line(number, _claimed_id(raw), problem=f"not an event: {exc}")
-    collection: str | None = None
-    cites: tuple[tuple[str, ...], ...] = ()
-    listed: tuple[str, ...] | None = None
-    if event.kind not in unscoped_kinds():
-        try:
-            content = json.loads(event.content)
-        except ValueError:
-            content = None
-        if isinstance(content, dict):
-            named = content.get("collection")
-            collection = named if isinstance(named, str) else None
-            cites = _cited(event.kind, content)
-            listed = _listed(event.kind, content)
-    try:
-        event.verify()
-        problem = None
-    except InvalidEvent as exc:
-        problem = f"changed: {exc}"
-    return Line(
-        number,
-        event.id,
-        event.kind,
-        event.pubkey,
-        collection,
-        problem,
-        created_at=event.created_at,
-        cites=cites,
-        listed=listed,
-    )
-
-
-def _cited(kind: int, content: dict[str, object]) -> tuple[tuple[str, ...], ...]:
-    """What an entry cites, one tuple per reference of its kind (`Kind.references`), for
-    `tms.tlog.replay`."""
-    known = KINDS.get(kind)
-    return tuple(r.raw_ids(content) for r in known.references) if known is not None else ()
-
-
-def _listed(kind: int, content: dict[str, object]) -> tuple[str, ...] | None:
-    """Whom a member list lists, for `tms.tlog.replay`."""
-    members = content.get("members")
-    if kind != KIND_MEMBERS or not isinstance(members, list):
-        return None
-    return tuple(m for m in members if isinstance(m, str))
-
-
-def read_lines(numbers: Sequence[int], raws: Sequence[bytes]) -> list[Line | CheckpointLine]:
-    """`read_line` over a block of lines (a worker's share)."""
-    return [read_line(number, raw) for number, raw in zip(numbers, raws, strict=True)]
-
-
-def _checkpoint_line(number: int, obj: object) -> CheckpointLine:
-    if not isinstance(obj, dict) or set(obj) != {CHECKPOINT_KEY, "entries", "others"}:
-        raise ValueError('it must hold exactly "checkpoint", "entries" and "others"')
-    note, entries, others = obj[CHECKPOINT_KEY], obj["entries"], obj["others"]
-    if not isinstance(note, str):
-        raise ValueError("its checkpoint must be a signed note")
-    if not isinstance(entries, list) or not all(is_hex64(i) for i in entries):
-        raise ValueError("its entries must be a list of event ids")
-    if not isinstance(others, list) or not all(
-        isinstance(o, list) and len(o) == 2 and is_hex64(o[0]) and (o[1] is None or is_hex64(o[1]))
-        for o in others
-    ):
-        raise ValueError("its others must be a list of [event id, event id or null]")
-    return CheckpointLine(number, note, entries, [(o[0], o[1]) for o in others])
-
-
-def _claimed_id(raw: bytes) -> str | None:
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        return None
-    claimed = obj.get("id") if isinstance(obj, dict) else None
-    return claimed if isinstance(claimed, str) else None
 
 
 @dataclass
@@ -471,21 +351,3 @@ def _longest_increasing(values: list[int]) -> set[int]:
         chosen.add(values[position])
         position = before[position]
     return chosen
-
-
-def read_kept(text: str) -> list[str]:
-    """The checkpoints in a file a member kept: a signed note, or JSON holding them (a
-    checkpoint line, a `get_checkpoint` result, an export's last line)."""
-    stripped = text.strip()
-    if not stripped.startswith("{"):
-        return [text]
-    try:
-        obj = json.loads(stripped.rsplit("\n", 1)[-1])  # JSON, or an export's last line
-    except ValueError as exc:
-        raise LogError(f"not a signed note, nor JSON holding one: {exc}") from None
-    note = obj.get(CHECKPOINT_KEY, obj.get("note")) if isinstance(obj, dict) else None
-    if isinstance(note, dict):
-        note = note.get("note")
-    if not isinstance(note, str):
-        raise LogError('no checkpoint found: expected a signed note, or JSON with "note"')
-    return [note]

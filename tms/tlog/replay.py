@@ -16,7 +16,7 @@ rules every stored event obeyed when it was stored:
 What it cannot see: an event dropped that nothing later cites or depends on, or a history cut
 at its end. That is the checkpoint's job, and the report says so.
 
-Pure: checked lines in (`tms.tlog.audit.Line`), problems out.
+Pure: checked lines in (`tms.tlog.export_lines.Line`), problems out.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tms.types import KIND_MEMBERS
 
 
 class Entry(Protocol):
-    """What the replay reads of a line (`tms.tlog.audit.Line` has it)."""
+    """What the replay reads of a line (`tms.tlog.export_lines.Line` has it)."""
 
     @property
     def number(self) -> int: ...

@@ -144,6 +144,8 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     app.state.settings = settings
     app.state.door = door
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
-    app.add_middleware(SecurityHeaders, relays=settings.profile_relays)  # every answer
+    app.add_middleware(  # every answer
+        SecurityHeaders, relays=settings.profile_relays, base_url=settings.base_url
+    )
     app.add_middleware(Metered)  # outermost: counts what the client gets
     return app

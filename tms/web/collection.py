@@ -10,16 +10,21 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tms.errors import NotAReader
+from tms.ledger import watermark
 from tms.ledger.reads import CLAIM_SORTS
 from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
 from tms.search.search import Method
-from tms.types import MAX_QUERY_CHARS
+from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, MAX_QUERY_CHARS
 from tms.web.door import Refused, door_of, ok, page, services_of
 
 CLAIMS_SHOWN: Final = 100
 EVIDENCE_SHOWN: Final = 100
 MAX_NOTE_CHARS: Final = 80  # of a profile name, shown as a note on the members page
+# What the page follows live (static/collection.js); what committed between its rendering and
+# its subscription is caught up for the small kinds only (never a page-load of evidence texts).
+LIVE_KINDS: Final = (KIND_EVIDENCE, KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION)
+CAUGHT_UP_KINDS: Final = (KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION)
 
 
 @page
@@ -27,6 +32,8 @@ async def collection(request: Request) -> Response:
     door = door_of(request)
     session, readable = await door.collection(request)
     services = services_of(request)
+    # first: whatever commits while the page is read is caught up by its live part
+    after = await watermark.newest(services.ledger.pool, readable, CAUGHT_UP_KINDS)
     sort = request.query_params.get("sort") or "recent"
     if sort not in CLAIM_SORTS:
         sort = "recent"
@@ -52,7 +59,9 @@ async def collection(request: Request) -> Response:
         search=search,
         claims=claims,
         evidence=evidence,
+        evidence_cut=len(evidence) == EVIDENCE_SHOWN,
         owner=info["owner"] == session.pubkey,
+        live={"after": after, "kinds": LIVE_KINDS, "caught_up": CAUGHT_UP_KINDS},
     )
 
 

@@ -18,11 +18,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tms.ledger import watermark
 from tms.ledger.access import ReadableCollection
 from tms.ledger.excerpts import ShownLink
 from tms.ledger.reads import Reads
 from tms.nostr.events import is_hex64
-from tms.types import KIND_CLAIM, KIND_EVIDENCE, KIND_LINK, MAX_CONTENT_CHARS, MAX_QUERY_CHARS
+from tms.types import (
+    KIND_CLAIM,
+    KIND_CONTRADICTION,
+    KIND_EVIDENCE,
+    KIND_LINK,
+    MAX_CONTENT_CHARS,
+    MAX_QUERY_CHARS,
+)
 from tms.web.door import door_of, ok, page, services_of
 
 EVIDENCE_PAGE_CHARS: Final = 20_000  # evidence text shown per page
@@ -30,6 +38,7 @@ LINKS_SHOWN: Final = 200  # links read for a claim page, and quotes marked on an
 CONTRADICTIONS_SHOWN: Final = 50  # on a claim page
 CHOICES_SHOWN: Final = 20  # claims the "Contradicts…" picker offers at once
 RELATIONS: Final = ("SUPPORTS", "REBUTS", "QUALIFIES")
+LIVE_KINDS: Final = (KIND_LINK, KIND_CONTRADICTION)  # what the claim page follows (claim-live.js)
 
 
 @page
@@ -39,6 +48,8 @@ async def claim(request: Request) -> Response:
     door = door_of(request)
     session, readable = await door.collection(request)
     services = services_of(request)
+    # first: whatever commits while the page is read is caught up by its live part
+    after = await watermark.newest(services.ledger.pool, readable, LIVE_KINDS)
     event_id = request.path_params["event_id"]
     event = None
     if is_hex64(event_id):
@@ -74,6 +85,7 @@ async def claim(request: Request) -> Response:
         contradictions_cut=(
             CONTRADICTIONS_SHOWN if len(contradictions) == CONTRADICTIONS_SHOWN else None
         ),
+        live={"after": after, "kinds": LIVE_KINDS, "caught_up": LIVE_KINDS},
     )
 
 
