@@ -30,12 +30,13 @@ export class NotSigned extends Error {
 // Sign `content` (an object, serialized as JSON.stringify does, which the server hashes as is)
 // as an event of `kind`. The logged-in key must be the one that signs. A refusal from the
 // extension is a `NotSigned`.
-export async function sign (kind, content, tags = []) {
+// `createdAt` (seconds) only when the caller must sign later than a record it has seen.
+export async function sign (kind, content, tags = [], createdAt = now()) {
   if (!window.nostr) throw new Error('No Nostr extension: install one that supports NIP-07.')
   const text = typeof content === 'string' ? content : JSON.stringify(content)
   let event
   try {
-    event = await window.nostr.signEvent({ kind, created_at: now(), tags, content: text })
+    event = await window.nostr.signEvent({ kind, created_at: createdAt, tags, content: text })
   } catch (error) {
     throw new NotSigned(error)
   }
