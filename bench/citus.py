@@ -46,7 +46,7 @@ import asyncpg
 import httpx
 from serving import HEADERS, Server, Signer, call, compact, tms_command
 
-DEFAULT_CITUS: Final = "postgresql://postgres@127.0.0.1:5701/tms"
+DEFAULT_CITUS: Final = "postgresql://postgres@127.0.0.1:5721/tms"
 WORDS: Final = (
     "histamine intolerance diamine oxidase activity serum plasma mast cell review trial cohort "
     "patients reported symptoms reduced enzyme levels were measured in and again after weeks"
