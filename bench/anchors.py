@@ -85,7 +85,7 @@ def spread(times: list[float]) -> str:
 
 async def run(ns: argparse.Namespace, tmp: Path) -> None:
     settings = Settings.from_env({"TMS_DATA_DIR": str(tmp / "data")})
-    url = ns.database_url or await database.database_url(settings)
+    url = ns.database_url or await database.database_url(settings.database_url, settings.data_dir)
     pool = await database.open_pool(url, max_size=4)
     try:
         ledger = Ledger(pool)

@@ -286,7 +286,9 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
         cases = [Case(name, name) for name in ns.cases]
 
         async def setup() -> None:
-            url = await database.database_url(settings)  # the embedded server, until exit
+            url = await database.database_url(
+                settings.database_url, settings.data_dir
+            )  # the embedded server, until exit
             await build(url, author, cases, ns)
 
         print(f"building in {tmp} (embedded PostgreSQL)", flush=True)

@@ -141,7 +141,7 @@ def main() -> None:
     instrument()
     with tempfile.TemporaryDirectory(prefix="tms-profile-") as tmp:
         settings = Settings.from_env({"TMS_DATA_DIR": tmp, "TMS_EMBED": "off", **UNLIMITED})
-        url = asyncio.run(database.database_url(settings))
+        url = asyncio.run(database.database_url(settings.database_url, settings.data_dir))
         app = create_app(settings, database_url=url)
         port = 18000 + os.getpid() % 1000
         server = uvicorn.Server(

@@ -33,36 +33,40 @@ CREATE TABLE public.approvals (
 
 CREATE TABLE public.claim_counts (
     claim_id public.hex64 NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     seq bigint NOT NULL,
     supports integer DEFAULT 0 NOT NULL,
     qualifies integer DEFAULT 0 NOT NULL,
     rebuts integer DEFAULT 0 NOT NULL,
-    findings integer DEFAULT 0 NOT NULL
+    findings integer DEFAULT 0 NOT NULL,
+    CONSTRAINT claim_counts_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.claim_keys (
     claim_id public.hex64 NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     key bytea NOT NULL,
+    CONSTRAINT claim_keys_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT claim_keys_key_check CHECK ((length(key) = 32))
 );
 
 CREATE TABLE public.claims (
     id public.hex64 NOT NULL,
     seq bigint NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     pubkey public.hex64 NOT NULL,
     text text NOT NULL,
-    search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, "left"(text, 100000))) STORED
+    search tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, "left"(text, 100000))) STORED,
+    CONSTRAINT claims_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.collection_counts (
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     evidence bigint DEFAULT 0 NOT NULL,
     claims bigint DEFAULT 0 NOT NULL,
     links bigint DEFAULT 0 NOT NULL,
-    contradictions bigint DEFAULT 0 NOT NULL
+    contradictions bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT collection_counts_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.collections (
@@ -75,15 +79,17 @@ CREATE TABLE public.collections (
 CREATE TABLE public.contradiction_claims (
     contradiction_id public.hex64 NOT NULL,
     claim_id public.hex64 NOT NULL,
-    collection public.slug NOT NULL
+    collection text NOT NULL COLLATE pg_catalog."C",
+    CONSTRAINT contradiction_claims_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.contradictions (
     id public.hex64 NOT NULL,
     seq bigint NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     pubkey public.hex64 NOT NULL,
-    reason text NOT NULL
+    reason text NOT NULL,
+    CONSTRAINT contradictions_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.current_member_lists (
@@ -94,16 +100,19 @@ CREATE TABLE public.current_member_lists (
 
 CREATE TABLE public.embedding_queue (
     event_id public.hex64 NOT NULL,
-    seq bigint NOT NULL
+    seq bigint NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
+    CONSTRAINT embedding_queue_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.embeddings (
     event_id public.hex64 NOT NULL,
     model text NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     kind integer NOT NULL,
     embedding public.vector NOT NULL,
-    embedded_at timestamp with time zone DEFAULT now() NOT NULL
+    embedded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT embeddings_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.events (
@@ -115,8 +124,9 @@ CREATE TABLE public.events (
     tags text NOT NULL,
     content text NOT NULL,
     sig text NOT NULL COLLATE pg_catalog."C",
-    collection public.slug,
+    collection text NOT NULL COLLATE pg_catalog."C",
     received_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT events_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT events_sig_check CHECK ((length(sig) = 128))
 );
 
@@ -132,18 +142,19 @@ ALTER TABLE public.events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
 CREATE TABLE public.evidence (
     id public.hex64 NOT NULL,
     seq bigint NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     pubkey public.hex64 NOT NULL,
     title text,
     url text,
     source text,
     text text NOT NULL,
-    chars integer GENERATED ALWAYS AS (char_length(text)) STORED
+    chars integer GENERATED ALWAYS AS (char_length(text)) STORED,
+    CONSTRAINT evidence_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.link_anchors (
     link_id public.hex64 NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     start_offset integer NOT NULL,
     end_offset integer NOT NULL,
     exact text NOT NULL,
@@ -153,6 +164,7 @@ CREATE TABLE public.link_anchors (
     context_before text,
     context_after text,
     CONSTRAINT link_anchors_check CHECK ((end_offset >= start_offset)),
+    CONSTRAINT link_anchors_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT link_anchors_context_whole CHECK (((context_before IS NULL) = (context_after IS NULL))),
     CONSTRAINT link_anchors_occurrences_check CHECK ((occurrences >= 1)),
     CONSTRAINT link_anchors_start_offset_check CHECK ((start_offset >= 0))
@@ -161,13 +173,14 @@ CREATE TABLE public.link_anchors (
 CREATE TABLE public.links (
     id public.hex64 NOT NULL,
     seq bigint NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     pubkey public.hex64 NOT NULL,
     from_id public.hex64 NOT NULL,
     to_id public.hex64 NOT NULL,
     relation text NOT NULL,
     quote text NOT NULL,
     reason text NOT NULL,
+    CONSTRAINT links_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT links_relation_check CHECK ((relation = ANY (ARRAY['SUPPORTS'::text, 'REBUTS'::text, 'QUALIFIES'::text])))
 );
 
@@ -179,10 +192,11 @@ CREATE TABLE public.login_nonces (
 CREATE TABLE public.member_lists (
     id public.hex64 NOT NULL,
     seq bigint NOT NULL,
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     pubkey public.hex64 NOT NULL,
     created_at bigint NOT NULL,
-    members text[] NOT NULL COLLATE pg_catalog."C"
+    members text[] NOT NULL COLLATE pg_catalog."C",
+    CONSTRAINT member_lists_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
 CREATE TABLE public.memberships (
@@ -257,28 +271,31 @@ CREATE TABLE public.terms_signatures (
 );
 
 CREATE TABLE public.tlog_checkpoints (
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     size bigint NOT NULL,
     root bytea NOT NULL,
     note text NOT NULL,
     signed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tlog_checkpoints_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT tlog_checkpoints_root_check CHECK ((length(root) = 32)),
     CONSTRAINT tlog_checkpoints_size_check CHECK ((size > 0))
 );
 
 CREATE TABLE public.tlog_leaves (
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     idx bigint NOT NULL,
     event_id bytea NOT NULL,
+    CONSTRAINT tlog_leaves_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT tlog_leaves_event_id_check CHECK ((length(event_id) = 32)),
     CONSTRAINT tlog_leaves_idx_check CHECK ((idx >= 0))
 );
 
 CREATE TABLE public.tlog_nodes (
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     level smallint NOT NULL,
     idx bigint NOT NULL,
     hash bytea NOT NULL,
+    CONSTRAINT tlog_nodes_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT tlog_nodes_hash_check CHECK ((length(hash) = 32)),
     CONSTRAINT tlog_nodes_idx_check CHECK ((idx >= 0)),
     CONSTRAINT tlog_nodes_level_check CHECK ((((level >= 4) AND (level <= 60)) AND (((level)::integer % 4) = 0)))
@@ -301,13 +318,13 @@ ALTER TABLE ONLY public.approvals
     ADD CONSTRAINT approvals_pkey PRIMARY KEY (pubkey);
 
 ALTER TABLE ONLY public.claim_counts
-    ADD CONSTRAINT claim_counts_pkey PRIMARY KEY (claim_id);
+    ADD CONSTRAINT claim_counts_pkey PRIMARY KEY (claim_id, collection);
 
 ALTER TABLE ONLY public.claim_keys
-    ADD CONSTRAINT claim_keys_pkey PRIMARY KEY (claim_id);
+    ADD CONSTRAINT claim_keys_pkey PRIMARY KEY (claim_id, collection);
 
 ALTER TABLE ONLY public.claims
-    ADD CONSTRAINT claims_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT claims_pkey PRIMARY KEY (id, collection);
 
 ALTER TABLE ONLY public.collection_counts
     ADD CONSTRAINT collection_counts_pkey PRIMARY KEY (collection);
@@ -316,40 +333,40 @@ ALTER TABLE ONLY public.collections
     ADD CONSTRAINT collections_pkey PRIMARY KEY (slug);
 
 ALTER TABLE ONLY public.contradiction_claims
-    ADD CONSTRAINT contradiction_claims_pkey PRIMARY KEY (contradiction_id, claim_id);
+    ADD CONSTRAINT contradiction_claims_pkey PRIMARY KEY (contradiction_id, claim_id, collection);
 
 ALTER TABLE ONLY public.contradictions
-    ADD CONSTRAINT contradictions_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT contradictions_pkey PRIMARY KEY (id, collection);
 
 ALTER TABLE ONLY public.current_member_lists
     ADD CONSTRAINT current_member_lists_pkey PRIMARY KEY (collection);
 
 ALTER TABLE ONLY public.embedding_queue
-    ADD CONSTRAINT embedding_queue_pkey PRIMARY KEY (event_id);
+    ADD CONSTRAINT embedding_queue_pkey PRIMARY KEY (event_id, collection);
 
 ALTER TABLE ONLY public.embeddings
-    ADD CONSTRAINT embeddings_pkey PRIMARY KEY (event_id, model);
+    ADD CONSTRAINT embeddings_pkey PRIMARY KEY (event_id, model, collection);
 
 ALTER TABLE ONLY public.events
-    ADD CONSTRAINT events_id_key UNIQUE (id);
+    ADD CONSTRAINT events_id_key UNIQUE (id, collection);
 
 ALTER TABLE ONLY public.events
-    ADD CONSTRAINT events_pkey PRIMARY KEY (seq);
+    ADD CONSTRAINT events_pkey PRIMARY KEY (collection, seq);
 
 ALTER TABLE ONLY public.evidence
-    ADD CONSTRAINT evidence_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT evidence_pkey PRIMARY KEY (id, collection);
 
 ALTER TABLE ONLY public.link_anchors
-    ADD CONSTRAINT link_anchors_pkey PRIMARY KEY (link_id);
+    ADD CONSTRAINT link_anchors_pkey PRIMARY KEY (link_id, collection);
 
 ALTER TABLE ONLY public.links
-    ADD CONSTRAINT links_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT links_pkey PRIMARY KEY (id, collection);
 
 ALTER TABLE ONLY public.login_nonces
     ADD CONSTRAINT login_nonces_pkey PRIMARY KEY (nonce);
 
 ALTER TABLE ONLY public.member_lists
-    ADD CONSTRAINT member_lists_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT member_lists_pkey PRIMARY KEY (id, collection);
 
 ALTER TABLE ONLY public.memberships
     ADD CONSTRAINT memberships_pkey PRIMARY KEY (collection, pubkey);
@@ -376,7 +393,7 @@ ALTER TABLE ONLY public.tlog_checkpoints
     ADD CONSTRAINT tlog_checkpoints_pkey PRIMARY KEY (collection, size);
 
 ALTER TABLE ONLY public.tlog_leaves
-    ADD CONSTRAINT tlog_leaves_event_id_key UNIQUE (event_id);
+    ADD CONSTRAINT tlog_leaves_event_id_key UNIQUE (event_id, collection);
 
 ALTER TABLE ONLY public.tlog_leaves
     ADD CONSTRAINT tlog_leaves_pkey PRIMARY KEY (collection, idx);
@@ -410,13 +427,13 @@ CREATE INDEX contradiction_claims_claim ON public.contradiction_claims USING btr
 
 CREATE INDEX contradictions_collection_seq ON public.contradictions USING btree (collection, seq);
 
+CREATE INDEX embedding_queue_collection_seq ON public.embedding_queue USING btree (collection, seq);
+
 CREATE INDEX embedding_queue_seq ON public.embedding_queue USING btree (seq);
 
 CREATE INDEX embeddings_collection ON public.embeddings USING btree (collection, kind, model);
 
-CREATE INDEX events_collection_seq ON public.events USING btree (collection, seq);
-
-CREATE INDEX events_unscoped_pubkey ON public.events USING btree (pubkey, seq) WHERE (collection IS NULL);
+CREATE INDEX events_unscoped_pubkey ON public.events USING btree (pubkey, seq) WHERE (collection = '~unscoped'::text);
 
 CREATE INDEX evidence_collection_seq ON public.evidence USING btree (collection, seq);
 
@@ -507,9 +524,3 @@ CREATE TRIGGER tlog_leaves_no_truncate BEFORE TRUNCATE ON public.tlog_leaves FOR
 CREATE TRIGGER tlog_nodes_append_only BEFORE DELETE OR UPDATE ON public.tlog_nodes FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
 
 CREATE TRIGGER tlog_nodes_no_truncate BEFORE TRUNCATE ON public.tlog_nodes FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
-
-ALTER TABLE ONLY public.collections
-    ADD CONSTRAINT collections_created_by_fkey FOREIGN KEY (created_by) REFERENCES public.events(id);
-
-ALTER TABLE ONLY public.current_member_lists
-    ADD CONSTRAINT current_member_lists_collection_fkey FOREIGN KEY (collection) REFERENCES public.collections(slug);

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
+import cluster
 import pytest
 from factories import admin, create_database, drop_database
 
@@ -33,9 +34,13 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
-    """`TMS_TEST_DATABASE_URL` when set (a role allowed to create databases), else an embedded
+    """`TMS_TEST_CITUS_URL` when set (a Citus cluster's coordinator: tests/cluster.py), else
+    `TMS_TEST_DATABASE_URL` when set (a role allowed to create databases), else an embedded
     server in a temporary directory of its own (not pytest's, which a concurrent pytest run may
     prune), deleted at the end of the session."""
+    if cluster.CITUS_URL:
+        yield cluster.server_url()
+        return
     url = os.environ.get("TMS_TEST_DATABASE_URL")
     if url:
         yield url
@@ -55,6 +60,10 @@ def pg_server_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def template_url(pg_server_url: str) -> Iterator[str]:
     """A database migrated once per session, which `create_database` copies."""
+    if cluster.is_citus(pg_server_url):
+        yield asyncio.run(cluster.build_template(TEMPLATE))
+        asyncio.run(cluster.drop(TEMPLATE))
+        return
 
     async def build() -> None:
         await admin(

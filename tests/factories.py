@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import asyncpg
+import cluster
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -229,6 +230,12 @@ def database_name(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
 
 
+# Before a test switches the append-only guard off and on (ALTER TABLE ... DISABLE TRIGGER): on
+# Citus, changing a distributed table's triggers takes this setting (tms.store.citus); anywhere
+# else it is a name nothing reads.
+CITUS_TRIGGERS: Final = "SELECT set_config('citus.enable_unsafe_triggers', 'on', true)"
+
+
 async def admin(server_url: str, *sql: str) -> None:
     """Run statements one by one on the server's maintenance database."""
     conn = await asyncpg.connect(server_url)
@@ -240,8 +247,11 @@ async def admin(server_url: str, *sql: str) -> None:
 
 
 async def create_database(server_url: str, template_url: str, prefix: str = "tms_test") -> str:
-    """A database of its own, copied from the migrated template; returns its URL."""
+    """A database of its own, copied from the migrated template; returns its URL (on the Citus
+    cluster, a copy on every node: tests/cluster.py)."""
     name = f"{prefix}_{uuid.uuid4().hex[:16]}"
+    if cluster.is_citus(server_url):
+        return await cluster.copy(database_name(template_url), name)
     await admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE "{database_name(template_url)}"')
     return with_database(server_url, name)
 
@@ -251,6 +261,9 @@ async def drop_database(server_url: str, database_url: str) -> None:
     also end an autovacuum worker that happens to be there, which takes `pg_signal_backend`;
     a plain DROP waits for autovacuum by itself, so the tests' role needs no such grant."""
     name = database_name(database_url)
+    if cluster.is_citus(server_url):
+        await cluster.drop(name)
+        return
     await admin(server_url, _terminate_own(name), f'DROP DATABASE IF EXISTS "{name}"')
 
 

@@ -7,7 +7,9 @@ no evidence row at all (row-level security), since an evidence's event holds its
 `content` too. A read that needs a text fails loudly; one that does not works as usual.
 
 Making a role takes CREATEROLE: against a `TMS_TEST_DATABASE_URL` whose role lacks it, the
-tests that need one are skipped.
+tests that need one are skipped. The role is made and dropped from the test's own database, so
+that on a Citus cluster (`TMS_TEST_CITUS_URL`) Citus makes and drops it on every node, as it
+does the grants and the policy.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
-from factories import admin, database_name
+from factories import database_name
 
 # Every column of `evidence` except `text` (sql/001, sql/010).
 READABLE_EVIDENCE = "id, seq, collection, pubkey, title, url, source, chars"
@@ -29,7 +31,7 @@ def _as_role(database_url: str, role: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
 
 
-async def make_text_blind_role(server_url: str, database_url: str) -> tuple[str, str]:
+async def make_text_blind_role(database_url: str) -> tuple[str, str]:
     """A new role blind to evidence texts in the database of `database_url`: its name and a
     URL that connects as it (skips the test where roles cannot be made)."""
     conn = await asyncpg.connect(database_url)
@@ -42,10 +44,10 @@ async def make_text_blind_role(server_url: str, database_url: str) -> tuple[str,
         await conn.close()
     role = f"tms_text_blind_{uuid.uuid4().hex[:12]}"
     database = database_name(database_url)
-    await admin(server_url, f'CREATE ROLE "{role}" LOGIN')
     conn = await asyncpg.connect(database_url)
     try:
         for statement in (
+            f'CREATE ROLE "{role}" LOGIN',
             f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"',
             f'GRANT USAGE, CREATE ON SCHEMA public TO "{role}"',
             f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"',
@@ -62,7 +64,7 @@ async def make_text_blind_role(server_url: str, database_url: str) -> tuple[str,
     return role, _as_role(database_url, role)
 
 
-async def drop_role(server_url: str, database_url: str, role: str) -> None:
+async def drop_role(database_url: str, role: str) -> None:
     """Undo `make_text_blind_role` in a database that is still there, then drop the role."""
     conn = await asyncpg.connect(database_url)
     try:
@@ -72,7 +74,7 @@ async def drop_role(server_url: str, database_url: str, role: str) -> None:
         await conn.execute(f'DROP POLICY IF EXISTS "{role}_no_texts" ON events')
         await conn.execute("ALTER TABLE events DISABLE ROW LEVEL SECURITY")
         await conn.execute(f'DROP OWNED BY "{role}"')
+        await conn.execute(f'REVOKE ALL ON DATABASE "{database_name(database_url)}" FROM "{role}"')
+        await conn.execute(f'DROP ROLE "{role}"')
     finally:
         await conn.close()
-    await admin(server_url, f'REVOKE ALL ON DATABASE "{database_name(database_url)}" FROM "{role}"')
-    await admin(server_url, f'DROP ROLE "{role}"')

@@ -8,6 +8,7 @@ half-way through a request.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ MIN_SECRET_CHARS: Final = 32
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
+MIN_METRICS_TOKEN_CHARS: Final = 24
+_BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 
 
 def _default_threads() -> int:
@@ -107,6 +110,9 @@ class Settings:
     relay_idle_seconds: float = 300.0  # a relay connection with no subscription, unused, ends
     max_exports: int = DEFAULT_EXPORTS  # exports streamed at once, per process
     export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
+    metrics_token: str | None = None  # TMS_METRICS_TOKEN: GET /metrics with it as a bearer token
+    metrics_port: int | None = None  # TMS_METRICS_PORT: metrics on a port of their own
+    metrics_host: str = "127.0.0.1"  # TMS_METRICS_HOST: where that port listens
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -156,6 +162,9 @@ class Settings:
             ),
             relay_idle_seconds=_number(env, "TMS_RELAY_IDLE_SECONDS", 300, 1, 86400, "seconds"),
             max_exports=int(_number(env, "TMS_MAX_EXPORTS", DEFAULT_EXPORTS, 1, 64, "")),
+            metrics_token=_metrics_token(env),
+            metrics_port=_metrics_port(env, port),
+            metrics_host=env.get("TMS_METRICS_HOST", "").strip() or "127.0.0.1",
         )
 
     @property
@@ -209,6 +218,32 @@ def _secret(env: Mapping[str, str]) -> str | None:
             " makes one"
         )
     return value or None
+
+
+def _metrics_token(env: Mapping[str, str]) -> str | None:
+    """`TMS_METRICS_TOKEN`: what a scraper sends as `Authorization: Bearer ...` for the public
+    port's /metrics. Long enough not to be guessed, and of the characters a bearer token may
+    hold (RFC 6750), so that it reads the same in a header and in a scrape config."""
+    value = env.get("TMS_METRICS_TOKEN", "").strip()
+    if not value:
+        return None
+    if len(value) < MIN_METRICS_TOKEN_CHARS or not _BEARER.fullmatch(value):
+        raise ConfigError(
+            f"TMS_METRICS_TOKEN must be at least {MIN_METRICS_TOKEN_CHARS} characters of letters, "
+            "digits and -._~+/ (got one that is not); `python -c 'import secrets; "
+            "print(secrets.token_urlsafe())'` makes one"
+        )
+    return value
+
+
+def _metrics_port(env: Mapping[str, str], public: int) -> int | None:
+    """`TMS_METRICS_PORT`: a port of its own for the metrics, never the public one."""
+    if not env.get("TMS_METRICS_PORT", "").strip():
+        return None
+    port = int(_number(env, "TMS_METRICS_PORT", 0, 1, 65535, ""))
+    if port == public:
+        raise ConfigError(f"TMS_METRICS_PORT must not be TMS_PORT ({public}): metrics are private")
+    return port
 
 
 def _relays(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from typing import Final
 
 import asyncpg
 
+from tms import metrics
 from tms.config import EmbeddingConfig, Settings, load_log_key
 from tms.errors import EmbeddingError, one_line
 from tms.fetch import pool as fetch_pool
@@ -37,7 +38,7 @@ from tms.search.vectors import Vectors
 from tms.services import Services
 from tms.store import database
 from tms.store.outage import Outage
-from tms.types import EventId
+from tms.types import EventId, Slug
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,10 @@ async def open_runtime(
             url, min_size=1, max_size=PUBLISH_CONNECTIONS, generic_plans=True
         )
         stack.push_async_callback(close_pool, publish_pool)
+        watched = metrics.POOLS.watch(
+            {"main": pool, "export": export_pool, "publish": publish_pool}
+        )
+        stack.callback(metrics.POOLS.forget, watched)
         health = database.HealthCheck(url)
         stack.push_async_callback(health.close)
         outage.probe = health.problem
@@ -167,14 +172,14 @@ class StartingVectors:
         self.failed: str | None = None
         self.ready = asyncio.Event()
 
-    async def embed_published(self, ids: Sequence[EventId]) -> int:
+    async def embed_published(self, published: Sequence[tuple[Slug, EventId]]) -> int:
         try:
             await asyncio.wait_for(self.ready.wait(), self.wait_seconds)
         except TimeoutError:
             return 0
         if self.vectors is None:
             raise EmbeddingError(self.failed or "the embedding model did not load")
-        return await self.vectors.embed_published(ids)
+        return await self.vectors.embed_published(published)
 
 
 async def _start_vectors(settings: Settings, services: Services, starting: StartingVectors) -> None:

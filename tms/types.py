@@ -12,6 +12,10 @@ Sig = str  # 128 lowercase hex characters: BIP-340 Schnorr signature
 Kind = int
 Slug = str  # a collection's name: 1-64 of [a-z0-9_-]
 
+# The `collection` the ledger files profiles and terms under (they belong to none): a value no
+# slug can take, so that the column is never NULL and Citus can place them (sql/015).
+UNSCOPED: Final = "~unscoped"
+
 KIND_PROFILE: Final = 0
 KIND_EVIDENCE: Final = 4701
 KIND_CLAIM: Final = 4702

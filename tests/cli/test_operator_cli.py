@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 import anyio
+import cluster
 import httpx
 import psutil
 import pytest
@@ -32,6 +33,7 @@ from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
+from tms.store import citus
 
 pytestmark = pytest.mark.anyio
 
@@ -328,3 +330,41 @@ def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(tmp_path: Pa
         for proc in postgres_processes(data_dir):
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
+
+
+# --- migrate -----------------------------------------------------------------------------------
+
+
+async def test_migrate_on_plain_postgresql_changes_nothing(db_url: str) -> None:
+    """The server migrates at start-up; `tms migrate` does the same by hand. `--distribute`
+    needs a Citus coordinator: on a plain PostgreSQL it says so and touches nothing."""
+    if cluster.CITUS_URL:
+        pytest.skip("a plain PostgreSQL's (test_migrate_on_citus_lists_where_tables_live)")
+    done = await tms(db_url, "migrate")
+    assert done.returncode == 0, done.stderr
+    assert lines(done.stdout) == ["applied: none (up to date)"]
+    refused = await tms(db_url, "migrate", "--distribute")
+    assert refused.returncode == 1
+    assert lines(refused.stderr) == [
+        "tms: --distribute needs a Citus coordinator: the citus extension is not installed in "
+        "this database"
+    ]
+    assert refused.stdout == b""
+
+
+async def test_migrate_on_citus_lists_where_tables_live(db_url: str) -> None:
+    """On a distributed ledger, `tms migrate` (with or without `--distribute`, which has
+    nothing left to do) says where every table lives."""
+    if not cluster.CITUS_URL:
+        pytest.skip("TMS_TEST_CITUS_URL names no Citus cluster")
+    for args in (["migrate"], ["migrate", "--distribute"]):
+        done = await tms(db_url, *args)
+        assert done.returncode == 0, done.stderr
+        shown = lines(done.stdout)
+        assert shown[0] == "applied: none (up to date)"
+        placed = {line.split()[0]: " ".join(line.split()[1:]) for line in shown[1:]}
+        assert placed == {
+            table: where + (" by collection" if where == "distributed" else "")
+            for table, where in citus.PLACEMENT.items()
+        }
+        assert done.stderr == b""

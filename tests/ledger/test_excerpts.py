@@ -210,14 +210,14 @@ async def test_anchors_stored_before_their_context_get_it_at_start_up(
 
 
 @pytest.fixture
-async def blind_reads(pg_server_url: str, db_url: str, world: World) -> AsyncIterator[Reads]:
-    role, url = await make_text_blind_role(pg_server_url, db_url)
+async def blind_reads(db_url: str, world: World) -> AsyncIterator[Reads]:
+    role, url = await make_text_blind_role(db_url)
     pool = await open_pool(url, min_size=1, max_size=2)
     try:
         yield Reads(pool)
     finally:
         await pool.close()
-        await drop_role(pg_server_url, db_url, role)
+        await drop_role(db_url, role)
 
 
 async def test_the_claim_page_reads_need_no_evidence_text(

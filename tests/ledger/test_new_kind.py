@@ -51,15 +51,19 @@ NOTE = Kind(
     rows=lambda e, c: [("notes", (e.id, c.collection, e.pubkey, c.text, c.about))],
 )
 
-# The one migration a new kind brings: its typed table, append-only like every ledger table.
+# The one migration a new kind brings: its typed table, append-only like every ledger table, and
+# shaped as sql/015 left the others, so that Citus can place it beside its collection's events
+# (`tms.store.citus.placement`: a registered kind's table needs no entry of its own): the
+# collection as plain "C"-collated text, checked as the `slug` domain checks it, in its key.
 MIGRATION = """
 CREATE TABLE notes (
-    id          text PRIMARY KEY REFERENCES events (id),
+    id          text NOT NULL,
     seq         bigint NOT NULL,
-    collection  slug NOT NULL,
+    collection  text COLLATE "C" NOT NULL CHECK (length(collection) BETWEEN 1 AND 64),
     pubkey      text NOT NULL,
     text        text NOT NULL,
-    about       text NOT NULL
+    about       text NOT NULL,
+    PRIMARY KEY (id, collection)
 );
 CREATE TRIGGER notes_append_only BEFORE UPDATE OR DELETE ON notes
     FOR EACH ROW EXECUTE FUNCTION tms_refuse_change();

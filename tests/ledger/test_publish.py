@@ -111,22 +111,21 @@ async def test_the_snapshot_holds_what_the_batch_touches(ledger: Ledger) -> None
         owners={"lab": OWNER.pubkey},  # of the batch's collections: lab, fresh
         members={"lab": {MEMBER.pubkey}},
         heads={"lab": (T0 + 5, listed["id"])},
-        refs={  # what the batch cites, whatever its collection; MISSING is nowhere
-            doc["id"]: Ref(4701, "lab"),
-            c1["id"]: Ref(4702, "lab"),
-            elsewhere["id"]: Ref(4701, "other"),
-            me["id"]: Ref(0, None),  # type: ignore[arg-type]
-        },
+        # What the batch cites in its own collections: an id stored elsewhere (`elsewhere` in
+        # `other`, the profile `me`) is read as missing, which the rules refuse in the same
+        # words ("does not exist in collection 'lab'"); MISSING is nowhere.
+        refs={doc["id"]: Ref(4701, "lab"), c1["id"]: Ref(4702, "lab")},
         profiles={OWNER.pubkey: (T0, me["id"])},  # the signers' current profiles
     )
-    # Every link's quote, looked for in its evidence (the stored ones read one at a time), and
-    # anchored in it: the first "DAO" of the text, which holds it twice.
+    # Every link's quote, looked for in its evidence (the stored ones read one at a time, from
+    # the batch's collections only), and anchored in it: the first "DAO" of the text, which
+    # holds it twice. The link quoting `elsewhere` finds no text: it is refused for citing it.
     start = DOC.index("DAO")
     around = DOC[max(0, start - 300) : start], DOC[start + 3 : start + 303]
     dao = Anchor(
         start, start + 3, "DAO", DOC[start - 32 : start], DOC[start + 3 : start + 35], 2, *around
     )
-    assert found == {batch[2]["id"]: dao, batch[3]["id"]: dao}
+    assert found == {batch[2]["id"]: dao}
 
 
 # --- the result ------------------------------------------------------------------------------

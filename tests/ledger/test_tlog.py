@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import rfc6962 as rfc
-from factories import MEMBER, OWNER, OWNER2, claim, evidence, link, profile, terms
+from factories import CITUS_TRIGGERS, MEMBER, OWNER, OWNER2, claim, evidence, link, profile, terms
 from publishing import counts, join, open_collection, publish, readable, without_log
 
 from tms.errors import LogError
@@ -220,6 +220,7 @@ async def test_a_tree_that_no_longer_extends_its_checkpoint_is_never_signed(
     )  # size 3: (1,0), leaf 2
     async with ledger.pool.acquire() as conn, conn.transaction():
         # The append-only guard off for a moment, as the tables' owner may (no superuser needed)
+        await conn.execute(CITUS_TRIGGERS)
         await conn.execute("ALTER TABLE tlog_leaves DISABLE TRIGGER USER")
         await conn.execute(  # a leaf's entry: the first two no longer hash as signed
             "UPDATE tlog_leaves SET event_id = sha256(event_id) "
@@ -239,6 +240,7 @@ async def test_a_missing_subtree_is_named(ledger: Ledger) -> None:
     await publish(ledger, *(claim(OWNER, "lab", f"c{i}") for i in range(15)))  # 16: node (4, 0)
     assert await ledger.pool.fetchval("SELECT count(*) FROM tlog_nodes") == 1
     async with ledger.pool.acquire() as conn, conn.transaction():
+        await conn.execute(CITUS_TRIGGERS)
         await conn.execute("ALTER TABLE tlog_nodes DISABLE TRIGGER USER")
         await conn.execute("DELETE FROM tlog_nodes WHERE collection = 'lab'")
         await conn.execute("ALTER TABLE tlog_nodes ENABLE TRIGGER USER")

@@ -11,12 +11,14 @@ import time
 from typing import Any
 
 import asyncpg
+import cluster
 import pytest
 from factories import fresh_database, live_server, terms
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import Caller, approve
 
+from tms.ledger.writes import hold_locks
 from tms.nostr.events import SecretKey
 
 KINDS = (0, 4701, 4702, 4703, 4704, 4705, 4706)
@@ -130,21 +132,27 @@ def test_losing_the_database_mid_publish_is_database_unavailable(
 
         async def hold_lock_then_cut() -> None:
             conn = await asyncpg.connect(database)
+            # The lock lives where the collection's rows do: on Citus, on a worker, where the
+            # publish's statement waits for it (and is cut).
+            nodes = [await asyncpg.connect(url) for url in await cluster.node_urls(database)]
             try:
                 async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('lab', 7))")
+                    await hold_locks(conn, ["lab"])
                     holding.set()
                     for _ in range(200):
-                        cut = await conn.fetchval(
-                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                            "WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
-                        )
-                        if cut:
-                            return
+                        for node in nodes:
+                            cut = await node.fetchval(
+                                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                "WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                            )
+                            if cut:
+                                return
                         await asyncio.sleep(0.05)
                     raise AssertionError("the publish never waited for the lock")
             finally:
                 await conn.close()
+                for node in nodes:
+                    await node.close()
 
         cutter = threading.Thread(target=asyncio.run, args=(hold_lock_then_cut(),))
         cutter.start()

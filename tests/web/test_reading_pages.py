@@ -117,13 +117,13 @@ def servers(pg_server_url: str, template_url: str) -> Iterator[Servers]:
 
     with fresh_database(pg_server_url, template_url, "tms_reading") as url:
         asyncio.run(seed(url))
-        role, blind_url = asyncio.run(make_text_blind_role(pg_server_url, url))
+        role, blind_url = asyncio.run(make_text_blind_role(url))
         try:
             config = settings(TMS_EMBED="off")
             with live_server(url, config) as live, live_server(blind_url, config) as blind:
                 yield Servers(live, blind)
         finally:
-            asyncio.run(drop_role(pg_server_url, url, role))
+            asyncio.run(drop_role(url, role))
 
 
 @contextmanager

@@ -8,10 +8,12 @@ checks it against its collection's signed transparency log (`tms.cli.verify_expo
 `{"url", "title", "chars", "text"}` as one JSON line; a refusal is one line on stderr, exit 2.
 
 `tms serve` runs the HTTP server; `tms stdio` serves the same MCP tools over stdin and stdout for
-a local agent. `tms approve`, `revoke`, `approved`, `collections`, `export` and `refusals` are the
-operator's: they work on the same database as the server (`TMS_DATABASE_URL`, else the embedded
-PostgreSQL in `TMS_DATA_DIR`), whether or not the server is running. A bad key is one line on
-stderr and exit 2; a database that cannot be used, or an unknown collection, one line and exit 1.
+a local agent. `tms migrate [--distribute]` applies the migrations (the server does too, at
+start-up) and, on a Citus coordinator, distributes the ledger (`tms.store.citus`). `tms approve`,
+`revoke`, `approved`, `collections`, `export` and `refusals` are the operator's: they work on the
+same database as the server (`TMS_DATABASE_URL`, else the embedded PostgreSQL in `TMS_DATA_DIR`),
+whether or not the server is running. A bad key is one line on stderr and exit 2; a database that
+cannot be used, or an unknown collection, one line and exit 1.
 """
 
 from __future__ import annotations
@@ -287,6 +289,38 @@ def _pubkeys(texts: Sequence[str], done: str) -> list[PubKey] | None:
     return list(dict.fromkeys(keys))
 
 
+async def _migrate(distribute: bool) -> int:
+    """Apply what is missing and, with `distribute`, place the tables on the Citus cluster;
+    then say where each table lives."""
+    import asyncpg
+
+    from tms.errors import DatabaseError
+    from tms.store import citus
+    from tms.store.database import database_url, migrate
+
+    settings = Settings.from_env()
+    url = await database_url(settings.database_url, settings.data_dir)
+    try:
+        conn = await asyncpg.connect(url)
+    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
+        raise DatabaseError(f"cannot connect to the database: {one_line(exc)}") from exc
+    try:
+        applied = await migrate(conn, distribute=distribute)
+        placed = await citus.placements(conn)
+        on_citus = await citus.installed(conn)
+    finally:
+        await conn.close()
+    print(f"applied: {', '.join(applied)}" if applied else "applied: none (up to date)")
+    if on_citus:
+        width = max(len(table) for table in placed)
+        for table, where in sorted(placed.items(), key=lambda item: (item[1], item[0])):
+            how = " by collection" if where == "distributed" else ""
+            print(f"  {table:<{width}}  {where}{how}")
+        if placed.get(citus.ANCHOR) != "distributed":
+            print("tms: the ledger is not distributed: tms migrate --distribute", file=sys.stderr)
+    return 0
+
+
 async def _approve(keys: list[PubKey]) -> int:
     async with _ledger() as ledger:
         newly = set(await ledger.approve(keys))
@@ -494,6 +528,18 @@ def build_parser() -> argparse.ArgumentParser:
         "hex), tool calls without a request are signed with that key; events for publish still "
         "need signing (tms-sign event).",
     )
+    migrate = _command(
+        commands,
+        "migrate",
+        "apply the database migrations (the server does at start-up)",
+        "On a Citus coordinator, --distribute spreads the ledger over the workers by collection "
+        "(once: later migrations' tables follow by themselves). Prints where each table lives.",
+    )
+    migrate.add_argument(
+        "--distribute",
+        action="store_true",
+        help="distribute the tables by collection over the Citus cluster",
+    )
     approve = _command(
         commands,
         "approve",
@@ -584,6 +630,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(_serve(ns.host, ns.port))
     if ns.command == "stdio":
         raise SystemExit(_stdio())
+    if ns.command == "migrate":
+        raise SystemExit(_operator(_migrate(ns.distribute)))
     if ns.command in ("approve", "revoke"):
         keys = _pubkeys(ns.keys, f"{ns.command}d")
         if keys is None:

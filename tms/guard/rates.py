@@ -29,6 +29,7 @@ from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from tms.errors import ConfigError, RateLimited, Refusal
+from tms.metrics import RATE_LIMITED
 
 OFF: Final = "off"
 DEFAULT_ADDRESS: Final = "40/second;1200/minute"
@@ -108,6 +109,7 @@ class Throttle:
             if not await self._limiter.test(item, budget, who):
                 stats = await self._limiter.get_window_stats(item, budget, who)
                 retry = max(1, math.ceil(stats.reset_time - time.time()))
+                RATE_LIMITED.labels(budget).inc()
                 raise RateLimited(
                     f"rate limited: too many requests from {whose} (at most {_per(item)}); "
                     f"try again in {retry} s",

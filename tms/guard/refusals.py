@@ -28,6 +28,7 @@ from typing import Final
 from tms.errors import Refusal, TMSError, one_line
 from tms.guard import clients
 from tms.ledger.refusals import COUNTED, Record, RefusalStore, minute_of
+from tms.metrics import REFUSALS
 from tms.store.database import is_database_down
 from tms.store.outage import Outage
 
@@ -78,6 +79,7 @@ class RefusalLog:
         try:
             at = datetime.now(UTC)
             name = str(kind)
+            REFUSALS.labels(name).inc()
             tool = tool[:MAX_TOOL_CHARS]
             where = address if address is not None else clients.CURRENT.get()
             if name in COUNTED:

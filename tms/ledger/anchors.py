@@ -33,27 +33,33 @@ ANCHOR_COLUMNS: Final = [
 ]
 
 # The evidence quoted by links without an anchor, or with one still without its context.
+# Every join names the collection as well as the id: a link and its anchor share it, and on
+# Citus that keeps the join on each worker (co-located), never across them.
 _SQL_PENDING_EVIDENCE: Final = """
     SELECT l.collection, l.from_id FROM links l
-    WHERE NOT EXISTS (SELECT 1 FROM link_anchors a WHERE a.link_id = l.id)
+    WHERE NOT EXISTS (SELECT 1 FROM link_anchors a
+                      WHERE a.link_id = l.id AND a.collection = l.collection)
     UNION
-    SELECT l.collection, l.from_id FROM link_anchors a JOIN links l ON l.id = a.link_id
+    SELECT l.collection, l.from_id FROM link_anchors a
+    JOIN links l ON l.id = a.link_id AND l.collection = a.collection
     WHERE a.context_before IS NULL"""
 # A link and the evidence it quotes share a collection, which leads the index on (collection,
 # from_id).
 _SQL_PENDING_LINKS: Final = """
     SELECT l.id, l.quote FROM links l
     WHERE l.collection = $1 AND l.from_id = $2
-      AND NOT EXISTS (SELECT 1 FROM link_anchors a WHERE a.link_id = l.id)
+      AND NOT EXISTS (SELECT 1 FROM link_anchors a
+                      WHERE a.link_id = l.id AND a.collection = l.collection)
     ORDER BY l.seq"""
 _SQL_PENDING_CONTEXTS: Final = """
     SELECT a.link_id, a.start_offset, a.end_offset FROM links l
-    JOIN link_anchors a ON a.link_id = l.id AND a.context_before IS NULL
+    JOIN link_anchors a
+      ON a.link_id = l.id AND a.collection = l.collection AND a.context_before IS NULL
     WHERE l.collection = $1 AND l.from_id = $2"""
-_SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1"
+_SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1 AND collection = $2"
 _SQL_SET_CONTEXT: Final = """
     UPDATE link_anchors SET context_before = $2, context_after = $3
-    WHERE link_id = $1 AND context_before IS NULL"""
+    WHERE link_id = $1 AND collection = $4 AND context_before IS NULL"""
 
 
 def anchor_row(found: Anchor) -> tuple[int, int, str, str, str, int, str, str]:
@@ -92,7 +98,9 @@ async def backfill(pool: Pool) -> int:
         async with pool.acquire() as conn:
             links = await conn.fetch(_SQL_PENDING_LINKS, collection, evidence_id)
             spans = await conn.fetch(_SQL_PENDING_CONTEXTS, collection, evidence_id)
-            text = await conn.fetchval(_SQL_TEXT, evidence_id) if links or spans else None
+            text = (
+                await conn.fetchval(_SQL_TEXT, evidence_id, collection) if links or spans else None
+            )
         if text is None:
             continue
         quotes = [(r["id"], r["quote"]) for r in links]
@@ -110,12 +118,12 @@ async def backfill(pool: Pool) -> int:
             await pool.executemany(
                 f"""INSERT INTO link_anchors ({", ".join(ANCHOR_COLUMNS)})
                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-                    ON CONFLICT (link_id) DO NOTHING""",
+                    ON CONFLICT (link_id, collection) DO NOTHING""",
                 rows,
             )
             written += len(rows)
         if contexts:
-            await pool.executemany(_SQL_SET_CONTEXT, contexts)
+            await pool.executemany(_SQL_SET_CONTEXT, [(*c, collection) for c in contexts])
             written += len(contexts)
     if written:
         log.info("anchored %d links stored before anchors (or their context) existed", written)

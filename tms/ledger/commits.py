@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import PublishError
-from tms.ledger import lookups, writes
+from tms.ledger import lookups, routed, writes
 from tms.ledger.tlog import STATE_SQL, TransparencyLog
 from tms.ledger.writes import OffLoop
 from tms.results import CheckpointInfo
 from tms.rules.expected import Expected, check_expected
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
+from tms.store import citus
 from tms.store.database import Pool, is_database_down
 from tms.types import Slug
 
@@ -60,6 +61,7 @@ class GroupCommitter:
         self.run = quotes_off_loop
         self.log = log
         self._lanes: dict[tuple[str, ...], _Lane] = {}
+        self._routed: bool | None = None  # writes one statement per table (tms.ledger.routed)
 
     async def commit(self, batch: list[Parsed], expected: Expected | None = None) -> Committed:
         """The batch judged and, if it passes, committed; or its `PublishError` (or the
@@ -129,7 +131,13 @@ class GroupCommitter:
             if merged.accepted:
                 log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
                 keys = await lookups.key_rows(merged.accepted, self.run)  # sql/013
-                await writes.write(conn, merged, members_before, [log_rows.ctes, keys])
+                if self._routed is None:  # learnt once: whether the ledger is on Citus
+                    self._routed = await citus.is_distributed(conn)
+                write = routed.write if self._routed else writes.write
+                written = await write(conn, merged, members_before, [*log_rows.rows(), keys])
+                # Announced in the same transaction, whichever way it wrote: delivered at
+                # commit (the relay's live subscriptions, tms.ledger.feed).
+                await writes.notify(conn, written)
                 signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
 

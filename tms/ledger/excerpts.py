@@ -134,8 +134,8 @@ _SQL_LINKS: Final = """
     SELECT p.*, e.received_at, a.start_offset, a.end_offset,
            (SELECT left(v.title, $4) FROM evidence v
             WHERE v.id = p.from_id AND v.collection = $1) AS source_title
-    FROM page p JOIN events e ON e.seq = p.seq
-    LEFT JOIN link_anchors a ON a.link_id = p.id
+    FROM page p JOIN events e ON e.seq = p.seq AND e.collection = $1
+    LEFT JOIN link_anchors a ON a.link_id = p.id AND a.collection = $1
     ORDER BY p.seq"""
 
 # The stored context of links ($2) of one collection ($1) that have one, each looked up by its
@@ -145,23 +145,25 @@ _SQL_CONTEXTS: Final = """
     SELECT a.link_id, a.start_offset, a.end_offset, a.context_before, a.context_after,
            left(a.exact, $3) AS exact,
            (SELECT v.chars FROM evidence v
-            WHERE v.id = (SELECT l.from_id FROM links l WHERE l.id = a.link_id)
+            WHERE v.id = (SELECT l.from_id FROM links l
+                          WHERE l.id = a.link_id AND l.collection = $1)
               AND v.collection = $1) AS chars
     FROM unnest($2::text[]) AS wanted(id)
-    JOIN link_anchors a ON a.link_id = wanted.id
+    JOIN link_anchors a ON a.link_id = wanted.id AND a.collection = $1
     WHERE a.collection = $1 AND a.context_before IS NOT NULL"""
 
 # The contradictions naming a claim ($2), oldest first, the page cut before it is joined.
 _SQL_CONTRADICTIONS: Final = """
     WITH page AS (
         SELECT c.id, c.seq, c.pubkey, left(c.reason, $3) AS reason
-        FROM contradiction_claims cc JOIN contradictions c ON c.id = cc.contradiction_id
-        WHERE cc.collection = $1 AND cc.claim_id = $2 AND c.collection = $1
+        FROM contradiction_claims cc
+        JOIN contradictions c ON c.id = cc.contradiction_id AND c.collection = $1
+        WHERE cc.collection = $1 AND cc.claim_id = $2
         ORDER BY c.seq LIMIT {limit})
     SELECT p.*, e.received_at,
-           (SELECT count(*) FROM contradiction_claims x WHERE x.contradiction_id = p.id)
-               AS claim_count
-    FROM page p JOIN events e ON e.seq = p.seq
+           (SELECT count(*) FROM contradiction_claims x
+            WHERE x.contradiction_id = p.id AND x.collection = $1) AS claim_count
+    FROM page p JOIN events e ON e.seq = p.seq AND e.collection = $1
     ORDER BY p.seq"""
 
 # Of each contradiction ($2), the claims it names: $3 first, then the oldest, $4 of them.
@@ -194,7 +196,7 @@ _SQL_EVIDENCE_WINDOW: Final = """
     SELECT v.id, v.pubkey, v.collection, v.chars, e.received_at,
            left(v.title, $5) AS title, left(v.url, $6) AS url, left(v.source, $5) AS source,
            substr(v.text, $3 + 1, $4) AS text
-    FROM evidence v JOIN events e ON e.seq = v.seq
+    FROM evidence v JOIN events e ON e.seq = v.seq AND e.collection = $2
     WHERE v.id = $1 AND v.collection = $2"""
 
 

@@ -20,16 +20,16 @@ from tms.nostr.events import Event
 from tms.rules.publish import newer
 from tms.store.database import Connection, Pool
 from tms.tlog.export_lines import checkpoint_line
-from tms.types import KIND_MEMBERS, EventId, PubKey, Slug
+from tms.types import KIND_MEMBERS, UNSCOPED, EventId, PubKey, Slug
 
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
 
 _SQL_EXPORT: Final = """
     SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
     WHERE collection = $1 ORDER BY seq"""
-_SQL_EXPORT_UNSCOPED: Final = """
+_SQL_EXPORT_UNSCOPED: Final = f"""
     SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
-    WHERE collection IS NULL AND pubkey = ANY($1::text[]) ORDER BY seq"""
+    WHERE collection = '{UNSCOPED}' AND pubkey = ANY($1::text[]) ORDER BY seq"""
 _SQL_CHECKPOINT: Final = """
     SELECT size, note FROM tlog_checkpoints WHERE collection = $1 ORDER BY size DESC LIMIT 1"""
 _SQL_ENTRIES: Final = "SELECT event_id FROM tlog_leaves WHERE collection = $1 ORDER BY idx"

@@ -1,11 +1,11 @@
 """The commit feed: every event committed through any door of any server process on this
 database, handed over once, in commit order, after its transaction commits.
 
-Each publish's write statement notifies `tms.ledger.writes.CHANNEL` with, per collection it wrote
-(null for profiles and terms), the first and last `seq` it gave them (`NOTIFY_SQL`). PostgreSQL
-delivers a notification only when its transaction commits, never for one that rolls back, and
-delivers them in commit order. The feed listens on a connection of its own and fetches the
-events each names.
+Each publish notifies `tms.ledger.writes.CHANNEL`, in its transaction after its write, with, per
+collection it wrote (null for profiles and terms), the first and last `seq` it gave them
+(`tms.ledger.writes.notify`). PostgreSQL delivers a notification only when its transaction
+commits, never for one that rolls back, and delivers them in commit order. The feed listens on
+a connection of its own and fetches the events each names.
 
 Why `seq` can be caught up from: the global `seq` is not commit order (a transaction may take a
 lower `seq` and commit after one that took a higher), but every collection's events are written
@@ -39,7 +39,7 @@ from tms.ledger.filters import BIG_BYTES, Stored, StoredEvents
 from tms.ledger.writes import CHANNEL
 from tms.store.database import Pool, is_database_down
 from tms.store.outage import Outage
-from tms.types import KIND_MEMBERS, Slug
+from tms.types import KIND_MEMBERS, UNSCOPED, Slug
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +60,22 @@ _SQL_FETCH: Final = f"""
          WITH ORDINALITY AS u(collection, lo, hi, kind, n)
     CROSS JOIN LATERAL (
         SELECT * FROM events e
-        WHERE e.seq BETWEEN u.lo AND u.hi AND e.collection IS NOT DISTINCT FROM u.collection
+        WHERE e.collection = coalesce(u.collection, '{UNSCOPED}') AND e.seq BETWEEN u.lo AND u.hi
           AND (u.kind IS NULL OR e.kind = u.kind)) e
     ORDER BY u.n, e.seq"""
 _SQL_RANGE: Final = f"""
     SELECT {_COLUMNS} FROM events e
-    WHERE e.seq > $2 AND e.seq <= $3 AND e.collection IS NOT DISTINCT FROM $1::text
+    WHERE e.collection = coalesce($1::text, '{UNSCOPED}') AND e.seq > $2 AND e.seq <= $3
       AND ($4::int IS NULL OR e.kind = $4::int)
     ORDER BY e.seq LIMIT {CATCH_UP_PAGE}"""
-_SQL_POSITIONS: Final = """
-    SELECT c.slug AS collection,
-           (SELECT max(seq) FROM events e WHERE e.collection = c.slug) AS last
-    FROM collections c
+# Each collection's last seq, from its counts row (every collection has one, beside its events:
+# on Citus each worker answers for its own), and the unscoped events' (null).
+_SQL_POSITIONS: Final = f"""
+    SELECT n.collection, m.last FROM collection_counts n
+    CROSS JOIN LATERAL (SELECT max(seq) AS last FROM events e
+                        WHERE e.collection = n.collection) AS m
     UNION ALL
-    SELECT NULL, (SELECT max(seq) FROM events WHERE collection IS NULL)"""
+    SELECT NULL, (SELECT max(seq) FROM events WHERE collection = '{UNSCOPED}')"""
 
 Key = Slug | None  # a collection, or None for profiles and terms
 Range = tuple[Key, int, int, int | None]  # first and last seq; only this kind (None: all)

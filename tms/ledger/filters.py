@@ -24,12 +24,12 @@ from typing import Any, Final
 from tms.ledger.access import ReadableCollection, Reader
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
+from tms.rules.kinds import unscoped_kinds
 from tms.store.database import Pool
-from tms.types import KIND_PROFILE, KIND_TERMS, EventId, PubKey, Slug
+from tms.types import UNSCOPED, EventId, PubKey, Slug
 
 PAGE: Final = 100  # events per round trip of a stored answer
 BIG_BYTES: Final = 64 * 1024  # contents larger than this are read one by one, not by the page
-UNSCOPED_KINDS: Final = frozenset({KIND_PROFILE, KIND_TERMS})  # events of no collection
 
 _COLUMNS: Final = """seq, id, pubkey, created_at, kind, tags, sig, collection,
     CASE WHEN octet_length(content) <= {big} THEN content END AS content"""
@@ -40,11 +40,13 @@ _SQL_PEOPLE: Final = """
     UNION
     SELECT collection, unnest(members) FROM member_lists WHERE collection = ANY($1::text[])"""
 _SQL_OWNERS: Final = "SELECT slug, owner FROM collections WHERE slug = ANY($1::text[])"
-_SQL_CONTENT: Final = "SELECT content FROM events WHERE seq = $1"
+# $1 the seq, $2 where the event is filed (on Citus: its shard, by its key).
+_SQL_CONTENT: Final = "SELECT content FROM events WHERE collection = $2 AND seq = $1"
+# Profiles and terms are filed under UNSCOPED (sql/015).
 _SQL_BY_IDS: Final = f"""
     SELECT {_COLUMNS.format(big=BIG_BYTES)} FROM events
     WHERE id = ANY($2::text[]) AND (collection = ANY($1::text[])
-        OR (collection IS NULL AND pubkey IN {_PEOPLE}))"""
+        OR (collection = '{UNSCOPED}' AND pubkey IN {_PEOPLE}))"""
 
 Scope = Reader | ReadableCollection
 
@@ -58,7 +60,7 @@ class Stored:
     """An event as the ledger holds it, with where it sits."""
 
     seq: int
-    collection: Slug | None
+    collection: Slug | None  # None: a profile or terms, which belong to no collection
     event: Event
 
 
@@ -120,9 +122,10 @@ class StoredEvents:
 
     async def stored(self, row: Any) -> Stored:
         content = row["content"]
+        filed = row["collection"]
         if content is None:  # large: read alone, so that a page never holds many at once
-            content = await self.pool.fetchval(_SQL_CONTENT, row["seq"])
-        return Stored(row["seq"], row["collection"], event_of(row, content))
+            content = await self.pool.fetchval(_SQL_CONTENT, row["seq"], filed)
+        return Stored(row["seq"], None if filed == UNSCOPED else filed, event_of(row, content))
 
 
 def event_of(row: Any, content: str | None = None) -> Event:
@@ -156,11 +159,12 @@ class _Query:
         common = self._conditions(wanted, before)
         parts = []
         kinds = wanted.kinds
-        if not wanted.tags and (kinds is None or kinds - UNSCOPED_KINDS):
+        unscoped = unscoped_kinds()
+        if not wanted.tags and (kinds is None or kinds - unscoped):
             where = ["collection = ANY($1::text[])", *common]
             parts.append(f"SELECT {shown} FROM events WHERE {' AND '.join(where)}")
-        if kinds is None or kinds & UNSCOPED_KINDS:
-            where = ["collection IS NULL", f"pubkey IN {_PEOPLE}", *common]
+        if kinds is None or kinds & unscoped:
+            where = [f"collection = '{UNSCOPED}'", f"pubkey IN {_PEOPLE}", *common]
             for name, values in wanted.tags.items():
                 where.append(
                     "EXISTS (SELECT 1 FROM json_array_elements(tags::json) AS t "

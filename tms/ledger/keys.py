@@ -31,7 +31,8 @@ _SQL_MEMBER_LIST: Final = """
     SELECT c.slug, c.owner, h.list_id, h.created_at,
            ARRAY(SELECT m.pubkey FROM memberships m WHERE m.collection = c.slug
                  ORDER BY m.pubkey) AS members,
-           (SELECT l.members FROM member_lists l WHERE l.id = h.list_id) AS signed
+           (SELECT l.members FROM member_lists l
+            WHERE l.id = h.list_id AND l.collection = $1) AS signed
     FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
     WHERE c.slug = $1"""
 

@@ -9,7 +9,7 @@ In an append-only ledger a duplicate or a junk claim stays forever, so the page 
 - claims by their key: sha256 of the text as quote matching normalizes it (`claim_key`), the
   rule people know from quotes ("case, whitespace, curly quotes, dashes... are forgiven"). The
   keys live in `claim_keys` (sql/013), written by the publish that stores each claim
-  (`key_rows`, a CTE of its write statement) and, for claims stored before, by `backfill` at
+  (`key_rows`, written with the rest of its write) and, for claims stored before, by `backfill` at
   start-up;
 - references (`tms.rules.references`): a whole id, or the beginning of one, among the claims,
   links and contradictions of the collection, which a link may target.
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any, Final, TypedDict
 
 from tms.ledger.access import ReadableCollection
-from tms.ledger.writes import Binder, Extra, OffLoop
+from tms.ledger.writes import OffLoop, Rows
 from tms.rules.kinds import Claim
 from tms.rules.publish import Parsed
 from tms.rules.quotes import normalize
@@ -70,44 +70,36 @@ def _keys(claims: Sequence[tuple[EventId, Slug, str]]) -> list[tuple[EventId, Sl
     return [(claim_id, slug, claim_key(text)) for claim_id, slug, text in claims]
 
 
-async def key_rows(accepted: Sequence[Parsed], run: OffLoop) -> Extra:
-    """The write statement's CTE that stores each accepted claim's key. Normalizing is CPU
-    work: a batch holding more than `INLINE_KEY_CHARS` of claim text is keyed off the loop."""
+async def key_rows(accepted: Sequence[Parsed], run: OffLoop) -> Rows:
+    """Each accepted claim's key, for the publish's write to store. Normalizing is CPU work: a
+    batch holding more than `INLINE_KEY_CHARS` of claim text is keyed off the loop."""
     claims = [
         (p.event.id, p.content.collection, p.content.text)
         for p in accepted
         if isinstance(p.content, Claim)
     ]
     if not claims:
-        return lambda arrays: []
-    if sum(len(text) for _, _, text in claims) <= INLINE_KEY_CHARS:
+        keyed = []
+    elif sum(len(text) for _, _, text in claims) <= INLINE_KEY_CHARS:
         keyed = _keys(claims)
     else:
         keyed = await run(_keys, claims)
+    return Rows("claim_keys", _KEY_TYPES, list(keyed), _KEYED)
 
-    def ctes(arrays: Binder) -> list[str]:
-        values = arrays(
-            [
-                ([k[0] for k in keyed], "text"),
-                ([k[1] for k in keyed], "text"),
-                ([k[2] for k in keyed], "bytea"),
-            ]
-        )
-        return [
-            f"claim_keyed AS (INSERT INTO claim_keys (claim_id, collection, key) "
-            f"SELECT * FROM unnest({values}) ON CONFLICT (claim_id) DO NOTHING)"
-        ]
 
-    return ctes
+_KEY_TYPES: Final = (("claim_id", "text"), ("collection", "text"), ("key", "bytea"))
+_KEYED: Final = " ON CONFLICT (claim_id, collection) DO NOTHING"
 
 
 _SQL_UNKEYED: Final = f"""
     SELECT c.id, c.collection, c.text FROM claims c
-    WHERE NOT EXISTS (SELECT 1 FROM claim_keys k WHERE k.claim_id = c.id)
+    WHERE NOT EXISTS (SELECT 1 FROM claim_keys k
+                      WHERE k.claim_id = c.id AND k.collection = c.collection)
     ORDER BY c.seq LIMIT {BACKFILL_ROWS}"""
 _SQL_INSERT_KEYS: Final = """
     INSERT INTO claim_keys (claim_id, collection, key)
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]) ON CONFLICT (claim_id) DO NOTHING"""
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
+    ON CONFLICT (claim_id, collection) DO NOTHING"""
 
 
 async def backfill(pool: Pool) -> int:
@@ -151,7 +143,7 @@ _SQL_CLAIMS_BY_KEY: Final = f"""
     SELECT u.key, s.id, s.text FROM unnest($2::bytea[]) AS u(key)
     CROSS JOIN LATERAL (
         SELECT c.id, left(c.text, {SHOWN_CHARS}) AS text FROM claim_keys k
-        JOIN claims c ON c.id = k.claim_id
+        JOIN claims c ON c.id = k.claim_id AND c.collection = k.collection
         WHERE k.collection = $1 AND k.key = u.key
         ORDER BY c.seq LIMIT {SAME_SHOWN}) AS s"""
 # The records a link may target, and evidence (to say that it is evidence), by id: $2 and $3

@@ -84,13 +84,13 @@ _SQL_CITED: Final = f"""
     UNION ALL
     SELECT l.id, {KIND_LINK}, NULL, NULL, NULL, NULL, l.relation, l.from_id, l.to_id,
            left(l.quote, $3), NULL, NULL, a.start_offset, a.end_offset, a.occurrences
-    FROM links l LEFT JOIN link_anchors a ON a.link_id = l.id
+    FROM links l LEFT JOIN link_anchors a ON a.link_id = l.id AND a.collection = $1
     WHERE l.collection = $1 AND l.id = ANY($2::text[])
     UNION ALL
     SELECT c.id, {KIND_CONTRADICTION}, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            NULL, left(c.reason, $3),
            (SELECT count(*) FROM contradiction_claims x
-            WHERE x.contradiction_id = c.id),
+            WHERE x.contradiction_id = c.id AND x.collection = $1),
            NULL, NULL, NULL
     FROM contradictions c WHERE c.collection = $1 AND c.id = ANY($2::text[])
     UNION ALL
@@ -113,7 +113,7 @@ _SQL_DISPUTES: Final = """
          ORDER BY l.seq LIMIT $3)
         UNION ALL
         (SELECT false, k.id, k.reason, k.seq FROM contradiction_claims cc
-         JOIN contradictions k ON k.id = cc.contradiction_id
+         JOIN contradictions k ON k.id = cc.contradiction_id AND k.collection = $1
          WHERE cc.collection = $1 AND cc.claim_id = c.claim_id AND k.collection = $1
          ORDER BY k.seq LIMIT $3)) AS d
     ORDER BY c.claim_id, d.seq"""
@@ -134,12 +134,12 @@ class Reads:
             """SELECT c.slug, c.owner, c.created_at,
                       ARRAY(SELECT m.pubkey FROM memberships m WHERE m.collection = c.slug
                             ORDER BY m.pubkey) AS members,
-                      coalesce(n.evidence, 0) AS evidence, coalesce(n.claims, 0) AS claims,
-                      coalesce(n.links, 0) AS links,
-                      coalesce(n.contradictions, 0) AS contradictions
+                      n.evidence, n.claims, n.links, n.contradictions
                FROM collections c
-               LEFT JOIN collection_counts n ON n.collection = c.slug  -- kept: sql/009
-               WHERE c.slug = ANY($1::text[])
+               -- kept by every publish (sql/009); every collection has its row. The filter on
+               -- the counts' own column lets Citus send this to the collections' shards only.
+               JOIN collection_counts n ON n.collection = c.slug
+               WHERE c.slug = ANY($1::text[]) AND n.collection = ANY($1::text[])
                ORDER BY c.created_at, c.slug""",
             list(reader.slugs),
         )
@@ -181,7 +181,7 @@ class Reads:
             names = await records.authors(conn, [row["pubkey"]])
             anchored = None
             if row["kind"] == KIND_LINK:
-                anchored = await conn.fetchrow(records.SQL_ANCHOR, event_id)
+                anchored = await conn.fetchrow(records.SQL_ANCHOR, event_id, row["collection"])
         content = json.loads(row["content"])
         result: EventInfo = {
             "id": row["id"],
@@ -286,7 +286,8 @@ class Reads:
                         """WITH page AS (
                                SELECT id, seq, pubkey, text FROM claims WHERE collection = $1
                                ORDER BY seq DESC LIMIT :limit)
-                           SELECT p.*, e.received_at FROM page p JOIN events e ON e.seq = p.seq
+                           SELECT p.*, e.received_at FROM page p
+                           JOIN events e ON e.seq = p.seq AND e.collection = $1
                            ORDER BY p.seq DESC""",
                         limit,
                     ),
@@ -336,8 +337,8 @@ class Reads:
                 ORDER BY l.seq LIMIT {page_size(limit)})
             SELECT l.id, l.pubkey, l.from_id, l.to_id, l.relation, l.quote, l.reason,
                    e.received_at, {records.ANCHOR_COLUMNS}
-            FROM page l JOIN events e ON e.seq = l.seq
-            LEFT JOIN link_anchors a ON a.link_id = l.id
+            FROM page l JOIN events e ON e.seq = l.seq AND e.collection = $1
+            LEFT JOIN link_anchors a ON a.link_id = l.id AND a.collection = $1
             ORDER BY l.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, *args)
@@ -368,7 +369,7 @@ class Reads:
             SELECT p.id, p.pubkey, p.title, p.url, p.source, e.received_at, p.chars,
                    (SELECT count(*) FROM links l
                     WHERE l.collection = $1 AND l.from_id = p.id) AS link_count
-            FROM page p JOIN events e ON e.seq = p.seq
+            FROM page p JOIN events e ON e.seq = p.seq AND e.collection = $1
             ORDER BY p.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, *args)
@@ -399,10 +400,11 @@ class Reads:
         sql = f"""
             WITH page AS (
                 SELECT c.* FROM contradiction_claims cc
-                JOIN contradictions c ON c.id = cc.contradiction_id
-                WHERE cc.collection = $1 AND cc.claim_id = $2 AND c.collection = $1
+                JOIN contradictions c ON c.id = cc.contradiction_id AND c.collection = $1
+                WHERE cc.collection = $1 AND cc.claim_id = $2
                 ORDER BY c.seq LIMIT {page_size(limit)})
-            SELECT {records.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
+            SELECT {records.CONTRADICTION_COLUMNS} FROM page c
+            JOIN events e ON e.seq = c.seq AND e.collection = $1
             ORDER BY c.seq"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, readable.slug, claim_id)
@@ -416,7 +418,8 @@ class Reads:
             WITH page AS (
                 SELECT * FROM contradictions WHERE collection = $1
                 ORDER BY seq DESC LIMIT {page_size(limit)})
-            SELECT {records.CONTRADICTION_COLUMNS} FROM page c JOIN events e ON e.seq = c.seq
+            SELECT {records.CONTRADICTION_COLUMNS} FROM page c
+            JOIN events e ON e.seq = c.seq AND e.collection = $1
             ORDER BY c.seq DESC"""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, readable.slug)
@@ -479,5 +482,6 @@ def _claims_sorted_sql(sort: str, limit: int) -> str:
             FROM claim_counts WHERE collection = $1
             ORDER BY {key}, seq DESC, claim_id LIMIT {page_size(limit)})
         SELECT p.*, c.pubkey, c.text, e.received_at
-        FROM page p JOIN claims c ON c.id = p.id JOIN events e ON e.seq = p.seq
+        FROM page p JOIN claims c ON c.id = p.id AND c.collection = $1
+        JOIN events e ON e.seq = p.seq AND e.collection = $1
         ORDER BY {key}, p.seq DESC, p.id"""

@@ -27,7 +27,9 @@ CONTRADICTION_COLUMNS: Final = "c.id, c.seq, c.pubkey, c.reason, e.content, e.re
 
 # What `anchor` reads of a row joined to `link_anchors` as `a`.
 ANCHOR_COLUMNS: Final = "a.start_offset, a.end_offset, a.exact, a.prefix, a.suffix, a.occurrences"
-SQL_ANCHOR: Final = f"SELECT {ANCHOR_COLUMNS} FROM link_anchors a WHERE a.link_id = $1"
+# $1 the link, $2 its collection.
+SQL_ANCHOR: Final = f"""
+    SELECT {ANCHOR_COLUMNS} FROM link_anchors a WHERE a.link_id = $1 AND a.collection = $2"""
 
 Score = Literal["distance", "rank"]
 Counts = dict[str, int]
@@ -44,13 +46,13 @@ _SQL_LINKS_TO: Final = f"""
     SELECT l.id, l.pubkey, l.from_id, l.to_id, l.relation, l.reason, e.received_at,
            CASE WHEN $3::int IS NOT NULL AND char_length(l.quote) > $3::int
                 THEN left(l.quote, $3::int - 1) || '{ELLIPSIS}' ELSE l.quote END AS quote
-    FROM links l JOIN events e ON e.seq = l.seq
+    FROM links l JOIN events e ON e.seq = l.seq AND e.collection = $1
     WHERE l.collection = $1 AND l.to_id = ANY($2::text[])
     ORDER BY l.seq"""
 
 _SQL_CONTRADICTIONS_OF: Final = """
     SELECT cc.claim_id, cc.contradiction_id FROM contradiction_claims cc
-    JOIN contradictions c ON c.id = cc.contradiction_id
+    JOIN contradictions c ON c.id = cc.contradiction_id AND c.collection = $1
     WHERE cc.collection = $1 AND cc.claim_id = ANY($2::text[]) AND c.collection = $1
     ORDER BY c.seq"""
 

@@ -10,20 +10,22 @@ for search are made after commit, by whatever `AfterPublish` the runtime hands i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, NamedTuple, Protocol
 
-from tms.errors import QuoteNotFound, one_line
+from tms import metrics
+from tms.errors import QuoteNotFound, TMSError, one_line
 from tms.ledger import writes
 from tms.ledger.commits import GroupCommitter
 from tms.ledger.tlog import TransparencyLog
 from tms.results import PublishResult
 from tms.rules.expected import Expected
-from tms.rules.kinds import embedded_kinds
+from tms.rules.kinds import embedded_kinds, kind_name
 from tms.rules.publish import (
     Parsed,
     Plan,
@@ -32,7 +34,7 @@ from tms.rules.publish import (
     parse_events,
     with_nearest,
 )
-from tms.store.database import Pool
+from tms.store.database import Pool, is_database_down
 from tms.tlog.note import LogSigner
 from tms.types import EventId, PubKey, Slug
 
@@ -63,7 +65,7 @@ class CollectionSummary(NamedTuple):
 class AfterPublish(Protocol):
     """What embeds a batch's searchable events once they are committed (tms.search.vectors)."""
 
-    async def embed_published(self, ids: Sequence[EventId]) -> int: ...
+    async def embed_published(self, published: Sequence[tuple[Slug, EventId]]) -> int: ...
 
 
 class KeyBudget(Protocol):
@@ -106,18 +108,24 @@ class Ledger:
     ) -> PublishResult:
         """Store a batch of signed events, all or nothing (SPEC "Publishing"): `check`, then
         `commit`. `expected`: what the page that signed it saw of its collections
-        (`tms.rules.expected`); a batch made against a state that is gone is refused."""
+        (`tms.rules.expected`); a batch made against a state that is gone is refused. Timed
+        from here to the answer, for the operator (`tms.metrics`)."""
+        started = time.perf_counter()
         batch = await self.check(events, now=now)
-        return await self.commit(batch, wait_for_vectors, expected=expected)
+        return await self.commit(batch, wait_for_vectors, expected=expected, started=started)
 
     async def check(self, events: object, *, now: int | None = None) -> list[Parsed]:
         """A batch's envelopes, signatures and content schemas checked, and its signers' rate
-        limits spent: what `commit` takes."""
-        now = int(time.time()) if now is None else now
-        batch = await _parse_off_loop(check_batch_shape(events), now)
-        if self.throttle is not None:
-            # Only now, with every signature verified: a forged event spends nobody's budget.
-            await self.throttle.keys([item.event.pubkey for item in batch])
+        limits spent: what `commit` takes. A batch refused here is counted as a publish refused
+        (`tms.metrics`); one that passes is counted by `commit`."""
+        started = time.perf_counter()
+        size = len(events) if isinstance(events, list) else None
+        with _metered(started, size, failures_only=True):
+            now = int(time.time()) if now is None else now
+            batch = await _parse_off_loop(check_batch_shape(events), now)
+            if self.throttle is not None:
+                # Only now, with every signature verified: a forged event spends nobody's budget.
+                await self.throttle.keys([item.event.pubkey for item in batch])
         return batch
 
     async def commit(
@@ -126,13 +134,25 @@ class Ledger:
         wait_for_vectors: bool = True,
         *,
         expected: Expected | None = None,
+        started: float | None = None,
     ) -> PublishResult:
         """Judge a checked batch and store it if it passes. The batch takes its place among the
         batches waiting for its collections before this coroutine first waits, so batches whose
         `commit`s start in order (tasks created in order) are judged in that order: the relay
         lets a connection's events follow each other without waiting for each. Without
         `wait_for_vectors` (the relay, whose OK means "committed") the answer comes at commit,
-        its claims are embedded meanwhile, and it says `embedded: 0`."""
+        its claims are embedded meanwhile, and it says `embedded: 0`. Timed from `started`
+        (`time.perf_counter()`; default now) to the answer, counted by outcome and by the
+        kinds it stores (`tms.metrics`)."""
+        with _metered(time.perf_counter() if started is None else started, len(batch)):
+            result, plan = await self._commit(batch, wait_for_vectors, expected)
+        for item in plan.accepted:
+            metrics.EVENTS_STORED.labels(kind_name(item.event.kind)).inc()
+        return result
+
+    async def _commit(
+        self, batch: list[Parsed], wait_for_vectors: bool, expected: Expected | None
+    ) -> tuple[PublishResult, Plan]:
         try:
             plan, checkpoints = await self._commits.commit(batch, expected)
         except QuoteNotFound as refusal:
@@ -152,20 +172,22 @@ class Ledger:
             self._embedding.add(embedding)
             embedding.add_done_callback(self._embedding.discard)
             result["embedded"] = 0
-            return result
+            return result, plan
         embedded, error = await self._embed(plan)
         if error is None:
             result["embedded"] = embedded
         else:
             result["embedding_error"] = error
-        return result
+        return result, plan
 
     async def _with_nearest(self, refusal: QuoteNotFound, batch: list[Parsed]) -> QuoteNotFound:
         """The refusal with the nearest passage of the evidence, looked for after the batch's
         transaction, outside its locks: evidence never changes, so reading it again is safe."""
         text = batch_texts(batch).get(refusal.evidence_id)
         if text is None:
-            text = await self.pool.fetchval(writes.SQL_TEXT, refusal.evidence_id)
+            text = await self.pool.fetchval(
+                writes.SQL_TEXT, refusal.evidence_id, writes.collections(batch)
+            )
         if text is None:
             return refusal
         hinted: QuoteNotFound = await _off_loop(_QUOTES)(with_nearest, refusal, text)
@@ -176,7 +198,11 @@ class Ledger:
         the wait budget; evidence is left to the background catch-up. A failure is reported,
         never raised: the events are stored, and their vectors are caught up later."""
         waited_for = embedded_kinds(at_publish=True)
-        searchable = [p.event.id for p in plan.accepted if p.event.kind in waited_for]
+        searchable = [
+            (p.collection, p.event.id)
+            for p in plan.accepted
+            if p.event.kind in waited_for and p.collection is not None
+        ]
         if self.vectors is None or not searchable:
             return 0, None
         try:
@@ -244,6 +270,30 @@ class Ledger:
 # neither shares asyncio's default pool with anything else (fetching has worker processes).
 _VERIFY: Final = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="tms-verify")
 _QUOTES: Final = ThreadPoolExecutor(QUOTE_THREADS, thread_name_prefix="tms-quotes")
+
+
+@contextlib.contextmanager
+def _metered(started: float, events: int | None, *, failures_only: bool = False) -> Iterator[None]:
+    """A publish's time to its answer (from `started`) and its batch size, by outcome:
+    accepted, refused (a `TMSError`: a rule, a schema, a rate limit), unavailable (the database
+    lost) or error. `failures_only`: record nothing when the block succeeds (what follows it
+    does). A caller cancelled (gone) is not a publish answered: nothing is recorded."""
+    outcome: str | None = None
+    try:
+        yield
+    except TMSError:
+        outcome = "refused"
+        raise
+    except Exception as exc:
+        outcome = "unavailable" if is_database_down(exc) else "error"
+        raise
+    else:
+        outcome = None if failures_only else "accepted"
+    finally:
+        if outcome is not None:
+            metrics.PUBLISH_SECONDS.labels(outcome).observe(time.perf_counter() - started)
+            if events is not None:
+                metrics.PUBLISH_EVENTS.observe(events)
 
 
 def _off_loop(pool: ThreadPoolExecutor) -> Callable[..., Awaitable[Any]]:

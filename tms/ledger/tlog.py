@@ -8,7 +8,7 @@ the batch's accepted events in order (their `seq` order: one batch's events are 
 batch order, and batches of one collection are serialized by its lock); checks that a
 consistency proof from the last checkpoint to the new tree holds, refusing to sign otherwise;
 signs; and hands the publish's write statement the leaves, the completed subtrees and the
-checkpoint to insert (`LogRows.ctes`). No round trip of its own, whatever the batch holds.
+checkpoint to insert (`LogRows.rows`). No round trip of its own, whatever the batch holds.
 `extend` does the same in two round trips, for a transaction that is not a publish.
 
 A collection whose events were stored before the log existed gets its tree once, in `seq`
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from tms.errors import LogError
-from tms.ledger.writes import Binder, Statement, hold_locks
+from tms.ledger.writes import Rows, Statement, hold_locks
 from tms.results import CheckpointInfo
 from tms.rules.publish import Parsed
 from tms.store.database import Connection, Pool
@@ -61,7 +61,8 @@ _SQL_STATE_ROWS: Final = f"""
     SELECT s.collection, c.size, c.root, f.bit, d.idx, d.value
     FROM unnest({{collections}}) AS s(collection)
     CROSS JOIN LATERAL (SELECT size, root FROM tlog_checkpoints t
-                        WHERE t.collection = s.collection ORDER BY size DESC LIMIT 1) AS c
+                        WHERE t.collection = s.collection AND t.collection = ANY({{collections}})
+                        ORDER BY size DESC LIMIT 1) AS c
     CROSS JOIN LATERAL generate_series(0, 62) AS f(bit)
     CROSS JOIN LATERAL (
         SELECT f.bit - f.bit % {STRIDE} AS base,
@@ -69,11 +70,12 @@ _SQL_STATE_ROWS: Final = f"""
                1 << (f.bit % {STRIDE}) AS count) AS r
     LEFT JOIN LATERAL (  -- a missing one leaves its row, so that _Tree names what is missing
         SELECT l.idx, l.event_id AS value FROM tlog_leaves l
-        WHERE r.base = 0 AND l.collection = s.collection
+        WHERE r.base = 0 AND l.collection = s.collection AND l.collection = ANY({{collections}})
           AND l.idx >= r.first AND l.idx < r.first + r.count
         UNION ALL
         SELECT n.idx, n.hash FROM tlog_nodes n
-        WHERE r.base > 0 AND n.collection = s.collection AND n.level = r.base
+        WHERE r.base > 0 AND n.collection = s.collection AND n.collection = ANY({{collections}})
+          AND n.level = r.base
           AND n.idx >= r.first AND n.idx < r.first + r.count) AS d ON true
     WHERE (c.size >> f.bit) & 1 = 1"""
 _SQL_STATE: Final = _SQL_STATE_ROWS.format(collections="$1::text[]")
@@ -87,17 +89,25 @@ _SQL_HISTORY: Final = "SELECT id FROM events WHERE collection = $1 ORDER BY seq"
 # under its lock either way).
 _SQL_BEFORE: Final = """
     SELECT id FROM events WHERE collection = $1
-      AND seq < coalesce((SELECT min(seq) FROM events WHERE id = ANY($2::text[])),
+      AND seq < coalesce((SELECT min(seq) FROM events
+                          WHERE collection = $1 AND id = ANY($2::text[])),
                          9223372036854775807)
     ORDER BY seq"""
-# The column types of the log's three tables, for their inserts (`LogRows.ctes`).
-_LEAF_TYPES: Final = ("text", "bigint", "bytea")
-_NODE_TYPES: Final = ("text", "smallint", "bigint", "bytea")
-_CP_TYPES: Final = ("text", "bigint", "bytea", "text")
+# The columns of the log's three tables and their types, for their inserts (`LogRows.rows`).
+_LEAF_COLUMNS: Final = (("collection", "text"), ("idx", "bigint"), ("event_id", "bytea"))
+_NODE_COLUMNS: Final = (
+    *(("collection", "text"), ("level", "smallint"), ("idx", "bigint"), ("hash", "bytea")),
+)
+_CP_COLUMNS: Final = (
+    *(("collection", "text"), ("size", "bigint"), ("root", "bytea"), ("note", "text")),
+)
+# Collections with no checkpoint: read from each collection's counts row (sql/009: every
+# collection has one from its creation), which sits beside its log (on Citus, on one worker:
+# a question each worker answers for its own collections).
 _SQL_UNBUILT: Final = """
-    SELECT slug FROM collections c
-    WHERE NOT EXISTS (SELECT 1 FROM tlog_checkpoints t WHERE t.collection = c.slug)
-    ORDER BY slug"""
+    SELECT n.collection AS slug FROM collection_counts n
+    WHERE NOT EXISTS (SELECT 1 FROM tlog_checkpoints t WHERE t.collection = n.collection)
+    ORDER BY 1"""
 _SQL_NEWEST_NOTE: Final = "SELECT note FROM tlog_checkpoints ORDER BY signed_at DESC LIMIT 1"
 _SQL_HAS_CHECKPOINT: Final = "SELECT EXISTS (SELECT 1 FROM tlog_checkpoints WHERE collection = $1)"
 
@@ -294,21 +304,22 @@ class LogRows:
     async def write(self, conn: Connection) -> None:
         """The rows, in a statement of their own (building a tree outside a publish)."""
         statement = Statement()
-        statement.parts.extend(self.ctes(statement.arrays))
+        for n, rows in enumerate(self.rows()):
+            statement.insert(f"tlog_{n}", rows)
         if statement.parts:
             await conn.execute(statement.sql(), *statement.args)
 
-    def ctes(self, arrays: Binder) -> list[str]:
-        """The inserts, as parts of a write statement (the publish's, or `write`'s)."""
+    def rows(self) -> list[Rows]:
+        """The rows of each of the log's tables that has some, for a write (the publish's, or
+        `write`'s)."""
         tables = (
-            ("tlog_leaves (collection, idx, event_id)", self.leaf_rows, _LEAF_TYPES),
-            ("tlog_nodes (collection, level, idx, hash)", self.node_rows, _NODE_TYPES),
-            ("tlog_checkpoints (collection, size, root, note)", self.checkpoint_rows, _CP_TYPES),
+            ("tlog_leaves", _LEAF_COLUMNS, self.leaf_rows),
+            ("tlog_nodes", _NODE_COLUMNS, self.node_rows),
+            ("tlog_checkpoints", _CP_COLUMNS, self.checkpoint_rows),
         )
         return [
-            f"tlog_{n} AS (INSERT INTO {table} SELECT * FROM unnest("
-            f"{arrays(list(zip(rows, types, strict=True)))}))"
-            for n, (table, rows, types) in enumerate(tables)
+            Rows(table, columns, list(zip(*rows, strict=True)))
+            for table, columns, rows in tables
             if rows[0]
         ]
 

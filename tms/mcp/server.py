@@ -25,6 +25,7 @@ from tms.mcp.http import MAX_BODY
 from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS
 from tms.mcp.schemas import output_schema
 from tms.mcp.tools import TOOLS, Tool, Tools
+from tms.metrics import TOOL_CALLS, TOOL_OUTCOMES
 from tms.store.database import is_database_down
 
 log = logging.getLogger("tms.mcp")
@@ -52,13 +53,17 @@ def build_server(tools: Tools) -> Server[Any]:
         try:
             result = await tools.call(params.name, params.arguments or {})
         except TMSError as exc:
+            _count(params.name, "refused")
             return _error(str(exc))
         except Exception as exc:
             if is_database_down(exc):
+                _count(params.name, "unavailable")
                 tools.services.outage.failed(f"the tool {params.name}", exc)
                 return _error(DATABASE_UNAVAILABLE)
+            _count(params.name, "error")
             log.exception("tool %s failed", params.name)  # a bug: details for the log only
             return _error("internal error; the server's log has the details")
+        _count(params.name, "ok")
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=result
@@ -183,6 +188,16 @@ def _describe_args(model: type[BaseModel]) -> str:
         wanted = "required" if field.is_required() else "optional"
         parts.append(f"`{field.alias or name}` ({wanted}) {field.description or ''}".strip())
     return "; ".join(parts)
+
+
+def _count(name: str, outcome: str) -> None:
+    """A tool call in `tms_tool_calls_total`: names no tool has are counted as one."""
+    TOOL_CALLS.labels(name if name in TOOLS else "unknown", outcome).inc()
+
+
+for _name in (*TOOLS, "unknown"):  # every series from zero
+    for _outcome in TOOL_OUTCOMES:
+        TOOL_CALLS.labels(_name, _outcome)
 
 
 def _error(message: str) -> types.CallToolResult:

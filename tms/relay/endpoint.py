@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from tms import metrics
 from tms.config import Settings
 from tms.guard import clients
 from tms.http.login import COOKIE, Keyring
@@ -81,7 +82,8 @@ async def relay_socket(websocket: WebSocket) -> None:
             pubkey=pubkey,
             idle=getattr(lent, "idle", None),
         )
-        await _serve(websocket, conn, settings.relay_idle_seconds, lent)
+        with metrics.track(metrics.RELAY_CONNECTIONS):  # open, for the operator (/metrics)
+            await _serve(websocket, conn, settings.relay_idle_seconds, lent)
     except WebSocketDisconnect:
         pass
     finally:

@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from tms import metrics
 from tms.ledger.filters import Stored, StoredEvents
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
@@ -88,13 +89,17 @@ class Hub:
         return bool(self.by_slug) if key is None else key in self.by_slug
 
     async def add(self, sub: Subscription) -> None:
+        """A live subscription, until `remove` (each added one is removed once: counted open
+        meanwhile, for the operator's /metrics)."""
         await self._watch(sub.slugs)
         for slug in sub.slugs:
             self.by_slug.setdefault(slug, set()).add(sub)
+        metrics.RELAY_SUBSCRIPTIONS.inc()
 
     def remove(self, sub: Subscription) -> None:
         for slug in sub.slugs:
             self._leave(slug, sub)
+        metrics.RELAY_SUBSCRIPTIONS.dec()
 
     async def rescope(self, sub: Subscription, slugs: Iterable[Slug]) -> None:
         """The subscription's collections after its key's reader capability changed."""

@@ -93,12 +93,14 @@ class HnswTuning:
             await conn.execute("SELECT '[1]'::vector")
             setting = await conn.fetchval("SELECT current_setting('hnsw.iterative_scan', true)")
             self._iterative_scan = setting is not None
-        ef_search = str(max(limit, HNSW_EF_SEARCH))
+        ef_search = int(max(limit, HNSW_EF_SEARCH))  # an integer: written into the SQL
+        # SET LOCAL statements, not set_config(): on Citus the search runs on a worker, and
+        # `citus.propagate_set_commands = local` passes SET LOCAL (only) on to the workers the
+        # transaction uses. Anywhere else that first setting is a name nothing reads.
+        settings = [
+            "SET LOCAL citus.propagate_set_commands = 'local'",
+            f"SET LOCAL hnsw.ef_search = {ef_search}",
+        ]
         if self._iterative_scan:
-            await conn.execute(
-                "SELECT set_config('hnsw.ef_search', $1, true), "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                ef_search,
-            )
-        else:
-            await conn.execute("SELECT set_config('hnsw.ef_search', $1, true)", ef_search)
+            settings.append("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        await conn.execute("; ".join(settings))

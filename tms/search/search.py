@@ -45,7 +45,7 @@ _SQL_CLAIMS_KEYWORD: Final = """
         FROM claims c, websearch_to_tsquery('english', $2) q
         WHERE c.collection = $1 AND c.search @@ q
         ORDER BY rank DESC, c.seq DESC, c.id LIMIT :limit)
-    SELECT h.*, e.received_at FROM hits h JOIN events e ON e.seq = h.seq
+    SELECT h.*, e.received_at FROM hits h JOIN events e ON e.seq = h.seq AND e.collection = $1
     ORDER BY h.rank DESC, h.seq DESC, h.id"""
 
 # A contradiction searched as one document: its reason, then its claims' stored `search`
@@ -75,7 +75,8 @@ _SQL_CONTRADICTIONS_KEYWORD: Final = f"""
         WHERE d.doc @@ q
         ORDER BY rank DESC, c.seq DESC, d.id LIMIT :limit)
     SELECT {CONTRADICTION_COLUMNS}, p.rank
-    FROM page p JOIN contradictions c ON c.id = p.id JOIN events e ON e.seq = c.seq
+    FROM page p JOIN contradictions c ON c.id = p.id AND c.collection = $1
+    JOIN events e ON e.seq = c.seq AND e.collection = $1
     ORDER BY p.rank DESC, c.seq DESC, c.id"""
 
 # Reasons' vectors come straight from the collection's rows; claims' through their primary key,
@@ -90,7 +91,7 @@ _SQL_CONTRADICTIONS_VECTOR: Final = f"""
         FROM contradiction_claims cc
         CROSS JOIN LATERAL (
             SELECT x.embedding <=> (SELECT $2::text::vector) AS distance FROM embeddings x
-            WHERE x.event_id = cc.claim_id AND x.model = $3 LIMIT 1) d
+            WHERE x.event_id = cc.claim_id AND x.collection = $1 AND x.model = $3 LIMIT 1) d
         WHERE cc.collection = $1),
     page AS (
         SELECT n.id, c.seq, min(n.distance) AS distance
@@ -98,7 +99,8 @@ _SQL_CONTRADICTIONS_VECTOR: Final = f"""
         GROUP BY n.id, c.seq
         ORDER BY distance, c.seq DESC, n.id LIMIT :limit)
     SELECT {CONTRADICTION_COLUMNS}, p.distance
-    FROM page p JOIN contradictions c ON c.id = p.id JOIN events e ON e.seq = c.seq
+    FROM page p JOIN contradictions c ON c.id = p.id AND c.collection = $1
+    JOIN events e ON e.seq = c.seq AND e.collection = $1
     ORDER BY p.distance, c.seq DESC, c.id"""
 
 
@@ -241,6 +243,6 @@ def _claims_vector_sql(model_literal: str, dims: int, limit: int, *, indexed: bo
             WHERE x.model = {model_literal} AND x.kind = {KIND_CLAIM} AND x.collection = $1
             ORDER BY {distance} LIMIT {page_size(limit)})
         SELECT c.id, c.seq, c.pubkey, c.text, e.received_at, h.distance
-        FROM hits h JOIN claims c ON c.id = h.event_id JOIN events e ON e.seq = c.seq
-        WHERE c.collection = $1
+        FROM hits h JOIN claims c ON c.id = h.event_id AND c.collection = $1
+        JOIN events e ON e.seq = c.seq AND e.collection = $1
         ORDER BY h.distance, c.seq DESC, c.id"""

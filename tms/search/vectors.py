@@ -11,7 +11,9 @@ Vectors are made outside it, so a slow or broken model never holds a batch back 
   model is re-embedded by the same path).
 
 Queue rows are taken with `FOR UPDATE SKIP LOCKED`, so a publish, the background task and other
-server processes never embed the same event at once.
+server processes never embed the same event at once; one collection at a time, so that each take
+is a statement about one collection's rows (on Citus, its own shard: a locking read across
+shards is not something Citus does).
 """
 
 from __future__ import annotations
@@ -77,18 +79,28 @@ class Vectors:
 
     # --- work --------------------------------------------------------------------------------
 
-    async def embed_published(self, ids: Sequence[EventId]) -> int:
-        """Embed these just-published events until done or the wait budget is spent; return
-        how many this call embedded. What is left stays queued for the background task."""
+    async def embed_published(self, published: Sequence[tuple[Slug, EventId]]) -> int:
+        """Embed these just-published events (each with its collection) until done or the wait
+        budget is spent; return how many this call embedded. What is left stays queued for the
+        background task."""
         deadline = time.monotonic() + self.wait_seconds
-        chunks = iter([list(ids[i : i + CHUNK]) for i in range(0, len(ids), CHUNK)])
+        by_collection: dict[Slug, list[EventId]] = {}
+        for slug, event_id in published:
+            by_collection.setdefault(slug, []).append(event_id)
+        chunks = iter(
+            [
+                (slug, ids[i : i + CHUNK])
+                for slug, ids in by_collection.items()
+                for i in range(0, len(ids), CHUNK)
+            ]
+        )
 
         async def lane() -> int:
             done = 0
-            for chunk in chunks:  # shared: each lane takes the next chunk
+            for slug, chunk in chunks:  # shared: each lane takes the next chunk
                 if time.monotonic() >= deadline:
                     break
-                done += await self._embed_chunk(chunk)
+                done += await self._embed_chunk(slug, chunk)
             return done
 
         try:
@@ -103,8 +115,9 @@ class Vectors:
     async def pending_claims(self, collection: Slug) -> int:
         """Claims of the collection still waiting for a vector (missing from vector search)."""
         count = await self.pool.fetchval(
-            """SELECT count(*) FROM embedding_queue q JOIN claims c ON c.id = q.event_id
-               WHERE c.collection = $1""",
+            """SELECT count(*) FROM embedding_queue q
+               JOIN claims c ON c.id = q.event_id AND c.collection = q.collection
+               WHERE q.collection = $1""",
             collection,
         )
         return int(count or 0)
@@ -131,77 +144,111 @@ class Vectors:
                 self._wake.set()
 
     async def _catch_up_lane(self) -> None:
-        while await self._embed_chunk(None):
+        while await self._embed_oldest():
             pass
 
-    async def _embed_chunk(self, ids: list[EventId] | None) -> int:
-        """Embed one chunk of queued events (these ids, or the oldest queued) in one
-        transaction; returns how many got a vector."""
+    async def _embed_oldest(self) -> int:
+        """Embed a chunk of the oldest queued collection's events; 0 when nothing is left
+        that another taker does not hold. A collection whose queued rows are all taken is
+        passed over: there are at most a chunk per taker of them, so looking past them is
+        cheap."""
+        passed: list[Slug] = []
+        for _ in range(LANES + 1):
+            slug = await self.pool.fetchval(_SQL_OLDEST, passed)
+            if slug is None:
+                return 0
+            done = await self._embed_chunk(slug, None)
+            if done:
+                return done
+            passed.append(slug)
+        return 0
+
+    async def _embed_chunk(self, collection: Slug, ids: list[EventId] | None) -> int:
+        """Embed one chunk of a collection's queued events (these ids, or its oldest queued)
+        in one transaction; returns how many got a vector."""
         async with self.pool.acquire() as conn, conn.transaction():
             if ids is None:
-                taken = await conn.fetch(_SQL_TAKE_OLDEST, CHUNK)
+                taken = await conn.fetch(_SQL_TAKE_OLDEST, collection, CHUNK)
             else:
-                taken = await conn.fetch(_SQL_TAKE_IDS, ids)
+                taken = await conn.fetch(_SQL_TAKE_IDS, collection, ids)
             if not taken:
                 return 0
             taken_ids = [r["event_id"] for r in taken]
             # no more than `embedding_text` reads: the vector is the same as from the whole text
-            rows = await conn.fetch(_sql_texts(), taken_ids, TEXT_CHARS)
+            rows = await conn.fetch(_sql_texts(), collection, taken_ids, TEXT_CHARS)
             texts = [embedding_text(r["text"], r["title"]) for r in rows]
             vectors = await asyncio.to_thread(self.embedder.embed, texts) if texts else []
-            await _store(conn, self.model, rows, vectors)
+            await _store(conn, self.model, collection, rows, vectors)
             await conn.execute(
-                "DELETE FROM embedding_queue WHERE event_id = ANY($1::text[])", taken_ids
+                "DELETE FROM embedding_queue WHERE collection = $1 AND event_id = ANY($2::text[])",
+                collection,
+                taken_ids,
             )
             return len(rows)
 
 
 async def _store(
-    conn: Connection, model: str, rows: Sequence[Any], vectors: Sequence[Sequence[float]]
+    conn: Connection,
+    model: str,
+    collection: Slug,
+    rows: Sequence[Any],
+    vectors: Sequence[Sequence[float]],
 ) -> None:
     if not rows:
         return
     ids = [r["id"] for r in rows]
     await conn.execute(
-        "DELETE FROM embeddings WHERE event_id = ANY($1::text[]) AND model <> $2", ids, model
+        """DELETE FROM embeddings
+           WHERE collection = $1 AND event_id = ANY($2::text[]) AND model <> $3""",
+        collection,
+        ids,
+        model,
     )
     await conn.execute(
         """INSERT INTO embeddings (event_id, model, collection, kind, embedding)
-           SELECT u.id, $2, u.collection, u.kind, u.embedding::vector
-           FROM unnest($1::text[], $3::text[], $4::int[], $5::text[])
-                AS u(id, collection, kind, embedding)
-           ON CONFLICT (event_id, model) DO NOTHING""",
+           SELECT u.id, $2, $3, u.kind, u.embedding::vector
+           FROM unnest($1::text[], $4::int[], $5::text[]) AS u(id, kind, embedding)
+           ON CONFLICT (event_id, model, collection) DO NOTHING""",
         ids,
         model,
-        [r["collection"] for r in rows],
+        collection,
         [r["kind"] for r in rows],
         [vector_literal(v, len(v)) for v in vectors],
     )
 
 
+# The collection of the oldest queued event, passing over those in $1.
+_SQL_OLDEST: Final = """
+    SELECT collection FROM embedding_queue WHERE collection <> ALL($1::text[])
+    ORDER BY seq LIMIT 1"""
 _SQL_TAKE_OLDEST: Final = """
-    SELECT event_id FROM embedding_queue ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED"""
+    SELECT event_id FROM embedding_queue WHERE collection = $1
+    ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED"""
 _SQL_TAKE_IDS: Final = """
-    SELECT event_id FROM embedding_queue WHERE event_id = ANY($1::text[])
+    SELECT event_id FROM embedding_queue WHERE collection = $1 AND event_id = ANY($2::text[])
     ORDER BY seq FOR UPDATE SKIP LOCKED"""
 
 
 def _sql_texts() -> str:
     """What each searchable kind embeds (`Kind.embedding`), read from its typed table: the
-    text, and the title where it has one (`embedding_text` joins them). $2: characters read of
-    each field, no more than `embedding_text` uses."""
+    text, and the title where it has one (`embedding_text` joins them). $1 the collection, $2
+    the ids, $3: characters read of each field, no more than `embedding_text` uses. Made at
+    each call, from the registry as it stands (a kind registered later is embedded too)."""
     return "\nUNION ALL\n".join(
-        f"SELECT id, collection, {kind} AS kind, left({e.text}, $2) AS text, "
-        f"{f'left({e.title}, $2)' if e.title else 'NULL::text'} AS title "
-        f"FROM {e.table} WHERE id = ANY($1::text[])"
+        f"SELECT id, {kind} AS kind, left({e.text}, $3) AS text, "
+        f"{f'left({e.title}, $3)' if e.title else 'NULL::text'} AS title "
+        f"FROM {e.table} WHERE collection = $1 AND id = ANY($2::text[])"
         for kind, e in embedded_kinds().items()
     )
 
 
 def _sql_enqueue_missing() -> str:
-    stored = " UNION ALL ".join(f"SELECT id, seq FROM {e.table}" for e in embedded_kinds().values())
+    stored = " UNION ALL ".join(
+        f"SELECT id, seq, collection FROM {e.table}" for e in embedded_kinds().values()
+    )
     return f"""
-    INSERT INTO embedding_queue (event_id, seq)
-    SELECT t.id, t.seq FROM ({stored}) AS t
-    WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.event_id = t.id AND e.model = $1)
-    ON CONFLICT (event_id) DO NOTHING"""
+    INSERT INTO embedding_queue (event_id, seq, collection)
+    SELECT t.id, t.seq, t.collection FROM ({stored}) AS t
+    WHERE NOT EXISTS (SELECT 1 FROM embeddings e
+                      WHERE e.event_id = t.id AND e.collection = t.collection AND e.model = $1)
+    ON CONFLICT (event_id, collection) DO NOTHING"""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ from asyncpg.pool import PoolConnectionProxy
 
 from tms.errors import DatabaseError, one_line
 from tms.store.embedded import EmbeddedPostgres
+
+log = logging.getLogger(__name__)
 
 DATABASE_NAME: Final = "tms"
 _MIGRATION_LOCK: Final = 0x746D73_6D6967  # "tms" "mig": one advisory lock id for migrations
@@ -50,9 +53,24 @@ _NOT_DOWN: Final[tuple[type[Exception], ...]] = (
 )
 
 
+# A Citus coordinator relays a connection to a worker lost mid-statement (a worker restarting,
+# say) as an internal error carrying libpq's or its own words for it, rather than a connection
+# error (which it does use when a worker cannot be reached at all). Lost at the commit, the
+# outcome is unknown, as with any database lost then: a publish sent again is safe (what was
+# stored is skipped).
+_WORKER_LOST: Final = re.compile(
+    "server closed the connection unexpectedly|could not receive data from server"
+    "|no connection to the server|SSL SYSCALL error|connection not open"
+    "|failure on connection marked as essential|could not establish any connections to the node"
+    "|could not commit transaction for shard"
+)
+
+
 def is_database_down(exc: BaseException) -> bool:
     """Whether an exception means the database cannot be used right now (every door answers
     "database unavailable, try again shortly"), rather than a bug."""
+    if isinstance(exc, asyncpg.InternalServerError) and _WORKER_LOST.search(str(exc)):
+        return True
     return isinstance(exc, DATABASE_DOWN) and not isinstance(exc, _NOT_DOWN)
 
 
@@ -95,23 +113,34 @@ def load_migrations(folder: Path | None = None) -> list[Migration]:
     return migrations
 
 
-async def migrate(conn: Connection, migrations: list[Migration] | None = None) -> list[str]:
+async def migrate(
+    conn: Connection, migrations: list[Migration] | None = None, *, distribute: bool = False
+) -> list[str]:
     """Apply what is missing, in order, in one transaction under an advisory lock, so that two
     processes starting at once neither race nor half-apply. Returns the names applied.
 
     A recorded migration whose file has changed since, or one this code does not know, stops
-    start-up: running against a schema we did not build would corrupt the ledger quietly."""
+    start-up: running against a schema we did not build would corrupt the ledger quietly.
+
+    On a Citus coordinator, `distribute` places the tables on the cluster (`tms.store.citus`),
+    in the same transaction; once the ledger is distributed, every later run places the tables
+    new migrations add, so a distributed ledger never grows a table only the coordinator has."""
+    from tms.store import citus  # it needs this module's types: imported when first used
+
     migrations = load_migrations() if migrations is None else migrations
     applied_now = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
-        await conn.execute(
-            """CREATE TABLE IF NOT EXISTS schema_migrations (
-                   version    integer PRIMARY KEY,
-                   name       text NOT NULL,
-                   sha256     text NOT NULL,
-                   applied_at timestamptz NOT NULL DEFAULT now())"""
-        )
+        # Made when missing, not with IF NOT EXISTS: on a Citus coordinator that statement is
+        # refused to a role that does not own the table, even when it exists.
+        if await conn.fetchval("SELECT to_regclass('schema_migrations')") is None:
+            await conn.execute(
+                """CREATE TABLE schema_migrations (
+                       version    integer PRIMARY KEY,
+                       name       text NOT NULL,
+                       sha256     text NOT NULL,
+                       applied_at timestamptz NOT NULL DEFAULT now())"""
+            )
         rows = await conn.fetch("SELECT version, name, sha256 FROM schema_migrations")
         recorded = {row["version"]: row for row in rows}
         known = {m.version for m in migrations}
@@ -137,6 +166,19 @@ async def migrate(conn: Connection, migrations: list[Migration] | None = None) -
                 migration.sha256,
             )
             applied_now.append(migration.name)
+        if await citus.installed(conn):
+            if distribute or await citus.is_distributed(conn):
+                await citus.distribute(conn)
+            else:
+                log.warning(
+                    "the citus extension is installed but the ledger is not distributed: every "
+                    "table lives on this node (run `tms migrate --distribute` to spread it)"
+                )
+        elif distribute:
+            raise DatabaseError(
+                "--distribute needs a Citus coordinator: the citus extension is not installed "
+                "in this database"
+            )
     return applied_now
 
 
@@ -198,21 +240,24 @@ async def open_pool(
     """A pool on a migrated database. `generic_plans`: prepared statements are planned once,
     not again at each call: for the publish path, whose statements look rows up by key (its
     snapshot spent half its time planning, 0.5 of 1.0 ms, with PostgreSQL's default choice);
-    never for searches, whose best plans depend on their arguments."""
-    settings = {"plan_cache_mode": "force_generic_plan"} if generic_plans else {}
+    never for searches, whose best plans depend on their arguments. Not on Citus either, which
+    plans a statement for the shard its arguments name, so at each call: a generic plan is one
+    it refuses to make."""
+    from tms.store import citus  # it needs this module's types: imported when first used
+
     try:
         pool = await asyncpg.create_pool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            connection_class=_Connection,
-            server_settings=settings,
+            url, min_size=min_size, max_size=max_size, connection_class=_Connection
         )
     except (OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
         raise DatabaseError(f"cannot connect to the database: {one_line(exc)}") from exc
     try:
         async with pool.acquire() as conn:
             await migrate(conn)
+            generic_plans = generic_plans and not await citus.installed(conn)
+        if generic_plans:  # every connection from now on; the first is replaced
+            pool.set_connect_args(url, server_settings={"plan_cache_mode": "force_generic_plan"})
+            await pool.expire_connections()
     except BaseException as exc:
         await pool.close()
         if isinstance(exc, (OSError, asyncpg.InterfaceError, asyncpg.PostgresError)):

@@ -3,6 +3,8 @@ route groups, with the one table that turns whatever a handler raises into its a
 
 Routes (each group's table is its module's `ROUTES`):
 
+    tms.web.scrape      GET /metrics: Prometheus' text format, with `Authorization: Bearer
+                        $TMS_METRICS_TOKEN` only (tms.metrics); a 404 without a token
     tms.web.api         GET /healthz, /terms, /log-key; GET /c/<slug>/export.jsonl (members:
                         NIP-98 or the login cookie; `?checkpoint=1` ends with the log's
                         checkpoint line), /c/<slug>/checkpoint, /c/<slug>/consistency,
@@ -26,7 +28,8 @@ Handlers raise; `tms.web.answers` answers (see `create_app`'s table): a page for
 401 with `WWW-Authenticate: Nostr` when credentials do not hold up, 503 when the database is
 down, and a bare 500 (logged, never a traceback on the wire) for anything unforeseen.
 
-Every response carries the security headers of `tms.web.security` (a Content-Security-Policy
+Every answer is counted by door and outcome (`tms.http.metered`, outermost). Every response
+carries the security headers of `tms.web.security` (a Content-Security-Policy
 without inline script, whose only outside origins are the profile relays).
 """
 
@@ -49,12 +52,13 @@ from tms.errors import TMSError
 from tms.http.bodies import BodyError, Disconnected
 from tms.http.gate import Gate
 from tms.http.login import Keyring
+from tms.http.metered import Metered
 from tms.mcp.http import McpFront
 from tms.relay.connection import open_relay
 from tms.relay.endpoint import relay_socket
 from tms.runtime import Runtime, open_runtime
 from tms.store.database import DATABASE_DOWN
-from tms.web import answers, api, collection, dashboard, docs, home, reading, submit
+from tms.web import answers, api, collection, dashboard, docs, home, reading, scrape, submit
 from tms.web.door import Door, NeedsLogin
 from tms.web.render import STATIC_DIR, Renderer
 from tms.web.security import SecurityHeaders
@@ -63,6 +67,7 @@ log = logging.getLogger("tms.web.app")
 
 ROUTES: Final[list[BaseRoute]] = [
     *api.ROUTES,
+    *scrape.ROUTES,
     *home.ROUTES,
     *submit.ROUTES,
     *dashboard.ROUTES,
@@ -117,6 +122,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
         async with (
             open_runtime(settings, database_url) as runtime,
             open_relay(runtime.services, runtime.database_url) as relay,
+            scrape.metrics_port(settings, runtime),
         ):
             front = McpFront(runtime.services.refusals)
             app.state.runtime = runtime
@@ -138,7 +144,8 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     app.state.settings = settings
     app.state.door = door
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
-    app.add_middleware(  # outermost: every answer
+    app.add_middleware(  # every answer
         SecurityHeaders, relays=settings.profile_relays, base_url=settings.base_url
     )
+    app.add_middleware(Metered)  # outermost: counts what the client gets
     return app

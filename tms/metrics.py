@@ -1,0 +1,182 @@
+"""What an operator watches, in Prometheus' text format (the `prometheus_client` library).
+
+Every server process keeps its own figures in the library's default registry, which also holds
+its process metrics (`process_resident_memory_bytes` and the rest, on Linux): with several
+`tms serve` processes, Prometheus scrapes each. They are served at `GET /metrics` on the public
+port only with `Authorization: Bearer $TMS_METRICS_TOKEN`, and without a token on a port of their
+own (`TMS_METRICS_PORT`, on `TMS_METRICS_HOST`, 127.0.0.1 unless set), for a scraper on a
+private network. Neither set: no metrics are served (the public `/metrics` is a 404).
+
+The doors, the ledger and the guards count here (a counter's `inc` costs well under a
+microsecond); what lives elsewhere is read when a scrape asks: the database pools' use, and
+the embedding queue's depth (`refresh`, also run every `REFRESH_SECONDS` while a metrics port
+is open, since that listener runs in a thread of its own and cannot query the database).
+
+The relay door (tms/relay) reports its live connections and subscriptions through
+`RELAY_CONNECTIONS` and `RELAY_SUBSCRIPTIONS` (`inc()` when one opens, `dec()` when it closes;
+`track(RELAY_CONNECTIONS)` does both around a block), and its WebSocket handshakes are counted
+in `REQUESTS` with the door `relay` by the HTTP middleware (`tms.http.metered`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Final
+
+from asyncpg import Pool
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tms.errors import Refusal
+from tms.rules.kinds import KINDS
+
+log = logging.getLogger(__name__)
+
+REFRESH_SECONDS: Final = 15.0
+
+DOORS: Final = ("mcp", "pages", "export", "log", "relay", "ops", "static")
+OUTCOMES: Final = ("ok", "refused", "rate_limited", "unavailable", "error", "gone")
+TOOL_OUTCOMES: Final = ("ok", "refused", "unavailable", "error")
+PUBLISH_OUTCOMES: Final = ("accepted", "refused", "unavailable", "error")
+BUDGETS: Final = ("address", "key", "fetch", "login")
+
+REQUESTS: Final = Counter(
+    "tms_requests",
+    "HTTP requests answered and relay handshakes, by door and outcome (refused: 4xx but 429; "
+    "gone: the client left before an answer)",
+    ["door", "outcome"],
+)
+TOOL_CALLS: Final = Counter(
+    "tms_tool_calls", "MCP tool calls, by tool and outcome", ["tool", "outcome"]
+)
+PUBLISH_SECONDS: Final = Histogram(
+    "tms_publish_seconds",
+    "Time to publish a batch, from its arrival at the ledger to its answer (checks, the "
+    "commit, the vectors it waits for), by outcome",
+    ["outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+PUBLISH_EVENTS: Final = Histogram(
+    "tms_publish_batch_events",
+    "Events in each batch published (accepted or not)",
+    buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000),
+)
+EVENTS_STORED: Final = Counter("tms_events_stored", "Events stored, by kind", ["kind"])
+REFUSALS: Final = Counter("tms_refusals", "Refusals noted in the refusal log, by kind", ["kind"])
+RATE_LIMITED: Final = Counter(
+    "tms_rate_limited", "Calls over a rate limit (TMS_RATE_*), by budget", ["budget"]
+)
+EMBEDDING_QUEUE: Final = Gauge(
+    "tms_embedding_queue_depth", "Events waiting for a vector (all servers' queue)"
+)
+RELAY_CONNECTIONS: Final = Gauge("tms_relay_connections", "Relay WebSocket connections open")
+RELAY_SUBSCRIPTIONS: Final = Gauge("tms_relay_subscriptions", "Relay subscriptions open")
+
+# Every series exists from the start, at zero, so that rates and alerts have a baseline.
+for _door in DOORS:
+    for _outcome in OUTCOMES:
+        REQUESTS.labels(_door, _outcome)
+for _outcome in PUBLISH_OUTCOMES:
+    PUBLISH_SECONDS.labels(_outcome)
+for _kind in KINDS.values():
+    if _kind.stored:
+        EVENTS_STORED.labels(_kind.name)
+for _refusal in Refusal:
+    REFUSALS.labels(str(_refusal))
+for _budget in BUDGETS:
+    RATE_LIMITED.labels(_budget)
+
+
+def outcome_of(status: int) -> str:
+    """An HTTP status as the outcome `REQUESTS` counts."""
+    if status == 429:
+        return "rate_limited"
+    if status == 503:
+        return "unavailable"
+    if status >= 500:
+        return "error"
+    if status >= 400:
+        return "refused"
+    return "ok"
+
+
+@contextlib.contextmanager
+def track(gauge: Gauge) -> Iterator[None]:
+    """`gauge` one higher for as long as the block runs."""
+    gauge.inc()
+    try:
+        yield
+    finally:
+        gauge.dec()
+
+
+class _Pools(Collector):
+    """The database pools of this process, read when scraped: connections in use, idle and
+    at most, and callers waiting for one (asyncpg keeps no count of those: the waiters on its
+    queue of free connections are read, or 0 should asyncpg ever keep them elsewhere)."""
+
+    def __init__(self) -> None:
+        self._pools: dict[int, tuple[str, Pool]] = {}
+
+    def watch(self, pools: Mapping[str, Pool]) -> list[int]:
+        handles = []
+        for name, pool in pools.items():
+            self._pools[id(pool)] = (name, pool)
+            handles.append(id(pool))
+        return handles
+
+    def forget(self, handles: list[int]) -> None:
+        for handle in handles:
+            self._pools.pop(handle, None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        connections = GaugeMetricFamily(
+            "tms_db_pool_connections",
+            "Database connections of this process's pools, by pool and state (in_use, idle, max)",
+            labels=["pool", "state"],
+        )
+        waiting = GaugeMetricFamily(
+            "tms_db_pool_waiting",
+            "Callers waiting for a database connection, by pool",
+            labels=["pool"],
+        )
+        totals: dict[str, list[int]] = {}
+        for name, pool in list(self._pools.values()):
+            size, idle = pool.get_size(), pool.get_idle_size()
+            queue = getattr(pool, "_queue", None)
+            waiters = len(getattr(queue, "_getters", ()) or ())
+            row = totals.setdefault(name, [0, 0, 0, 0])
+            for i, value in enumerate((size - idle, idle, pool.get_max_size(), waiters)):
+                row[i] += value
+        for name, (in_use, idle, most, waiters) in sorted(totals.items()):
+            connections.add_metric([name, "in_use"], in_use)
+            connections.add_metric([name, "idle"], idle)
+            connections.add_metric([name, "max"], most)
+            waiting.add_metric([name], waiters)
+        yield connections
+        yield waiting
+
+
+POOLS: Final = _Pools()
+REGISTRY.register(POOLS)
+
+
+async def refresh(pool: Pool) -> None:
+    """Figures the database holds: the embedding queue's depth (every server's queue: it is one
+    table). A database that does not answer leaves the last value."""
+    try:
+        depth = await pool.fetchval("SELECT count(*) FROM embedding_queue", timeout=5)
+    except Exception as exc:  # a scrape must not fail for it
+        log.debug("metrics: the embedding queue could not be counted: %s", exc)
+        return
+    EMBEDDING_QUEUE.set(depth)
+
+
+async def refresh_forever(pool: Pool) -> None:
+    while True:
+        await refresh(pool)
+        await asyncio.sleep(REFRESH_SECONDS)
