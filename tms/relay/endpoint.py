@@ -33,8 +33,10 @@ from tms.http.login import COOKIE, Keyring
 from tms.http.websocket import EXTENSION
 from tms.nostr.nip42 import normalize_relay_url
 from tms.relay import info, messages
-from tms.relay.connection import Connection, Relay
+from tms.relay.connection import Connection
 from tms.relay.limits import NOTICE_SECONDS
+from tms.relay.prefixes import failure
+from tms.relay.shared import Relay
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ async def relay_socket(websocket: WebSocket) -> None:
 async def _serve(websocket: WebSocket, conn: Connection, idle_seconds: float, lent: Any) -> None:
     """Read until the client leaves, or the connection must end (behind, idle)."""
     reading = asyncio.create_task(_read(websocket, conn, idle_seconds, lent))
-    ended = asyncio.ensure_future(conn.ended.wait())
+    ended = asyncio.ensure_future(conn.outbox.ended.wait())
     gone = False
     try:
         await asyncio.wait({reading, ended}, return_when=asyncio.FIRST_COMPLETED)
@@ -104,12 +106,12 @@ async def _serve(websocket: WebSocket, conn: Connection, idle_seconds: float, le
             elif isinstance(failed, WebSocketDisconnect):
                 gone = True
             else:
-                conn.end("failed", conn.failure(failed))
+                conn.outbox.end("failed", failure(failed))
     finally:
         for task in (reading, ended):
             task.cancel()
         await asyncio.gather(reading, ended, return_exceptions=True)
-        await conn.close(NOTICE_SECONDS if conn.ending is not None and not gone else 0.0)
+        await conn.close(NOTICE_SECONDS if conn.outbox.ending is not None and not gone else 0.0)
         if not gone:
             await _close(websocket, conn, lent)
 
@@ -129,7 +131,7 @@ async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, len
                 message = await asyncio.wait_for(websocket.receive(), max(0.0, idle_seconds - idle))
             except TimeoutError:
                 if (conn.idle_for() or 0.0) >= idle_seconds:
-                    conn.end(
+                    conn.outbox.end(
                         "idle",
                         f"closing an idle connection: no subscription and no message for "
                         f"{idle_seconds:g} s",
@@ -142,24 +144,28 @@ async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, len
         if text is None:
             text = _text(message.get("bytes") or b"")
             if text is None:
-                conn.send(messages.notice("invalid: messages are UTF-8 JSON text"))
+                conn.outbox.send(messages.notice("invalid: messages are UTF-8 JSON text"))
                 continue
         try:
             await conn.handle(text)
         except Exception as exc:  # never a traceback on the wire
-            conn.send(messages.notice(conn.failure(exc)))
+            conn.outbox.send(messages.notice(failure(exc)))
 
 
 async def _close(websocket: WebSocket, conn: Connection, lent: Any) -> None:
-    code = 1000 if conn.ending is None else POLICY_VIOLATION
-    closing = (conn.ending or "")[:120]
+    code = 1000 if conn.outbox.ending is None else POLICY_VIOLATION
+    closing = (conn.outbox.ending or "")[:120]
     try:
         await asyncio.wait_for(websocket.close(code, closing), CLOSE_SECONDS)
     except Exception:  # the client does not read even a close: drop it
         if lent is not None:
             lent.abort()
         return
-    if conn.ending is not None and conn.ending.startswith("behind") and lent is not None:
+    if (
+        conn.outbox.ending is not None
+        and conn.outbox.ending.startswith("behind")
+        and lent is not None
+    ):
         lent.abort()  # its unread bytes must not hold the socket open
 
 

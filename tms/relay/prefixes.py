@@ -3,15 +3,20 @@
 Every door says a refusal in SPEC's words (`str(error)`); the relay puts NIP-01's prefix in
 front, chosen by the refusal's kind (`tms.errors.Refusal`) or, for what is no refusal of the
 caller (the database is down, the log cannot be signed), `error:`. A one-event batch's position
-("events[0] (ab12…): ") is dropped: the OK names the event already.
+("events[0] (ab12…): ") is dropped: the OK names the event already. An error that is not a
+refusal at all (`failure`) is logged here and said as `error:`, without its details.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Final
 
-from tms.errors import NotAUser, Refusal, TMSError, sendable
+from tms.errors import DATABASE_UNAVAILABLE, NotAUser, Refusal, TMSError, one_line, sendable
+from tms.store.database import is_database_down
+
+log = logging.getLogger(__name__)
 
 PREFIXES: Final[dict[Refusal, str]] = {
     Refusal.BAD_SIGNATURE: "invalid",
@@ -42,3 +47,14 @@ def reason(exc: BaseException, fallback: str = "internal error") -> str:
     """`<prefix>: <SPEC's message>` for an OK or CLOSED."""
     text = _POSITION.sub("", str(exc), count=1) if isinstance(exc, TMSError) else fallback
     return sendable(f"{prefix(exc)}: {text}")
+
+
+def failure(exc: BaseException) -> str:
+    """What to tell the client of an error that is not its refusal (logged here)."""
+    if isinstance(exc, TMSError):
+        return reason(exc)
+    if is_database_down(exc):
+        log.warning("database unavailable on the relay: %s", one_line(exc))
+        return f"error: {DATABASE_UNAVAILABLE}"
+    log.error("internal error on the relay", exc_info=exc)
+    return "error: internal error"

@@ -54,8 +54,8 @@ from tms.http.gate import Gate
 from tms.http.login import Keyring
 from tms.http.metered import Metered
 from tms.mcp.http import McpFront
-from tms.relay.connection import open_relay
 from tms.relay.endpoint import relay_socket
+from tms.relay.shared import open_relay
 from tms.runtime import Runtime, open_runtime
 from tms.store.database import DATABASE_DOWN
 from tms.web import answers, api, collection, dashboard, docs, home, reading, scrape, submit

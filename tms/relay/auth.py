@@ -1,0 +1,155 @@
+"""Who a connection is, and what it may read: NIP-42 AUTH, or the login cookie of a same-origin
+browser (`tms.relay.endpoint`), and the reader capability made from that key.
+
+Reads (REQ, COUNT) need an authenticated key that may read; the capability is made anew for
+each of them (`scope`), and whenever a member list may have changed what the key reads
+(`membership_changed`, from the hub): the subscriptions then follow it, or close. A connection
+that authenticates as another key closes the subscriptions it opened as the first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import Final
+
+from tms.errors import AuthError, NotAReader, RateLimited, Refusal, one_line, sendable
+from tms.ledger.access import ReadableCollection, Reader, not_a_reader
+from tms.nostr import nip42
+from tms.nostr.events import is_hex64
+from tms.relay import messages
+from tms.relay.live import Client
+from tms.relay.messages import AuthMessage, Refused
+from tms.relay.outbox import Outbox
+from tms.relay.prefixes import reason
+from tms.relay.reading import Reading
+from tms.relay.shared import ROUTE, Relay
+from tms.types import PubKey, Slug
+
+log = logging.getLogger(__name__)
+
+AUTH_REQUIRED: Final = (
+    "auth-required: reading needs NIP-42 AUTH by a key that may read; answer this relay's "
+    "AUTH challenge first"
+)
+REAUTHENTICATED: Final = (
+    "auth-required: this connection authenticated as another key; subscribe again"
+)
+
+
+class Auth:
+    def __init__(
+        self,
+        relay: Relay,
+        outbox: Outbox,
+        reading: Reading,
+        client: Client,
+        *,
+        slug: Slug | None,
+        url: str,
+        address: str | None,
+        pubkey: PubKey | None,
+    ) -> None:
+        """`client`: the connection, as the hub tells it of member lists; `slug`: the
+        collection this relay is (None: the root, every collection the key reads); `url`: this
+        relay's URL, as AUTH events must name it; `pubkey`: the key a login cookie
+        authenticated."""
+        self.relay = relay
+        self.outbox = outbox
+        self.reading = reading
+        self.client = client
+        self.slug = slug
+        self.url = url
+        self.address = address
+        self.challenge = secrets.token_urlsafe(24)
+        self.pubkey = pubkey
+        self.reader: Reader | None = None
+        self._refresh: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        """A key the login cookie brought reads from the start."""
+        if self.pubkey is not None:
+            self.reader = await self.relay.access.reader(self.pubkey)
+            self.relay.hub.clients.add(self.client)
+
+    def close(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+
+    async def authenticate(self, message: AuthMessage) -> None:
+        raw = message.event
+        event_id = raw.get("id") if isinstance(raw, dict) else None
+        try:
+            pubkey = nip42.check_auth(
+                raw, challenge=self.challenge, relay_url=self.url, now=int(time.time())
+            )
+        except AuthError as exc:
+            self.relay.refusals.refused(exc, ROUTE)
+            said = sendable(str(exc))
+            if isinstance(event_id, str) and is_hex64(event_id):
+                self.outbox.send(messages.ok(event_id, False, said))
+            else:
+                self.outbox.send(messages.notice(said))
+            return
+        if self.pubkey is not None and pubkey != self.pubkey:
+            for sub_id in list(self.reading.subs):  # they were opened as the other key
+                self.reading.unsubscribe(sub_id)
+                self.outbox.send(messages.closed(sub_id, REAUTHENTICATED))
+        self.pubkey = pubkey
+        self.reader = await self.relay.access.reader(pubkey)
+        self.relay.hub.clients.add(self.client)
+        self.outbox.send(messages.ok(str(event_id), True, ""))
+
+    async def scope(self, sub_id: str) -> Reader | ReadableCollection:
+        """What this key reads here, or `Refused` (auth-required / restricted / rate-limited)."""
+        if self.pubkey is None:
+            self._refused(Refusal.UNAUTHENTICATED)
+            raise Refused(sub_id, AUTH_REQUIRED)
+        try:
+            await self.relay.throttle.key(self.pubkey)
+        except RateLimited as exc:
+            self.relay.refusals.refused(exc, ROUTE)
+            raise Refused(sub_id, reason(exc)) from None
+        self.reader = await self.relay.access.reader(self.pubkey)  # checked once per request
+        if self.slug is not None:
+            try:
+                return self.reader.collection(self.slug)
+            except NotAReader as exc:
+                self._refused(Refusal.NOT_MEMBER, self.pubkey)
+                raise Refused(sub_id, f"restricted: {exc}") from None
+        if not self.reader.slugs:
+            self._refused(Refusal.NOT_MEMBER, self.pubkey)
+            raise Refused(sub_id, f"restricted: {self._reads_nothing()}")
+        return self.reader
+
+    def membership_changed(self) -> None:
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.create_task(self._new_reader(), name="tms-relay-reader")
+
+    async def _new_reader(self) -> None:
+        """A member list changed: read what this key may read now, and follow it."""
+        if self.pubkey is None:
+            return
+        try:
+            reader = await self.relay.access.reader(self.pubkey)
+        except Exception as exc:
+            log.warning("a relay connection could not refresh its reader: %s", one_line(exc))
+            return
+        self.reader = reader
+        for sub_id, sub in list(self.reading.subs.items()):
+            if self.slug is None and reader.slugs:
+                await self.relay.hub.rescope(sub, reader.slugs)
+            elif self.slug is None:
+                self.reading.unsubscribe(sub_id)
+                self.outbox.send(messages.closed(sub_id, f"restricted: {self._reads_nothing()}"))
+            elif not reader.may_read(self.slug):
+                self.reading.unsubscribe(sub_id)
+                self.outbox.send(messages.closed(sub_id, f"restricted: {not_a_reader(self.slug)}"))
+
+    def _reads_nothing(self) -> str:
+        return f"key {self.pubkey} may read no collection here: ask a collection's owner to add it"
+
+    def _refused(self, kind: Refusal, pubkey: PubKey | None = None) -> None:
+        self.relay.refusals.record(kind, ROUTE, pubkey, self.address)
