@@ -130,12 +130,15 @@ class Auth:
 
     async def _new_reader(self) -> None:
         """A member list changed: read what this key may read now, and follow it."""
-        if self.pubkey is None:
+        pubkey = self.pubkey
+        if pubkey is None:
             return
         try:
-            reader = await self.relay.access.reader(self.pubkey)
+            reader = await self.relay.access.reader(pubkey)
         except Exception as exc:
             log.warning("a relay connection could not refresh its reader: %s", one_line(exc))
+            return
+        if self.pubkey != pubkey:  # authenticated as another key meanwhile: its own reader holds
             return
         self.reader = reader
         for sub_id, sub in list(self.reading.subs.items()):
