@@ -35,6 +35,7 @@ from serving import UNLIMITED
 
 import tms.ledger.commits as commits
 import tms.ledger.service as service
+import tms.ledger.snapshots as snapshots
 import tms.ledger.tlog as tlog
 import tms.ledger.writes as writes
 import tms.mcp.http as mcp_http
@@ -91,8 +92,8 @@ def instrument() -> None:
     timed(commits.GroupCommitter, "commit", "  group commit (queue + transaction)")
     timed(asyncpg.transaction.Transaction, "start", "    begin")
     timed(writes, "lock", "    lock")
-    timed(writes, "snapshot", "    snapshot (with the log's state)")
-    timed(writes, "quotes", "    quotes")
+    timed(snapshots, "snapshot", "    snapshot (with the log's state)")
+    timed(snapshots, "quotes", "    quotes")
     timed(commits, "judge", "    judge")
     timed(tlog.TransparencyLog, "prepare", "    the log: hash and sign")
     timed(writes, "write", "    write (with the log's rows)")

@@ -30,8 +30,8 @@ from tms.config import Settings
 from tms.ledger import lookups
 from tms.ledger.access import Access
 from tms.ledger.lookups import Lookups, claim_key
+from tms.ledger.rows import Rows
 from tms.ledger.service import Ledger
-from tms.ledger.writes import Rows
 from tms.nostr.events import SecretKey
 from tms.rules.references import Reference
 from tms.rules.terms import current_terms

@@ -12,6 +12,7 @@ from factories import OWNER, OWNER2, T0, EventDict, claim, contradiction, eviden
 from proof_events import cited
 from publishing import open_collection, publish, readable
 
+from tms.ledger.cited import disputes
 from tms.ledger.reads import Reads
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event
@@ -177,8 +178,7 @@ async def test_a_dispute_in_another_collection_is_never_shown(ledger: Ledger) ->
     result = await checked(ledger, foreign)
     assert not result["ok"] and result["contested"] == []
     assert "Elsewhere" not in str(result)
-    reads = Reads(ledger.pool)
     async with ledger.pool.acquire() as conn:
-        assert await reads.disputes(conn, "lab", [t["id"] for t in twins]) == {}
-        found = await reads.disputes(conn, "other", [t["id"] for t in twins])
+        assert await disputes(conn, "lab", [t["id"] for t in twins]) == {}
+        found = await disputes(conn, "other", [t["id"] for t in twins])
         assert set(found) == {t["id"] for t in twins}

@@ -45,9 +45,9 @@ from publishing import LEDGER_TABLES, counts, join, open_collection, publish, re
 
 from tms.ledger.access import Access
 from tms.ledger.service import Ledger
+from tms.ledger.snapshots import quotes
+from tms.ledger.snapshots import snapshot as read_snapshot
 from tms.ledger.tlog import STATE_SQL
-from tms.ledger.writes import quotes
-from tms.ledger.writes import snapshot as read_snapshot
 from tms.rules.anchors import Anchor
 from tms.rules.publish import MAX_BATCH, PublishError, Ref, Snapshot, parse_events
 

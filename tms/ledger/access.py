@@ -2,7 +2,7 @@
 
 The rule "a collection's owner or a key on its current member list may read it" lives in the
 `readers` view (sql/003_access.sql), which this module asks for the doors (the publish snapshot,
-`tms.ledger.writes`, reads it too, to judge writes). Reading is done with a capability only this
+`tms.ledger.snapshots`, reads it too, to judge writes). Reading is done with a capability only this
 module makes: a `Reader` (a key and the collections it may read, as checked when it was made) or
 a `ReadableCollection` (a key and one collection it may read). The read services take one of
 them instead of a key or a slug, and filter their SQL by what it holds, so a door that forgets to

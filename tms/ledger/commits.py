@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import PublishError
-from tms.ledger import lookups, routed, writes
+from tms.ledger import lookups, routed, snapshots, writes
+from tms.ledger.snapshots import OffLoop
 from tms.ledger.tlog import STATE_SQL, TransparencyLog
-from tms.ledger.writes import OffLoop
 from tms.results import CheckpointInfo
 from tms.rules.expected import Expected, check_expected
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
@@ -110,8 +110,8 @@ class GroupCommitter:
         outcomes: list[Plan | Exception] = []
         async with self.pool.acquire() as conn, conn.transaction():
             await writes.lock(conn, everything)
-            snapshot, read = await writes.snapshot(conn, everything, {"log": STATE_SQL})
-            snapshot.quotes = await writes.quotes(conn, everything, self.run)
+            snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL})
+            snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
             members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
             passed: list[Plan] = []
             for waiting in group:

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from typing import Any, Final, TypedDict
 
 from tms.ledger.access import ReadableCollection
-from tms.ledger.writes import OffLoop, Rows
+from tms.ledger.rows import Rows
+from tms.ledger.snapshots import OffLoop
 from tms.rules.kinds import Claim
 from tms.rules.publish import Parsed
 from tms.rules.quotes import normalize

@@ -5,11 +5,12 @@ collections a key may read) or a `ReadableCollection` (one of them); every state
 what it holds, so no query can return another collection's rows whatever ids it is handed.
 Searching by text is `tms.search`'s job.
 
-Each method's SQL sits in the method, and results come out in SPEC's shapes through
-`tms.ledger.records`. Every listing reads a page, never the whole collection: list_claims' count
-sorts read the top of an index over counts kept as links are stored (sql/008). What the reading
-pages show (texts cut, quotes in their stored context, never an evidence text read whole) is
-read by `tms.ledger.excerpts`.
+Each method's SQL sits in the method, but for what a proof's tree prints of the events it cites
+(`tms.ledger.cited`); results come out in SPEC's shapes through `tms.ledger.records`. Every
+listing reads a page, never the whole collection: list_claims' count sorts read the top of an
+index over counts kept as links are stored (sql/008). What the reading pages show (texts cut,
+quotes in their stored context, never an evidence text read whole) is read by
+`tms.ledger.excerpts`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Final
 
 from tms.ledger import excerpts, records
 from tms.ledger.access import ReadableCollection, Reader
+from tms.ledger.cited import cited_events
 from tms.ledger.excerpts import (
     EvidenceWindow,
     NamedClaim,
@@ -36,23 +38,10 @@ from tms.results import (
     EvidenceSummary,
     LinkInfo,
 )
-from tms.rules.cited import (
-    CITED_TEXT_CHARS,
-    DISPUTE_REASON_CHARS,
-    MAX_DISPUTES,
-    Cited,
-    Dispute,
-)
+from tms.rules.cited import Cited
 from tms.rules.kinds import kind_name
-from tms.store.database import Connection, Pool
-from tms.types import (
-    KIND_CLAIM,
-    KIND_CONTRADICTION,
-    KIND_EVIDENCE,
-    KIND_LINK,
-    EventId,
-    Slug,
-)
+from tms.store.database import Pool
+from tms.types import KIND_EVIDENCE, KIND_LINK, EventId
 
 DEFAULT_SORT: Final = "recent"
 CLAIM_SORTS: Final = ("recent", "links", "unsupported", "unchallenged", "contested")
@@ -66,57 +55,6 @@ _SORT_KEYS: Final[dict[str, str]] = {
     "unchallenged": "(rebuts + findings), supports DESC",
     "contested": "(rebuts + findings) DESC",
 }
-
-
-# What a proof's tree prints of each cited event of one collection ($1): $2 the ids, $3 how
-# much of each text (never a document's text). Links come with their anchors; any other kind
-# (a member list) with its kind alone.
-_SQL_CITED: Final = f"""
-    SELECT id, {KIND_CLAIM} AS kind, left(text, $3) AS text, NULL AS title,
-           NULL AS url, NULL AS source, NULL AS relation, NULL AS from_id,
-           NULL AS to_id, NULL AS quote, NULL AS reason, NULL::bigint AS claims,
-           NULL::int AS start_offset, NULL::int AS end_offset, NULL::int AS occurrences
-    FROM claims WHERE collection = $1 AND id = ANY($2::text[])
-    UNION ALL
-    SELECT id, {KIND_EVIDENCE}, NULL, left(title, $3), left(url, $3),
-           left(source, $3), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-    FROM evidence WHERE collection = $1 AND id = ANY($2::text[])
-    UNION ALL
-    SELECT l.id, {KIND_LINK}, NULL, NULL, NULL, NULL, l.relation, l.from_id, l.to_id,
-           left(l.quote, $3), NULL, NULL, a.start_offset, a.end_offset, a.occurrences
-    FROM links l LEFT JOIN link_anchors a ON a.link_id = l.id AND a.collection = $1
-    WHERE l.collection = $1 AND l.id = ANY($2::text[])
-    UNION ALL
-    SELECT c.id, {KIND_CONTRADICTION}, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, left(c.reason, $3),
-           (SELECT count(*) FROM contradiction_claims x
-            WHERE x.contradiction_id = c.id AND x.collection = $1),
-           NULL, NULL, NULL
-    FROM contradictions c WHERE c.collection = $1 AND c.id = ANY($2::text[])
-    UNION ALL
-    SELECT id, kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL
-    FROM events WHERE collection = $1 AND id = ANY($2::text[])
-      AND kind NOT IN ({KIND_CLAIM}, {KIND_EVIDENCE}, {KIND_LINK}, {KIND_CONTRADICTION})"""
-
-# The disputes of claims ($2) in one collection ($1): REBUTS links pointing at each and the
-# contradictions naming each, the first $3 of each kind per claim, oldest first, reasons cut to
-# $4 characters (ellipsis included). Each claim's look-ups walk its own index entries.
-_SQL_DISPUTES: Final = """
-    SELECT c.claim_id, d.is_link, d.id,
-           CASE WHEN char_length(d.reason) > $4 THEN left(d.reason, $4 - 1) || '…'
-                ELSE d.reason END AS reason
-    FROM unnest($2::text[]) AS c(claim_id)
-    CROSS JOIN LATERAL (
-        (SELECT true AS is_link, l.id, l.reason, l.seq FROM links l
-         WHERE l.collection = $1 AND l.to_id = c.claim_id AND l.relation = 'REBUTS'
-         ORDER BY l.seq LIMIT $3)
-        UNION ALL
-        (SELECT false, k.id, k.reason, k.seq FROM contradiction_claims cc
-         JOIN contradictions k ON k.id = cc.contradiction_id AND k.collection = $1
-         WHERE cc.collection = $1 AND cc.claim_id = c.claim_id AND k.collection = $1
-         ORDER BY k.seq LIMIT $3)) AS d
-    ORDER BY c.claim_id, d.seq"""
 
 
 class Reads:
@@ -208,57 +146,13 @@ class Reads:
     ) -> dict[EventId, Cited]:
         """What a proof's tree prints of the cited events in the readable collection: kinds
         and short fields from the typed tables, never a document's text; a link's anchor; and
-        what disputes each claim in this collection (`disputes`). An id from elsewhere is
-        simply absent, so a proof can never learn another collection's contents (or that the
-        id exists)."""
+        what disputes each claim in this collection (`tms.ledger.cited`). An id from elsewhere
+        is simply absent, so a proof can never learn another collection's contents (or that
+        the id exists)."""
         if not ids:
             return {}
-        collection = readable.slug
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(_SQL_CITED, collection, list(ids), CITED_TEXT_CHARS)
-            claims = [r["id"] for r in rows if r["kind"] == KIND_CLAIM]
-            disputes = await self.disputes(conn, collection, claims)
-        none: tuple[list[Dispute], list[Dispute]] = ([], [])
-        return {
-            r["id"]: Cited(
-                r["kind"],
-                text=r["text"],
-                title=r["title"],
-                url=r["url"],
-                source=r["source"],
-                relation=r["relation"],
-                from_=r["from_id"],
-                to=r["to_id"],
-                quote=r["quote"],
-                anchor=None
-                if r["start_offset"] is None
-                else (r["start_offset"], r["end_offset"], r["occurrences"]),
-                reason=r["reason"],
-                claims=r["claims"],
-                rebuts=tuple(disputes.get(r["id"], none)[0]),
-                contradictions=tuple(disputes.get(r["id"], none)[1]),
-            )
-            for r in rows
-        }
-
-    @staticmethod
-    async def disputes(
-        conn: Connection, collection: Slug, claims: list[EventId]
-    ) -> dict[EventId, tuple[list[Dispute], list[Dispute]]]:
-        """For each claim, the REBUTS links of `collection` pointing at it and the
-        contradictions of `collection` naming it: the first `MAX_DISPUTES` of each, oldest
-        first, reasons cut. One statement for all the claims, read as the proof is checked, so
-        a dispute stored since the last check shows."""
-        found: dict[EventId, tuple[list[Dispute], list[Dispute]]] = {}
-        if not claims:
-            return found
-        rows = await conn.fetch(
-            _SQL_DISPUTES, collection, claims, MAX_DISPUTES, DISPUTE_REASON_CHARS
-        )
-        for r in rows:
-            rebuts, contradictions = found.setdefault(r["claim_id"], ([], []))
-            (rebuts if r["is_link"] else contradictions).append(Dispute(r["id"], r["reason"]))
-        return found
+            return await cited_events(conn, readable.slug, ids)
 
     # --- claims ----------------------------------------------------------------------------
 

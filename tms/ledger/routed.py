@@ -8,25 +8,37 @@ on the test cluster. A multi-row INSERT ... VALUES (or an UPDATE filtered on the
 routed as it stands: seven such statements took a quarter of that. A single PostgreSQL keeps the
 one statement, which is faster there.
 
-The rows are the same, computed by the same functions (`writes.typed_rows`, `writes.claim_counts`
-and the rest, which read the kinds' registry, `tms.rules.kinds.KINDS`); the seq of the batch's
-events is drawn from the events' own sequence first, in one statement on the coordinator, and
-handed out in batch order, so the ledger's order is the batch's exactly as the one statement
-makes it.
+The rows are the same, computed by the same functions (`tms.ledger.rows`: `typed_rows`,
+`claim_counts` and the rest, which read the kinds' registry, `tms.rules.kinds.KINDS`); the seq of
+the batch's events is drawn from the events' own sequence first, in one statement on the
+coordinator, and handed out in batch order, so the ledger's order is the batch's exactly as the
+one statement makes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
-from tms.ledger import writes
-from tms.ledger.writes import Rows, Written
+from tms.ledger.rows import (
+    ANCHOR_TYPES,
+    COUNT_TYPES,
+    DECODED,
+    SQL_COUNTS_ADDED,
+    Rows,
+    anchor_rows,
+    claim_counts,
+    collection_counts,
+    member_heads,
+    membership_changes,
+    typed_rows,
+)
+from tms.ledger.writes import Written
 from tms.nostr.events import Event, compact_json
 from tms.rules.kinds import Columns, embedded_kinds
 from tms.rules.publish import Plan
 from tms.store.database import Connection
-from tms.types import UNSCOPED, PubKey, Slug
+from tms.types import KIND_MEMBERS, UNSCOPED, EventId, PubKey, Slug
 
 # Parameters per statement: PostgreSQL's protocol allows 32,767; a big batch takes several.
 MAX_PARAMS: Final = 30_000
@@ -53,17 +65,17 @@ async def write(
     members_before: dict[Slug, set[PubKey]],
     also: Sequence[Rows] = (),
 ) -> Written:
-    """Store `plan` as `writes.write` does, and the rows `also` holds; return what it stored,
-    by collection (`writes.notify`)."""
+    """Store `plan` as `tms.ledger.writes.write` does, and the rows `also` holds; return what
+    it stored, by collection (`tms.ledger.writes.notify`)."""
     accepted = plan.accepted
     seqs = sorted(r[0] for r in await conn.fetch(_SQL_SEQS, len(accepted)))
     seq = {p.event.id: s for p, s in zip(accepted, seqs, strict=True)}
     events = [(seq[p.event.id], *_event(p.event), p.collection or UNSCOPED) for p in accepted]
     await insert(conn, Rows("events", _EVENT_COLUMNS, events), overriding=True)
 
-    for table, rows in writes.typed_rows(plan).items():
+    for table, rows in typed_rows(plan).items():
         columns = table.columns
-        decoded = [writes.DECODED.get(name) for name, _ in columns]
+        decoded = [DECODED.get(name) for name, _ in columns]
         if any(decoded):  # values the one statement converts in SQL (a member list's JSON)
             columns = tuple(
                 (name, sql_type if how is None else how[0])
@@ -78,19 +90,19 @@ async def write(
             rows = [(row[0], seq[row[0]], *row[1:]) for row in rows]
         await insert(conn, Rows(table.name, columns, rows))
 
-    await insert(conn, Rows("link_anchors", writes.ANCHOR_TYPES, writes.anchor_rows(plan)))
+    await insert(conn, Rows("link_anchors", ANCHOR_TYPES, anchor_rows(plan)))
 
-    new, added = writes.claim_counts(plan)
+    new, added = claim_counts(plan)
     counted = [(claim_id, slug, seq[claim_id], *n) for claim_id, slug, *n in new]
     await insert(conn, Rows("claim_counts", _NEW_COUNT_COLUMNS, counted))
     for slug in sorted({row[1] for row in added}):  # one collection's claims a statement
         rows = [row for row in added if row[1] == slug]
-        sql = writes.SQL_COUNTS_ADDED.format(
-            rows=", ".join(f"${n + 1}::{t}[]" for n, (_, t) in enumerate(writes.COUNT_TYPES)),
-            slugs=f"${len(writes.COUNT_TYPES) + 1}::text[]",
+        sql = SQL_COUNTS_ADDED.format(
+            rows=", ".join(f"${n + 1}::{t}[]" for n, (_, t) in enumerate(COUNT_TYPES)),
+            slugs=f"${len(COUNT_TYPES) + 1}::text[]",
         )
         await conn.execute(sql, *(list(column) for column in zip(*rows, strict=True)), [slug])
-    await insert(conn, writes.collection_counts(plan))
+    await insert(conn, collection_counts(plan))
     embedded = embedded_kinds()
     queued = [
         (p.event.id, seq[p.event.id], p.collection) for p in accepted if p.event.kind in embedded
@@ -98,14 +110,14 @@ async def write(
     await insert(conn, Rows("embedding_queue", _QUEUE_COLUMNS, queued))
     await insert(conn, Rows("collections", _COLLECTION_COLUMNS, list(plan.new_collections)))
     if plan.member_lists:
-        await insert(conn, writes.member_heads(plan))
-        dropped, joined = writes.membership_changes(plan, members_before)
+        await insert(conn, member_heads(plan))
+        dropped, joined = membership_changes(plan, members_before)
         if dropped:
             await conn.execute(_SQL_DROP_MEMBERS, [c for c, _ in dropped], [k for _, k in dropped])
         await insert(conn, Rows("memberships", _MEMBERSHIP_COLUMNS, joined))
     for extra in also:
         await insert(conn, extra)
-    return writes.written_by_seq(plan, seq)
+    return written_by_seq(plan, seq)
 
 
 async def insert(conn: Connection, rows: Rows, *, overriding: bool = False) -> None:
@@ -134,12 +146,26 @@ async def insert(conn: Connection, rows: Rows, *, overriding: bool = False) -> N
         )
 
 
+def written_by_seq(plan: Plan, seq: Mapping[EventId, int]) -> Written:
+    """`Written` for a batch whose events' `seq` is known here, drawn before its rows were
+    written."""
+    ranges: dict[Slug | None, list[Any]] = {}
+    for p in plan.accepted:
+        n = seq[p.event.id]
+        got = ranges.setdefault(p.collection, [n, n, False])
+        got[0], got[1] = min(got[0], n), max(got[1], n)
+        got[2] = got[2] or p.event.kind == KIND_MEMBERS
+    return sorted(
+        ((slug, lo, hi, lists) for slug, (lo, hi, lists) in ranges.items()), key=lambda r: r[1]
+    )
+
+
 def _event(e: Event) -> tuple[str, str, int, int, str, str, str]:
     return e.id, e.pubkey, e.created_at, e.kind, compact_json(e.tags), e.content, e.sig
 
 
 _NEW_COUNT_COLUMNS: Final[Columns] = (
-    *writes.COUNT_TYPES[:2],
+    *COUNT_TYPES[:2],
     ("seq", "bigint"),
-    *writes.COUNT_TYPES[2:],
+    *COUNT_TYPES[2:],
 )

@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from tms import metrics
 from tms.errors import QuoteNotFound, TMSError, one_line
-from tms.ledger import writes
+from tms.ledger import snapshots, writes
 from tms.ledger.commits import GroupCommitter
 from tms.ledger.tlog import TransparencyLog
 from tms.results import PublishResult
@@ -186,7 +186,7 @@ class Ledger:
         text = batch_texts(batch).get(refusal.evidence_id)
         if text is None:
             text = await self.pool.fetchval(
-                writes.SQL_TEXT, refusal.evidence_id, writes.collections(batch)
+                snapshots.SQL_TEXT, refusal.evidence_id, writes.collections(batch)
             )
         if text is None:
             return refusal
