@@ -37,7 +37,7 @@ from typing import Final
 
 from tms.errors import DatabaseError
 from tms.rules.kinds import KINDS
-from tms.store.database import Connection
+from tms.store.connection import Connection
 
 log = logging.getLogger(__name__)
 

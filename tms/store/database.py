@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Final
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from tms.errors import DatabaseError, one_line
+from tms.store import citus
+from tms.store.connection import Connection as Connection  # named here for the ledger and search
+from tms.store.connection import Pool as Pool
 from tms.store.embedded import EmbeddedPostgres
 
 log = logging.getLogger(__name__)
@@ -25,10 +27,6 @@ DATABASE_NAME: Final = "tms"
 _MIGRATION_LOCK: Final = 0x746D73_6D6967  # "tms" "mig": one advisory lock id for migrations
 _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
 SCHEMA_FILE = "schema.sql"  # what the migrations build, for reading (tests/store/test_schema.py)
-
-
-Connection = asyncpg.Connection | PoolConnectionProxy
-Pool = asyncpg.Pool
 
 
 # Errors that mean "the database cannot be reached right now", as opposed to a bug: every front
@@ -125,8 +123,6 @@ async def migrate(
     On a Citus coordinator, `distribute` places the tables on the cluster (`tms.store.citus`),
     in the same transaction; once the ledger is distributed, every later run places the tables
     new migrations add, so a distributed ledger never grows a table only the coordinator has."""
-    from tms.store import citus  # it needs this module's types: imported when first used
-
     migrations = load_migrations() if migrations is None else migrations
     applied_now = []
     async with conn.transaction():
@@ -243,8 +239,6 @@ async def open_pool(
     never for searches, whose best plans depend on their arguments. Not on Citus either, which
     plans a statement for the shard its arguments name, so at each call: a generic plan is one
     it refuses to make."""
-    from tms.store import citus  # it needs this module's types: imported when first used
-
     try:
         pool = await asyncpg.create_pool(
             url, min_size=min_size, max_size=max_size, connection_class=_Connection
