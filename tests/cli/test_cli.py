@@ -12,7 +12,7 @@ import pytest
 from factories import BIN, environment, key
 
 from tms.cli import sign as sign_cli
-from tms.cli.main import build_parser
+from tms.cli.parser import build_parser
 from tms.nostr import nip19
 from tms.nostr.events import Event, SecretKey
 from tms.rules.kinds import validate_content

@@ -10,7 +10,7 @@ import anyio
 import pytest
 from factories import TMS, environment
 
-from tms.cli.main import since_when
+from tms.cli.notation import since_when
 from tms.ledger.refusals import Record, RefusalStore
 from tms.nostr import nip19
 from tms.store.database import open_pool

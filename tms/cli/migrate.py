@@ -1,0 +1,43 @@
+"""`tms migrate [--distribute]`: apply the migrations (the server does too, at start-up) and, on
+a Citus coordinator, distribute the ledger by collection (`tms.store.citus`); then say where
+each table lives."""
+
+from __future__ import annotations
+
+import sys
+
+from tms.config import Settings
+from tms.errors import one_line
+
+
+async def migrate(distribute: bool) -> int:
+    """Apply what is missing and, with `distribute`, place the tables on the Citus cluster;
+    then say where each table lives."""
+    import asyncpg
+
+    from tms.errors import DatabaseError
+    from tms.store import citus
+    from tms.store.database import database_url
+    from tms.store.database import migrate as apply_migrations
+
+    settings = Settings.from_env()
+    url = await database_url(settings.database_url, settings.data_dir)
+    try:
+        conn = await asyncpg.connect(url)
+    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
+        raise DatabaseError(f"cannot connect to the database: {one_line(exc)}") from exc
+    try:
+        applied = await apply_migrations(conn, distribute=distribute)
+        placed = await citus.placements(conn)
+        on_citus = await citus.installed(conn)
+    finally:
+        await conn.close()
+    print(f"applied: {', '.join(applied)}" if applied else "applied: none (up to date)")
+    if on_citus:
+        width = max(len(table) for table in placed)
+        for table, where in sorted(placed.items(), key=lambda item: (item[1], item[0])):
+            how = " by collection" if where == "distributed" else ""
+            print(f"  {table:<{width}}  {where}{how}")
+        if placed.get(citus.ANCHOR) != "distributed":
+            print("tms: the ledger is not distributed: tms migrate --distribute", file=sys.stderr)
+    return 0

@@ -1,0 +1,148 @@
+"""The `tms` command line's grammar: every command's name, arguments and help texts, as
+`tms --help` and each command's `--help` print them. What each command does is in its own module
+(`tms.cli.main` says which)."""
+
+from __future__ import annotations
+
+import argparse
+from importlib.metadata import version
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    details: str = "",
+) -> argparse.ArgumentParser:
+    """A subcommand whose `--help` says what it does (`help` alone shows only in `tms -h`)."""
+    description = summary[0].upper() + summary[1:] + "." + (f" {details}" if details else "")
+    return commands.add_parser(name, help=summary, description=description)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tms", description="TMS, the evidence ledger.")
+    parser.add_argument("--version", action="version", version=f"tms {version('tms')}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    verify = _command(
+        commands,
+        "verify",
+        "check every line of a JSON Lines export: envelope, id, signature, schema",
+        "Offline, line by line, as any Nostr library would. Exit 1 if a line is invalid. "
+        "To prove the file holds its whole collection, use tms verify-export.",
+    )
+    verify.add_argument("file", help="the .jsonl file, or - for standard input")
+    fetch = _command(
+        commands,
+        "fetch",
+        "download a page or PDF as evidence text; print {url, title, chars, text} as JSON",
+        "Exactly as the fetch_url tool and the Fetch button do (same size, time and address "
+        "rules). A refusal is one line on stderr, exit 2.",
+    )
+    fetch.add_argument("url", help="an http or https URL")
+    serve = _command(
+        commands,
+        "serve",
+        "run the HTTP server (TMS_HOST and TMS_PORT, default 127.0.0.1:8000)",
+        "Pages, /mcp, the relay and exports, on TMS_DATABASE_URL or the embedded PostgreSQL in "
+        "TMS_DATA_DIR. Set TMS_BASE_URL to the public URL in production. Stops cleanly on "
+        "SIGTERM or Ctrl-C.",
+    )
+    serve.add_argument("--host", help="address to listen on (overrides TMS_HOST)")
+    serve.add_argument("--port", type=int, help="port to listen on (overrides TMS_PORT)")
+    _command(
+        commands,
+        "stdio",
+        "serve the MCP tools over stdin/stdout, for a local agent",
+        "The same tools as /mcp, on the server's database. With TMS_NSEC set (an nsec or 64 "
+        "hex), tool calls without a request are signed with that key; events for publish still "
+        "need signing (tms-sign event).",
+    )
+    migrate = _command(
+        commands,
+        "migrate",
+        "apply the database migrations (the server does at start-up)",
+        "On a Citus coordinator, --distribute spreads the ledger over the workers by collection "
+        "(once: later migrations' tables follow by themselves). Prints where each table lives.",
+    )
+    migrate.add_argument(
+        "--distribute",
+        action="store_true",
+        help="distribute the tables by collection over the Citus cluster",
+    )
+    approve = _command(
+        commands,
+        "approve",
+        "approve keys: they may log in, use the service and create collections",
+        "Keys as npub or 64 hex. Members of a collection need no approval: its owner adds them "
+        "on the members page. Works whether or not the server is running.",
+    )
+    approve.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX", help="a key: npub or 64 hex")
+    revoke = _command(
+        commands,
+        "revoke",
+        "withdraw approvals",
+        "The keys may no longer create collections, nor log in unless a collection lists them; "
+        "what they signed stays, and collections they own stay theirs. Keys as npub or 64 hex.",
+    )
+    revoke.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX", help="a key: npub or 64 hex")
+    _command(commands, "approved", "list approved keys: npub, hex, approved_at")
+    collections = _command(
+        commands,
+        "collections",
+        "list every collection: slug, owner, record counts, members, created",
+        "One line a collection, oldest first, after a header. --slugs prints the slugs alone, "
+        "for a backup loop: for s in $(tms collections --slugs); do tms export $s --checkpoint "
+        "> $s.jsonl; done",
+    )
+    collections.add_argument(
+        "--slugs", action="store_true", help="print only the slugs, one a line, no header"
+    )
+    export = _command(
+        commands,
+        "export",
+        "write a collection as JSON Lines to stdout, from the database (backups)",
+        "Every event of the collection in ledger order, with its authors' terms and profiles; "
+        "tms collections lists the slugs.",
+    )
+    export.add_argument("slug", help="the collection")
+    export.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="end with the log's signed checkpoint line, for tms verify-export",
+    )
+    audit = _command(
+        commands,
+        "verify-export",
+        "prove offline that an export holds its collection's whole log, unaltered and in "
+        "order, against signed checkpoints",
+        "Without any checkpoint (an export taken without --checkpoint or ?checkpoint=1, and "
+        "none given), every line and the file against itself are still checked, but nothing "
+        "proves it whole: exit 1. Exit 2 if it cannot run.",
+    )
+    audit.add_argument("file", help="the export (.jsonl), ideally ending with its checkpoint line")
+    audit.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="a checkpoint you kept (a signed note, or JSON holding one): the export must "
+        "extend it",
+    )
+    audit.add_argument(
+        "--key",
+        required=True,
+        metavar="VERIFIER_KEY",
+        help="the server's log key (GET /log-key), or a file holding it",
+    )
+    refusals = _command(
+        commands,
+        "refusals",
+        "what was refused (bad signatures, non-members, replays, rate limits, SSRF...): "
+        "counts by kind, then the newest records",
+    )
+    refusals.add_argument(
+        "--since", default="24h", help="an age (15m, 1h, 7d) or an ISO 8601 time; default 24h"
+    )
+    refusals.add_argument("--key", metavar="NPUB_OR_HEX", help="only this key's refusals")
+    refusals.add_argument(
+        "--limit", type=int, default=50, help="newest records to list (default 50; 0: counts only)"
+    )
+    return parser

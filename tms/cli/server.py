@@ -1,0 +1,153 @@
+"""`tms serve` runs the HTTP server; `tms stdio` serves the same MCP tools over stdin and stdout
+for a local agent. Both check the database first (`tms.cli.database`), so that a database that
+cannot be used is one line and exit 1 rather than a traceback from inside the server."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from tms.cli.database import usable_database
+from tms.config import Settings
+from tms.errors import TMSError
+from tms.nostr.events import SecretKey
+
+if TYPE_CHECKING:
+    from tms.http.protocol import ConnectionLimits
+
+SHUTDOWN_GRACE_SECONDS = 30  # in-flight requests (a long export) get this long to finish
+FILES_BESIDES_CONNECTIONS = 200  # database connections, workers, logs, the model's files
+
+
+def serve(host: str | None, port: int | None) -> int:
+    """Check the database first, so that a failure is one line rather than a traceback from
+    inside the server; then serve until SIGTERM or Ctrl-C, and exit 0 after a clean shutdown
+    (the embedded PostgreSQL stops with the last process using it)."""
+    import uvicorn
+
+    from tms.http.protocol import GuardedHttpProtocol
+    from tms.http.websocket import uvicorn_options
+    from tms.relay.limits import MAX_MESSAGE_BYTES
+    from tms.web.app import create_app
+
+    # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
+    # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    signal.signal(signal.SIGINT, _exit_cleanly)
+    try:
+        settings = Settings.from_env()
+        host = host or settings.host
+        warning = origin_warning(settings.base_url, host)
+        if warning is not None:
+            print(f"tms: warning: {warning}", file=sys.stderr, flush=True)
+        asyncio.run(usable_database(settings))
+    except TMSError as exc:
+        print(f"tms: {exc}", file=sys.stderr)
+        return 1
+    limits = _connection_limits(settings)
+    port = settings.port if port is None else port
+    origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    public = f" (public URL {settings.base_url})" if settings.base_url else ""
+    if settings.database_url is None:
+        data = f"embedded PostgreSQL in {settings.data_dir / 'postgres'}"
+    else:
+        data = "the PostgreSQL server at TMS_DATABASE_URL"
+    print(f"tms: serving on {origin}{public}\ntms: data: {data}", flush=True)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        lifespan="on",
+        http=GuardedHttpProtocol.with_limits(limits),
+        **uvicorn_options(limits, MAX_MESSAGE_BYTES),  # the relay's WebSocket connections
+        proxy_headers=False,  # X-Forwarded-For is read by the app, from TMS_TRUSTED_PROXIES only
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
+    return 0
+
+
+def origin_warning(base_url: str | None, host: str) -> str | None:
+    """What to say at start when no `TMS_BASE_URL` is set and clients from elsewhere can reach
+    the server: each request's Host header then names the origin that /docs shows and login
+    challenges and NIP-98 checks expect (escaped, but chosen by the client)."""
+    if base_url is not None or _loopback(host):
+        return None
+    return (
+        f"TMS_BASE_URL is not set, and the server listens on {host}, beyond this machine: "
+        "/docs, the login challenge and NIP-98 checks take this server's origin from each "
+        "request's Host header. Set TMS_BASE_URL to the public origin (https://...)."
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return False
+
+
+def _connection_limits(settings: Settings) -> ConnectionLimits:
+    """The settings' limits, with as many file descriptors as the system lets this process
+    have: connections beyond what descriptors allow would fail where nobody sees it."""
+    import resource
+
+    from tms.http.protocol import ConnectionLimits
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = settings.max_connections + FILES_BESIDES_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = raised
+    connections = settings.max_connections
+    if soft != resource.RLIM_INFINITY and connections > soft - FILES_BESIDES_CONNECTIONS:
+        connections = max(10, soft - FILES_BESIDES_CONNECTIONS)
+        print(
+            f"tms: only {soft} file descriptors allowed: holding at most {connections} "
+            "connections (TMS_MAX_CONNECTIONS)",
+            file=sys.stderr,
+        )
+    return ConnectionLimits.of(settings, connections)
+
+
+def stdio() -> int:
+    """MCP over stdin and stdout against the server's database. stdout carries the protocol
+    only: the SDK points fd 1 at stderr while serving, and the database and model are opened
+    inside that, so nothing they print can corrupt the stream."""
+    from tms.nostr.keys import parse_secret
+
+    try:
+        settings = Settings.from_env()
+        nsec = os.environ.get("TMS_NSEC", "").strip()
+        signer = parse_secret(nsec) if nsec else None
+        asyncio.run(_serve_stdio(settings, signer))
+    except TMSError as exc:
+        print(f"tms: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _serve_stdio(settings: Settings, signer: SecretKey | None) -> None:
+    from mcp.server.stdio import stdio_server
+
+    from tms.mcp.server import build_server
+    from tms.runtime import open_runtime
+
+    async with (
+        stdio_server() as (read_stream, write_stream),
+        open_runtime(settings, model_first=True) as runtime,
+    ):
+        server = build_server(runtime.tools(signer))
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
