@@ -64,6 +64,18 @@ class Stored:
     event: Event
 
 
+# Each collection's last seq now, and the unscoped events' (null), by the primary key's order
+# (collection, seq): one probe each. Joined through collection_counts, as the feed's positions
+# are, so that on Citus each worker answers for its own collections.
+_SQL_POSITIONS: Final = f"""
+    SELECT n.collection, m.last FROM collection_counts n
+    CROSS JOIN LATERAL (SELECT max(seq) AS last FROM events e
+                        WHERE e.collection = n.collection) AS m
+    WHERE n.collection = ANY($1::text[])
+    UNION ALL
+    SELECT NULL, (SELECT max(seq) FROM events WHERE collection = '{UNSCOPED}')"""
+
+
 class StoredEvents:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
@@ -119,6 +131,13 @@ class StoredEvents:
     async def owners(self, slugs: Sequence[Slug]) -> dict[Slug, PubKey]:
         rows = await self.pool.fetch(_SQL_OWNERS, list(slugs))
         return {row["slug"]: row["owner"] for row in rows}
+
+    async def positions(self, slugs: Sequence[Slug]) -> dict[Slug | None, int]:
+        """Each collection's last `seq` (None: the profiles' and terms'), 0 for none yet: within
+        a collection `seq` grows in commit order, so an event at or below it committed before
+        this was read."""
+        rows = await self.pool.fetch(_SQL_POSITIONS, list(slugs))
+        return {row["collection"]: row["last"] or 0 for row in rows}
 
     async def stored(self, row: Any) -> Stored:
         content = row["content"]

@@ -4,7 +4,10 @@ open subscription on this process whose collections hold it and whose filters ma
 A subscription is registered before its stored answer is read, and holds what arrives meanwhile
 until that answer is sent (`flush`): an event the stored answer already carried is then dropped,
 so none is sent twice, and none committed after the stored answer's snapshot is missed (the feed
-hands over only what committed, and the subscription was registered before the snapshot).
+hands over only what committed, and the subscription was registered before the snapshot). Once
+registered, it reads each of its collections' last `seq` (`floors`): the feed, running behind
+on a loaded server, may still hand over events committed before the REQ, which are the stored
+answer's to send or not (its filters and `limit` said), never live ones.
 
 A profile or terms event belongs to no collection: it goes to the subscriptions over collections
 whose people (owner, and every key a member list named) include its signer, as the stored
@@ -42,7 +45,7 @@ class Client(Protocol):
 
 
 class Subscription:
-    __slots__ = ("buffer", "client", "filters", "slugs", "sub_id")
+    __slots__ = ("buffer", "client", "filters", "floors", "slugs", "sub_id")
 
     def __init__(
         self, client: Client, sub_id: str, filters: Sequence[Filter], slugs: Iterable[Slug]
@@ -51,16 +54,22 @@ class Subscription:
         self.sub_id = sub_id
         self.filters = tuple(filters)  # the live ones: `search` is answered once
         self.slugs = frozenset(slugs)
-        self.buffer: list[tuple[str, str]] | None = []  # (id, event JSON) while stored is sent
+        self.buffer: list[tuple[Stored, str]] | None = []  # (event, its JSON) while stored is sent
+        self.floors: dict[Slug | None, int] = {}  # each collection's last seq at the REQ
 
     def matches(self, event: Event) -> bool:
         return any(f.matches(event) for f in self.filters)
 
-    def offer(self, event_id: str, event_json: str) -> None:
+    def new(self, stored: Stored) -> bool:
+        """Committed after the subscription began (a collection it gained since: any)."""
+        return stored.seq > self.floors.get(stored.collection, 0)
+
+    def offer(self, stored: Stored, event_json: str) -> None:
         if self.buffer is None:
-            self.client.send_live(messages.event(self.sub_id, event_json))
+            if self.new(stored):
+                self.client.send_live(messages.event(self.sub_id, event_json))
             return
-        self.buffer.append((event_id, event_json))
+        self.buffer.append((stored, event_json))
         if len(self.buffer) > OUTBOX_MESSAGES:
             self.client.behind(
                 f"more than {OUTBOX_MESSAGES:,} new events arrived while subscription "
@@ -70,8 +79,8 @@ class Subscription:
     def flush(self, sent: set[str]) -> None:
         """The stored answer is out: send what arrived meanwhile that it did not carry."""
         held, self.buffer = self.buffer or [], None
-        for event_id, event_json in held:
-            if event_id not in sent:
+        for stored, event_json in held:
+            if stored.event.id not in sent and self.new(stored):
                 self.client.send_live(messages.event(self.sub_id, event_json))
 
 
@@ -95,6 +104,11 @@ class Hub:
         for slug in sub.slugs:
             self.by_slug.setdefault(slug, set()).add(sub)
         metrics.RELAY_SUBSCRIPTIONS.inc()
+        try:  # after registering: whatever commits from now on is above them
+            sub.floors = await self.stored.positions(sorted(sub.slugs))
+        except BaseException:
+            self.remove(sub)
+            raise
 
     def remove(self, sub: Subscription) -> None:
         for slug in sub.slugs:
@@ -126,7 +140,7 @@ class Hub:
             for sub in subs:
                 if sub.matches(event):
                     text = text or event.to_json()
-                    sub.offer(event.id, text)
+                    sub.offer(stored, text)
             if event.kind == KIND_MEMBERS and stored.collection is not None:
                 self._member_list(stored.collection, event)
 
