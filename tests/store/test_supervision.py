@@ -138,7 +138,8 @@ def test_a_killed_database_comes_back_by_itself(
                 assert export.json() == {"error": "database unavailable, try again shortly"}
         if health.status_code == 200:
             break
-        assert time.monotonic() - killed < 10, f"not back within 10 s: {answers}"
+        # About 3 s on a quiet machine; crash recovery on a loaded one (load 6) took over 10.
+        assert time.monotonic() - killed < 30, f"not back within 30 s: {answers}"
         time.sleep(0.05)
     assert 503 in answers
     # Each export was asked between two health checks: with the database down at both, it
