@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import websockets
-from playwright.sync_api import Browser, BrowserContext, Page
+from factories import Live
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
@@ -86,6 +87,36 @@ def open_person(
         context.expose_function("__tmsTestSign", sign)
         context.add_init_script(PROVIDER)
     return person
+
+
+def ready(page: Page) -> None:
+    """The page's script has attached its handlers (what a test waits for before acting)."""
+    page.wait_for_selector("html[data-js='ready']", state="attached")
+
+
+def visit(page: Page, url: str) -> None:
+    """Open a page with a script, once the script has attached its handlers."""
+    page.goto(url)
+    ready(page)
+
+
+def connect(
+    browser: Browser, site: Live, key: SecretKey, people: list[Person], **kw: Any
+) -> Person:
+    """A person with `key` in their extension, logged in (the home page is showing); closed
+    after the test by the `people` fixture."""
+    person = open_person(browser, key, **kw)
+    people.append(person)
+    visit(person.page, site.url + "/")
+    person.page.click("#connect-button")
+    expect(person.page.locator("#logout")).to_be_visible()
+    ready(person.page)
+    return person
+
+
+def kinds(person: Person) -> list[int]:
+    """The kinds of what this person's extension signed, in order."""
+    return [e["kind"] for e in person.signed]
 
 
 def shot(page: Page, name: str, *, full_page: bool = True) -> Path:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, Relay
+from browser import CHROMIUM, CHROMIUM_ARGS, Person, Relay
 from factories import Live, fresh_database, live_server, settings
 from playwright.sync_api import Browser, sync_playwright
 
@@ -40,3 +40,12 @@ def site(pg_server_url: str, template_url: str, relay: Relay) -> Iterator[Live]:
         live_server(url, config) as live,
     ):
         yield live
+
+
+@pytest.fixture
+def people(browser: Browser) -> Iterator[list[Person]]:
+    """The people a test opened (`browser.connect`), closed after it."""
+    opened: list[Person] = []
+    yield opened
+    for person in opened:
+        person.close()

@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import Iterator
 from typing import Any, Final
 
 import pytest
-from browser import DESKTOP, PHONE, Person, on_ledger, open_person, shot
+from browser import DESKTOP, PHONE, Person, connect, on_ledger, shot
 from factories import (
     EventDict,
     Live,
@@ -30,7 +29,6 @@ from mcp import Client
 from playwright.sync_api import Browser, Page, WebSocketRoute, expect
 
 from tms.ledger.service import Ledger
-from tms.nostr.events import SecretKey
 
 OWNER: Final = key(0xC1)  # approved; terms and profile signed
 MEMBER: Final = key(0xC2)  # a member; terms and profile signed
@@ -64,26 +62,6 @@ def world(site: Live) -> None:
         )
 
     on_ledger(site.database_url, seed)
-
-
-@pytest.fixture
-def people(browser: Browser) -> Iterator[list[Person]]:
-    opened: list[Person] = []
-    yield opened
-    for person in opened:
-        person.close()
-
-
-def connect(
-    browser: Browser, site: Live, signer: SecretKey, people: list[Person], **kw: Any
-) -> Person:
-    person = open_person(browser, signer, **kw)
-    people.append(person)
-    person.page.goto(site.url + "/")
-    person.page.wait_for_selector("html[data-js='ready']", state="attached")
-    person.page.click("#connect-button")
-    expect(person.page.locator("#logout")).to_be_visible()
-    return person
 
 
 def over_mcp(site: Live, events: list[EventDict]) -> dict[str, Any]:

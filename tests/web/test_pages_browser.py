@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import httpx
 import pytest
-from browser import PHONE, Person, Relay, on_ledger, open_person, shot
+from browser import PHONE, Person, Relay, connect, on_ledger, open_person, ready, shot, visit
 from factories import Live, members, profile, terms
 from fetch_site import Handler, Site
 from playwright.sync_api import Browser, Page, expect
@@ -68,37 +68,6 @@ def page_site() -> Iterator[Site]:
                 os.environ.pop("TMS_FETCH_ALLOW", None)
             else:
                 os.environ["TMS_FETCH_ALLOW"] = old
-
-
-@pytest.fixture
-def people(browser: Browser) -> Iterator[list[Person]]:
-    opened: list[Person] = []
-    yield opened
-    for person in opened:
-        person.close()
-
-
-def visit(page: Page, url: str) -> None:
-    """Open a page with a script, once the script has attached its handlers."""
-    page.goto(url)
-    ready(page)
-
-
-def ready(page: Page) -> None:
-    page.wait_for_selector("html[data-js='ready']", state="attached")
-
-
-def connect(
-    browser: Browser, site: Live, key: SecretKey, people: list[Person], **kw: Any
-) -> Person:
-    """A person with `key` in their extension, logged in (the home page is showing)."""
-    person = open_person(browser, key, **kw)
-    people.append(person)
-    visit(person.page, site.url + "/")
-    person.page.click("#connect-button")
-    expect(person.page.locator("#logout")).to_be_visible()
-    ready(person.page)
-    return person
 
 
 def stored(site: Live, sql: str, *args: Any) -> Any:

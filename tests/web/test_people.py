@@ -22,7 +22,19 @@ from typing import Any, Final
 
 import httpx
 import pytest
-from browser import DESKTOP, PHONE, Person, Relay, on_ledger, open_person, shot
+from browser import (
+    DESKTOP,
+    PHONE,
+    Person,
+    Relay,
+    connect,
+    kinds,
+    on_ledger,
+    open_person,
+    ready,
+    shot,
+    visit,
+)
 from factories import Live, claim, evidence, link, members, nip98_header, profile, terms
 from playwright.sync_api import Browser, Page, expect
 
@@ -95,40 +107,7 @@ def seed(site: Live) -> None:
     SEEDED.update(doc=doc, claim=found)
 
 
-@pytest.fixture
-def people(browser: Browser) -> Iterator[list[Person]]:
-    opened: list[Person] = []
-    yield opened
-    for person in opened:
-        person.close()
-
-
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def ready(page: Page) -> None:
-    page.wait_for_selector("html[data-js='ready']", state="attached")
-
-
-def visit(page: Page, url: str) -> None:
-    page.goto(url)
-    ready(page)
-
-
-def connect(
-    browser: Browser, site: Live, key: SecretKey, people: list[Person], **kw: Any
-) -> Person:
-    person = open_person(browser, key, **kw)
-    people.append(person)
-    visit(person.page, site.url + "/")
-    person.page.click("#connect-button")
-    expect(person.page.locator("#logout")).to_be_visible()
-    ready(person.page)
-    return person
-
-
-def kinds(person: Person) -> list[int]:
-    return [e["kind"] for e in person.signed]
 
 
 def fits(page: Page, what: str) -> None:

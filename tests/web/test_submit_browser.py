@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import pytest
-from browser import DESKTOP, PHONE, Person, on_ledger, open_person, shot
+from browser import DESKTOP, PHONE, Person, kinds, on_ledger, open_person, ready, shot
 from factories import Live, claim, contradiction, evidence, link, members, profile, terms
 from fetch_site import Handler, Site
 from playwright.sync_api import Browser, Page, expect
@@ -68,14 +68,6 @@ def seeded(site: Live) -> None:
 
 
 @pytest.fixture
-def people(browser: Browser) -> Iterator[list[Person]]:
-    opened: list[Person] = []
-    yield opened
-    for person in opened:
-        person.close()
-
-
-@pytest.fixture
 def page_site() -> Iterator[Site]:
     """Pages to fetch: the new study, and one whose text fills an evidence to its last few
     hundred characters (as `fetch_url` measures it: url, title, the longest collection name)."""
@@ -99,10 +91,6 @@ def page_site() -> Iterator[Site]:
                 os.environ["TMS_FETCH_ALLOW"] = old
 
 
-def ready(page: Page) -> None:
-    page.wait_for_selector("html[data-js='ready']", state="attached")
-
-
 def submit_page(
     browser: Browser, site: Live, people: list[Person], query: str = "", **kw: Any
 ) -> Person:
@@ -124,10 +112,6 @@ def stored(site: Live, sql: str, *args: Any) -> Any:
         return await ledger.pool.fetchval(sql, *args)
 
     return on_ledger(site.database_url, read)
-
-
-def kinds(person: Person) -> list[int]:
-    return [e["kind"] for e in person.signed]
 
 
 def fill_row(page: Page, claim_text: str, quote: str, reason: str = "It says so.") -> Any:
