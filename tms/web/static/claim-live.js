@@ -5,7 +5,6 @@
 // relay when the page does not show them already. A section the page shows cut (more records
 // than a page holds) gets nothing added: a reload would not show the newcomer there either.
 import { attachCopyButtons } from './copy.js'
-import { hexToNpub } from './nostr.js'
 import { Names, arrivedText, contentOf, cut, el, follow, liveMark } from './live.js'
 
 const QUOTE_CHARS = 1000 // as tms/ledger/excerpts.py cuts them
@@ -14,8 +13,6 @@ const TITLE_CHARS = 300
 const CLAIM_CHARS = 300
 const CLAIMS_PER_CONTRADICTION = 20
 const RELATIONS = { SUPPORTS: 'supports', REBUTS: 'rebuts', QUALIFIES: 'qualifies' }
-
-const shortKey = pubkey => { const npub = hexToNpub(pubkey); return `${npub.slice(0, 12)}…${npub.slice(-6)}` }
 
 const where = liveMark()
 const form = document.getElementById('contradicts')
@@ -31,7 +28,7 @@ if (where && claimId && /^[0-9a-f]{64}$/.test(claimId)) {
     known: id => Boolean(document.getElementById(`link-${id}`) || document.getElementById(`contradiction-${id}`)),
     onEvent: event => { queue = queue.then(() => show(event)).catch(() => {}) }
   })
-  const names = new Names(live, shortKey)
+  const names = new Names(live)
   const titles = new Map()
 
   async function show (event) {

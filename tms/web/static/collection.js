@@ -4,7 +4,6 @@
 // where they are). New evidence joins the end of its list (oldest first, as the server lists it;
 // nothing above moves), unless the list is cut. A new link or contradiction raises the counts
 // of the claims and evidence it names, and the collection's counts above follow everything.
-import { hexToNpub } from './nostr.js'
 import { Names, arrivedText, contentOf, cut, el, follow, liveMark, plural } from './live.js'
 
 const CLAIM_CHARS = 400 // as the page cuts them
@@ -24,7 +23,6 @@ const isId = value => typeof value === 'string' && /^[0-9a-f]{64}$/.test(value)
 const findings = n => el('span', {
   className: 'badge findings', text: plural(n, 'contradiction', 'contradictions'), attrs: { title: 'contradictions it belongs to', 'data-n': String(n) }
 })
-const shortKey = pubkey => { const npub = hexToNpub(pubkey); return `${npub.slice(0, 12)}…${npub.slice(-6)}` }
 
 const where = liveMark()
 const claimsList = document.querySelector('#claims ol.claims')
@@ -41,7 +39,7 @@ if (where && claimsList && evidenceList) {
     known: id => Boolean(document.querySelector(`[data-id="${id}"]`)),
     onEvent: event => { queue = queue.then(() => show(event)).catch(() => {}) }
   })
-  const names = new Names(live, shortKey)
+  const names = new Names(live)
   const news = el('div', { className: 'live-news', attrs: { role: 'status', 'aria-live': 'polite', hidden: '' } })
   claimsList.before(news)
 

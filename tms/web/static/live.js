@@ -17,6 +17,8 @@
 // the page shows already. After a lost connection, the same from the last one it received.
 // Evidence (whose texts may be megabytes) is followed live only, never caught up.
 
+import { hexToNpub } from './nostr.js'
+
 const BACKOFF_MS = [1000, 2000, 5000, 10000, 30000, 60000]
 const LOOKUP_MS = 10000 // a look-up that gets no EOSE by then gives up
 const CATCH_UP = 20 // committed between the page's rendering and its subscription, at most
@@ -169,11 +171,13 @@ export function el (tag, { className, text, attrs } = {}, ...children) {
   return node
 }
 
+// A key as the pages write it where no name is known: "npub1abcdefgh…uvwxyz".
+const shortKey = pubkey => { const npub = hexToNpub(pubkey); return `${npub.slice(0, 12)}…${npub.slice(-6)}` }
+
 // Profile names of keys, looked up once each through the relay (the collection's people only).
 export class Names {
-  constructor (live, shortKey) {
+  constructor (live) {
     this.live = live
-    this.shortKey = shortKey
     this.names = new Map()
   }
 
@@ -183,9 +187,9 @@ export class Names {
       const content = found && found.length ? contentOf(found[0]) : null
       const name = content && typeof content.name === 'string' && content.name.trim() ? content.name : null
       if (found) this.names.set(pubkey, name) // an unanswered look-up is asked again next time
-      if (!found) return this.shortKey(pubkey)
+      if (!found) return shortKey(pubkey)
     }
-    return this.names.get(pubkey) || this.shortKey(pubkey)
+    return this.names.get(pubkey) || shortKey(pubkey)
   }
 }
 
