@@ -75,6 +75,20 @@ def record_id(event_id: str, slug: str | None = None, dispute: str | None = None
     return Markup(html + "</div>")
 
 
+PROFILE_KINDS: Final = ("human", "agent")  # what the home page's profile forms write first
+
+
+def _profile_about(about: object) -> tuple[str, str]:
+    """A profile's `about` as the home page's forms write it (`human`, or `agent: note`), split
+    into the kind and the note, so an edit starts from what is stored. An `about` written
+    elsewhere is all note, of a person."""
+    text = "" if about is None else str(about)
+    kind, colon, note = text.partition(":")
+    if kind.strip() in PROFILE_KINDS and (colon or not note):
+        return kind.strip(), note.strip()
+    return "human", text
+
+
 def _http_url(url: object) -> str | None:
     """A URL fit for a link: http(s) only, never `javascript:` or `data:`."""
     if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
@@ -99,6 +113,7 @@ class Renderer:
             when=_when,
             http_url=_http_url,
             similarity=_similarity,
+            profile_about=_profile_about,
         )
         versions = {
             path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:12]
