@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import pytest
 from browser import DESKTOP, PHONE, Person, connect, kinds, on_ledger, shot, visit
-from factories import T0, Live, claim, evidence, link, members, profile, terms
+from factories import T0, Live, members, profile, terms
 from playwright.sync_api import Browser, Page, expect
 
 from tms.ledger.service import Ledger
@@ -111,3 +111,50 @@ def test_an_empty_name_signs_nothing(browser: Browser, site: Live, people: list[
     page.click("#cancel-edit")
     expect(page.locator("#profile-edit")).to_be_hidden()
     assert kinds(person) == [27235]
+
+
+# --- members -----------------------------------------------------------------------------------
+
+
+def test_a_member_is_member_since_the_list_that_added_them(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, MIA, people).page
+    card = page.locator("#collections .card", has_text=SLUG)
+    expect(card).to_contain_text("Member since 2026-09-24")  # ADDED, not the collection's T0
+    expect(card).not_to_contain_text("2026-09-21")
+    both_widths(page, "home-member")
+
+
+def test_a_member_reads_who_else_is_a_member(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, MIA, people).page
+    page.click(f"#collections a[href='/c/{SLUG}/members']")
+    listed = page.locator("#current-members")
+    expect(listed).to_contain_text("Olive Owner")
+    expect(listed).to_contain_text("Mia Member")
+    expect(listed.locator("li", has_text="Olive Owner")).to_contain_text("owner")
+    expect(page.locator("#members-form")).to_have_count(0)  # read, not edited
+    expect(page.locator("#members")).to_contain_text("Only its owner, Olive Owner, changes who")
+    both_widths(page, "members-as-member")
+
+
+def test_the_owner_s_note_stays_and_long_lines_wrap_on_a_phone(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, OWNER, people, viewport=PHONE).page
+    visit(page, f"{site.url}/c/{SLUG}/members")
+    value = page.locator("#member-lines").input_value()
+    assert value.strip().endswith("# Mia Member")  # no note typed yet: the profile name
+    page.fill("#member-lines", value.replace("# Mia Member", "# Mia from the wet lab"))
+    page.click("#save-members")
+    expect(page.locator("#members-status")).to_contain_text("This is the list now standing")
+    assert page.locator("#member-lines").input_value().strip().endswith("# Mia from the wet lab")
+    expect(page.locator("#current-members")).to_contain_text("your note: Mia from the wet lab")
+    # the textarea wraps a line rather than hiding its note off to the right
+    box = page.eval_on_selector(
+        "#member-lines", "el => [el.scrollWidth, el.clientWidth, el.scrollHeight]"
+    )
+    assert box[0] <= box[1], box
+    both_widths(page, "members-owner")

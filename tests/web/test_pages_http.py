@@ -167,7 +167,8 @@ def test_a_closed_collection_reads_exactly_as_a_missing_one(live: Live) -> None:
         assert closed.text == missing.text
         event = client.get("/c/mcas/claims/" + "ab" * 32)
         assert event.status_code == 404 and event.text == closed.text
-        assert client.get("/c/mcas/members").status_code == 403  # a member, not the owner
+        assert client.get("/c/mcas/members").status_code == 200  # a member reads the list
+        assert "members-form" not in client.get("/c/mcas/members").text  # and cannot edit it
         assert client.get("/c/mcas/members.json").status_code == 404
         unknown = client.get("/no/such/page", headers={"Accept": "text/html"})
         assert unknown.status_code == 404 and "Not found" in unknown.text

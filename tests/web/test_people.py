@@ -514,8 +514,11 @@ def test_the_member_list_survives_save_reload_add_save_reload(
     expect(page.locator("#members-status")).to_have_text(
         "Saved: 2 members. This is the list now standing."
     )
-    # One npub per line: Ada's profile name, and the note typed for the bot (no profile).
-    assert lines_of(page) == [f"{ada}  # Ada Lovelace", f"{bot}  # the lab's bot"]
+    # One npub per line, each with the note typed for it: the owner's own note, never replaced
+    # by the member's profile name (shown below the list instead).
+    assert lines_of(page) == [f"{ada}  # Ada from the lab", f"{bot}  # the lab's bot"]
+    expect(page.locator("#current-members")).to_contain_text("Ada Lovelace")
+    expect(page.locator("#current-members")).to_contain_text("your note: Ada from the lab")
     both_widths(page, "members-saved")
 
     page.locator("#member-lines").press("End")
@@ -526,7 +529,7 @@ def test_the_member_list_survives_save_reload_add_save_reload(
     expect(page.locator("#members-problems")).to_be_empty()
     expect(page.locator("#members-status")).to_contain_text("Saved: 3 members")
     assert lines_of(page) == [
-        f"{ada}  # Ada Lovelace",
+        f"{ada}  # Ada from the lab",
         f"{bot}  # the lab's bot",
         f"{carol}  # Carol",
     ]

@@ -183,7 +183,9 @@ def _heading_ids(state: StateCore) -> None:
             continue
         inline = tokens[index + 1]
         text = "".join(
-            child.content for child in inline.children or [] if child.type in ("text", "code_inline")
+            child.content
+            for child in inline.children or []
+            if child.type in ("text", "code_inline")
         )
         base = slug(text)
         count = seen.get(base, 0)
