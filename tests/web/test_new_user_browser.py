@@ -21,6 +21,7 @@ from tms.nostr.events import SecretKey
 
 OWNER: Final = SecretKey(bytes([0xB1]) * 32)  # approved; owns "lab"; a profile with a typo
 MIA: Final = SecretKey(bytes([0xB2]) * 32)  # a member of "lab", added three days after it began
+GUS: Final = SecretKey(bytes([0xB3]) * 32)  # the one member of "shared", removed while reading
 SLUG: Final = "lab"
 STANDING: Final = int(time.time())  # the owner's typo profile, signed "now"
 ADDED: Final = T0 + 3 * 86400  # the member list that first names Mia
@@ -40,6 +41,9 @@ def seed(site: Live) -> None:
                 members(OWNER, SLUG, [MIA.pubkey], created_at=ADDED),
                 terms(MIA),
                 profile(MIA, "Mia Member"),
+                members(OWNER, "shared", [GUS.pubkey]),
+                terms(GUS),
+                profile(GUS, "Gus Gone"),
             ]
         )
 
@@ -158,3 +162,28 @@ def test_the_owner_s_note_stays_and_long_lines_wrap_on_a_phone(
     )
     assert box[0] <= box[1], box
     both_widths(page, "members-owner")
+
+
+# --- live pages --------------------------------------------------------------------------------
+
+
+def test_a_removed_member_s_open_page_says_it_is_no_longer_live(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, GUS, people).page
+    page.goto(f"{site.url}/c/shared")
+    page.wait_for_selector("html[data-live='on']", state="attached", timeout=30_000)
+    expect(page.locator("#live-stopped")).to_have_count(0)
+
+    async def remove(ledger: Ledger) -> None:
+        await ledger.publish([members(OWNER, "shared", [], created_at=int(time.time()))])
+
+    on_ledger(site.database_url, remove)
+    stopped = page.locator("#live-stopped")
+    expect(stopped).to_have_text(
+        "Live updates stopped: your key is no longer a member of shared. This page still shows "
+        "what it showed, but new records no longer appear; reload it to see what you may read now.",
+        timeout=30_000,
+    )
+    expect(page.locator("#live")).to_be_hidden()
+    both_widths(page, "live-stopped")

@@ -322,7 +322,12 @@ def test_a_refused_key_sees_its_npub_and_what_to_do(
     expect(refused).to_contain_text("is not approved and is not a member of any collection")
     expect(refused).to_contain_text("Nothing was stored")
     expect(page.locator("#refused-npub")).to_have_text(npub)
-    expect(page.locator("#approve-command")).to_have_text(f"tms approve {npub}")
+    # the command that works from a checkout, and where the other ways differ
+    expect(page.locator("#approve-command")).to_have_text(f"uv run tms approve {npub}")
+    expect(page.locator("#approve-where")).to_contain_text("without uv run")
+    page.click("#copy-command")
+    expect(page.locator("#copy-command")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == f"uv run tms approve {npub}"
     expect(refused).to_contain_text("the owner of a collection")
     assert STRANGER.pubkey not in page.locator("main").inner_text()  # the npub, not the hex
     assert kinds(stranger) == [27235]  # one prompt: the login (the key comes with it)

@@ -75,6 +75,14 @@ def record_id(event_id: str, slug: str | None = None, dispute: str | None = None
     return Markup(html + "</div>")
 
 
+def _paragraphs(text: object) -> list[str]:
+    """A hard-wrapped text (the terms: lines of 100 characters) as its paragraphs, each on one
+    line, for the browser to wrap to the window: wrapped again inside a phone's 40 characters,
+    the original lines came out long, short, long, short."""
+    blocks = str(text or "").replace("\r\n", "\n").split("\n\n")
+    return [" ".join(block.split()) for block in blocks if block.strip()]
+
+
 PROFILE_KINDS: Final = ("human", "agent")  # what the home page's profile forms write first
 
 
@@ -114,6 +122,7 @@ class Renderer:
             http_url=_http_url,
             similarity=_similarity,
             profile_about=_profile_about,
+            paragraphs=_paragraphs,
         )
         versions = {
             path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:12]
