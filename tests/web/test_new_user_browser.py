@@ -13,18 +13,29 @@ from typing import Any, Final
 
 import pytest
 from browser import DESKTOP, PHONE, Person, connect, kinds, on_ledger, shot, visit
-from factories import T0, Live, members, profile, terms
+from factories import T0, Live, claim, evidence, link, members, profile, terms
 from playwright.sync_api import Browser, Page, expect
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.nostr.nip19 import npub_encode
+from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 OWNER: Final = SecretKey(bytes([0xB1]) * 32)  # approved; owns "lab"; a profile with a typo
 MIA: Final = SecretKey(bytes([0xB2]) * 32)  # a member of "lab", added three days after it began
 GUS: Final = SecretKey(bytes([0xB3]) * 32)  # the one member of "shared", removed while reading
+NEWBIE: Final = SecretKey(bytes([0xB4]) * 32)  # approved, nothing signed yet
 SLUG: Final = "lab"
 STANDING: Final = int(time.time())  # the owner's typo profile, signed "now"
 ADDED: Final = T0 + 3 * 86400  # the member list that first names Mia
+FIRST: Final = "Quoted on the first page of the study"
+SECOND: Final = "quoted on the second page of the study"
+FILLER: Final = "Serum DAO activity was measured again. " * (EVIDENCE_PAGE_CHARS // 39 + 50)
+LONG_TEXT: Final = f"{FIRST}. {FILLER}{SECOND}. The end."
+DOC: Final = evidence(OWNER, SLUG, LONG_TEXT, title="A long DAO study", source="Example journal")
+CLAIM: Final = claim(OWNER, SLUG, "DAO activity is low in most adults.")
+BACKS: Final = link(OWNER, SLUG, DOC["id"], CLAIM["id"], FIRST)
+HEDGES: Final = link(OWNER, SLUG, DOC["id"], CLAIM["id"], SECOND, relation="QUALIFIES")
 
 SEEDED: dict[str, Any] = {}
 
@@ -32,7 +43,7 @@ SEEDED: dict[str, Any] = {}
 @pytest.fixture(scope="module", autouse=True)
 def seed(site: Live) -> None:
     async def work(ledger: Ledger) -> None:
-        await ledger.approve([OWNER.pubkey])
+        await ledger.approve([OWNER.pubkey, NEWBIE.pubkey])
         await ledger.publish(
             [
                 terms(OWNER),
@@ -44,6 +55,10 @@ def seed(site: Live) -> None:
                 members(OWNER, "shared", [GUS.pubkey]),
                 terms(GUS),
                 profile(GUS, "Gus Gone"),
+                DOC,
+                CLAIM,
+                BACKS,
+                HEDGES,
             ]
         )
 
@@ -134,13 +149,16 @@ def test_a_member_reads_who_else_is_a_member(
     browser: Browser, site: Live, people: list[Person]
 ) -> None:
     page = connect(browser, site, MIA, people).page
-    page.click(f"#collections a[href='/c/{SLUG}/members']")
+    page.click(f"#collections a[href='/c/{SLUG}']")
+    page.click(f"a[href='/c/{SLUG}/members']")  # the collection page links it for a member too
     listed = page.locator("#current-members")
-    expect(listed).to_contain_text("Olive Owner")
-    expect(listed).to_contain_text("Mia Member")
-    expect(listed.locator("li", has_text="Olive Owner")).to_contain_text("owner")
+    owner = listed.locator("li", has_text=npub_encode(OWNER.pubkey))
+    expect(owner.locator(".badge")).to_have_text("owner")
+    expect(owner.locator("strong")).not_to_be_empty()  # the owner's profile name
+    expect(listed.locator("li", has_text="Mia Member").locator(".badge")).to_have_text("you")
     expect(page.locator("#members-form")).to_have_count(0)  # read, not edited
-    expect(page.locator("#members")).to_contain_text("Only its owner, Olive Owner, changes who")
+    expect(page.locator("#members")).to_contain_text("Only its owner, ")
+    expect(page.locator("#members")).to_contain_text(", changes who is in.")
     both_widths(page, "members-as-member")
 
 
@@ -187,3 +205,157 @@ def test_a_removed_member_s_open_page_says_it_is_no_longer_live(
     )
     expect(page.locator("#live")).to_be_hidden()
     both_widths(page, "live-stopped")
+
+
+# --- the small words ---------------------------------------------------------------------------
+
+
+def test_badges_say_one_support_and_one_qualification(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, OWNER, people).page
+    page.goto(f"{site.url}/c/{SLUG}")
+    item = page.locator(f".claim[data-id='{CLAIM['id']}'] .meta")
+    expect(item.locator(".badge.supports")).to_have_text("1 support")
+    expect(item.locator(".badge.qualifies")).to_have_text("1 qualification")
+    expect(item.locator(".badge.rebuts")).to_have_text("0 rebuts")
+    both_widths(page, "collection")
+
+
+def test_a_keyword_search_says_each_match_s_place_not_a_zero_rank(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, OWNER, people).page
+    page.goto(f"{site.url}/c/{SLUG}?q=adults&method=keyword")
+    meta = page.locator(f".claim[data-id='{CLAIM['id']}'] .meta")
+    expect(meta).to_contain_text("match 1 of 1")
+    expect(meta).not_to_contain_text("0.000")
+    expect(page.locator("#claims")).to_contain_text("best keyword match first")
+    both_widths(page, "collection-search")
+
+
+PLACEHOLDER_FITS: Final = """sel => {
+  const input = document.querySelector(sel)
+  const style = getComputedStyle(input)
+  const context = document.createElement('canvas').getContext('2d')
+  context.font = style.font
+  const room = input.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)
+  return [context.measureText(input.placeholder).width, room]
+}"""
+
+
+def test_the_terms_read_as_paragraphs_and_the_about_hint_fits_a_phone(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, NEWBIE, people, viewport=PHONE).page
+    paragraphs = page.locator("#terms-text p")
+    expect(paragraphs.first).to_have_text("TMS terms of use, version 1")
+    texts = paragraphs.all_inner_texts()
+    assert len(texts) >= 2 and all("\n" not in text for text in texts), texts
+    # each paragraph's lines fill the box (but the last): no long-short-long-short lines
+    ragged = page.evaluate(
+        """() => [...document.querySelectorAll('#terms-text p')].map(p => {
+            const range = document.createRange()
+            range.selectNodeContents(p)
+            const lines = [...range.getClientRects()]
+            const widths = lines.slice(0, -1).map(r => r.width)
+            return widths.filter(w => w < p.clientWidth * 0.6).length
+        })"""
+    )
+    assert sum(ragged) == 0, ragged
+    width, room = page.evaluate(PLACEHOLDER_FITS, "#profile-about")
+    assert width <= room, (width, room)
+    both_widths(page, "terms", at="#terms-text")
+
+
+def test_the_edit_form_s_about_hint_fits_a_phone(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, MIA, people, viewport=PHONE).page
+    page.click("#edit-profile")
+    width, room = page.evaluate(PLACEHOLDER_FITS, "#edit-about")
+    assert width <= room, (width, room)
+
+
+def test_the_dashboard_s_chart_labels_are_12px_on_a_phone(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, OWNER, people, viewport=PHONE).page
+    page.goto(f"{site.url}/dashboard?c={SLUG}")
+    sizes = page.evaluate(
+        """() => [...document.querySelectorAll('svg.chart text')]
+            .filter(t => t.getClientRects().length)
+            .map(t => t.getScreenCTM().a * parseFloat(getComputedStyle(t).fontSize))"""
+    )
+    assert sizes and min(sizes) >= 11.9, sizes
+    both_widths(page, "dashboard")
+
+
+# --- the evidence page -------------------------------------------------------------------------
+
+
+def test_quoted_by_gives_each_link_s_id_dispute_and_page(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, OWNER, people).page
+    page.goto(f"{site.url}/c/{SLUG}/evidence/{DOC['id']}")
+    expect(page.locator("#marked-count")).to_have_text(
+        "1 of 2 quotes marked on this page (each quote below says its page)."
+    )
+    first = page.locator(f"#quote-{BACKS['id']}")
+    expect(first.locator(".full-id")).to_have_text(BACKS["id"])
+    expect(first).to_contain_text("on this page")
+    dispute = first.locator("a.dispute")
+    expect(dispute).to_have_text("Dispute")
+    assert dispute.get_attribute("href") == (f"/submit?c={SLUG}&to={BACKS['id']}&relation=REBUTS")
+    second = page.locator(f"#quote-{HEDGES['id']}")
+    expect(second.locator("a.on-page")).to_have_text("on page 2")
+    both_widths(page, "evidence-quotes", at="#quotes")
+    second.locator("a.on-page").click()
+    expect(page.locator("#marked-count")).to_have_text(
+        "1 of 2 quotes marked on this page (each quote below says its page)."
+    )
+    expect(page.locator(f"mark[data-links='{HEDGES['id']}']")).to_have_count(1)
+    expect(page.locator(f"#quote-{BACKS['id']} a.on-page")).to_have_text("on page 1")
+
+
+# --- the submit page ---------------------------------------------------------------------------
+
+
+def test_a_dispute_names_its_field_and_a_removed_row_takes_its_red_with_it(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    person = connect(browser, site, OWNER, people)
+    page = person.page
+    visit(page, f"{site.url}/submit?c={SLUG}&to={BACKS['id']}&relation=REBUTS")
+    row = page.locator("#rows .row").first
+    expect(row.locator(".claim-label-text")).to_have_text(
+        "The link this row disputes or backs", timeout=15_000
+    )
+    expect(row.locator(".relation")).to_have_value("REBUTS")
+    both_widths(page, "submit-dispute", at="#rows")
+    page.fill("#text", "A rebuttal's own evidence, with its quote.")
+    page.click("#publish")
+    status = page.locator("#publish-status")
+    expect(status).to_have_text("Nothing was signed: fix the rows marked in red.")
+    row.locator(".remove").click()
+    expect(page.locator("#rows .row")).to_have_count(0)
+    expect(status).to_have_text("")
+    assert kinds(person) == [27235]
+
+
+# --- the guide ---------------------------------------------------------------------------------
+
+
+def test_the_guide_s_contents_and_its_in_page_link_lead_somewhere(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    page = connect(browser, site, MIA, people).page
+    page.goto(f"{site.url}/docs")
+    toc = page.locator("nav.toc")
+    expect(toc.locator("a[href='#for-bots-and-agents']")).to_have_text("For bots and agents")
+    both_widths(page, "docs-toc", at="nav.toc")
+    page.click("a[href='#checking-the-history-transparency-log']:not(nav.toc a)")
+    heading = page.locator("#checking-the-history-transparency-log")
+    expect(heading).to_have_text("Checking the history (transparency log)")
+    expect(heading).to_be_in_viewport()

@@ -31,7 +31,7 @@ CAUGHT_UP_KINDS: Final = (KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION)
 @page
 async def collection(request: Request) -> Response:
     door = door_of(request)
-    session, readable = await door.collection(request)
+    _, readable = await door.collection(request)
     services = services_of(request)
     # first: whatever commits while the page is read is caught up by its live part
     after = await watermark.newest(services.ledger.pool, readable, CAUGHT_UP_KINDS)
@@ -61,7 +61,6 @@ async def collection(request: Request) -> Response:
         claims=claims,
         evidence=evidence,
         evidence_cut=len(evidence) == EVIDENCE_SHOWN,
-        owner=info["owner"] == session.pubkey,
         live={"after": after, "kinds": LIVE_KINDS, "caught_up": CAUGHT_UP_KINDS},
     )
 
