@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -209,12 +210,15 @@ def _stdio_start(nsec: str | None) -> str:
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        assert process.stderr is not None
-        return process.stderr.readline()
-    finally:
-        process.kill()
-        process.communicate(timeout=30)
+    said: list[str] = []
+    assert process.stderr is not None
+    reader = threading.Thread(target=lambda: said.append(process.stderr.readline()))  # type: ignore[union-attr]
+    reader.start()
+    reader.join(60)  # a process that says nothing fails the test, never hangs it
+    process.kill()
+    process.communicate(timeout=30)
+    reader.join(30)
+    return said[0] if said else ""
 
 
 def test_tms_stdio_says_what_tms_nsec_does() -> None:
