@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -193,3 +194,41 @@ def test_tms_sign_subcommands_have_descriptions(capsys: pytest.CaptureFixture[st
             sign_cli.run([verb, "--help"])
         description = capsys.readouterr().out.split("\n\n")[1]
         assert not description.startswith(("positional arguments", "options")), verb
+
+
+def _stdio_start(nsec: str | None) -> str:
+    """`tms stdio` started as an MCP client starts it: the first line it says on stderr (then
+    it is stopped). A database nobody listens on: this is said before the database is opened."""
+    env = environment(TMS_DATABASE_URL="postgresql://tms@127.0.0.1:9/none", TMS_EMBED="off")
+    if nsec is not None:
+        env["TMS_NSEC"] = nsec
+    process = subprocess.Popen(
+        [str(BIN / "tms"), "stdio"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said: list[str] = []
+    assert process.stderr is not None
+    reader = threading.Thread(target=lambda: said.append(process.stderr.readline()))  # type: ignore[union-attr]
+    reader.start()
+    reader.join(60)  # a process that says nothing fails the test, never hangs it
+    process.kill()
+    process.communicate(timeout=30)
+    reader.join(30)
+    return said[0] if said else ""
+
+
+def test_tms_stdio_says_what_tms_nsec_does() -> None:
+    said = _stdio_start(None)
+    assert said.startswith("tms stdio: TMS_NSEC is not set, so no call is signed for you")
+    assert "set TMS_NSEC to its nsec or 64 hex characters" in said
+    said = _stdio_start(NSEC)
+    npub = nip19.npub_encode(KEY.pubkey)
+    assert said.strip() == f"tms stdio: signing tool calls as {npub} (TMS_NSEC)."
+    said = _stdio_start("nsec1notakey")
+    assert said.startswith("tms: TMS_NSEC: ")
+    assert "unset it to serve without a key" in said
+    assert "nsec1notakey" not in said  # never the secret itself

@@ -49,6 +49,27 @@ async def test_keys_terms_profile_and_member_list(ledger: Ledger) -> None:
     assert await access.owns(owner.pubkey, "c") and not await access.owns(member.pubkey, "c")
 
 
+async def test_a_member_is_one_since_the_first_list_that_named_them(ledger: Ledger) -> None:
+    """The home page's "Member since": the first list naming the key, in each collection; not
+    the collection's creation, nor the latest list (a removal and a return keep the first)."""
+    owner, member = SecretKey.generate(), SecretKey.generate()
+    keys = Keys(ledger.pool)
+    await ledger.approve([owner.pubkey])
+    await publish(
+        ledger,
+        terms(owner),
+        members(owner, "c", [], created_at=1000),
+        members(owner, "c", [member.pubkey], created_at=2000),
+        members(owner, "c", [], created_at=3000),
+        members(owner, "c", [member.pubkey], created_at=4000),
+        members(owner, "d", [member.pubkey], created_at=5000),
+        members(owner, "e", [], created_at=6000),
+    )
+    since = await keys.member_since(member.pubkey, ["c", "d", "e", "nothing"])
+    assert since == {"c": 2000, "d": 5000}
+    assert await keys.member_since(member.pubkey, []) == {}
+
+
 async def test_dashboard_figures(ledger: Ledger) -> None:
     owner = SecretKey.generate()
     await ledger.approve([owner.pubkey])

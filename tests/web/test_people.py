@@ -322,7 +322,12 @@ def test_a_refused_key_sees_its_npub_and_what_to_do(
     expect(refused).to_contain_text("is not approved and is not a member of any collection")
     expect(refused).to_contain_text("Nothing was stored")
     expect(page.locator("#refused-npub")).to_have_text(npub)
-    expect(page.locator("#approve-command")).to_have_text(f"tms approve {npub}")
+    # the command that works from a checkout, and where the other ways differ
+    expect(page.locator("#approve-command")).to_have_text(f"uv run tms approve {npub}")
+    expect(page.locator("#approve-where")).to_contain_text("without uv run")
+    page.click("#copy-command")
+    expect(page.locator("#copy-command")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == f"uv run tms approve {npub}"
     expect(refused).to_contain_text("the owner of a collection")
     assert STRANGER.pubkey not in page.locator("main").inner_text()  # the npub, not the hex
     assert kinds(stranger) == [27235]  # one prompt: the login (the key comes with it)
@@ -514,8 +519,11 @@ def test_the_member_list_survives_save_reload_add_save_reload(
     expect(page.locator("#members-status")).to_have_text(
         "Saved: 2 members. This is the list now standing."
     )
-    # One npub per line: Ada's profile name, and the note typed for the bot (no profile).
-    assert lines_of(page) == [f"{ada}  # Ada Lovelace", f"{bot}  # the lab's bot"]
+    # One npub per line, each with the note typed for it: the owner's own note, never replaced
+    # by the member's profile name (shown below the list instead).
+    assert lines_of(page) == [f"{ada}  # Ada from the lab", f"{bot}  # the lab's bot"]
+    expect(page.locator("#current-members")).to_contain_text("Ada Lovelace")
+    expect(page.locator("#current-members")).to_contain_text("your note: Ada from the lab")
     both_widths(page, "members-saved")
 
     page.locator("#member-lines").press("End")
@@ -526,7 +534,7 @@ def test_the_member_list_survives_save_reload_add_save_reload(
     expect(page.locator("#members-problems")).to_be_empty()
     expect(page.locator("#members-status")).to_contain_text("Saved: 3 members")
     assert lines_of(page) == [
-        f"{ada}  # Ada Lovelace",
+        f"{ada}  # Ada from the lab",
         f"{bot}  # the lab's bot",
         f"{carol}  # Carol",
     ]

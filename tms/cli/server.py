@@ -125,7 +125,14 @@ def stdio() -> int:
     try:
         settings = Settings.from_env()
         nsec = os.environ.get("TMS_NSEC", "").strip()
-        signer = parse_secret(nsec) if nsec else None
+        try:
+            signer = parse_secret(nsec) if nsec else None
+        except TMSError as exc:
+            raise TMSError(
+                f"TMS_NSEC: {exc}; unset it to serve without a key (then every call carries "
+                "a signed `request`)"
+            ) from None
+        print(_signing_notice(signer), file=sys.stderr, flush=True)
         asyncio.run(_serve_stdio(settings, signer))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
@@ -133,6 +140,21 @@ def stdio() -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _signing_notice(signer: SecretKey | None) -> str:
+    """Said on stderr as `tms stdio` starts (an MCP client shows it in its server log): whose
+    key signs the calls, or that none does and what to set. Without it, an agent's first call
+    is refused for want of a signed `request`, and nothing says that TMS_NSEC was the way."""
+    if signer is None:
+        return (
+            "tms stdio: TMS_NSEC is not set, so no call is signed for you: each tool call must "
+            "carry a signed `request` (kind 4707). To have calls signed with a key, set "
+            "TMS_NSEC to its nsec or 64 hex characters (tms-sign keygen makes one)."
+        )
+    from tms.nostr.nip19 import npub_encode
+
+    return f"tms stdio: signing tool calls as {npub_encode(signer.pubkey)} (TMS_NSEC)."
 
 
 async def _serve_stdio(settings: Settings, signer: SecretKey | None) -> None:

@@ -35,6 +35,12 @@ _SQL_MEMBER_LIST: Final = """
             WHERE l.id = h.list_id AND l.collection = $1) AS signed
     FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
     WHERE c.slug = $1"""
+# When a key was added: the created_at of the first stored member list that named it, in each
+# collection (a key removed and added again is a member since the first time).
+_SQL_MEMBER_SINCE: Final = """
+    SELECT DISTINCT ON (collection) collection, created_at FROM member_lists
+    WHERE collection = ANY($2::text[]) AND $1 = ANY(members)
+    ORDER BY collection, seq"""
 
 
 class Keys:
@@ -65,6 +71,13 @@ class Keys:
         """Current profile names; keys without a profile are absent."""
         async with self.pool.acquire() as conn:
             return await records.authors(conn, pubkeys)
+
+    async def member_since(self, pubkey: PubKey, slugs: Iterable[Slug]) -> dict[Slug, int]:
+        """When the key was added to each of `slugs` (the created_at of the first member list
+        naming it): the home page's "Member since", which the collection's own creation time
+        is not. Collections whose lists never named the key are absent."""
+        rows = await self.pool.fetch(_SQL_MEMBER_SINCE, pubkey, list(slugs))
+        return {row["collection"]: row["created_at"] for row in rows}
 
     async def member_list(self, slug: Slug) -> MemberListInfo | None:
         """The current list in the order it was signed, with its head; None for no such

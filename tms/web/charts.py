@@ -8,14 +8,16 @@ from typing import Any, Final
 from tms.results import Activity
 
 WIDTH: Final = 720
-NARROW_WIDTH: Final = 360  # drawn too, for phones: the same 12px labels stay legible
+# Drawn too, for phones: no wider than a 390 px phone's panel (316 px), so the 12px labels are
+# drawn at 12px or more there, not shrunk (360 wide, they came out at 10 px and less).
+NARROW_WIDTH: Final = 300
 HEIGHT: Final = 220
 LEFT: Final = 40  # room for the y axis labels
 BOTTOM: Final = 24  # room for the x axis labels
 TOP: Final = 10
 BAR_HEIGHT: Final = 22  # one row of a horizontal bar chart
 MAX_BAR_WIDTH: Final = 40.0
-BARS_WIDTH: Final = 360  # a horizontal bar chart sits in half a page
+BARS_WIDTH: Final = 300  # half a page, or a phone's panel: never drawn wider than this (tms.css)
 CHAR_WIDTH: Final = 7.2  # a 12px axis label's average character width, to keep it in view
 
 

@@ -1,5 +1,6 @@
 """A collection's pages: its claims (by each of `list_claims`' sorts, or searched) and evidence,
-and, for its owner, the member list editor with the head it compares before signing."""
+and its members: for its owner, the member list editor with the head it compares before
+signing; for a member, the same list to read (who else is in)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
 from tms.search.search import Method
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, MAX_QUERY_CHARS
-from tms.web.door import Refused, door_of, ok, page, services_of
+from tms.web.door import door_of, ok, page, services_of
 
 CLAIMS_SHOWN: Final = 100
 EVIDENCE_SHOWN: Final = 100
@@ -30,7 +31,7 @@ CAUGHT_UP_KINDS: Final = (KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION)
 @page
 async def collection(request: Request) -> Response:
     door = door_of(request)
-    session, readable = await door.collection(request)
+    _, readable = await door.collection(request)
     services = services_of(request)
     # first: whatever commits while the page is read is caught up by its live part
     after = await watermark.newest(services.ledger.pool, readable, CAUGHT_UP_KINDS)
@@ -60,7 +61,6 @@ async def collection(request: Request) -> Response:
         claims=claims,
         evidence=evidence,
         evidence_cut=len(evidence) == EVIDENCE_SHOWN,
-        owner=info["owner"] == session.pubkey,
         live={"after": after, "kinds": LIVE_KINDS, "caught_up": CAUGHT_UP_KINDS},
     )
 
@@ -71,15 +71,13 @@ async def members(request: Request) -> Response:
     session, readable = await door.collection(request)
     services = services_of(request)
     slug = readable.slug
-    if not await services.access.owns(session.pubkey, slug):
-        # a member's page, not a refusal worth noting: the member may read the collection
-        raise Refused(403, f"Only the owner of {slug} changes its members.").refused_as(None)
     current = await services.keys.member_list(slug)
     if current is None:
         raise NotAReader("no such collection")
     names = await services.keys.names([*current["members"], current["owner"]])
     listed = [
-        {"pubkey": m, "npub": npub_encode(m), "name": names.get(m)} for m in current["members"]
+        {"pubkey": m, "npub": npub_encode(m), "name": names.get(m), "note": note_of(names.get(m))}
+        for m in current["members"]
     ]
     return await door.render(
         request,
@@ -89,6 +87,9 @@ async def members(request: Request) -> Response:
         members=listed,
         member_lines=member_lines(listed),
         owner_name=names.get(current["owner"]),
+        # a member reads the list (a reader of the collection sees its members' records
+        # anyway); only the owner gets the editor
+        editor=current["owner"] == session.pubkey,
     )
 
 
@@ -106,13 +107,19 @@ async def members_head(request: Request) -> Response:
     return ok(current)
 
 
+def note_of(name: str | None) -> str:
+    """A profile name as a line's `# note`: on one line, and no longer than a note is."""
+    return " ".join(str(name or "").split())[:MAX_NOTE_CHARS]
+
+
 def member_lines(listed: list[dict[str, Any]]) -> str:
     """The members page's textarea: one npub per line, its profile name as a `# note`, so that
-    saving it unchanged signs the same list. A name is kept to one line and to what a note is."""
-    lines = []
-    for member in listed:
-        name = " ".join(str(member["name"] or "").split())[:MAX_NOTE_CHARS]
-        lines.append(f"{member['npub']}  # {name}" if name else member["npub"])
+    saving it unchanged signs the same list (the page's script puts back the notes the owner
+    typed, in place of these)."""
+    lines = [
+        f"{member['npub']}  # {member['note']}" if member["note"] else member["npub"]
+        for member in listed
+    ]
     return "".join(f"{line}\n" for line in lines)
 
 

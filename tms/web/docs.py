@@ -3,17 +3,22 @@ base URL and current terms filled in, and every limit read from the code that en
 the numbers in the guide cannot drift from the server's.
 
 The Markdown is a template (`templates/docs.md`); the HTML is that Markdown rendered by
-markdown-it (CommonMark, tables, raw HTML escaped rather than passed through).
+markdown-it (CommonMark, tables, raw HTML escaped rather than passed through), every heading
+given the id GitHub would give it (so `[..](#checking-the-history-transparency-log)` in the
+Markdown works on the page too), and a table of contents of its sections: the guide is long.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from limits import RateLimitItem
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
+from markdown_it.rules_core import StateCore
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -46,6 +51,8 @@ from tms.web.door import door_of, page
 from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 TEMPLATE: Final = "docs.md"
+TOC_LEVELS: Final = (2, 3)  # the sections and their parts; h4 (a language's snippet) is not
+_NOT_IN_SLUG: Final = re.compile(r"[^\w\- ]", re.UNICODE)
 
 
 def limits(settings: Settings) -> dict[str, Any]:
@@ -150,9 +157,71 @@ def markdown(
     )
 
 
+class Heading(NamedTuple):
+    """A heading of the guide: its level (1 to 6), text, and id on the page."""
+
+    level: int
+    text: str
+    id: str
+
+
+def slug(text: str) -> str:
+    """The id GitHub gives a heading: lowercase, punctuation dropped (not - or _), spaces to
+    hyphens. `Checking the history (transparency log)` is `checking-the-history-transparency-log`,
+    what a Markdown reader of /docs.md on GitHub or in an editor also follows."""
+    return _NOT_IN_SLUG.sub("", text.strip().lower()).replace(" ", "-")
+
+
+def _heading_ids(state: StateCore) -> None:
+    """A core rule: every heading gets its id, a repeated one a `-1`, `-2` suffix (as GitHub);
+    the headings are kept in `state.env` for the table of contents."""
+    seen: dict[str, int] = {}
+    found: list[Heading] = state.env.setdefault("headings", [])
+    tokens = state.tokens
+    for index, token in enumerate(tokens):
+        if token.type != "heading_open" or index + 1 >= len(tokens):
+            continue
+        inline = tokens[index + 1]
+        text = "".join(
+            child.content
+            for child in inline.children or []
+            if child.type in ("text", "code_inline")
+        )
+        base = slug(text)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        anchor = base if count == 0 else f"{base}-{count}"
+        token.attrSet("id", anchor)
+        found.append(Heading(int(token.tag[1]), text, anchor))
+
+
 @cache
 def _renderer() -> MarkdownIt:
-    return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+    renderer = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+    renderer.core.ruler.push("heading_ids", _heading_ids)
+    return renderer
+
+
+def toc(headings: list[Heading]) -> str:
+    """The table of contents: the sections (h2) and, nested, their parts (h3), as links."""
+    sections: list[tuple[Heading, list[Heading]]] = []
+    for heading in headings:
+        if heading.level == TOC_LEVELS[0]:
+            sections.append((heading, []))
+        elif heading.level == TOC_LEVELS[1] and sections:
+            sections[-1][1].append(heading)
+
+    def link(heading: Heading) -> str:
+        return f'<a href="#{escapeHtml(heading.id)}">{escapeHtml(heading.text)}</a>'
+
+    items = []
+    for section, parts in sections:
+        inner = "".join(f"<li>{link(part)}</li>" for part in parts)
+        items.append(f"<li>{link(section)}{f'<ol>{inner}</ol>' if inner else ''}</li>")
+    return (
+        '<nav class="toc" aria-labelledby="toc-title"><h2 id="toc-title">Contents</h2>'
+        f"<ol>{''.join(items)}</ol></nav>"
+    )
 
 
 def html(
@@ -161,9 +230,17 @@ def html(
     log_key: str = "<GET /log-key>",
     log_host: str = "<host>",
 ) -> str:
-    """The guide as HTML (trusted: our own text, with raw HTML escaped by markdown-it)."""
-    rendered: str = _renderer().render(markdown(base_url, settings, log_key, log_host))
-    return rendered
+    """The guide as HTML (trusted: our own text, with raw HTML escaped by markdown-it), its
+    table of contents after the title and the paragraphs before the first section."""
+    env: dict[str, Any] = {}
+    renderer = _renderer()
+    tokens = renderer.parse(markdown(base_url, settings, log_key, log_host), env)
+    rendered: str = renderer.renderer.render(tokens, renderer.options, env)
+    contents = toc(env.get("headings", []))
+    first_section = rendered.find("<h2")
+    if first_section < 0:
+        return rendered + contents
+    return rendered[:first_section] + contents + rendered[first_section:]
 
 
 # --- the routes --------------------------------------------------------------------------------

@@ -60,11 +60,12 @@ async def home(request: Request) -> Response:
     services = services_of(request)
     pubkey = session.pubkey
     reader = await services.access.reader(pubkey)
-    terms_signed, profile, collections, may_create = await asyncio.gather(
+    terms_signed, profile, collections, may_create, member_since = await asyncio.gather(
         services.keys.terms_signed(pubkey),
         services.keys.profile(pubkey),
         services.reads.list_collections(reader),
         services.access.may_create(pubkey),
+        services.keys.member_since(pubkey, reader.slugs),
     )
     return await door.render(
         request,
@@ -73,6 +74,7 @@ async def home(request: Request) -> Response:
         terms_signed=terms_signed,
         profile=profile,
         collections=collections,
+        member_since=member_since,
         may_create=may_create,
         relays=door.profile_relays,
     )

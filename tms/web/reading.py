@@ -131,17 +131,28 @@ async def evidence(request: Request) -> Response:
         if found.start is not None and found.end is not None
     ]
     targets = await link_targets(readable, links, services.reads)
+    end = offset + len(window.text)
     return await door.render(
         request,
         "evidence.html",
         slug=readable.slug,
         evidence=window,
         segments=marked(window.text, offset, spans),
-        links=[{"link": found, "target": targets.get(found.to_id)} for found in links],
-        marked={s[2] for s in spans},
+        links=[
+            {"link": found, "target": targets.get(found.to_id), "page": page_of(found)}
+            for found in links
+        ],
+        # what this page marks: of a long text's quotes, those in its window only
+        marked={link for start, stop, link in spans if stop > offset and start < end},
         page=shown,
         pages=pages,
     )
+
+
+def page_of(found: ShownLink) -> int | None:
+    """The page of the evidence page that marks a link's quote (where it starts); None for a
+    link not anchored yet."""
+    return None if found.start is None else found.start // EVIDENCE_PAGE_CHARS + 1
 
 
 class Target(NamedTuple):

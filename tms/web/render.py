@@ -75,6 +75,28 @@ def record_id(event_id: str, slug: str | None = None, dispute: str | None = None
     return Markup(html + "</div>")
 
 
+def _paragraphs(text: object) -> list[str]:
+    """A hard-wrapped text (the terms: lines of 100 characters) as its paragraphs, each on one
+    line, for the browser to wrap to the window: wrapped again inside a phone's 40 characters,
+    the original lines came out long, short, long, short."""
+    blocks = str(text or "").replace("\r\n", "\n").split("\n\n")
+    return [" ".join(block.split()) for block in blocks if block.strip()]
+
+
+PROFILE_KINDS: Final = ("human", "agent")  # what the home page's profile forms write first
+
+
+def _profile_about(about: object) -> tuple[str, str]:
+    """A profile's `about` as the home page's forms write it (`human`, or `agent: note`), split
+    into the kind and the note, so an edit starts from what is stored. An `about` written
+    elsewhere is all note, of a person."""
+    text = "" if about is None else str(about)
+    kind, colon, note = text.partition(":")
+    if kind.strip() in PROFILE_KINDS and (colon or not note):
+        return kind.strip(), note.strip()
+    return "human", text
+
+
 def _http_url(url: object) -> str | None:
     """A URL fit for a link: http(s) only, never `javascript:` or `data:`."""
     if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
@@ -99,6 +121,8 @@ class Renderer:
             when=_when,
             http_url=_http_url,
             similarity=_similarity,
+            profile_about=_profile_about,
+            paragraphs=_paragraphs,
         )
         versions = {
             path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:12]

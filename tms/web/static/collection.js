@@ -9,7 +9,7 @@ import { Names, arrivedText, contentOf, cut, el, follow, liveMark, plural } from
 const CLAIM_CHARS = 400 // as the page cuts them
 const BADGES = {
   SUPPORTS: ['supports', n => plural(n, 'support', 'supports')],
-  QUALIFIES: ['qualifies', n => plural(n, 'qualifies', 'qualify')],
+  QUALIFIES: ['qualifies', n => plural(n, 'qualification', 'qualifications')], // nouns, as support, rebut
   REBUTS: ['rebuts', n => plural(n, 'rebut', 'rebuts')]
 }
 const COUNTS = {

@@ -21,8 +21,9 @@ function notApproved (pubkey) {
   const npub = hexToNpub(pubkey)
   $('#refused-npub').textContent = npub
   $('#copy-npub').dataset.copy = npub
-  $('#approve-command').textContent = `tms approve ${npub}`
-  $('#copy-command').dataset.copy = `tms approve ${npub}`
+  // What works from a checkout of TMS (README's way to run it); the page says the other.
+  $('#approve-command').textContent = `uv run tms approve ${npub}`
+  $('#copy-command').dataset.copy = `uv run tms approve ${npub}`
   refusedKey.hidden = false
   say(status, '')
 }

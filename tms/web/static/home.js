@@ -120,6 +120,62 @@ if (save) {
   })
 }
 
+// --- changing the profile ----------------------------------------------------------------------
+
+// A profile is replaceable: the newest created_at stands, a tie goes to the lower id. An edit
+// signed in the same second as the standing profile (or with a clock behind it) would lose
+// half the time, so it is dated one second after the standing one when that is not earlier.
+function editedAt (standing, nowSeconds) {
+  return standing >= nowSeconds ? standing + 1 : nowSeconds
+}
+
+const shown = $('#profile-shown')
+if (shown) {
+  const edit = $('#edit-profile')
+  const editForm = $('#profile-edit')
+  const editStatus = $('#edit-status')
+  const saveEdit = $('#save-edit')
+  const open = isOpen => {
+    editForm.hidden = !isOpen
+    edit.hidden = isOpen
+    edit.setAttribute('aria-expanded', String(isOpen))
+    if (isOpen) $('#edit-name').focus()
+    else edit.focus()
+  }
+  edit.addEventListener('click', () => open(true))
+  $('#cancel-edit').addEventListener('click', () => { say(editStatus, ''); open(false) })
+  editForm.addEventListener('submit', async event => {
+    event.preventDefault()
+    const name = $('#edit-name').value.trim()
+    if (!name) {
+      say(editStatus, 'Type a name for your profile. Nothing was signed.', 'error')
+      $('#edit-name').focus()
+      return
+    }
+    const kind = $('input[name="edit-kind"]:checked').value
+    const note = $('#edit-about').value.trim()
+    saveEdit.disabled = true
+    try {
+      say(editStatus, signing(['your new profile'], 0))
+      const createdAt = editedAt(Number(shown.dataset.createdAt), Math.floor(Date.now() / 1000))
+      const profile = await sign(0, { name, about: note ? `${kind}: ${note}` : kind }, [], createdAt)
+      say(editStatus, 'Publishing…')
+      const answer = await publish([profile])
+      if (!answer.ok) throw new Error(`The server refused it: ${answer.data.error}`)
+      if ((answer.data.superseded || []).includes(profile.id)) {
+        say(editStatus, 'Your profile was stored but is not the current one: a newer profile stands (signed later, perhaps on another device). Reload to see it.', 'error')
+        saveEdit.disabled = false
+        return
+      }
+      say(editStatus, 'Saved.', 'ok')
+      window.location.reload()
+    } catch (error) {
+      sayRefused(editStatus, error, 'Nothing was stored: your profile stands as before.')
+      saveEdit.disabled = false
+    }
+  })
+}
+
 // --- creating a collection ---------------------------------------------------------------------
 
 // What is wrong with a name, said with what is allowed and which characters are not.

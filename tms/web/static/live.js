@@ -3,9 +3,10 @@
 // from this very site: it checks the upgrade's Origin), subscribed to the kinds the page shows.
 // Nothing is polled: each record arrives once its publish has committed, from any door.
 //
-// The page works the same without it. No WebSocket, a refused one (a login that ended, a key
-// that may no longer read), a relay that is down: the page stays as it was rendered and says
-// nothing; a lost connection is tried again, quietly, less and less often. `<html data-live>`
+// The page works the same without it. No WebSocket, a relay that is down: the page stays as it
+// was rendered and says nothing; a lost connection is tried again, quietly, less and less often.
+// A subscription the relay ends for good (the key removed from the collection, the login ended)
+// is said, once, at the top of the page: the page stays as it was, but is no longer live. `<html data-live>`
 // says where it stands ('connecting', 'on', 'off'), for tests; `#live` (a quiet "live" mark)
 // shows only while it is on.
 //
@@ -116,6 +117,7 @@ export function follow ({ slug, kinds, caughtUp, after, known, onEvent }) {
       // it is; anything else (the server busy, a rate limit) is tried again later
       const reason = String(message[2] || '')
       refused = /^(auth-required|restricted):/.test(reason)
+      if (refused) stopped(slug, reason)
       if (socket) socket.close()
     }
   }
@@ -136,6 +138,21 @@ export function follow ({ slug, kinds, caughtUp, after, known, onEvent }) {
 
   open()
   return { lookup }
+}
+
+// The plain words of a live page the relay stopped for good, at the top of the page.
+function stopped (slug, reason) {
+  if (document.getElementById('live-stopped')) return
+  const why = reason.startsWith('restricted:')
+    ? `your key is no longer a member of ${slug}`
+    : 'your login ended'
+  const notice = el('p', {
+    className: 'notice live-stopped',
+    text: `Live updates stopped: ${why}. This page still shows what it showed, but new records no longer appear; reload it to see what you may read now.`,
+    attrs: { id: 'live-stopped', role: 'status' }
+  })
+  const main = document.querySelector('main') || document.body
+  main.prepend(notice)
 }
 
 // --- what the pages show of a record, as the server's templates show it -----------------------

@@ -3,9 +3,10 @@
 // elsewhere is shown, not overwritten unseen), and the server checks it again under the
 // collection's lock (`expected`); a save that loses the replaceable rule is said.
 //
-// Notes (after `#`) are not signed: the server shows each member's profile name as one, and the
-// notes typed here are kept in this browser (localStorage) and shown again for keys whose line
-// has no note.
+// Notes (after `#`) are not signed: the server writes each member's profile name as the note of
+// its line; a note the owner typed instead is kept in this browser (localStorage) and put back
+// on its line in place of the profile name, and shown beside the member below. A note left
+// empty, or the profile name unchanged, forgets the typed one.
 import { $, hexToNpub, npubToHex, publish, say, sayRefused, sign, signing } from './nostr.js'
 
 const panel = $('#members')
@@ -78,16 +79,41 @@ function keep (storage, name, value) {
   try { storage.setItem(name, JSON.stringify(value)) } catch { /* private mode: not kept */ }
 }
 
-// Notes typed here before, on the lines that have none (the server gave no profile name).
+// Each listed key's profile name, as the server wrote it as a note (empty without a profile).
+const profileNotes = Object.fromEntries([...document.querySelectorAll('#current-members li[data-note]')]
+  .map(item => [item.dataset.pubkey, item.dataset.note]))
+
+// The notes typed here before, on their lines in place of the profile names, and beside the
+// members below.
 function restoreNotes () {
   const notes = stored(localStorage, NOTES) || {}
   lines.value = lines.value.split('\n').map(raw => {
-    const entry = raw.trim()
-    if (!entry || entry.includes('#')) return raw
+    const [before] = raw.split('#')
+    const entry = before.trim()
+    if (!entry) return raw
     let hex = null
     try { hex = /^[0-9a-f]{64}$/.test(entry) ? entry : npubToHex(entry) } catch { return raw }
     return notes[hex] ? `${hexToNpub(hex)}  # ${notes[hex]}` : raw
   }).join('\n')
+  for (const item of document.querySelectorAll('#current-members li[data-note]')) {
+    const note = notes[item.dataset.pubkey]
+    const shown = item.querySelector('.note')
+    if (!note || !shown) continue
+    shown.textContent = ` — your note: ${note}`
+    shown.hidden = false
+  }
+}
+
+// The notes to keep after a save: those typed for the keys saved, except a profile name left as
+// it was written; a key saved without a note forgets the one typed before.
+function notesAfter (keys, typed) {
+  const kept = { ...(stored(localStorage, NOTES) || {}) }
+  for (const hex of keys) {
+    const note = typed[hex]
+    if (note && note !== profileNotes[hex]) kept[hex] = note
+    else delete kept[hex]
+  }
+  return kept
 }
 
 // After the reload a save ends with: say it was saved, if the list shown is the one saved.
@@ -127,7 +153,7 @@ form.addEventListener('submit', async event => {
       button.disabled = false
       return
     }
-    keep(localStorage, NOTES, { ...(stored(localStorage, NOTES) || {}), ...notes })
+    keep(localStorage, NOTES, notesAfter(keys, notes))
     say(status, signing(['the complete member list'], 0))
     // A list saved in the same second as the one standing would lose to it half the time (the
     // lower id wins a tie): sign it one second later, well inside the server's 15 minutes.

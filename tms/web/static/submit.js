@@ -330,7 +330,19 @@ function targetLabel (slug, target) {
   return label
 }
 
+// The row's first field names what it holds: a claim (new text or an id), or the link or
+// contradiction that the row disputes or backs (a "Dispute" on a link lands here with its id).
+function labelTarget (row) {
+  const result = row.check
+  const kind = result && result.check.as === 'id' && !result.check.error && result.check.target
+    ? result.check.target.kind
+    : 'claim'
+  const label = row.querySelector('.claim-label-text')
+  if (label) label.textContent = kind === 'claim' ? 'Claim' : `The ${kind === 'link' ? 'link' : 'contradiction'} this row disputes or backs`
+}
+
 function showClaim (row) {
+  labelTarget(row)
   const box = row.querySelector('.claim-check')
   const result = row.check
   if (!result) { show(box, ''); return }
@@ -366,7 +378,7 @@ function addRow () {
   }
   row.check = null
   row.askHint = debounce(() => hint(row), 600)
-  row.querySelector('.remove').addEventListener('click', () => { row.remove(); updatePlan() })
+  row.querySelector('.remove').addEventListener('click', () => { row.remove(); rowsChanged(); updatePlan() })
   row.querySelector('.quote').addEventListener('input', debounce(() => checkQuote(row), 120))
   const claimChanged = debounce(() => checkClaim(row), 400)
   row.querySelector('.claim').addEventListener('input', () => { row.check = null; claimChanged(); updatePlan() })
@@ -422,6 +434,12 @@ function clearErrors () {
     error.textContent = ''
   }
   say(publishStatus, '')
+}
+
+// A row removed: a refusal that named rows marked in red is stale once none is left marked.
+function rowsChanged () {
+  if ([...rows.children].some(row => row.classList.contains('failed'))) return
+  if (/rows? marked in red/.test(publishStatus.textContent)) say(publishStatus, '')
 }
 
 function rowFailed (row, message) {
