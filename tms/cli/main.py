@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ns.command == "verify-export":
         from tms.cli.verify_export import run
 
-        raise SystemExit(run(ns.file, ns.checkpoint, ns.key, sys.stdout))
+        raise SystemExit(run(ns.file, ns.checkpoint, ns.key, sys.stdout, policy_path=ns.policy))
     if ns.command == "refusals":
         since = since_when(ns.since, datetime.now(UTC))
         if since is None:

@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="VERIFIER_KEY",
         help="the server's log key (GET /log-key), or a file holding it",
     )
+    audit.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a witness policy (C2SP tlog-policy): accept a checkpoint only when its quorum of "
+        "witnesses cosigned it, and name who did",
+    )
     refusals = _command(
         commands,
         "refusals",
