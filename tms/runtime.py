@@ -130,9 +130,7 @@ async def open_runtime(
         signer, chosen = load_log_key(settings)
         if chosen is not None:
             log.warning("%s", chosen)
-        witnessing = WitnessSettings.load(
-            None, data_dir=settings.data_dir, log_host=settings.log_host
-        )
+        witnessing = WitnessSettings.load(settings)
         services = Services.over(
             pool,
             None,

@@ -16,11 +16,12 @@ server with one line, not half-way through a submission.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
+from tms.config import Settings
 from tms.errors import ConfigError, LogError
 from tms.tlog.cosignature import CosignerKey
 from tms.tlog.policy import Policy
@@ -38,18 +39,17 @@ class WitnessSettings:
     key: CosignerKey | None  # its witness key; None when it witnesses no log
 
     @classmethod
-    def load(
-        cls, env: Mapping[str, str] | None, *, data_dir: Path, log_host: str
-    ) -> WitnessSettings:
-        env = os.environ if env is None else env
-        policy_path = env.get("TMS_WITNESS_POLICY", "").strip()
-        logs_path = env.get("TMS_WITNESS_LOGS", "").strip()
-        policy = _read(policy_path, "TMS_WITNESS_POLICY", Policy.parse) if policy_path else None
-        logs = _read(logs_path, "TMS_WITNESS_LOGS", TrustedLogs.parse) if logs_path else None
+    def load(cls, settings: Settings) -> WitnessSettings:
+        policy = settings.witness_policy
+        logs = settings.witness_logs
         key = None
         if logs is not None:
-            key = _witness_key(env.get("TMS_WITNESS_KEY", "").strip(), data_dir, log_host)
-        return cls(policy, logs or TrustedLogs(), key)
+            key = _witness_key(settings.witness_key, settings.data_dir, settings.log_host)
+        return cls(
+            _read(policy, "TMS_WITNESS_POLICY", Policy.parse) if policy else None,
+            _read(logs, "TMS_WITNESS_LOGS", TrustedLogs.parse) if logs else TrustedLogs(),
+            key,
+        )
 
 
 def _read(path: str, name: str, parse: Callable[[str], T]) -> T:
@@ -66,7 +66,7 @@ def _read(path: str, name: str, parse: Callable[[str], T]) -> T:
         raise ConfigError(f"{name}: {path}: {exc}") from None
 
 
-def _witness_key(value: str, data_dir: Path, log_host: str) -> CosignerKey:
+def _witness_key(value: str | None, data_dir: Path, log_host: str) -> CosignerKey:
     """`TMS_WITNESS_KEY`, else the data directory's `witness-key`, made on first use."""
     if value:
         try:

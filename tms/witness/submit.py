@@ -79,32 +79,37 @@ class Submitter:
 
     async def _run(self) -> None:
         keys = [w.key.encode() for w in self.targets]
-        lock: asyncpg.Connection | None = None
-        async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False) as http:
-            while True:
+        locks: list[asyncpg.Connection] = []  # the connection the rounds' locks live on
+        try:
+            async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False) as http:
+                while True:
+                    try:
+                        await self._pass(http, keys, locks)
+                    except Exception as exc:  # the database away: try again next time
+                        log.warning("witnessing paused: %s", one_line(exc))
+                        await _close(locks)
+                    await asyncio.sleep(self.interval)
+        finally:
+            await _close(locks)
+
+    async def _pass(
+        self, http: httpx.AsyncClient, keys: list[str], locks: list[asyncpg.Connection]
+    ) -> None:
+        """One look: a round for each collection some witness is behind on, under its lock."""
+        if not locks or locks[0].is_closed():
+            await _close(locks)
+            locks.append(
+                await asyncpg.connect(
+                    self.database_url, server_settings={"application_name": "tms-witness"}
+                )
+            )
+        lock = locks[0]
+        for slug, _ in await self.cosigned.behind(keys):
+            if await lock.fetchval(_LOCK_SQL, slug):
                 try:
-                    if lock is None or lock.is_closed():
-                        lock = await asyncpg.connect(
-                            self.database_url, server_settings={"application_name": "tms-witness"}
-                        )
-                    for slug, _ in await self.cosigned.behind(keys):
-                        if await lock.fetchval(_LOCK_SQL, slug):
-                            try:
-                                await self.round(http, slug)
-                            finally:
-                                await lock.fetchval(_UNLOCK_SQL, slug)
-                except asyncio.CancelledError:
-                    if lock is not None:
-                        with contextlib.suppress(Exception):
-                            await lock.close()
-                    raise
-                except Exception as exc:  # the database away: try again next time
-                    log.warning("witnessing paused: %s", one_line(exc))
-                    if lock is not None:
-                        with contextlib.suppress(Exception):
-                            await lock.close()
-                        lock = None
-                await asyncio.sleep(self.interval)
+                    await self.round(http, slug)
+                finally:
+                    await lock.fetchval(_UNLOCK_SQL, slug)
 
     async def round(self, http: httpx.AsyncClient, slug: Slug) -> None:
         """The collection's newest checkpoint to every witness that has not cosigned it."""
@@ -189,3 +194,9 @@ class Submitter:
         )
         metrics.WITNESS_SUBMISSIONS.labels(witness.name, "failed").inc()
         await self.cosigned.failed(slug, witness.key.encode(), retry, why)
+
+
+async def _close(locks: list[asyncpg.Connection]) -> None:
+    while locks:
+        with contextlib.suppress(Exception):
+            await locks.pop().close(timeout=2)
