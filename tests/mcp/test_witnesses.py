@@ -109,6 +109,7 @@ def pair(
 ) -> Iterator[dict[str, object]]:
     """Server A (log key LOG_SIGNER, host a.example) and server B (its own log key, host
     b.example) on databases of their own, each the other's witness."""
+    tmp_path = tmp_path_factory.mktemp("witnesses")
     port_a, port_b = free_port(), free_port()
     url_a, url_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
     log_b = NoteSigner.generate("b.example")
