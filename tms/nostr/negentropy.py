@@ -343,12 +343,6 @@ class _Side:
         while not reader.empty():
             part = bytearray()
 
-            def skipped() -> None:
-                nonlocal skip
-                if skip:
-                    skip = False
-                    part.extend(self._bound_out(prev_bound) + varint(SKIP))
-
             bound = self._bound_in(reader)
             mode = reader.varint()
             lo = prev_index
@@ -358,7 +352,9 @@ class _Side:
             elif mode == FINGERPRINT:
                 theirs = reader.take(FINGERPRINT_SIZE)
                 if theirs != items.fingerprint(lo, hi):
-                    skipped()
+                    if skip:  # the ranges skipped before this one, as one
+                        skip = False
+                        part += self._bound_out(prev_bound) + varint(SKIP)
                     part += self._split(lo, hi, bound)
                 else:
                     skip = True
@@ -381,7 +377,9 @@ class _Side:
                     need.extend(theirs_ids)
                     skip = True
                 else:
-                    skipped()
+                    if skip:  # the ranges skipped before this one, as one
+                        skip = False
+                        part += self._bound_out(prev_bound) + varint(SKIP)
                     end = bound
                     full = False
                     listed = hi - lo
