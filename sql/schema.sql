@@ -478,6 +478,8 @@ CREATE INDEX embedding_queue_seq ON public.embedding_queue USING btree (seq);
 
 CREATE INDEX embeddings_collection ON public.embeddings USING btree (collection, kind, model);
 
+CREATE INDEX events_negentropy ON public.events USING btree (collection, created_at, id) INCLUDE (kind);
+
 CREATE INDEX events_unscoped_pubkey ON public.events USING btree (pubkey, seq) WHERE (collection = '~unscoped'::text);
 
 CREATE INDEX evidence_collection_seq ON public.evidence USING btree (collection, seq);
