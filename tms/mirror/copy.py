@@ -204,7 +204,7 @@ class Copy:
         data: dict[str, Any] = asdict(state)
         data["written"] = list(state.written)
         with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(data, file, indent=1)
+            file.write(json.dumps(data) + "\n")  # one line: `read_kept` reads a file's last
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)

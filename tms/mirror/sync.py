@@ -272,10 +272,11 @@ class _Relay:
     async def reconcile(self, items: Items) -> tuple[list[bytes], list[bytes]]:
         """NIP-77 over everything the relay serves here: (ids only we have, ids only it has)."""
         initiator = Initiator(items, FRAME_SIZE_LIMIT)
-        message: bytes | None = initiator.initiate()
+        first = initiator.initiate()
         have: list[bytes] = []
         need: list[bytes] = []
-        await self.send(["NEG-OPEN", NEG_ID, {}, message.hex()])
+        await self.send(["NEG-OPEN", NEG_ID, {}, first.hex()])
+        message: bytes | None = first
         while message is not None:
             answer = await self._until(lambda m: m[0] in ("NEG-MSG", "NEG-ERR") and m[1] == NEG_ID)
             if answer[0] == "NEG-ERR":
