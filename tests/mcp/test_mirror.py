@@ -127,7 +127,8 @@ async def _swap_leaves(database_url: str, a: int, b: int) -> None:
         async with conn.transaction():
             await conn.execute("SET LOCAL session_replication_role = replica")  # no triggers
             rows = await conn.fetch(
-                "SELECT idx, event_id FROM tlog_leaves WHERE collection = 'lab' AND idx IN ($1, $2)",
+                "SELECT idx, event_id FROM tlog_leaves WHERE collection = 'lab' "
+                "AND idx IN ($1, $2)",
                 a,
                 b,
             )
