@@ -281,6 +281,17 @@ CREATE TABLE public.tlog_checkpoints (
     CONSTRAINT tlog_checkpoints_size_check CHECK ((size > 0))
 );
 
+CREATE TABLE public.tlog_cosignatures (
+    collection public.slug NOT NULL,
+    size bigint NOT NULL,
+    witness text NOT NULL,
+    signed_time bigint NOT NULL,
+    line text NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tlog_cosignatures_signed_time_check CHECK ((signed_time >= 0)),
+    CONSTRAINT tlog_cosignatures_size_check CHECK ((size > 0))
+);
+
 CREATE TABLE public.tlog_leaves (
     collection text NOT NULL COLLATE pg_catalog."C",
     idx bigint NOT NULL,
@@ -301,6 +312,17 @@ CREATE TABLE public.tlog_nodes (
     CONSTRAINT tlog_nodes_level_check CHECK ((((level >= 4) AND (level <= 60)) AND (((level)::integer % 4) = 0)))
 );
 
+CREATE TABLE public.tlog_witness_state (
+    collection public.slug NOT NULL,
+    witness text NOT NULL,
+    size bigint DEFAULT 0 NOT NULL,
+    failures integer DEFAULT 0 NOT NULL,
+    retry_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tlog_witness_state_size_check CHECK ((size >= 0))
+);
+
 CREATE TABLE public.used_requests (
     id public.hex64 NOT NULL,
     created_at bigint NOT NULL,
@@ -312,6 +334,17 @@ CREATE TABLE public.web_sessions (
     pubkey public.hex64 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     expires_at timestamp with time zone NOT NULL
+);
+
+CREATE TABLE public.witnessed_logs (
+    origin text NOT NULL,
+    origin_sha256 text NOT NULL,
+    size bigint NOT NULL,
+    root bytea NOT NULL,
+    note text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT witnessed_logs_root_check CHECK ((length(root) = 32)),
+    CONSTRAINT witnessed_logs_size_check CHECK ((size >= 0))
 );
 
 ALTER TABLE ONLY public.approvals
@@ -392,6 +425,9 @@ ALTER TABLE ONLY public.terms_signatures
 ALTER TABLE ONLY public.tlog_checkpoints
     ADD CONSTRAINT tlog_checkpoints_pkey PRIMARY KEY (collection, size);
 
+ALTER TABLE ONLY public.tlog_cosignatures
+    ADD CONSTRAINT tlog_cosignatures_pkey PRIMARY KEY (collection, size, witness);
+
 ALTER TABLE ONLY public.tlog_leaves
     ADD CONSTRAINT tlog_leaves_event_id_key UNIQUE (event_id, collection);
 
@@ -401,11 +437,20 @@ ALTER TABLE ONLY public.tlog_leaves
 ALTER TABLE ONLY public.tlog_nodes
     ADD CONSTRAINT tlog_nodes_pkey PRIMARY KEY (collection, level, idx);
 
+ALTER TABLE ONLY public.tlog_witness_state
+    ADD CONSTRAINT tlog_witness_state_pkey PRIMARY KEY (collection, witness);
+
 ALTER TABLE ONLY public.used_requests
     ADD CONSTRAINT used_requests_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.web_sessions
     ADD CONSTRAINT web_sessions_pkey PRIMARY KEY (id_sha256);
+
+ALTER TABLE ONLY public.witnessed_logs
+    ADD CONSTRAINT witnessed_logs_origin_sha256_key UNIQUE (origin_sha256);
+
+ALTER TABLE ONLY public.witnessed_logs
+    ADD CONSTRAINT witnessed_logs_pkey PRIMARY KEY (origin);
 
 CREATE INDEX claim_counts_contested ON public.claim_counts USING btree (collection, ((rebuts + findings)) DESC, seq DESC, claim_id);
 
@@ -432,6 +477,8 @@ CREATE INDEX embedding_queue_collection_seq ON public.embedding_queue USING btre
 CREATE INDEX embedding_queue_seq ON public.embedding_queue USING btree (seq);
 
 CREATE INDEX embeddings_collection ON public.embeddings USING btree (collection, kind, model);
+
+CREATE INDEX events_negentropy ON public.events USING btree (collection, created_at, id) INCLUDE (kind);
 
 CREATE INDEX events_unscoped_pubkey ON public.events USING btree (pubkey, seq) WHERE (collection = '~unscoped'::text);
 
@@ -516,6 +563,10 @@ CREATE TRIGGER terms_signatures_no_truncate BEFORE TRUNCATE ON public.terms_sign
 CREATE TRIGGER tlog_checkpoints_append_only BEFORE DELETE OR UPDATE ON public.tlog_checkpoints FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
 
 CREATE TRIGGER tlog_checkpoints_no_truncate BEFORE TRUNCATE ON public.tlog_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_cosignatures_append_only BEFORE DELETE OR UPDATE ON public.tlog_cosignatures FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_cosignatures_no_truncate BEFORE TRUNCATE ON public.tlog_cosignatures FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
 
 CREATE TRIGGER tlog_leaves_append_only BEFORE DELETE OR UPDATE ON public.tlog_leaves FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
 

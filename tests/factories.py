@@ -338,7 +338,10 @@ def wait_until_ready(url: str, deadline: float) -> None:
 
 @contextmanager
 def live_server(
-    database_url: str, config: Settings | None = None, limits: ConnectionLimits | None = None
+    database_url: str,
+    config: Settings | None = None,
+    limits: ConnectionLimits | None = None,
+    port: int = 0,
 ) -> Iterator[Live]:
     """The real app under uvicorn with the connection limits `tms serve` sets (`limits`, or
     those of `config`), in a thread of its own, on a port the OS picks, until the block ends."""
@@ -354,7 +357,7 @@ def live_server(
         uvicorn.Config(
             create_app(config, database_url=database_url),
             host="127.0.0.1",
-            port=0,
+            port=port,  # 0: one the OS picks
             log_level="warning",
             lifespan="on",
             http=GuardedHttpProtocol.with_limits(limits or ConnectionLimits.of(config)),

@@ -113,6 +113,9 @@ class Settings:
     metrics_token: str | None = None  # TMS_METRICS_TOKEN: GET /metrics with it as a bearer token
     metrics_port: int | None = None  # TMS_METRICS_PORT: metrics on a port of their own
     metrics_host: str = "127.0.0.1"  # TMS_METRICS_HOST: where that port listens
+    witness_policy: str | None = None  # TMS_WITNESS_POLICY: a tlog-policy file (tms.witness)
+    witness_logs: str | None = None  # TMS_WITNESS_LOGS: the logs this server witnesses
+    witness_key: str | None = None  # TMS_WITNESS_KEY; None: generated into data_dir if needed
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -165,6 +168,9 @@ class Settings:
             metrics_token=_metrics_token(env),
             metrics_port=_metrics_port(env, port),
             metrics_host=env.get("TMS_METRICS_HOST", "").strip() or "127.0.0.1",
+            witness_policy=env.get("TMS_WITNESS_POLICY", "").strip() or None,
+            witness_logs=env.get("TMS_WITNESS_LOGS", "").strip() or None,
+            witness_key=env.get("TMS_WITNESS_KEY", "").strip() or None,
         )
 
     @property

@@ -75,6 +75,17 @@ EMBEDDING_QUEUE: Final = Gauge(
 )
 RELAY_CONNECTIONS: Final = Gauge("tms_relay_connections", "Relay WebSocket connections open")
 RELAY_SUBSCRIPTIONS: Final = Gauge("tms_relay_subscriptions", "Relay subscriptions open")
+WITNESS_SUBMISSIONS: Final = Counter(
+    "tms_witness_submissions",
+    "Checkpoints submitted to witnesses (tms.witness.submit), by witness and outcome: cosigned, "
+    "conflict (a 409: the witness held another size), failed",
+    ["witness", "outcome"],
+)
+WITNESSED: Final = Counter(
+    "tms_witness_checkpoints",
+    "add-checkpoint calls this server answered as a witness, by HTTP status",
+    ["status"],
+)
 
 # Every series exists from the start, at zero, so that rates and alerts have a baseline.
 for _door in DOORS:

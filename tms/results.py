@@ -72,8 +72,28 @@ class CheckpointInfo(TypedDict):
         str,
         Field(
             description="The checkpoint as a C2SP signed note (tlog-checkpoint), signed by the "
-            "server's key (GET /log-key): keep it, and check later exports against it."
+            "server's key (GET /log-key): keep it, and check later exports against it. "
+            "With witnesses, it also carries their cosignatures (C2SP tlog-cosignature)."
         ),
+    ]
+    witnessed_by: NotRequired[
+        Annotated[
+            list[str],
+            Field(
+                description="The witnesses of this server's policy (TMS_WITNESS_POLICY) whose "
+                "cosignatures the note carries, by the policy's names."
+            ),
+        ]
+    ]
+    quorum: NotRequired[
+        Annotated[
+            bool | None,
+            Field(
+                description="Whether they make the policy's quorum; null when the server "
+                "names no witnesses. Check it yourself with your own policy: tms "
+                "verify-export --policy."
+            ),
+        ]
     ]
 
 

@@ -39,6 +39,9 @@ from tms.services import Services
 from tms.store import database
 from tms.store.outage import Outage
 from tms.types import EventId, Slug
+from tms.witness.settings import WitnessSettings
+from tms.witness.state import WitnessService
+from tms.witness.submit import Submitter
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ class Runtime:
     health: database.HealthCheck
     database_url: str  # for what needs a connection of its own (the relay's commit feed)
     exports: Exports  # the HTTP door's export slots and pace (TMS_MAX_EXPORTS)
+    witness: WitnessService  # this server as a witness of other logs (tms.witness)
 
     @property
     def access(self) -> Access:
@@ -126,6 +130,7 @@ async def open_runtime(
         signer, chosen = load_log_key(settings)
         if chosen is not None:
             log.warning("%s", chosen)
+        witnessing = WitnessSettings.load(settings)
         services = Services.over(
             pool,
             None,
@@ -134,7 +139,14 @@ async def open_runtime(
             throttle=Throttle(settings.rates),
             refusals=refusals,
             outage=outage,
+            witnesses=witnessing.policy,
         )
+        if witnessing.policy is not None:
+            submitter = Submitter(
+                url, pool, witnessing.policy, services.tlog.cosigned, services.tlog, services.access
+            )
+            submitter.start()
+            stack.push_async_callback(submitter.close)
         # Collections stored before the transparency log existed get their trees in the
         # background: a publish or read that reaches one first builds it there, under the
         # collection's lock, so nothing waits for the whole back-fill (tms.ledger.tlog).
@@ -159,6 +171,7 @@ async def open_runtime(
             health,
             url,
             Exports(settings.max_exports, settings.export_wait),
+            WitnessService(pool, witnessing.logs, witnessing.key),
         )
 
 

@@ -21,6 +21,8 @@ from tms.search.vectors import Vectors
 from tms.store.database import Pool
 from tms.store.outage import Outage
 from tms.tlog.note import LogSigner
+from tms.tlog.policy import Policy
+from tms.witness.cosigned import Cosigned
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +56,14 @@ class Services:
         throttle: Throttle | None = None,
         refusals: RefusalLog | None = None,
         outage: Outage | None = None,
+        witnesses: Policy | None = None,
     ) -> Services:
         """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); `log`:
         the server's checkpoint key (None: a throwaway one, for tests); `publish_pool`:
         publishes' own connections (None: `pool`'s); no `throttle`: no rate limits; no
         `refusals`: refusals are not written anywhere; no `outage`: one of its own, logging
-        without a probe."""
+        without a probe; `witnesses`: the witness policy whose quorum checkpoints are shown
+        against (None: no witnesses)."""
         throttle = throttle or Throttle()
         ledger = Ledger(
             pool, vectors=vectors, log=log, publish_pool=publish_pool, throttle=throttle
@@ -73,7 +77,7 @@ class Services:
             keys=Keys(pool),
             stats=Stats(pool),
             sessions=Sessions(pool),
-            tlog=LogReads(pool, ledger.log),
+            tlog=LogReads(pool, ledger.log, Cosigned(pool, witnesses)),
             lookups=Lookups(pool),
             fetch_allow=fetch_allow,
             throttle=throttle,

@@ -51,6 +51,8 @@ MUTABLE: Final = {
     "refusals": "the bounded refusal log, pruned as it fills",
     "refusals_dropped": "how many refusals the bounded log let go",
     "refusals_kept": "how many refusals of each kind the bounded log holds",
+    "tlog_witness_state": "where each witness stands on each log: advances with each submission",
+    "witnessed_logs": "as a witness, the last checkpoint cosigned of each log: advances",
 }
 
 _NOISE: Final = re.compile(r"^(--.*|SET .*|SELECT pg_catalog\.set_config.*|\\(un)?restrict .*)$")

@@ -65,7 +65,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ns.command == "verify-export":
         from tms.cli.verify_export import run
 
-        raise SystemExit(run(ns.file, ns.checkpoint, ns.key, sys.stdout))
+        raise SystemExit(run(ns.file, ns.checkpoint, ns.key, sys.stdout, policy_path=ns.policy))
+    if ns.command == "mirror":
+        from tms.cli.mirror import mirror
+
+        raise SystemExit(
+            mirror(
+                ns.relay,
+                ns.dir,
+                nsec=ns.nsec,
+                once=ns.once,
+                push=ns.push,
+                policy_path=ns.policy,
+                log_key=ns.key,
+            )
+        )
     if ns.command == "refusals":
         since = since_when(ns.since, datetime.now(UTC))
         if since is None:

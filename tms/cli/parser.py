@@ -132,6 +132,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="VERIFIER_KEY",
         help="the server's log key (GET /log-key), or a file holding it",
     )
+    audit.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a witness policy (C2SP tlog-policy): accept a checkpoint only when its quorum of "
+        "witnesses cosigned it, and name who did",
+    )
+    mirrored = _command(
+        commands,
+        "mirror",
+        "keep a verified copy of a collection: NIP-77 down, then follow it live",
+        "Authenticates as the key (--nsec, else TMS_NSEC), brings the collection's events "
+        "into DIR/copy.jsonl (the export's format: tms verify-export reads it, with "
+        "--checkpoint DIR/state.json), and after every sync checks them against the server's "
+        "checkpoint: exactly the log's entries, extending what the copy kept, with --policy "
+        "cosigned by its quorum. Any mismatch stops it (exit 1) and leaves DIR as it was.",
+    )
+    mirrored.add_argument("relay", help="the collection's relay: ws[s]://host/c/<slug>")
+    mirrored.add_argument("--dir", required=True, metavar="DIR", help="where the copy is kept")
+    mirrored.add_argument("--nsec", help="the member's key (nsec1... or hex); else TMS_NSEC")
+    mirrored.add_argument("--once", action="store_true", help="sync and verify, then exit")
+    mirrored.add_argument(
+        "--push", action="store_true", help="also publish the events only the copy holds"
+    )
+    mirrored.add_argument("--policy", metavar="FILE", help="a witness policy (C2SP tlog-policy)")
+    mirrored.add_argument(
+        "--key", metavar="VERIFIER_KEY", help="the server's log key (default: kept, or fetched)"
+    )
     refusals = _command(
         commands,
         "refusals",

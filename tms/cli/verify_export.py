@@ -1,5 +1,7 @@
-"""`tms verify-export FILE.jsonl [--checkpoint FILE] --key VERIFIER_KEY`: prove, offline, that an
-export holds every event of its collection's log, unaltered and in order (`tms.tlog.audit`).
+"""`tms verify-export FILE.jsonl [--checkpoint FILE] --key VERIFIER_KEY [--policy FILE]`: prove,
+offline, that an export holds every event of its collection's log, unaltered and in order
+(`tms.tlog.audit`); with a witness policy, that the checkpoint proving it was cosigned by the
+policy's quorum.
 
 The file is read as bytes and split on `\\n` only (content may hold U+2028 raw). Checking ids
 and BIP-340 signatures is nearly all the work, so big files are checked in worker processes, one
@@ -26,6 +28,7 @@ from tms.orphans import exit_with_parent
 from tms.tlog.audit import audit
 from tms.tlog.export_lines import CheckpointLine, Line, read_kept, read_lines
 from tms.tlog.note import NoteVerifier
+from tms.tlog.policy import Policy
 
 BLOCK_LINES: Final = 4000  # lines a worker checks at once
 PARALLEL_FROM: Final = 2 * BLOCK_LINES  # smaller files are checked in this process
@@ -33,12 +36,15 @@ READ_BYTES: Final = 1 << 20
 MAX_KEPT_BYTES: Final = 1 << 20  # a kept checkpoint is a few hundred bytes (or a JSON line)
 
 
-def run(path: str, kept_path: str | None, key: str, out: TextIO) -> int:
+def run(
+    path: str, kept_path: str | None, key: str, out: TextIO, *, policy_path: str | None = None
+) -> int:
     try:
         verifier = _verifier(key)
         kept = [] if kept_path is None else read_kept(_read_small(kept_path))
+        policy = None if policy_path is None else Policy.parse(_read_small(policy_path))
         with open(path, "rb") as stream:
-            report = audit(_checked(stream), verifier, kept)
+            report = audit(_checked(stream), verifier, kept, policy)
     except LogError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 2

@@ -32,6 +32,9 @@ _SQL_EXPORT_UNSCOPED: Final = f"""
     WHERE collection = '{UNSCOPED}' AND pubkey = ANY($1::text[]) ORDER BY seq"""
 _SQL_CHECKPOINT: Final = """
     SELECT size, note FROM tlog_checkpoints WHERE collection = $1 ORDER BY size DESC LIMIT 1"""
+# The witnesses' cosignatures of that checkpoint (sql/023), appended to its note's signatures.
+_SQL_COSIGNATURES: Final = """
+    SELECT line FROM tlog_cosignatures WHERE collection = $1 AND size = $2 ORDER BY witness"""
 _SQL_ENTRIES: Final = "SELECT event_id FROM tlog_leaves WHERE collection = $1 ORDER BY idx"
 
 
@@ -109,7 +112,9 @@ class Exporter:
                         f"the log of '{slug}' holds {len(entries)} entries, not "
                         f"the {signed['size']} its checkpoint signs"
                     )
-                yield checkpoint_line(signed["note"], entries, others)
+                lines = await conn.fetch(_SQL_COSIGNATURES, slug, signed["size"])
+                note = signed["note"] + "".join(f"{r['line']}\n" for r in lines)
+                yield checkpoint_line(note, entries, others)
 
 
 async def _entries(conn: Connection, slug: Slug) -> list[EventId]:

@@ -31,6 +31,7 @@ from tms.tlog.merkle import (
 )
 from tms.tlog.tiles import Tile
 from tms.types import EventId, Slug
+from tms.witness.cosigned import Cosigned
 
 _SQL_LATEST: Final = """
     SELECT size, root, note FROM tlog_checkpoints WHERE collection = $1
@@ -62,9 +63,24 @@ _SQL_TILE_LEAVES: Final = """
 class LogReads:
     """Read queries over every collection's log; builds a log not built yet when asked for."""
 
-    def __init__(self, pool: Pool, log: TransparencyLog) -> None:
+    def __init__(self, pool: Pool, log: TransparencyLog, cosigned: Cosigned | None = None) -> None:
+        """`cosigned`: the witnesses' cosignatures (None: this server names no witnesses)."""
         self.pool = pool
         self.log = log
+        self.cosigned = cosigned or Cosigned(pool, None)
+
+    async def witnessed(self, readable: ReadableCollection) -> CheckpointInfo:
+        """The checkpoint a member is shown (`tms.witness.cosigned`): the newest meeting the
+        witness policy's quorum, else the newest any witness cosigned, else the latest signed;
+        with the cosignatures it carries and whether they make the quorum."""
+        latest = await self.checkpoint(readable)
+        if self.cosigned.policy is None:
+            return {**latest, "witnessed_by": [], "quorum": None}
+        best = await self.cosigned.best(readable.slug)
+        if best is None:
+            return {**latest, "witnessed_by": [], "quorum": False}
+        info = self._info(readable.slug, best.size, best.root, best.note)
+        return {**info, "witnessed_by": list(best.witnessed_by), "quorum": best.quorum}
 
     async def checkpoint(self, readable: ReadableCollection) -> CheckpointInfo:
         """The collection's latest signed checkpoint."""

@@ -92,7 +92,7 @@ async def _get_event(services: Services, reader: Reader, args: s.GetEventArgs) -
 async def _get_checkpoint(
     services: Services, readable: ReadableCollection, args: s.GetCheckpointArgs
 ) -> CheckpointInfo:
-    return await services.tlog.checkpoint(readable)
+    return await services.tlog.witnessed(readable)
 
 
 async def _get_consistency(

@@ -2,7 +2,8 @@
 
 A message is parsed within bounds (`tms.relay.messages`) and goes to the part that answers it:
 EVENT to `tms.relay.publishing`, AUTH to `tms.relay.auth`, REQ, COUNT and CLOSE to
-`tms.relay.reading`; each but a CLOSE first spends the address's rate limit. EVENTs are
+`tms.relay.reading`, NEG-OPEN, NEG-MSG and NEG-CLOSE (NIP-77) to `tms.relay.negentropy`; each
+but a CLOSE or NEG-CLOSE first spends the address's rate limit. EVENTs are
 committed without waiting for each other; an AUTH, REQ or COUNT first waits until the events
 before it are answered (a read after a write sees it). Everything sent goes through the
 connection's one bounded queue (`tms.relay.outbox`). A failure on our side (the database away)
@@ -28,6 +29,8 @@ from tms.relay.messages import (
     Refused,
     ReqMessage,
 )
+from tms.relay.neg_messages import NegClose, NegMsg, NegOpen, NegRefused
+from tms.relay.negentropy import Negentropy
 from tms.relay.outbox import Outbox
 from tms.relay.prefixes import failure, reason
 from tms.relay.publishing import Publishing
@@ -71,6 +74,7 @@ class Connection:
             pubkey=pubkey,
         )
         self.publishing = Publishing(relay, self.outbox, slug=slug, address=address)
+        self.negentropy = Negentropy(relay, self.outbox, address=address)  # NIP-77
 
     # --- what the hub needs of a connection (`tms.relay.live.Client`) --------------------------
 
@@ -124,8 +128,15 @@ class Connection:
             self._refused(Refusal.INVALID)
             self.outbox.send(messages.closed(exc.sub_id, str(exc)))
             return
+        except NegRefused as exc:
+            self._refused(Refusal.INVALID)
+            self.negentropy.failed(exc.sub_id, str(exc))
+            return
         if isinstance(message, CloseMessage):
             self.reading.unsubscribe(message.sub_id)
+            return
+        if isinstance(message, NegClose):
+            self.negentropy.close(message.sub_id)
             return
         if not isinstance(message, EventMessage):
             await self.publishing.settle()  # a read after a write sees it
@@ -141,6 +152,10 @@ class Connection:
                 await self.auth.authenticate(message)
             elif isinstance(message, ReqMessage):
                 await self.reading.req(message, self.auth.scope)
+            elif isinstance(message, NegOpen):
+                await self.negentropy.open(message, self.auth.scope)
+            elif isinstance(message, NegMsg):
+                await self.negentropy.message(message, self.auth.scope)
             else:
                 await self.reading.count(message, self.auth.scope)
         except Refused as exc:
@@ -155,6 +170,8 @@ class Connection:
             self.outbox.send(messages.closed(message.sub_id, said))
         elif isinstance(message, EventMessage):
             self.outbox.send(messages.ok(message.id, False, said))
+        elif isinstance(message, NegOpen | NegMsg):
+            self.negentropy.failed(message.sub_id, said)
         elif isinstance(message, AuthMessage) and isinstance(message.event, dict):
             event_id = message.event.get("id")
             if isinstance(event_id, str) and is_hex64(event_id):

@@ -17,7 +17,7 @@ from tms.relay.limits import (
 from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS, Slug
 
 MEDIA_TYPE: Final = "application/nostr+json"
-SUPPORTED_NIPS: Final = (1, 11, 42, 45, 50)
+SUPPORTED_NIPS: Final = (1, 11, 42, 45, 50, 77)
 SOFTWARE: Final = "tms"  # the package this relay is; no public URL is claimed for it
 CORS: Final = {
     "Access-Control-Allow-Origin": "*",

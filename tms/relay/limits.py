@@ -20,3 +20,7 @@ STALL_SECONDS: Final = 30.0  # a stored answer waits this long for a client to r
 NOTICE_SECONDS: Final = 2.0  # time given to a closing NOTICE to go out
 MAX_IN_FLIGHT: Final = 64  # a connection's events checked but not yet answered
 INBOX_MESSAGES: Final = 16  # client messages read ahead before reading from it pauses
+MAX_NEG_SESSIONS: Final = 2  # NIP-77: open NEG sessions per connection (each holds its items)
+MAX_NEG_RECORDS: Final = 2_000_000  # items in one NEG session's list, about 80 MB
+NEG_FRAME_BYTES: Final = 512 * 1024  # our frameSizeLimit: a NEG-MSG carries twice this in hex
+MAX_NEG_MESSAGE_BYTES: Final = 1 * MiB  # a client's Negentropy message, before hex

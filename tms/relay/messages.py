@@ -16,7 +16,9 @@ from typing import Final
 from tms.errors import shown
 from tms.nostr.events import is_hex64, loads_bounded
 from tms.nostr.filters import Filter, FilterError, parse_filter
+from tms.relay import neg_messages
 from tms.relay.limits import MAX_FILTERS, MAX_LIMIT, MAX_MESSAGE_BYTES, MAX_SUBID_CHARS
+from tms.relay.neg_messages import NegMessage
 
 MAX_CONTAINERS: Final = 2_000  # arrays and objects in one message: an event has 1,002 at most
 MAX_VALUES: Final = 200_000  # values in one message, about
@@ -68,7 +70,7 @@ class CloseMessage:
     sub_id: str
 
 
-ClientMessage = EventMessage | AuthMessage | ReqMessage | CountMessage | CloseMessage
+ClientMessage = EventMessage | AuthMessage | ReqMessage | CountMessage | CloseMessage | NegMessage
 
 
 def parse(text: str) -> ClientMessage:
@@ -100,9 +102,11 @@ def parse(text: str) -> ClientMessage:
         if len(data) != 2:
             raise ProtocolError('invalid: CLOSE is ["CLOSE", <subscription id>]')
         return CloseMessage(_sub_id(data[1]))
+    if verb in neg_messages.VERBS:  # NIP-77
+        return neg_messages.parse(verb, data, _sub_id, ProtocolError)
     raise ProtocolError(
         f"invalid: unknown message type {shown(verb, 32)!r}: this relay takes EVENT, REQ, "
-        "CLOSE, COUNT and AUTH"
+        "CLOSE, COUNT, AUTH, NEG-OPEN, NEG-MSG and NEG-CLOSE"
     )
 
 

@@ -59,6 +59,8 @@ DISTRIBUTED: Final[tuple[str, ...]] = (
     "tlog_nodes",
     "tlog_checkpoints",
     "claim_keys",
+    "tlog_cosignatures",
+    "tlog_witness_state",
 )
 # In an order that keeps foreign keys pointing at tables already placed.
 REFERENCE: Final[tuple[str, ...]] = (
@@ -77,6 +79,7 @@ LOCAL: Final[tuple[str, ...]] = (
     "refusals",
     "refusals_dropped",
     "refusals_kept",
+    "witnessed_logs",
 )
 PLACEMENT: Final[dict[str, str]] = {
     **{table: "distributed" for table in DISTRIBUTED},

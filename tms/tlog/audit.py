@@ -38,6 +38,7 @@ from tms.rules.kinds import unscoped_kinds
 from tms.tlog.export_lines import CheckpointLine, Line
 from tms.tlog.merkle import CompactRange, leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint, origin_slug
+from tms.tlog.policy import Policy
 from tms.tlog.replay import replay
 from tms.types import KIND_TERMS
 
@@ -89,10 +90,15 @@ class Report:
 
 
 def audit(
-    items: Iterable[Line | CheckpointLine], verifier: NoteVerifier, kept: Sequence[str] = ()
+    items: Iterable[Line | CheckpointLine],
+    verifier: NoteVerifier,
+    kept: Sequence[str] = (),
+    policy: Policy | None = None,
 ) -> Report:
     """Check an export's lines (in file order) against its own checkpoint line, if it ends
-    with one, and against the checkpoints the member `kept` (signed notes)."""
+    with one, and against the checkpoints the member `kept` (signed notes). With a witness
+    `policy`, the checkpoint that proves the file whole (its own, else the largest kept) must
+    carry cosignatures by the policy's quorum; every checkpoint's witnesses are named."""
     report = Report()
     lines: list[Line] = []
     record: CheckpointLine | None = None
@@ -110,6 +116,9 @@ def audit(
     checkpoints = _open(record, kept, verifier, report)
     if not checkpoints:
         return report
+    if policy is not None:
+        notes = ([record.note] if record is not None else []) + list(kept)
+        _witnessed(notes, checkpoints, verifier, policy, report)
     origin = checkpoints[0].origin
     slug = origin_slug(origin)
     if any(c.origin != origin for c in checkpoints) or slug is None:
@@ -123,6 +132,37 @@ def audit(
         _compare(entries, record, checkpoints[0], report)
         _compare_others(lines, record, report)
     return report
+
+
+def _witnessed(
+    notes: Sequence[str],
+    checkpoints: Sequence[Checkpoint],
+    verifier: NoteVerifier,
+    policy: Policy,
+    report: Report,
+) -> None:
+    """Who cosigned each checkpoint, and whether the one that proves the file whole (the
+    export's own, the first; else the largest kept) has the policy's quorum."""
+    if policy.logs and verifier.public not in {log.public for log in policy.logs}:
+        report.problem("the log key given is not one of the policy's logs")
+    proving = 0 if len(notes) == 1 else max(range(len(notes)), key=lambda i: checkpoints[i].size)
+    for i, (note, checkpoint) in enumerate(zip(notes, checkpoints, strict=True)):
+        try:
+            verdict = policy.judge(note)
+        except LogError as exc:
+            report.problem(f"the checkpoint at size {checkpoint.size}: {exc}")
+            continue
+        who = ", ".join(policy.named(verdict.names)) or "no witness of the policy"
+        said = f"the checkpoint at size {checkpoint.size} is cosigned by {who}"
+        if verdict.quorum:
+            report.findings.append(f"{said}: the policy's quorum ({verdict.needed}) holds")
+        elif i == proving:
+            report.problem(
+                f"{said}: not the policy's quorum ({verdict.needed}); if the witnesses have "
+                "not seen it yet (they cosign within seconds of a publish), export again"
+            )
+        else:
+            report.findings.append(f"{said}: not the policy's quorum ({verdict.needed})")
 
 
 def _alone(lines: list[Line], report: Report) -> None:

@@ -52,7 +52,7 @@ def key_id(name: str, public: bytes) -> bytes:
     return hashlib.sha256(name.encode() + b"\n" + bytes([ALG_ED25519]) + public).digest()[:4]
 
 
-def _b64decode(text: str, what: str) -> bytes:
+def decode_base64(text: str, what: str) -> bytes:
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
@@ -81,7 +81,7 @@ class NoteVerifier:
             raise LogError("a verifier key is <name>+<8 hex digits>+<base64 key>")
         name, id_hex, encoded = parts
         check_key_name(name)
-        raw = _b64decode(encoded, "the verifier key")
+        raw = decode_base64(encoded, "the verifier key")
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise LogError("the verifier key is not an Ed25519 key (type 0x01, 32 bytes)")
         try:
@@ -139,7 +139,7 @@ class NoteSigner:
         if len(parts) != 3:
             raise LogError("a log key is PRIVATE+KEY+<name>+<8 hex digits>+<base64 seed>")
         name, id_hex, encoded = parts
-        raw = _b64decode(encoded, "the log key")
+        raw = decode_base64(encoded, "the log key")
         if len(raw) != 33 or raw[0] != ALG_ED25519:
             raise LogError("the log key is not an Ed25519 key (type 0x01, 32-byte seed)")
         signer = cls(name, Ed25519PrivateKey.from_private_bytes(raw[1:]))
@@ -191,7 +191,7 @@ def split_note(note: str) -> tuple[str, list[tuple[str, bytes]]]:
         parts = line.split(" ")
         if len(parts) != 3 or parts[0] != DASH:
             raise LogError("a signature line is '— <key name> <base64 signature>'")
-        signature = _b64decode(parts[2], "a note's signature")
+        signature = decode_base64(parts[2], "a note's signature")
         if len(signature) < 5:
             raise LogError("a note's signature is too short")
         signatures.append((check_key_name(parts[1]), signature))
@@ -222,7 +222,7 @@ class Checkpoint:
         origin, size, root = lines[:3]
         if not _SIZE.fullmatch(size) or int(size) > MAX_TREE_SIZE:
             raise LogError(f"the checkpoint's tree size {shown(size)!r} is not a number")
-        raw = _b64decode(root, "the checkpoint's root hash")
+        raw = decode_base64(root, "the checkpoint's root hash")
         if len(raw) != HASH_SIZE:
             raise LogError("the checkpoint's root hash is not 32 bytes")
         return cls(origin, int(size), raw)

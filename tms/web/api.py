@@ -90,10 +90,21 @@ async def log_key(request: Request) -> Response:
 
 
 async def checkpoint(request: Request) -> Response:
-    """The collection log's latest checkpoint, as tlog-tiles serves it: the signed note."""
+    """The collection log's checkpoint, as tlog-tiles serves it: the signed note. With
+    witnesses, the newest one they cosigned, their lines included, and `TMS-Witnessed-By`
+    and `TMS-Quorum` saying who and whether that is the policy's quorum; `?witnessed=0`: the
+    latest signed, witnessed yet or not."""
     readable = await readable_by_caller(request)
-    note = (await runtime_of(request).services.tlog.checkpoint(readable))["note"]
-    return PlainTextResponse(note, media_type=NOTE_MEDIA_TYPE, headers=PRIVATE)
+    flag = request.query_params.get("witnessed", "1")
+    if flag not in ("0", "1"):
+        raise Refused(400, "witnessed must be 0 or 1")
+    tlog = runtime_of(request).services.tlog
+    info = await (tlog.witnessed(readable) if flag == "1" else tlog.checkpoint(readable))
+    headers = dict(PRIVATE)
+    if "quorum" in info:
+        headers["TMS-Witnessed-By"] = ", ".join(info.get("witnessed_by", [])) or "nobody"
+        headers["TMS-Quorum"] = {True: "met", False: "not met", None: "no policy"}[info["quorum"]]
+    return PlainTextResponse(info["note"], media_type=NOTE_MEDIA_TYPE, headers=headers)
 
 
 async def consistency(request: Request) -> Response:

@@ -62,6 +62,7 @@ from tms.web import answers, api, collection, dashboard, docs, home, reading, sc
 from tms.web.door import Door, NeedsLogin
 from tms.web.render import STATIC_DIR, Renderer
 from tms.web.security import SecurityHeaders
+from tms.witness import routes as witness_routes
 
 log = logging.getLogger("tms.web.app")
 
@@ -74,6 +75,7 @@ ROUTES: Final[list[BaseRoute]] = [
     *docs.ROUTES,
     *collection.ROUTES,
     *reading.ROUTES,
+    *witness_routes.ROUTES,
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     # the relay: a WebSocket upgrade on the root or a collection's page (tms.relay)
     WebSocketRoute("/", relay_socket),

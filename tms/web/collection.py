@@ -10,9 +10,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tms.errors import NotAReader
+from tms.errors import LogError, NotAReader
 from tms.ledger import watermark
+from tms.ledger.access import ReadableCollection
 from tms.ledger.reads import CLAIM_SORTS
+from tms.ledger.tlog_reads import LogReads
 from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
 from tms.search.search import Method
@@ -48,6 +50,7 @@ async def collection(request: Request) -> Response:
         claims = list(await services.reads.list_claims(readable, sort, CLAIMS_SHOWN))
     evidence = await services.reads.list_evidence(readable, False, None, EVIDENCE_SHOWN)
     [info] = await services.reads.list_collections(readable.reader())
+    witnessed = await _witnessed(services.tlog, readable)
     return await door.render(
         request,
         "collection.html",
@@ -62,7 +65,27 @@ async def collection(request: Request) -> Response:
         evidence=evidence,
         evidence_cut=len(evidence) == EVIDENCE_SHOWN,
         live={"after": after, "kinds": LIVE_KINDS, "caught_up": CAUGHT_UP_KINDS},
+        witnessed=witnessed,
     )
+
+
+async def _witnessed(tlog: LogReads, readable: ReadableCollection) -> dict[str, Any] | None:
+    """What the witnesses vouch for (`tms.witness`): None when the server names none, or the
+    collection has no log yet."""
+    policy = tlog.cosigned.policy
+    if policy is None:
+        return None
+    try:
+        info = await tlog.witnessed(readable)
+    except LogError:
+        return None
+    return {
+        "size": info["size"],
+        "by": info.get("witnessed_by", []),
+        "of": len(policy.witnesses),
+        "quorum": info.get("quorum"),
+        "needed": policy.describe(),
+    }
 
 
 @page

@@ -1,0 +1,303 @@
+"""NIP-77 (negentropy) against a plain REQ download: one collection of N tiny claims.
+
+    uv run python bench/negentropy.py                          # 100,000 and 1,000,000 events
+    uv run python bench/negentropy.py --sizes 100000 --req-max 100000
+
+1. The algorithm alone (tms.nostr.negentropy, in process, both roles, the relay's
+   frameSizeLimit and a client's 60,000): from empty, and with 10 events differing (the client
+   lacks 10 of the relay's); wall time, rounds, bytes of the NEG-MSGs as hex.
+2. End to end: `tms serve` over a fresh embedded PostgreSQL; the collection's events are
+   inserted with SQL COPY straight into `events` (synthetic rows: random ids and signatures,
+   no claim rows; NIP-77 and REQ read `events` only), then vacuumed, as a table is in use. One
+   client process, raw WebSockets, authenticated by NIP-42, tms.nostr.negentropy's Initiator
+   as its NIP-77 side:
+   - NIP-77 from empty: reconcile, then fetch the needed events with REQs of 1,000 ids;
+   - NIP-77 with 10 differing: the client holds all but 10; reconcile, fetch those 10;
+   - plain REQ download of the same events: REQs of `limit` 1,000 paged by `until` (up to
+     --req-max events; past that the figure is extrapolated from the pages done, and said so).
+   Each: wall time, bytes on the wire (WebSocket payloads both ways), and the server's peak
+   resident memory (VmHWM) over its start-up level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import asyncpg
+import httpx
+import numpy as np
+from serving import Server, Signer, call
+from websockets.asyncio.client import ClientConnection, connect
+
+from tms.nostr.negentropy import Initiator, Items, Responder
+from tms.relay.limits import NEG_FRAME_BYTES
+from tms.store.database import embedded_url, start_embedded
+
+SLUG: Final = "bench"
+CLIENT_FRAME: Final = 60_000  # nostr-sdk's and nostr-tools' frameSizeLimit
+T0: Final = 1_700_000_000
+BATCH: Final = 1000  # ids per REQ, the relay's max_limit
+
+
+# --- 1. the algorithm alone ------------------------------------------------------------------
+
+
+def algorithm(n: int) -> None:
+    rng = np.random.default_rng(n)
+    ts = (T0 + np.arange(n) // 3).astype(np.uint64)
+    ids = rng.integers(0, 256, size=(n, 32), dtype=np.uint8)
+    started = time.perf_counter()
+    relay = Items(ts, ids)
+    built = time.perf_counter() - started
+    keep = np.ones(n, dtype=bool)
+    keep[rng.choice(n, 10, replace=False)] = False
+    client = Items(ts[keep], ids[keep])
+    for name, mine in (("from empty", Items.of([])), ("10 differing", client)):
+        started = time.perf_counter()
+        initiator = Initiator(mine, CLIENT_FRAME)
+        responder = Responder(relay, NEG_FRAME_BYTES)
+        message: bytes | None = initiator.initiate()
+        wire = rounds = needed = 0
+        while message is not None:
+            wire += 2 * len(message)
+            reply = responder.respond(message)
+            wire += 2 * len(reply)
+            message, _, need = initiator.reconcile(reply)
+            needed += len(need)
+            rounds += 1
+        took = time.perf_counter() - started
+        print(
+            f"1. algorithm, {n:>9,} items, {name:<12}: {took:6.3f} s, {rounds:4} rounds, "
+            f"{wire / 1000:9,.1f} kB as hex, {needed:,} ids needed (items built in {built:.2f} s)",
+            flush=True,
+        )
+
+
+# --- 2. end to end ---------------------------------------------------------------------------
+
+
+class Wire:
+    """A client connection that counts the payload bytes each way."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.sent = 0
+        self.received = 0
+
+    async def send(self, message: Any) -> None:
+        text = json.dumps(message, separators=(",", ":"))
+        self.sent += len(text)
+        await self.ws.send(text)
+
+    async def recv(self) -> list[Any]:
+        text = await self.ws.recv()
+        assert isinstance(text, str)
+        self.received += len(text)
+        answer: list[Any] = json.loads(text)
+        return answer
+
+    @property
+    def total(self) -> int:
+        return self.sent + self.received
+
+
+async def open_wire(url: str, signer: Signer) -> Wire:
+    ws = await connect(url, max_size=None)
+    challenge = json.loads(await ws.recv())[1]
+    auth = signer.key.sign(22242, "", int(time.time()), [["relay", url], ["challenge", challenge]])
+    await ws.send(json.dumps(["AUTH", auth.to_dict()]))
+    ok = json.loads(await ws.recv())
+    assert ok[0] == "OK" and ok[2] is True, ok
+    return Wire(ws)
+
+
+async def req(wire: Wire, sub: str, wanted: dict[str, Any]) -> list[dict[str, Any]]:
+    await wire.send(["REQ", sub, wanted])
+    events = []
+    while True:
+        message = await wire.recv()
+        if message[0] == "EVENT":
+            events.append(message[2])
+        elif message[0] in ("EOSE", "CLOSED"):
+            if message[0] == "EOSE":
+                await wire.send(["CLOSE", sub])
+            return events
+
+
+async def negentropy(wire: Wire, mine: Items) -> tuple[int, int, float]:
+    """Reconcile, then fetch what is needed: (rounds, events fetched, reconcile seconds)."""
+    started = time.perf_counter()
+    initiator = Initiator(mine, CLIENT_FRAME)
+    await wire.send(["NEG-OPEN", "neg", {"kinds": [4702]}, initiator.initiate().hex()])
+    need: list[bytes] = []
+    rounds = 0
+    while True:
+        answer = await wire.recv()
+        assert answer[0] == "NEG-MSG", answer
+        rounds += 1
+        message, _, needs = initiator.reconcile(bytes.fromhex(answer[2]))
+        need.extend(needs)
+        if message is None:
+            break
+        await wire.send(["NEG-MSG", "neg", message.hex()])
+    await wire.send(["NEG-CLOSE", "neg"])
+    reconciled = time.perf_counter() - started
+    fetched = 0
+    for at in range(0, len(need), BATCH):
+        ids = [i.hex() for i in need[at : at + BATCH]]
+        fetched += len(await req(wire, "get", {"ids": ids, "limit": len(ids)}))
+    assert fetched == len(need), (fetched, len(need))
+    return rounds, fetched, reconciled
+
+
+async def req_download(wire: Wire, n: int, most: int) -> tuple[int, bool]:
+    """REQ pages of 1,000 by `until` (created_at is unique and grows with seq here)."""
+    until = T0 + n
+    got = 0
+    while got < min(n, most):
+        page = await req(wire, "all", {"kinds": [4702], "until": until, "limit": BATCH})
+        if not page:
+            return got, True
+        got += len(page)
+        until = min(e["created_at"] for e in page) - 1
+    return got, got >= n
+
+
+def peak(server: Server) -> int:
+    """The server's peak resident memory (VmHWM) so far, in bytes."""
+    assert server.proc is not None
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_peak(server: Server) -> None:
+    """Let VmHWM start again from the current resident size (Linux: write 5 to clear_refs)."""
+    assert server.proc is not None
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{server.proc.pid}/clear_refs").write_text("5")
+
+
+async def fill(database_url: str, signer: Signer, n: int) -> list[tuple[int, bytes]]:
+    """N tiny claims in `bench`, by COPY: created_at T0 + i (unique), random ids."""
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, size=(n, 32), dtype=np.uint8)
+    hexes = [row.tobytes().hex() for row in raw]
+    sig = "0" * 128
+    content = json.dumps({"collection": SLUG, "text": "x"}, separators=(",", ":"))
+    conn = await asyncpg.connect(database_url)
+    try:
+        records = (
+            (hexes[i], signer.key.pubkey, T0 + i, 4702, "[]", content, sig, SLUG) for i in range(n)
+        )
+        await conn.copy_records_to_table(
+            "events",
+            records=records,
+            columns=["id", "pubkey", "created_at", "kind", "tags", "content", "sig", "collection"],
+        )
+        await conn.execute("VACUUM ANALYZE events")
+    finally:
+        await conn.close()
+    return [(T0 + i, raw[i].tobytes()) for i in range(n)]
+
+
+def end_to_end(n: int, req_max: int, tmp: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
+    server = Server(env, tmp / "server.log")
+    server.start()
+    signer = Signer()
+    try:
+        server.approve(signer.key.pubkey)
+        start = signer.sign(4702, {"collection": SLUG, "text": "Start."})  # makes the collection
+        with httpx.Client(timeout=60) as http:
+            events = [signer.sign(4706, server.agreement()), start]
+            call(http, server.url, "publish", {"events": events})
+        database_url = asyncio.run(_database_url(tmp / "data"))
+        started = time.perf_counter()
+        items = asyncio.run(fill(database_url, signer, n))
+        took = time.perf_counter() - started
+        print(f"2. {n:,} events inserted by COPY and vacuumed in {took:.1f} s")
+        url = server.url.replace("http", "ws") + f"/c/{SLUG}"
+        items.append((start["created_at"], bytes.fromhex(start["id"])))
+        all_but_ten = Items.of(items[:-11] + items[-1:])  # 10 the relay's alone
+        runs = [("NIP-77 from empty", Items.of([])), ("NIP-77, 10 differing", all_but_ten)]
+        for name, mine in runs:
+            reset_peak(server)
+            base = peak(server)
+            started = time.perf_counter()
+            wire = asyncio.run(_with_wire(url, signer, lambda w, m=mine: negentropy(w, m)))
+            took = time.perf_counter() - started
+            rounds, fetched, reconciled = wire[1]
+            print(
+                f"2. {n:>9,} events, {name:<21}: {took:7.2f} s ({reconciled:.2f} s reconciling, "
+                f"{rounds} rounds), {wire[0].total / 1000:11,.1f} kB on the wire, {fetched:,} "
+                f"events fetched, server peak +{(peak(server) - base) / 2**20:,.0f} MB",
+                flush=True,
+            )
+        reset_peak(server)
+        base = peak(server)
+        started = time.perf_counter()
+        wire = asyncio.run(_with_wire(url, signer, lambda w: req_download(w, n, req_max)))
+        took = time.perf_counter() - started
+        got, complete = wire[1]
+        note = (
+            ""
+            if complete
+            else f" (stopped at {got:,}; all {n:,} at this rate: {took * n / got:,.0f} s)"
+        )
+        print(
+            f"2. {n:>9,} events, plain REQ download   : {took:7.2f} s, "
+            f"{wire[0].total / 1000:11,.1f} kB on the wire, {got:,} events, server peak "
+            f"+{(peak(server) - base) / 2**20:,.0f} MB{note}",
+            flush=True,
+        )
+    except Exception:
+        print(server.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        server.stop()
+
+
+async def _with_wire(url: str, signer: Signer, run: Any) -> tuple[Wire, Any]:
+    wire = await open_wire(url, signer)
+    try:
+        return wire, await run(wire)
+    finally:
+        await wire.ws.close()
+
+
+async def _database_url(data_dir: Path) -> str:
+    return await embedded_url(await start_embedded(data_dir))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000", help="collection sizes")
+    parser.add_argument(
+        "--req-max", type=int, default=200_000, help="events a plain REQ download fetches at most"
+    )
+    parser.add_argument("--parts", default="algorithm,end-to-end")
+    ns = parser.parse_args()
+    sizes = [int(s) for s in ns.sizes.split(",")]
+    if "algorithm" in ns.parts:
+        for n in sizes:
+            algorithm(n)
+    if "end-to-end" in ns.parts:
+        for n in sizes:
+            with tempfile.TemporaryDirectory(prefix="tms-bench-neg-") as tmp:
+                end_to_end(n, ns.req_max, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

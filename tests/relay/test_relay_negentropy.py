@@ -1,0 +1,216 @@
+"""NIP-77 on a live relay over raw WebSockets, with tms.nostr.negentropy's Initiator as the
+client: reconciliation from empty and with differences on both sides, over a collection's relay
+and the root, the same refusals as REQ (auth-required, restricted identical for a missing and a
+forbidden collection), NEG-ERR for an unknown or closed session, a bad message and the session
+cap, and the item list's own cap."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from factories import MEMBER, OWNER2, STRANGER, Live, claim
+from relay_client import Client, ws_url
+
+from tms.ledger.access import Access
+from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.service import Ledger
+from tms.nostr.filters import parse_filter
+from tms.nostr.negentropy import Initiator, Items
+from tms.relay.limits import MAX_NEG_SESSIONS
+from tms.store.database import open_pool
+
+pytestmark = pytest.mark.anyio
+
+CLAIMS = 120
+
+
+@pytest.fixture(scope="module")
+async def stored(live: Live) -> AsyncIterator[list[dict[str, Any]]]:
+    """CLAIMS claims in `rel`, many sharing a created_at (so bounds need id prefixes), and one
+    in `other`, which MEMBER may not read."""
+    pool = await open_pool(live.database_url, min_size=1, max_size=2)
+    try:
+        ledger = Ledger(pool)
+        start = int(time.time()) - 1000
+        events = [
+            claim(
+                MEMBER,
+                "rel",
+                f"negentropy claim {i} {os.urandom(4).hex()}",
+                created_at=start + i // 7,
+            )
+            for i in range(CLAIMS)
+        ]
+        await ledger.publish(events)
+        await ledger.publish([claim(OWNER2, "other", "not for the member", created_at=start)])
+        yield events
+    finally:
+        await pool.close()
+
+
+async def member(live: Live, path: str) -> Client:
+    client = await Client.open(ws_url(live.url, path))
+    ok = await client.auth(MEMBER)
+    assert ok[0] == "OK" and ok[2] is True, ok
+    return client
+
+
+async def sync(
+    client: Client, sub_id: str, wanted: dict[str, Any], mine: Items
+) -> tuple[set[str], set[str], int]:
+    """Run NIP-77 to the end as the initiator: the ids we have, those we need, the rounds."""
+    initiator = Initiator(mine, 60_000)
+    await client.send(["NEG-OPEN", sub_id, wanted, initiator.initiate().hex()])
+    have: set[str] = set()
+    need: set[str] = set()
+    for rounds in range(1, 100):
+        answer = await client.recv()
+        assert answer[0] == "NEG-MSG" and answer[1] == sub_id, answer
+        message, has, needs = initiator.reconcile(bytes.fromhex(answer[2]))
+        have.update(i.hex() for i in has)
+        need.update(i.hex() for i in needs)
+        if message is None:
+            await client.send(["NEG-CLOSE", sub_id])
+            return have, need, rounds
+        await client.send(["NEG-MSG", sub_id, message.hex()])
+    raise AssertionError("the reconciliation did not end")
+
+
+def items_of(events: list[dict[str, Any]]) -> Items:
+    return Items.of((e["created_at"], bytes.fromhex(e["id"])) for e in events)
+
+
+def test_nip11_says_nip_77(live: Live) -> None:
+    answer = httpx.get(live.url + "/c/rel", headers={"Accept": "application/nostr+json"})
+    assert 77 in answer.json()["supported_nips"]
+
+
+@pytest.mark.parametrize("path", ["/c/rel", "/"])
+async def test_a_member_reconciles_from_empty_what_req_returns(
+    live: Live, stored: list[dict[str, Any]], path: str
+) -> None:
+    async with await member(live, path) as client:
+        have, need, _ = await sync(client, "neg", {"kinds": [4702]}, items_of([]))
+        events, end = await client.req("all", {"kinds": [4702], "limit": 1000})
+        assert end[0] == "EOSE"
+        assert not have
+        assert need == {e["id"] for e in events}
+        assert {e["id"] for e in stored} <= need  # and nothing of `other`
+        assert all(e["content"].find('"other"') < 0 for e in events)
+
+
+async def test_differences_on_both_sides_are_found_exactly(
+    live: Live, stored: list[dict[str, Any]]
+) -> None:
+    kept = stored[10:]  # the client lacks 10 of the relay's
+    extra = [
+        claim(MEMBER, "rel", f"only the client {i}", created_at=stored[50]["created_at"])
+        for i in range(5)
+    ]
+    async with await member(live, "/c/rel") as client:
+        listed, _ = await client.req("a", {"kinds": [4702], "limit": 1000})
+        have, need, rounds = await sync(client, "neg", {"kinds": [4702]}, items_of(kept + extra))
+        assert have == {e["id"] for e in extra}
+        assert need == {e["id"] for e in listed} - {e["id"] for e in kept}
+        assert {e["id"] for e in stored[:10]} <= need
+        assert rounds <= 4
+
+
+async def test_a_filter_narrows_the_set(live: Live, stored: list[dict[str, Any]]) -> None:
+    since = stored[70]["created_at"]
+    async with await member(live, "/c/rel") as client:
+        _, need, _ = await sync(
+            client,
+            "neg",
+            {"kinds": [4702], "authors": [MEMBER.pubkey], "since": since},
+            items_of([]),
+        )
+        assert need == {e["id"] for e in stored if e["created_at"] >= since}
+
+
+async def test_refusals_are_those_of_req(live: Live, stored: list[dict[str, Any]]) -> None:
+    empty = Initiator(items_of([])).initiate().hex()
+    async with await Client.open(ws_url(live.url, "/c/rel")) as anonymous:
+        await anonymous.send(["NEG-OPEN", "n", {}, empty])
+        refused = await anonymous.recv()
+        _, closed = await anonymous.req("r", {})
+        assert refused[0] == "NEG-ERR" and refused[1] == "n"
+        assert refused[2].startswith("auth-required: ") and refused[2] == closed[2]
+    said = {}
+    for slug in ("other", "no-such"):
+        async with await member(live, f"/c/{slug}") as client:
+            await client.send(["NEG-OPEN", "n", {}, empty])
+            refused = await client.recv()
+            _, closed = await client.req("r", {})
+            assert refused[0] == "NEG-ERR" and refused[2].startswith("restricted: ")
+            assert refused[2] == closed[2]
+            said[slug] = refused[2].replace(slug, "<slug>")
+    assert said["other"] == said["no-such"]  # a missing collection and a closed one alike
+    async with await Client.open(ws_url(live.url, "/")) as stranger:
+        assert (await stranger.auth(STRANGER))[2] is True
+        await stranger.send(["NEG-OPEN", "n", {}, empty])
+        refused = await stranger.recv()
+        assert refused[0] == "NEG-ERR" and refused[2].startswith("restricted: ")
+
+
+async def test_neg_err_for_unknown_closed_and_bad_sessions(
+    live: Live, stored: list[dict[str, Any]]
+) -> None:
+    empty = Initiator(items_of([])).initiate().hex()
+    async with await member(live, "/c/rel") as client:
+        await client.send(["NEG-MSG", "nope", empty])
+        unknown = await client.recv()
+        assert unknown[:2] == ["NEG-ERR", "nope"] and unknown[2].startswith("closed: ")
+        await client.send(["NEG-OPEN", "s", {}, "zz"])
+        bad_hex = await client.recv()
+        assert bad_hex[:2] == ["NEG-ERR", "s"] and bad_hex[2].startswith("invalid: ")
+        await client.send(["NEG-OPEN", "s", {}, "6102"])  # a bound cut short
+        bad = await client.recv()
+        assert bad[:2] == ["NEG-ERR", "s"] and bad[2].startswith("invalid: ")
+        await client.send(["NEG-MSG", "s", empty])  # the bad message ended the session
+        assert (await client.recv())[2].startswith("closed: ")
+        await client.send(["NEG-OPEN", "s", {}, empty])
+        assert (await client.recv())[0] == "NEG-MSG"
+        await client.send(["NEG-CLOSE", "s"])
+        await client.send(["NEG-MSG", "s", empty])
+        assert (await client.recv())[2].startswith("closed: ")
+        await client.send(["NEG-OPEN", "s", {}, "62"])  # another version: ours, and nothing else
+        assert (await client.recv()) == ["NEG-MSG", "s", "61"]
+        await client.send(["NEG-OPEN", "s", {"search": "x"}, empty])
+        assert (await client.recv())[2].startswith("invalid: ")
+        await client.send(["NEG-OPEN", "s"])
+        assert (await client.recv())[0] == "NOTICE"
+
+
+async def test_sessions_per_connection_are_capped(live: Live, stored: list[dict[str, Any]]) -> None:
+    empty = Initiator(items_of([])).initiate().hex()
+    async with await member(live, "/c/rel") as client:
+        for n in range(MAX_NEG_SESSIONS):
+            await client.send(["NEG-OPEN", f"s{n}", {}, empty])
+            assert (await client.recv())[0] == "NEG-MSG"
+        await client.send(["NEG-OPEN", "one-more", {}, empty])
+        refused = await client.recv()
+        assert refused[:2] == ["NEG-ERR", "one-more"] and refused[2].startswith("blocked: ")
+        await client.send(["NEG-OPEN", "s0", {}, empty])  # the same id replaces its session
+        assert (await client.recv())[0] == "NEG-MSG"
+        await client.send(["NEG-CLOSE", "s1"])
+        await client.send(["NEG-OPEN", "one-more", {}, empty])
+        assert (await client.recv())[0] == "NEG-MSG"
+
+
+async def test_the_item_list_stops_past_its_cap(live: Live, stored: list[dict[str, Any]]) -> None:
+    pool = await open_pool(live.database_url, min_size=1, max_size=2)
+    try:
+        scope = (await Access(pool).reader(MEMBER.pubkey)).collection("rel")
+        wanted = parse_filter({"kinds": [4702]}, max_limit=1000)
+        found = await negentropy_items(pool, scope, wanted, CLAIMS + 100)
+        assert {found.id(i).hex() for i in range(len(found))} >= {e["id"] for e in stored}
+        with pytest.raises(TooMany):
+            await negentropy_items(pool, scope, wanted, CLAIMS - 1)
+    finally:
+        await pool.close()

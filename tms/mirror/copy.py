@@ -1,0 +1,216 @@
+"""A member's verified copy of one collection, on disk, and the checks that keep it honest.
+
+The directory holds two files:
+
+- `copy.jsonl`: the collection's events exactly as signed, one JSON line each, in the export's
+  format and order (its log entries in log order; each author's profile and terms before the
+  author's first entry, and later ones before the entry they precede in time), so that
+  `tms verify-export copy.jsonl --checkpoint state.json --key ...` checks it like an export;
+- `state.json`: the last checkpoint the copy was verified against (its note, cosignatures
+  included, size and root), the relay and log key it came from, and how many bytes of
+  `copy.jsonl` that checkpoint covers.
+
+A sync only ever appends to `copy.jsonl`, and only after every check held; then it replaces
+`state.json` atomically (written beside it, flushed, renamed). So a process killed at any point
+leaves a directory whose `state.json` describes a valid prefix of `copy.jsonl`: bytes past it
+(an append cut short) are dropped when the copy is opened again, and nothing verified is ever
+rewritten. A check that fails changes nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from tms.errors import LogError
+from tms.nostr.events import Event
+from tms.tlog.merkle import CompactRange, leaf_hash
+from tms.tlog.note import Checkpoint
+from tms.types import KIND_PROFILE, KIND_TERMS
+
+COPY: Final = "copy.jsonl"
+STATE: Final = "state.json"
+UNSCOPED: Final = frozenset({KIND_PROFILE, KIND_TERMS})
+
+
+class MirrorMismatch(LogError):
+    """The server's history and the copy's, or two of its checkpoints, disagree."""
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    relay: str
+    collection: str
+    log_key: str
+    size: int
+    root: str  # hex
+    note: str  # the checkpoint as kept: the log's signature and the witnesses'
+    bytes: int  # of copy.jsonl this checkpoint covers
+    written: tuple[str, ...] = ()  # ids of the profile and terms lines already in the copy
+
+
+class Copy:
+    """The directory, opened: what it has verified so far, and the events it holds."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.state: State | None = None
+        self.entries: list[str] = []  # log entries in the copy, in log order
+        self.events: dict[str, str] = {}  # id -> its line, for every event in the copy
+        self.tree = CompactRange()
+        self.authors: set[str] = set()  # keys with an entry in the copy
+        self.stamps: dict[str, int] = {}  # id -> created_at, for every event in the copy
+
+    @classmethod
+    def open(cls, directory: Path) -> Copy:
+        directory.mkdir(parents=True, exist_ok=True)
+        copy = cls(directory)
+        state_path = directory / STATE
+        if not state_path.exists():
+            return copy
+        try:
+            raw = json.loads(state_path.read_text("utf-8"))
+            state = State(**{**raw, "written": tuple(raw.get("written", ()))})
+        except (OSError, ValueError, TypeError) as exc:
+            raise LogError(f"{state_path} cannot be read: {exc}") from None
+        copy.state = state
+        path = directory / COPY
+        with open(path, "r+b") as file:
+            file.truncate(state.bytes)  # an append a kill cut short is not part of the copy
+            file.seek(0)
+            for raw_line in file:
+                line = raw_line.rstrip(b"\n").decode("utf-8")
+                event = Event.from_json(line)
+                copy.events[event.id] = line
+                copy.stamps[event.id] = event.created_at
+                if event.kind not in UNSCOPED:
+                    copy.entries.append(event.id)
+                    copy.authors.add(event.pubkey)
+                    copy.tree.append([leaf_hash(bytes.fromhex(event.id))])
+        if len(copy.entries) != state.size or copy.tree.root().hex() != state.root:
+            raise MirrorMismatch(
+                f"{path} does not hash to the checkpoint {state_path} keeps "
+                f"(size {state.size}, root {state.root}): the copy was changed by hand"
+            )
+        return copy
+
+    def extend(
+        self,
+        checkpoint: Checkpoint,
+        note: str,
+        entries: Sequence[str],
+        events: Mapping[str, Event],
+        *,
+        relay: str,
+        collection: str,
+        log_key: str,
+    ) -> int:
+        """Verify the log's `entries` (all of them, in log order, as the log's tiles give them)
+        against the copy and `checkpoint`, then append what is new and keep the checkpoint.
+        Raises `MirrorMismatch`, naming what differs, before anything is written. Returns how
+        many entries were added."""
+        held = len(self.entries)
+        if len(entries) != checkpoint.size:
+            raise MirrorMismatch(
+                f"the log's tiles give {len(entries)} entries, its checkpoint says "
+                f"{checkpoint.size}"
+            )
+        if checkpoint.size < held:
+            raise MirrorMismatch(
+                f"the server's checkpoint (size {checkpoint.size}) is smaller than the one this "
+                f"copy keeps (size {held}): it does not extend it"
+            )
+        for index, (mine, theirs) in enumerate(zip(self.entries, entries, strict=False)):
+            if mine != theirs:
+                raise MirrorMismatch(
+                    f"entry {index} differs: the copy holds {mine}, the server's log now says "
+                    f"{theirs}: the history this copy verified was rewritten"
+                )
+        tree = CompactRange(self.tree.size, list(self.tree.hashes))
+        tree.append(leaf_hash(bytes.fromhex(i)) for i in entries[held:])
+        if tree.root() != checkpoint.root:
+            raise MirrorMismatch(
+                f"the log's entries hash to root {tree.root().hex()} at size {checkpoint.size}, "
+                f"but its checkpoint signs root {checkpoint.root.hex()}"
+            )
+        missing = [i for i in entries[held:] if i not in events]
+        if missing:
+            raise MirrorMismatch(
+                f"{len(missing)} entries of the log were not served as events (the first: "
+                f"{missing[0]}): the relay hides events its log holds"
+            )
+        lines = self._new_lines(entries[held:], events)
+        path = self.directory / COPY
+        start = self.state.bytes if self.state is not None else 0
+        with open(path, "ab") as file:
+            file.truncate(start)
+            data = "".join(f"{line}\n" for _, line in lines).encode("utf-8")
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        for event_id, line in lines:
+            self.events[event_id] = line
+            self.stamps[event_id] = events[event_id].created_at
+        self.entries.extend(entries[held:])
+        self.tree = tree
+        written = (self.state.written if self.state is not None else ()) + tuple(
+            event_id for event_id, _ in lines if events[event_id].kind in UNSCOPED
+        )
+        self._keep(
+            State(
+                relay,
+                collection,
+                log_key,
+                checkpoint.size,
+                checkpoint.root.hex(),
+                note,
+                start + len(data),
+                written,
+            )
+        )
+        return len(entries) - held
+
+    def _new_lines(
+        self, new_entries: Iterable[str], events: Mapping[str, Event]
+    ) -> list[tuple[str, str]]:
+        """The new entries' lines, in log order, each author's profile and terms not yet in
+        the copy placed before the entry they precede (or before the author's first)."""
+        waiting = sorted(
+            (e for e in events.values() if e.kind in UNSCOPED and e.id not in self.events),
+            key=lambda e: (e.created_at, e.id),
+        )
+        by_author: dict[str, list[Event]] = {}
+        for other in waiting:
+            by_author.setdefault(other.pubkey, []).append(other)
+        out: list[tuple[str, str]] = []
+        for event_id in new_entries:
+            entry = events[event_id]
+            mine = by_author.get(entry.pubkey, [])
+            first = entry.pubkey not in self.authors
+            while mine and (first or mine[0].created_at <= entry.created_at):
+                other = mine.pop(0)
+                out.append((other.id, other.to_json()))
+            self.authors.add(entry.pubkey)
+            out.append((event_id, entry.to_json()))
+        return out
+
+    def _keep(self, state: State) -> None:
+        path = self.directory / STATE
+        temporary = path.with_suffix(".json.new")
+        data: dict[str, Any] = asdict(state)
+        data["written"] = list(state.written)
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(json.dumps(data) + "\n")  # one line: `read_kept` reads a file's last
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+        directory = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        self.state = state
