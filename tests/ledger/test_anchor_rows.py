@@ -171,7 +171,7 @@ async def test_a_refusal_names_the_nearest_passage_of_stored_evidence(ledger: Le
         f"events[1] ({bad['id'][:12]}…): quote not found verbatim in evidence {doc['id']}; copy "
         "it exactly from the evidence text (case, whitespace, quote and dash styles may differ; "
         f"nothing else); the nearest passage is characters {start}-",
-        ': "Serum DAO levels correlate poorly with symptoms."',
+        ': "Serum DAO levels correlate poorly with symptoms"',  # whole words, no stray period
         position=1,
     )
     assert len(message) < 1000
