@@ -1,6 +1,6 @@
 """Signed events as the proof checker sees them: what the ledger's `Reads.cited` reads of each
 from its typed tables (kind and short fields, texts cut to CITED_TEXT_CHARS), each link's anchor
-and each claim's disputes, computed here from the signed events themselves."""
+and each claim's and link's disputes, computed here from the signed events themselves."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _content(event: Event) -> dict[str, Any]:
 def cited(events: Iterable[Event], collection: Iterable[Event] = ()) -> dict[str, Cited]:
     """The cited `events` as `Reads.cited` returns them. `collection` holds every event of their
     collection, in ledger order: the evidence links are anchored in, and the REBUTS links and
-    contradictions that dispute claims (none when it is empty)."""
+    contradictions that dispute claims and links (none when it is empty)."""
     everything = list(collection)
     texts = {e.id: _content(e).get("text") for e in everything if e.kind == KIND_EVIDENCE}
     rebuts: dict[str, list[Dispute]] = {}
@@ -60,6 +60,7 @@ def cited(events: Iterable[Event], collection: Iterable[Event] = ()) -> dict[str
             if found_at is not None:
                 where = (found_at.start, found_at.end, found_at.occurrences)
         is_claim = event.kind == KIND_CLAIM
+        disputable = is_claim or event.kind == KIND_LINK  # a REBUTS link disputes either
         result[event.id] = Cited(
             event.kind,
             text=_cut(content.get("text")) if event.kind != KIND_EVIDENCE else None,
@@ -73,7 +74,7 @@ def cited(events: Iterable[Event], collection: Iterable[Event] = ()) -> dict[str
             anchor=where,
             reason=_cut(content.get("reason")),
             claims=len(claims) if event.kind == KIND_CONTRADICTION else None,
-            rebuts=tuple(rebuts.get(event.id, [])[:MAX_DISPUTES]) if is_claim else (),
+            rebuts=tuple(rebuts.get(event.id, [])[:MAX_DISPUTES]) if disputable else (),
             contradictions=tuple(contradicted.get(event.id, [])[:MAX_DISPUTES]) if is_claim else (),
         )
     return result

@@ -43,6 +43,15 @@ _ANCHOR = Annotated[
     Field(description="Where the quote sits in its evidence; null until it is computed."),
 ]
 
+_DISPUTED_BY = Annotated[
+    list[str],
+    Field(
+        description="The ids of the REBUTS links aimed at this link (its disputes): the first "
+        "10, oldest first; empty when none is. get_links with `to_id` set to this link's id "
+        "lists them all."
+    ),
+]
+
 # `from` is a Python keyword, so a link is spelled in the functional form.
 LinkInfo = TypedDict(
     "LinkInfo",
@@ -57,6 +66,7 @@ LinkInfo = TypedDict(
         "reason": str,
         "received_at": str,
         "anchor": NotRequired[_ANCHOR],  # get_links only
+        "disputed_by": NotRequired[_DISPUTED_BY],  # get_links only
     },
 )
 
@@ -282,6 +292,14 @@ class ContestedClaim(TypedDict):
     ]
 
 
+class DisputedLink(TypedDict):
+    link: Annotated[str, Field(description="The id of a link the proof cites.")]
+    rebuts: Annotated[
+        list[Dispute],
+        Field(description="REBUTS links aimed at it: the first 10, oldest first."),
+    ]
+
+
 class ProofResult(TypedDict):
     ok: bool
     problems: list[str]
@@ -293,6 +311,14 @@ class ProofResult(TypedDict):
             description="The claims the proof cites that a REBUTS link in the collection "
             "targets or a contradiction in it names, first cited first; `ok` does not "
             "depend on it."
+        ),
+    ]
+    disputed_links: Annotated[
+        list[DisputedLink],
+        Field(
+            description="The links the proof cites that a REBUTS link in the collection "
+            "targets (a disputed premise: the support or rebuttal it rests on is itself "
+            "disputed), first cited first; `ok` does not depend on it."
         ),
     ]
 

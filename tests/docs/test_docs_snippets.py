@@ -10,6 +10,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -44,8 +45,16 @@ def rerunners() -> tuple[SecretKey, SecretKey]:
 
 @pytest.fixture(scope="module")
 def outsider() -> SecretKey:
-    """A key the operator approved, in no collection."""
+    """A key the operator approved, that signed the terms, in no collection: a publish of its
+    would create a collection."""
     return SecretKey.generate()
+
+
+@pytest.fixture(scope="module")
+def relayers() -> tuple[SecretKey, SecretKey]:
+    """Members of `mcas` that signed the terms and run the guide's relay snippets (Python,
+    JavaScript)."""
+    return SecretKey.generate(), SecretKey.generate()
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +64,25 @@ def live(
     bots: tuple[SecretKey, SecretKey, SecretKey],
     rerunners: tuple[SecretKey, SecretKey],
     outsider: SecretKey,
+    relayers: tuple[SecretKey, SecretKey],
 ) -> Iterator[Live]:
     owner, python_bot, js_bot = bots
-    named = [python_bot.pubkey, js_bot.pubkey, *(bot.pubkey for bot in rerunners)]
+    signers = [*rerunners, *relayers]  # they run the relay snippets alone: terms signed here
+    named = [python_bot.pubkey, js_bot.pubkey, *(bot.pubkey for bot in signers)]
 
     async def seed(url: str) -> None:
         pool = await open_pool(url, min_size=1, max_size=2)
         try:
             ledger = Ledger(pool)
             await ledger.approve([owner.pubkey, outsider.pubkey])
-            await ledger.publish([terms(owner), members(owner, "mcas", named)])
+            await ledger.publish(
+                [
+                    terms(owner),
+                    members(owner, "mcas", named),
+                    terms(outsider),
+                    *(terms(bot) for bot in signers),
+                ]
+            )
         finally:
             await pool.close()
 
@@ -76,6 +94,36 @@ def live(
 
 def blocks(markdown: str, language: str) -> list[str]:
     return [body for lang, body in FENCE.findall(markdown) if lang == language]
+
+
+def is_relay(block: str) -> bool:
+    """Whether a snippet is one of "Use any Nostr client"'s, which run on their own."""
+    return "websockets" in block or "nostr-tools/relay" in block
+
+
+def relay_snippet(markdown: str, language: str) -> str:
+    [block] = [block for block in blocks(markdown, language) if is_relay(block)]
+    return block
+
+
+def run_relay_snippet(
+    language: str, block: str, where: Path, key: SecretKey, collection: str
+) -> subprocess.CompletedProcess[str]:
+    """A relay snippet exactly as printed, alone in a fresh directory (for JavaScript, one
+    inside `where`, the installed nostr-tools, which ESM finds up the tree), with only the key
+    and the collection it reads from the environment."""
+    fresh = Path(tempfile.mkdtemp(dir=where, prefix="relay-"))
+    script = fresh / ("relay.py" if language == "python" else "relay.mjs")
+    script.write_text(block, encoding="utf-8")
+    command = [sys.executable] if language == "python" else ["node", *_websocket_flag()]
+    return subprocess.run(
+        [*command, script.name],
+        cwd=fresh,
+        env=environment(BOT_SECRET_HEX=key.secret.hex(), TMS_COLLECTION=collection),
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+    )
 
 
 def test_the_guide_is_this_servers(live: Live) -> None:
@@ -110,7 +158,8 @@ def test_the_guides_python_runs(
 ) -> None:
     guide = httpx.get(live.url + "/docs.md").text
     script = tmp_path / "guide.py"
-    script.write_text("\n".join(blocks(guide, "python")), encoding="utf-8")
+    mcp = [block for block in blocks(guide, "python") if not is_relay(block)]
+    script.write_text("\n".join(mcp), encoding="utf-8")
     result = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
@@ -126,10 +175,6 @@ def test_the_guides_python_runs(
     assert "'accepted': [" in lines[2] and "'collections': ['mcas']" in lines[2]
     assert lines[3].endswith("events exported")
     assert (tmp_path / "mcas.jsonl").stat().st_size > 0
-    # Use any Nostr client: AUTH, the stored links, three OKs, and the rebuttal, live
-    assert any(line.startswith("auth: ['OK',") and "True" in line for line in lines)
-    assert sum(line == "ok: True " for line in lines) == 3
-    assert lines.count("rebutted: REBUTS") == 1  # before or after the OKs: the relay's timing
 
 
 # Bodies the server refuses before any tool runs: one over the 1 MiB a call may send (413),
@@ -202,7 +247,8 @@ def test_the_guides_javascript_runs(
     guide = httpx.get(live.url + "/docs.md").text
     assert "`bot.mjs`" in guide and '`"type": "module"`' in guide and "Node.js 20" in guide
     script = js_current_packages / name
-    script.write_text("\n".join(blocks(guide, "js")), encoding="utf-8")
+    mcp = [block for block in blocks(guide, "js") if not is_relay(block)]
+    script.write_text("\n".join(mcp), encoding="utf-8")
     result = subprocess.run(
         ["node", *_websocket_flag(), script.name],
         cwd=js_current_packages,
@@ -214,7 +260,38 @@ def test_the_guides_javascript_runs(
     assert result.returncode == 0, result.stderr
     assert "slug: 'mcas'" in result.stdout
     assert "accepted: [" in result.stdout
-    assert "rebutted: Symptoms without low DAO activity." in result.stdout  # over the relay
+
+
+@pytest.mark.parametrize("language", ["python", "js"])
+def test_each_relay_snippet_runs_on_its_own_as_printed(
+    live: Live,
+    relayers: tuple[SecretKey, SecretKey],
+    js_current_packages: Path,
+    tmp_path: Path,
+    language: str,
+) -> None:
+    """Issue 27: the JavaScript relay snippet leaned on an earlier snippet's `BASE`, `sk`, `sign`
+    and `finalizeEvent`, and hard-coded `mcas`. Each now runs alone, in a fresh directory, with
+    the collection from TMS_COLLECTION: AUTH, the stored answer, three OKs, the rebuttal live."""
+    guide = httpx.get(live.url + "/docs.md").text
+    block = relay_snippet(guide, language)
+    assert "mcas" not in block
+    # the collection comes from one variable near the top, read from the environment
+    [top] = [n for n, line in enumerate(block.splitlines()) if "COLLECTION = " in line]
+    assert top < 10 and "TMS_COLLECTION" in block.splitlines()[top]
+    key = relayers[0] if language == "python" else relayers[1]
+    where = tmp_path if language == "python" else js_current_packages
+    result = run_relay_snippet(language, block, where, key, "mcas")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    if language == "python":
+        assert lines[0].startswith("auth: ['OK',") and "True" in lines[0]
+        assert lines[1] == "reading: ['EOSE', 'replies']"
+        assert sum(line == "ok: True " for line in lines) == 3
+        assert lines[-1] == "rebutted: REBUTS"
+    else:
+        assert lines == ["rebutted: Symptoms without low DAO activity."]
+    assert result.stderr == ""
 
 
 # The clock the guide's scripts read, stopped: two runs sign the very same events, as two runs
@@ -230,17 +307,9 @@ def test_the_guides_javascript_hears_the_rebuttal_when_run_twice_in_one_second(
     delivered as new. Its subscription still hears the rebuttal, among the stored links."""
     bot = rerunners[0]
     guide = httpx.get(live.url + "/docs.md").text
-    script = js_current_packages / "twice.mjs"
-    script.write_text(FROZEN_JS + "\n".join(blocks(guide, "js")), encoding="utf-8")
+    block = relay_snippet(guide, "js")
     for _ in range(2):
-        result = subprocess.run(
-            ["node", *_websocket_flag(), script.name],
-            cwd=js_current_packages,
-            env=environment(BOT_SECRET_HEX=bot.secret.hex()),
-            capture_output=True,
-            text=True,
-            timeout=RUN_SECONDS,
-        )
+        result = run_relay_snippet("js", FROZEN_JS + block, js_current_packages, bot, "mcas")
         assert result.returncode == 0, result.stderr
         assert "rebutted: Symptoms without low DAO activity." in result.stdout
 
@@ -250,59 +319,54 @@ def test_the_guides_python_hears_the_rebuttal_when_run_twice_in_one_second(
 ) -> None:
     bot = rerunners[1]
     guide = httpx.get(live.url + "/docs.md").text
-    script = tmp_path / "twice.py"
-    script.write_text(FROZEN_PY + "\n".join(blocks(guide, "python")), encoding="utf-8")
+    block = relay_snippet(guide, "python")
     for _ in range(2):
-        result = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            env=environment(BOT_SECRET_HEX=bot.secret.hex()),
-            capture_output=True,
-            text=True,
-            timeout=RUN_SECONDS,
-        )
+        result = run_relay_snippet("python", FROZEN_PY + block, tmp_path, bot, "mcas")
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
         assert lines.count("rebutted: REBUTS") == 1
         assert sum(line.startswith("ok: True") for line in lines) == 3
 
 
-def test_the_guides_relay_snippets_raise_the_relays_words(
-    live: Live, outsider: SecretKey, js_current_packages: Path, tmp_path: Path
+@pytest.mark.parametrize("language", ["python", "js"])
+@pytest.mark.parametrize("collection", ["mcas", "stray"])
+def test_a_relay_snippet_refused_says_so_exits_1_and_writes_nothing(
+    live: Live,
+    outsider: SecretKey,
+    js_current_packages: Path,
+    tmp_path: Path,
+    language: str,
+    collection: str,
 ) -> None:
-    """A key the operator approved but that is no member of `mcas`: its subscription is
-    CLOSED `restricted: ...` and its events are refused; both snippets stop with those words
-    instead of waiting for ever."""
+    """A key the operator approved, that signed the terms, but may not read the collection:
+    `mcas`, of which it is no member, or `stray`, which does not exist (and which its first
+    event would create). The subscription is CLOSED `restricted: ...` before anything is
+    published: the snippet says so on one line, exits 1 without a stack trace, and neither a
+    collection nor an event of the key's is stored (issue 27: Node crashed on the unhandled
+    rejection after publishing a claim that created a collection)."""
     guide = httpx.get(live.url + "/docs.md").text
-    script = js_current_packages / "outsider.mjs"
-    script.write_text("\n".join(blocks(guide, "js")), encoding="utf-8")
-    result = subprocess.run(
-        ["node", *_websocket_flag(), script.name],
-        cwd=js_current_packages,
-        env=environment(BOT_SECRET_HEX=outsider.secret.hex()),
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-    )
-    assert result.returncode != 0
-    assert "Error: restricted: " in result.stderr, result.stderr
+    where = tmp_path if language == "python" else js_current_packages
+    block = relay_snippet(guide, language)
+    result = run_relay_snippet(language, block, where, outsider, collection)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [said] = result.stderr.strip().splitlines()  # one line: no traceback, no stack
+    assert said.startswith("refused: restricted: ") and f"'{collection}'" in said, said
     assert "rebutted" not in result.stdout
-    python = blocks(guide, "python")
-    helpers = python[0].split("\nmine = ")[0]  # the guide's helpers, not its collection lookup
-    [relay] = [block for block in python if "websockets" in block]
-    script = tmp_path / "outsider.py"
-    script.write_text(helpers + '\nSLUG = "mcas"\n' + relay, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=environment(BOT_SECRET_HEX=outsider.secret.hex()),
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-    )
-    assert result.returncode != 0
-    assert result.stdout.startswith("auth: ['OK',")  # AUTH is anyone's; reading is not
-    assert result.stderr.strip().splitlines()[-1].startswith("RuntimeError: restricted: ")
+    assert stored(live, "SELECT count(*) FROM events WHERE pubkey = $1", outsider.pubkey) == 1
+    assert stored(live, "SELECT count(*) FROM collections WHERE slug = 'stray'") == 0
+
+
+def stored(live: Live, sql: str, *args: object) -> object:
+    """One value read from the server's database (what the snippet left behind)."""
+
+    async def read() -> object:
+        pool = await open_pool(live.database_url, min_size=1, max_size=1)
+        try:
+            return await pool.fetchval(sql, *args)
+        finally:
+            await pool.close()
+
+    return asyncio.run(read())
 
 
 def _websocket_flag() -> list[str]:

@@ -451,7 +451,7 @@ async def test_search_claims_links_cut_quotes_and_contradictions(
     # Elsewhere quotes come back whole.
     full = await reads.get_links(await readable(reads, "lab"), cid(world, 1), None, None, 10)
     assert full[0]["quote"] == LONG_QUOTE
-    assert {k: v for k, v in full[0].items() if k not in ("quote", "anchor")} == {
+    assert {k: v for k, v in full[0].items() if k not in ("quote", "anchor", "disputed_by")} == {
         k: v for k, v in long_link.items() if k != "quote"
     }
     assert "anchor" not in long_link  # get_links only
@@ -854,10 +854,18 @@ async def test_get_links_filters(ledger: Ledger, reads: Reads) -> None:
                     "suffix": DOC_TEXT[DOC_TEXT.index("The end") + 7 :][:32],
                     "occurrences": 1,
                 },
+                "disputed_by": [],
             }
         ]
     )
     iso(links[0]["received_at"])
+    # A link that a REBUTS link is aimed at lists it: the first 10, oldest first.
+    disputed = {
+        lk["id"]: lk["disputed_by"]
+        for lk in await reads.get_links(await readable(reads, "lab"), None, None, None, 100)
+    }
+    assert disputed[L["s1a"]] == [L["r_link"]]
+    assert all(ids == [] for link_id, ids in disputed.items() if link_id != L["s1a"])
 
 
 # --- list_evidence ----------------------------------------------------------------------------

@@ -64,7 +64,7 @@ FIELDS = {
     *"name about picture url title source from to quote reason claims version sha256".split(),
     *"accepted skipped embedded author received_at chars distance rank links".split(),
     *"contradiction_ids supports qualifies rebuts findings link_count claim_ids".split(),
-    *"ok problems root tree question steps say gap contested".split(),
+    *"ok problems root tree question steps say gap contested disputed_links".split(),
     *"anchor start end occurrences".split(),
 }
 RENDERS: list[Callable[[str], str]] = [claims_pass, briefing]

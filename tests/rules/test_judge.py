@@ -652,8 +652,10 @@ def test_a_refused_quote_names_the_nearest_passage() -> None:
         [doc, c, bad],
         f"quote not found verbatim in evidence {doc['id']}; copy it exactly from the evidence "
         "text (case, whitespace, quote and dash styles may differ; nothing else); the nearest "
-        f"passage is characters {start}-{start + 22} of its text (similarity 0.",
-        '): "is\\n\\n\ufb01ne-tuned by diet,"',
+        f"passage is characters {start}-{start + 16} of its text (similarity 0.86",
+        # the best-scoring span on word boundaries: with "food" for "diet", the passage
+        # without that word reads more like the quote (0.86) than the one with it (0.81)
+        '): "is\\n\\n\ufb01ne-tuned by"',
         position=2,
     )
     assert "\n" not in message
@@ -661,7 +663,7 @@ def test_a_refused_quote_names_the_nearest_passage() -> None:
     stored = link(OWNER, "lab", DOC["id"], C1["id"], "is fine-tuned by food")
     s = world()
     s.evidence_texts[DOC["id"]] = QUOTED
-    refused(s, [stored], '): "is\\n\\n\ufb01ne-tuned by diet,"', position=0)
+    refused(s, [stored], '): "is\\n\\n\ufb01ne-tuned by"', position=0)
 
 
 def test_a_quote_is_checked_against_its_own_evidence_only() -> None:

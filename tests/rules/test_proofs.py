@@ -128,7 +128,9 @@ def check(proof: object, events: dict[str, Event] | None = None) -> ProofResult:
 
 def assert_shape(result: ProofResult) -> None:
     data = result
-    assert set(data) == {"ok", "problems", "root", "tree", "contested"}
+    assert set(data) == {"ok", "problems", "root", "tree", "contested", "disputed_links"}
+    for disputed in data["disputed_links"]:
+        assert set(disputed) == {"link", "rebuts"} and disputed["rebuts"]
     for entry in data["contested"]:
         assert set(entry) == {"claim", "rebuts", "contradictions"}
         assert entry["rebuts"] or entry["contradictions"]
@@ -739,8 +741,10 @@ def test_contested_lists_the_disputes_of_cited_claims_without_touching_the_rules
     assert plain["contested"] == [] and "contested" not in plain["tree"]
 
 
-def test_only_claims_are_contested() -> None:
-    """A rebutted link or a contradiction cited in a proof is not a contested claim."""
+def test_a_rebutted_link_is_a_disputed_link_not_a_contested_claim() -> None:
+    """A rebutted link cited in a proof is listed in `disputed_links` and marked in the tree
+    (issue 27: `check_proof` answered `contested: []` and said nothing of it); it is not a
+    contested claim, and a contradiction cited is neither."""
     against_link = sign(
         KEY,
         KIND_LINK,
@@ -756,6 +760,14 @@ def test_only_claims_are_contested() -> None:
     collection = {EVIDENCE.id: EVIDENCE, LINK.id: LINK, against_link.id: against_link}
     result = check({"steps": [step("root", cites=[LINK.id, EVIDENCE.id])]}, collection)
     assert result["ok"] and result["contested"] == []
+    assert result["disputed_links"] == [
+        {"link": LINK.id, "rebuts": [{"id": against_link.id, "reason": "Out of context."}]}
+    ]
+    assert f"link {LINK.id[:12]}…: [disputed] " in result["tree"]
+    assert f"disputed: rebutted by link {against_link.id[:12]}…" in result["tree"]
+    # The link that disputes, cited itself, is disputed by nothing.
+    result = check({"steps": [step("root", cites=[against_link.id])]}, collection)
+    assert result["disputed_links"] == [] and "[disputed]" not in result["tree"]
 
 
 def test_a_links_anchor_shows_in_the_tree() -> None:

@@ -278,9 +278,12 @@ def test_each_quote_on_the_evidence_page_says_what_it_points_at_and_links_only_t
         assert 'href="/c/' not in item[on_contradiction["id"]]  # no page of its own to open
         assert "supports the evidence: " in item[on_evidence["id"]]
         assert "The second text" in item[on_evidence["id"]]
+        # The quoted link is disputed by `on_link`: its mark links to where that link is shown.
+        dispute = f"/c/mcas/evidence/{DOC['id']}#quote-{on_link['id']}"
+        assert f'href="{dispute}"' in item[QUOTED["id"]].split('class="disputes"')[1]
         every = {part.split('"')[0] for part in quotes.split('href="')[1:]}
         hrefs = {href for href in every if not href.startswith("/submit?")}  # not Dispute
-        assert len(hrefs) == 3
+        assert len(hrefs) == 4 and dispute in hrefs
         for href in hrefs:
             answer = client.get(href.split("#")[0])
             assert answer.status_code == 200, href

@@ -1,6 +1,6 @@
 """What a proof's tree prints of the events it cites, read from one collection: kinds and short
 fields from the typed tables (never a document's text), a link's anchor, and what disputes each
-claim the proof rests on (`tms.rules.cited`).
+claim and each link the proof rests on (`tms.rules.cited`).
 
 Called by `Reads.cited` (`tms.ledger.reads`) with the collection of a `ReadableCollection`;
 every statement filters on it, so an id from elsewhere is simply absent and a proof can never
@@ -61,9 +61,10 @@ _SQL_CITED: Final = f"""
     FROM events WHERE collection = $1 AND id = ANY($2::text[])
       AND kind NOT IN ({KIND_CLAIM}, {KIND_EVIDENCE}, {KIND_LINK}, {KIND_CONTRADICTION})"""
 
-# The disputes of claims ($2) in one collection ($1): REBUTS links pointing at each and the
-# contradictions naming each, the first $3 of each kind per claim, oldest first, reasons cut to
-# $4 characters (ellipsis included). Each claim's look-ups walk its own index entries.
+# The disputes of claims and links ($2) in one collection ($1): REBUTS links pointing at each
+# and the contradictions naming each (only a claim is ever named), the first $3 of each kind
+# per event, oldest first, reasons cut to $4 characters (ellipsis included). Each event's
+# look-ups walk its own index entries. (`claim_id` names the event, claim or link.)
 _SQL_DISPUTES: Final = """
     SELECT c.claim_id, d.is_link, d.id,
            CASE WHEN char_length(d.reason) > $4 THEN left(d.reason, $4 - 1) || '…'
@@ -84,11 +85,13 @@ _SQL_DISPUTES: Final = """
 async def cited_events(
     conn: Connection, collection: Slug, ids: Collection[str]
 ) -> dict[EventId, Cited]:
-    """The cited events of `collection` among `ids`, as `Cited` records, each claim with its
-    disputes (`disputes`)."""
+    """The cited events of `collection` among `ids`, as `Cited` records, each claim and each
+    link with its disputes (`disputes`)."""
     rows = await conn.fetch(_SQL_CITED, collection, list(ids), CITED_TEXT_CHARS)
-    claims = [r["id"] for r in rows if r["kind"] == KIND_CLAIM]
-    disputes_of = await disputes(conn, collection, claims)
+    # Claims and links are disputed alike by a REBUTS link aimed at them; a claim also by a
+    # contradiction naming it (which never names a link).
+    disputable = [r["id"] for r in rows if r["kind"] in (KIND_CLAIM, KIND_LINK)]
+    disputes_of = await disputes(conn, collection, disputable)
     none: tuple[list[Dispute], list[Dispute]] = ([], [])
     return {
         r["id"]: Cited(
@@ -116,10 +119,10 @@ async def cited_events(
 async def disputes(
     conn: Connection, collection: Slug, claims: list[EventId]
 ) -> dict[EventId, tuple[list[Dispute], list[Dispute]]]:
-    """For each claim, the REBUTS links of `collection` pointing at it and the
-    contradictions of `collection` naming it: the first `MAX_DISPUTES` of each, oldest
-    first, reasons cut. One statement for all the claims, read as the proof is checked, so
-    a dispute stored since the last check shows."""
+    """For each claim or link, the REBUTS links of `collection` pointing at it and the
+    contradictions of `collection` naming it (a claim's only): the first `MAX_DISPUTES` of
+    each, oldest first, reasons cut. One statement for all of them, read as the proof is
+    checked, so a dispute stored since the last check shows."""
     found: dict[EventId, tuple[list[Dispute], list[Dispute]]] = {}
     if not claims:
         return found

@@ -19,9 +19,10 @@ import json
 from collections.abc import Collection
 from typing import Any, Final
 
-from tms.ledger import excerpts, records
+from tms.ledger import disputes, excerpts, records
 from tms.ledger.access import ReadableCollection, Reader
 from tms.ledger.cited import cited_events
+from tms.ledger.disputes import Disputes
 from tms.ledger.excerpts import (
     EvidenceWindow,
     NamedClaim,
@@ -237,7 +238,12 @@ class Reads:
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(sql, *args)
             names = await records.authors(conn, (r["pubkey"] for r in rows))
-        return [records.anchored_link(r, names) for r in rows]
+            disputed = await disputes.link_disputes(conn, readable.slug, [r["id"] for r in rows])
+        found = [records.anchored_link(r, names) for r in rows]
+        for item in found:
+            against = disputed.get(item["id"])
+            item["disputed_by"] = [d.id for d in against.first] if against else []
+        return found
 
     async def list_evidence(
         self, readable: ReadableCollection, ungrounded_only: bool, source: str | None, limit: int
@@ -334,6 +340,13 @@ class Reads:
             return await excerpts.links(
                 conn, readable.slug, to_id=to_id, from_id=from_id, limit=limit
             )
+
+    async def link_disputes(
+        self, readable: ReadableCollection, link_ids: list[EventId]
+    ) -> dict[EventId, Disputes]:
+        """The REBUTS links aimed at each of the links a page shows (`tms.ledger.disputes`)."""
+        async with self.pool.acquire() as conn:
+            return await disputes.link_disputes(conn, readable.slug, link_ids)
 
     async def quote_contexts(
         self, readable: ReadableCollection, link_ids: list[EventId]

@@ -272,9 +272,10 @@ TOOLS: Final[dict[str, Tool]] = {
             "exactly one step (the answer) is cited by no other, and every step rests on an "
             "event or is marked `gap`. Returns `ok`, every broken rule in `problems`, the "
             "`root` step, a readable `tree` with events expanded, and `contested`: the cited "
-            "claims that a REBUTS link targets or a contradiction names, with their reasons. "
-            "`ok` ignores disputes; look at `contested` before relying on the proof. Stores "
-            "nothing." + _SIGNED,
+            "claims that a REBUTS link targets or a contradiction names, with their reasons; "
+            "and `disputed_links`: the cited links that a REBUTS link targets. `ok` ignores "
+            "disputes; look at `contested` and `disputed_links` before relying on the proof. "
+            "Stores nothing." + _SIGNED,
             s.CheckProofArgs,
             ProofResult,
             _check_proof,

@@ -23,7 +23,9 @@ aligned character by character.
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,7 +43,8 @@ _WHOLE_TEXT_CHARS: Final = 20_000  # texts up to this long are aligned whole, wi
 _SEEDS: Final = 8  # pieces of the quote looked up per round
 _SEED_HITS: Final = 48  # a piece found more often than this is too common to place the quote
 _CANDIDATES: Final = 12  # places aligned character by character
-_SNAP_CHARS: Final = 30  # how far a passage's ends move to reach whole words
+_SNAP_CHARS: Final = 30  # how far from the alignment a passage's ends are looked for
+_CLIMB_STEPS: Final = 64  # then one word at a time, at most this many moves
 _ROUNDS: Final = 2  # seed lengths tried: the first, then shorter (none found) or longer (common)
 
 
@@ -163,7 +166,7 @@ def nearest(prepared: PreparedText, quote: str) -> Nearest | None:
             best = (aligned.score, start, end)
     if best is None:
         return None
-    score, start, end = _snap(needle, haystack, best[1], best[2])
+    score, start, end = word_span(needle, haystack, best[1], best[2])
     if score < MIN_SIMILARITY * 100:
         return None
     first, after = prepared.original_start(start)[0], prepared.original_end(end)[0]
@@ -173,27 +176,89 @@ def nearest(prepared: PreparedText, quote: str) -> Nearest | None:
     return Nearest(first, after, text, round(score / 100, 3))
 
 
-def _snap(needle: str, haystack: str, start: int, end: int) -> tuple[float, int, int]:
-    """The aligned passage with each end moved to the nearer word boundary (an alignment as long
-    as the quote often cuts a word), never on a space, and its similarity to the quote."""
-    if 0 < start < len(haystack) and haystack[start - 1] != " " and haystack[start] != " ":
-        back = haystack.rfind(" ", max(0, start - _SNAP_CHARS), start)
-        ahead = haystack.find(" ", start, start + _SNAP_CHARS)
-        if back >= 0 and (ahead < 0 or start - back - 1 <= ahead + 1 - start):
-            start = back + 1
-        elif ahead >= 0:
-            start = ahead + 1
-    if 0 < end < len(haystack) and haystack[end - 1] != " " and haystack[end] != " ":
-        ahead = haystack.find(" ", end, end + _SNAP_CHARS)
-        back = haystack.rfind(" ", max(start, end - _SNAP_CHARS), end)
-        if ahead >= 0 and (back < 0 or ahead - end <= end - back):
-            end = ahead
-        elif back >= 0:
-            end = back
-    passage = haystack[start:end]
-    start += len(passage) - len(passage.lstrip(" "))
-    end -= len(passage) - len(passage.rstrip(" "))
-    return ratio(needle, haystack[start:end]), start, end
+def _wordy(char: str) -> bool:
+    """Whether `char` belongs to a word: a letter, a digit, or a mark combined with one (case
+    folding splits a few letters into letter and mark, which must not be parted)."""
+    return char.isalnum() or unicodedata.category(char).startswith("M")
+
+
+def is_passage_start(haystack: str, at: int) -> bool:
+    """Whether a passage of the normalized `haystack` may start at `at`: on a character that is
+    not a space, and not inside a word (a run of letters and digits)."""
+    if not 0 <= at < len(haystack) or haystack[at] == " ":
+        return False
+    return at == 0 or haystack[at - 1] == " " or _wordy(haystack[at - 1]) != _wordy(haystack[at])
+
+
+def is_passage_end(haystack: str, at: int) -> bool:
+    """Whether a passage of the normalized `haystack` may end just before `at` (see
+    `is_passage_start`)."""
+    if not 0 < at <= len(haystack) or haystack[at - 1] == " ":
+        return False
+    last = len(haystack)
+    return at == last or haystack[at] == " " or _wordy(haystack[at - 1]) != _wordy(haystack[at])
+
+
+def word_span(needle: str, haystack: str, start: int, end: int) -> tuple[float, int, int]:
+    """The passage on word boundaries around the aligned `[start, end)` that reads most like
+    `needle`, and its similarity (0 to 100).
+
+    An alignment as long as the quote often cuts a word, and the nearest boundary is not always
+    the best one: "...in total sleep" for a quote ending "...in total sleep time" cut the last
+    word. So every start and end within `_SNAP_CHARS` of the alignment's is scored, and from the
+    best pair each end moves one boundary at a time while that reads more like the quote (at
+    most `_CLIMB_STEPS` moves, each to a boundary at most `_SNAP_CHARS` away): the passage
+    returned then scores at least as well as any passage one boundary longer or shorter at
+    either end. Ties go to the pair nearest the alignment. When no boundary is within reach (a
+    "word" longer than `_SNAP_CHARS`), the alignment itself is kept, without its spaces."""
+    size = len(haystack)
+    starts = [
+        at
+        for at in range(max(0, start - _SNAP_CHARS), min(size, start + _SNAP_CHARS + 1))
+        if is_passage_start(haystack, at)
+    ]
+    ends = [
+        at
+        for at in range(max(1, end - _SNAP_CHARS), min(size, end + _SNAP_CHARS) + 1)
+        if is_passage_end(haystack, at)
+    ]
+    best: tuple[float, int, int, int] | None = None  # score, -distance, start, end
+    for low in starts:
+        for high in ends:
+            if high > low:
+                key = (ratio(needle, haystack[low:high]), -abs(low - start) - abs(high - end))
+                if best is None or key > best[:2]:
+                    best = (*key, low, high)
+    if best is None:
+        passage = haystack[start:end]
+        low = start + len(passage) - len(passage.lstrip(" "))
+        high = max(low, end - (len(passage) - len(passage.rstrip(" "))))
+        return ratio(needle, haystack[low:high]), low, high
+    score, _, low, high = best
+    for _ in range(_CLIMB_STEPS):
+        moves = [
+            (low, high)
+            for low, high in (
+                (_step(haystack, low, -1, is_passage_start), high),
+                (_step(haystack, low, 1, is_passage_start), high),
+                (low, _step(haystack, high, -1, is_passage_end)),
+                (low, _step(haystack, high, 1, is_passage_end)),
+            )
+            if 0 <= low < high
+        ]
+        better = max(((ratio(needle, haystack[a:b]), a, b) for a, b in moves), default=None)
+        if better is None or better[0] <= score:
+            break
+        score, low, high = better
+    return score, low, high
+
+
+def _step(haystack: str, at: int, way: int, boundary: Callable[[str, int], bool]) -> int:
+    """The next boundary from `at` (excluded) in direction `way`, within `_SNAP_CHARS`; or -1."""
+    for next_at in range(at + way, at + way * (_SNAP_CHARS + 1), way):
+        if boundary(haystack, next_at):
+            return next_at
+    return -1
 
 
 def _candidate_windows(prepared: PreparedText, needle: str) -> list[tuple[int, int]]:

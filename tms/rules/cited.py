@@ -4,7 +4,10 @@ and which cited claims are contested. Pure; `tms.rules.proofs` builds the tree f
 
 A claim is contested when a REBUTS link of its collection points at it or a contradiction of its
 collection names it. The ledger reads the first `MAX_DISPUTES` of each (oldest first) with the
-claim; a proof lists them in `contested` and marks the claim in its tree. Disputes never change
+claim; a proof lists them in `contested` and marks the claim in its tree. A link is disputed when
+a REBUTS link points at it (a proof resting on a claim and its SUPPORTS link rests on that
+support): the ledger reads the first `MAX_DISPUTES` of them with the link; a proof lists them in
+`disputed_links` and marks the link in its tree. Disputes never change
 whether a proof is well formed (SPEC's rules 1-3): they say what a reader should weigh.
 """
 
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from tms.nostr.events import is_hex64
-from tms.results import ContestedClaim
+from tms.results import ContestedClaim, DisputedLink
 from tms.rules.kinds import kind_name
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, EventId
 
@@ -26,7 +29,7 @@ MAX_TEXT_CHARS: Final = 300  # texts (say, claim text, quote, ...) are trimmed t
 CITED_TEXT_CHARS: Final = MAX_TEXT_CHARS * 4 + 1
 _SHORT_ID_CHARS: Final = 12
 MAX_DISPUTES: Final = 10  # rebutting links, and contradictions, listed per contested claim
-MAX_CONTESTED: Final = 500  # contested claims listed per proof (first cited first)
+MAX_CONTESTED: Final = 500  # contested claims, and disputed links, listed per proof
 DISPUTE_REASON_CHARS: Final = 200  # a dispute's reason, ellipsis included
 _SPACES = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
 
@@ -57,7 +60,7 @@ class Cited:
     anchor: tuple[int, int, int] | None = None  # a link's: start, end, occurrences
     reason: str | None = None  # a contradiction's, with how many claims it names
     claims: int | None = None
-    rebuts: tuple[Dispute, ...] = ()  # a claim's disputes, the first MAX_DISPUTES of each
+    rebuts: tuple[Dispute, ...] = ()  # a claim's or a link's disputes, the first MAX_DISPUTES
     contradictions: tuple[Dispute, ...] = ()
 
     @property
@@ -90,17 +93,22 @@ def _evidence_lines(head: str, evidence: Cited) -> list[str]:
 
 def _link_lines(head: str, link: Cited) -> list[str]:
     relation = _text(link.relation, 20) or "?"
-    line = f"{head}: {_ref_id(link.from_)} {relation} {_ref_id(link.to)}"
+    mark = "[disputed] " if link.rebuts else ""
+    lines = [f"{head}: {mark}{_ref_id(link.from_)} {relation} {_ref_id(link.to)}"]
     quote = _text(link.quote)
-    if not quote:
-        return [line]
-    where = ""
-    if link.anchor is not None:
-        start, end, occurrences = link.anchor
-        where = f" at characters {start}-{end}"
-        if occurrences > 1:
-            where += f" (the first of {occurrences} occurrences)"
-    return [line, f"quote: {_dq(quote)}{where}"]
+    if quote:
+        where = ""
+        if link.anchor is not None:
+            start, end, occurrences = link.anchor
+            where = f" at characters {start}-{end}"
+            if occurrences > 1:
+                where += f" (the first of {occurrences} occurrences)"
+        lines.append(f"quote: {_dq(quote)}{where}")
+    if link.rebuts:
+        lines.append(
+            f"disputed: {', '.join(f'rebutted by link {short(d.id)}' for d in link.rebuts)}"
+        )
+    return lines
 
 
 def _contradiction_lines(head: str, contradiction: Cited) -> list[str]:
@@ -134,6 +142,23 @@ def contested(
                 "rebuts": [{"id": d.id, "reason": d.reason} for d in event.rebuts],
                 "contradictions": [{"id": d.id, "reason": d.reason} for d in event.contradictions],
             }
+        )
+    return found
+
+
+def disputed_links(
+    event_ids: Iterable[EventId], events: Mapping[EventId, Cited]
+) -> list[DisputedLink]:
+    """The disputed links among `event_ids` (in their order), at most `MAX_CONTESTED`."""
+    found: list[DisputedLink] = []
+    for event_id in event_ids:
+        event = events.get(event_id)
+        if event is None or event.kind != KIND_LINK or not event.rebuts:
+            continue
+        if len(found) == MAX_CONTESTED:
+            break
+        found.append(
+            {"link": event_id, "rebuts": [{"id": d.id, "reason": d.reason} for d in event.rebuts]}
         )
     return found
 

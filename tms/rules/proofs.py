@@ -62,7 +62,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from tms.results import ProofResult
-from tms.rules.cited import Cited, contested
+from tms.rules.cited import Cited, contested, disputed_links
 from tms.rules.proof_steps import RULE_2, Problems, Step, parse, quoted
 from tms.rules.proof_tree import tree_text
 from tms.types import EventId
@@ -126,6 +126,7 @@ def check_proof(proof: object, events: Mapping[EventId, Cited]) -> ProofResult:
         "tree": tree_text(parsed, events, root),
         # Beside the rules, never one of them: the claims a reader should weigh.
         "contested": contested(parsed.event_ids, events),
+        "disputed_links": disputed_links(parsed.event_ids, events),
     }
 
 

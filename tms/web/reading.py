@@ -1,6 +1,7 @@
 """The reading pages: a claim with the links pointing at it (each quote in its stored context)
 and the contradictions naming it; one page of an evidence text with every quote of it marked
 where its stored anchor says; and the claims the claim page's "Contradicts…" picker offers.
+Wherever a link is shown, so are the REBUTS links aimed at it (`tms.ledger.disputes`).
 
 Quotes are located one way only: by the anchors stored when each link was published, with their
 context (`tms.ledger.excerpts`). No page reads an evidence text whole or searches it, so a page
@@ -44,7 +45,8 @@ LIVE_KINDS: Final = (KIND_LINK, KIND_CONTRADICTION)  # what the claim page follo
 @page
 async def claim(request: Request) -> Response:
     """A claim, the links pointing at it with each quote in its context (read from the
-    stored anchors, never from the evidence texts), and the contradictions naming it."""
+    stored anchors, never from the evidence texts) and the links disputing each, and the
+    contradictions naming it."""
     door = door_of(request)
     session, readable = await door.collection(request)
     services = services_of(request)
@@ -57,14 +59,20 @@ async def claim(request: Request) -> Response:
     if event is None or event["kind"] != KIND_CLAIM:
         return await door.not_found(request)
     links = await services.reads.shown_links(readable, to_id=event_id, limit=LINKS_SHOWN)
-    contexts, contradictions, terms_signed = await asyncio.gather(
-        services.reads.quote_contexts(readable, [found.id for found in links]),
+    link_ids = [found.id for found in links]
+    contexts, disputes, contradictions, terms_signed = await asyncio.gather(
+        services.reads.quote_contexts(readable, link_ids),
+        services.reads.link_disputes(readable, link_ids),
         services.reads.shown_contradictions(readable, event_id, CONTRADICTIONS_SHOWN),
         services.keys.terms_signed(session.pubkey),
     )
     by_relation = {
         relation: [
-            {"link": found, "context": contexts.get(found.id)}
+            {
+                "link": found,
+                "context": contexts.get(found.id),
+                "disputes": disputes.get(found.id),
+            }
             for found in links
             if found.relation == relation
         ]
@@ -104,7 +112,7 @@ async def claim_choices(request: Request) -> Response:
 @page
 async def evidence(request: Request) -> Response:
     """One page of an evidence text (a window read in SQL), each quote of it marked where
-    its stored anchor says, and what each link quoting it points at."""
+    its stored anchor says, and what each link quoting it points at and what disputes it."""
     door = door_of(request)
     _, readable = await door.collection(request)
     services = services_of(request)
@@ -130,7 +138,10 @@ async def evidence(request: Request) -> Response:
         for found in links
         if found.start is not None and found.end is not None
     ]
-    targets = await link_targets(readable, links, services.reads)
+    targets, disputes = await asyncio.gather(
+        link_targets(readable, links, services.reads),
+        services.reads.link_disputes(readable, [found.id for found in links]),
+    )
     end = offset + len(window.text)
     return await door.render(
         request,
@@ -139,7 +150,12 @@ async def evidence(request: Request) -> Response:
         evidence=window,
         segments=marked(window.text, offset, spans),
         links=[
-            {"link": found, "target": targets.get(found.to_id), "page": page_of(found)}
+            {
+                "link": found,
+                "target": targets.get(found.to_id),
+                "page": page_of(found),
+                "disputes": disputes.get(found.id),
+            }
             for found in links
         ],
         # what this page marks: of a long text's quotes, those in its window only

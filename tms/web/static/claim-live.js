@@ -1,7 +1,8 @@
 // The claim page, live (./live.js): a new link pointing at this claim appears at the end of its
 // relation's section with its quote, and a new contradiction naming it at the end of the
 // contradictions, each marked "new" with a quiet highlight, as the server would list them
-// (oldest first). A link's evidence title and each author's name are looked up through the same
+// (oldest first). A new REBUTS link aimed at a link the page shows marks that link disputed, as
+// the server's page does (templates/_disputes.html), and is listed under it. A link's evidence title and each author's name are looked up through the same
 // relay when the page does not show them already. A section the page shows cut (more records
 // than a page holds) gets nothing added: a reload would not show the newcomer there either.
 import { attachCopyButtons } from './copy.js'
@@ -13,6 +14,7 @@ const TITLE_CHARS = 300
 const CLAIM_CHARS = 300
 const CLAIMS_PER_CONTRADICTION = 20
 const RELATIONS = { SUPPORTS: 'supports', REBUTS: 'rebuts', QUALIFIES: 'qualifies' }
+const isId = value => typeof value === 'string' && /^[0-9a-f]{64}$/.test(value)
 
 const where = liveMark()
 const form = document.getElementById('contradicts')
@@ -25,7 +27,8 @@ if (where && claimId && /^[0-9a-f]{64}$/.test(claimId)) {
   let queue = Promise.resolve() // records are shown one at a time, in the order they came
   const live = follow({
     ...where,
-    known: id => Boolean(document.getElementById(`link-${id}`) || document.getElementById(`contradiction-${id}`)),
+    known: id => Boolean(document.getElementById(`link-${id}`) || document.getElementById(`contradiction-${id}`) ||
+      document.querySelector(`[data-dispute="${id}"]`)),
     onEvent: event => { queue = queue.then(() => show(event)).catch(() => {}) }
   })
   const names = new Names(live)
@@ -36,6 +39,9 @@ if (where && claimId && /^[0-9a-f]{64}$/.test(claimId)) {
     if (!content) return
     if (event.kind === 4703 && content.to === claimId && RELATIONS[content.relation]) {
       await addLink(event, content)
+    } else if (event.kind === 4703 && content.relation === 'REBUTS' && isId(content.to) &&
+        document.getElementById(`link-${content.to}`)) {
+      await addDispute(event, content)
     } else if (event.kind === 4704 && Array.isArray(content.claims) && content.claims.includes(claimId)) {
       await addContradiction(event, content)
     }
@@ -76,6 +82,38 @@ if (where && claimId && /^[0-9a-f]{64}$/.test(claimId)) {
       recordId(event.id))
     append(section, article, '.link')
     tell(`A new ${link.relation.toLowerCase()} link from ${author}.`)
+  }
+
+  async function addDispute (event, link) {
+    const article = document.getElementById(`link-${link.to}`)
+    if (!article || !isId(link.from)) return
+    const [title, author] = await Promise.all([titleOf(link.from), names.of(event.pubkey)])
+    if (article.querySelector(`[data-dispute="${event.id}"]`)) return
+    let box = article.querySelector(':scope > .disputes')
+    if (!box) {
+      box = el('div', { className: 'disputes', attrs: { 'data-disputed': link.to } },
+        el('p', { className: 'disputes-head' },
+          'Disputed by ', el('span', { className: 'count', text: '0' }), ' ', el('span', { className: 'noun', text: 'rebutting link' })),
+        el('ul', { className: 'dispute-list' }))
+      const id = article.querySelector(':scope > .record-id')
+      if (id) id.before(box); else article.append(box)
+      article.classList.add('disputed')
+      const relation = article.querySelector(':scope > .meta .badge')
+      if (relation) relation.after(' ', el('span', { className: 'badge disputed', text: 'disputed' }))
+    }
+    const count = box.querySelector('.disputes-head .count')
+    if (count && count.textContent.endsWith('+')) return // the page lists only the first few
+    box.querySelector('.dispute-list').append(
+      el('li', { className: 'dispute fresh', attrs: { 'data-dispute': event.id } },
+        'From ',
+        el('a', { text: title, attrs: { href: `${base}/evidence/${link.from}#quote-${event.id}` } }),
+        ` · ${author} `, newBadge(),
+        el('span', { className: 'dispute-reason', text: cut(link.reason, REASON_CHARS) })))
+    const shown = box.querySelectorAll('.dispute').length
+    if (count) count.textContent = String(shown)
+    const noun = box.querySelector('.disputes-head .noun')
+    if (noun) noun.textContent = shown === 1 ? 'rebutting link' : 'rebutting links'
+    tell(`${author} disputed a link on this page.`)
   }
 
   async function addContradiction (event, contradiction) {
