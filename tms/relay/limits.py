@@ -14,7 +14,7 @@ MAX_LIMIT: Final = 1000  # a filter's `limit`
 DEFAULT_LIMIT: Final = 500  # stored events per filter when it names no `limit`
 MAX_SUBID_CHARS: Final = 64
 MAX_SEARCH_RESULTS: Final = 200  # NIP-50: the ledger's own search returns at most this many
-MAX_READS: Final = 4  # stored answers (REQ) and COUNTs read at once per connection
+MAX_READS: Final = 4  # stored answers (REQ) and COUNTs read at once per connection; more wait
 
 # Memory. Every byte a connection makes the process hold (queued messages, events held for a
 # subscription while its stored answer is read) counts against the connection's budget and the

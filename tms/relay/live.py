@@ -60,7 +60,7 @@ class Client(Protocol):
 
 
 class Subscription:
-    __slots__ = ("buffer", "client", "filters", "floors", "held", "slugs", "sub_id")
+    __slots__ = ("buffer", "client", "cost", "filters", "floors", "held", "slugs", "sub_id")
 
     def __init__(
         self, client: Client, sub_id: str, filters: Sequence[Filter], slugs: Iterable[Slug]
@@ -68,6 +68,7 @@ class Subscription:
         self.client = client
         self.sub_id = sub_id
         self.filters = tuple(filters)  # the live ones: `search` is answered once
+        self.cost = sum(f.size for f in self.filters)  # bytes its filters hold, while open
         self.slugs = frozenset(slugs)
         self.buffer: list[tuple[Stored, str]] | None = []  # (event, its JSON) while stored is sent
         self.held = 0  # bytes in `buffer`, counted in the connection's budget
@@ -141,6 +142,7 @@ class Hub:
         await self._watch(sub.slugs)
         for slug in sub.slugs:
             self.by_slug.setdefault(slug, set()).add(sub)
+        sub.client.budget.take(sub.cost)
         metrics.RELAY_SUBSCRIPTIONS.inc()
         try:  # after registering: whatever commits from now on is above them
             sub.floors = await self.stored.positions(sorted(sub.slugs))
@@ -152,6 +154,7 @@ class Hub:
         for slug in sub.slugs:
             self._leave(slug, sub)
         sub.drop()
+        sub.client.budget.give(sub.cost)
         metrics.RELAY_SUBSCRIPTIONS.dec()
 
     async def rescope(self, sub: Subscription, slugs: Iterable[Slug]) -> None:

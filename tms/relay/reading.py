@@ -9,13 +9,13 @@ before the stored answer is read (`tms.relay.live`), so nothing committed meanwh
 or sent twice. A filter with `search` (NIP-50) is answered once, ranked by the ledger's own
 search over claims and contradictions, and is not live.
 
-A stored answer and a COUNT run as tasks of their own, at most `MAX_READS` at once per
-connection: a CLOSE or an EVENT behind them is not held up, and a CLOSE, a REQ that replaces
-the id, or the connection's end cancels them, so abandoned work stops. A stored answer is sent
-page by page, each event as it is read (a large content is read only when its turn comes, and
-no more than `BIG_LOADS` at once in the process), and only event ids are kept to send none
-twice. A new REQ is refused while the connection or the process is over its memory budget
-(`tms.relay.budget`).
+A stored answer and a COUNT run as tasks of their own, `MAX_READS` at once per connection (the
+others wait their turn): a CLOSE or an EVENT behind them is not held up, and a CLOSE, a REQ
+that replaces the id, or the connection's end cancels them, so abandoned work stops. A stored
+answer is sent page by page, each event as it is read (a large content is read only when its
+turn comes, and no more than `BIG_LOADS` at once in the process; a page's rows count against
+the connection's budget until sent), and only event ids are kept to send none twice. A new REQ
+is refused while the connection or the process is over its memory budget (`tms.relay.budget`).
 
 A reconnecting client that asks `since` its last event gets at most `limit` (`MAX_LIMIT`) per
 filter, newest first: after a longer gap it pages back with `until` (NIP-01), as `/docs` says.
@@ -75,6 +75,7 @@ class Reading:
         self._idle = idle
         self.subs: dict[str, Subscription] = {}
         self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (REQ or COUNT, id)
+        self._reads = asyncio.Semaphore(MAX_READS)  # answered at once; the others wait their turn
 
     async def req(self, message: ReqMessage, scope_of: ScopeOf) -> None:
         self.unsubscribe(message.sub_id)  # NIP-01: a REQ with an open id replaces it
@@ -104,6 +105,15 @@ class Reading:
         live = [f for f in message.filters if f.search is None]
         slugs = [scope.slug] if isinstance(scope, ReadableCollection) else scope.slugs
         sub = Subscription(self.client, message.sub_id, live, slugs)
+        budget = self.client.budget
+        if budget.used + sub.cost > budget.budget:
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
+            raise Refused(
+                message.sub_id,
+                f"invalid: these filters hold {sub.cost:,} bytes, more than this connection's "
+                f"{budget.budget - budget.used:,} left of {budget.budget:,}: CLOSE a "
+                "subscription, or ask for fewer values",
+            )
         if live:
             await self.relay.hub.add(sub)
             self.subs[message.sub_id] = sub
@@ -144,24 +154,35 @@ class Reading:
         before: int | None = None
         while left > 0 and self.outbox.ending is None:
             size = min(left, PAGE)
+            await self.client.budget.process.room(0)  # while the process is over: wait
             rows = await self.relay.stored.rows(scope, wanted, before=before, size=size)
             readable = await self._readable(scope)  # after the page's snapshot
-            for row in rows:
-                if row["id"] in sent or not self._allowed(row["collection"], scope, readable):
-                    continue
-                if row["content"] is None:  # large: read when its turn comes, few at once
-                    async with self.relay.loads:
-                        stored = await self.relay.stored.stored(row)
-                        await self._send(sub_id, scope, stored, sent, readable)
-                else:
-                    await self._send(
-                        sub_id, scope, await self.relay.stored.stored(row), sent, readable
-                    )
-                del row
+            held = [size_of(row["content"] or "") for row in rows]
+            budget = self.client.budget
+            budget.take(sum(held))  # the page, until each row is sent
+            try:
+                for n, row in enumerate(rows):
+                    if row["id"] not in sent and self._allowed(row["collection"], scope, readable):
+                        await self._row(sub_id, scope, row, sent, readable)
+                    budget.give(held[n])
+                    held[n] = 0
+            finally:
+                budget.give(sum(held))
             if len(rows) < size:
                 return
             left -= len(rows)
             before = rows[-1]["seq"]
+
+    async def _row(
+        self, sub_id: str, scope: Scope, row: Any, sent: set[str], readable: frozenset[Slug]
+    ) -> None:
+        if row["content"] is None:  # large: read when its turn comes, few at once
+            async with self.relay.loads:
+                stored = await self.relay.stored.stored(row)
+                await self._send(sub_id, scope, stored, sent, readable)
+        else:
+            stored = await self.relay.stored.stored(row)
+            await self._send(sub_id, scope, stored, sent, readable)
 
     async def _send(
         self, sub_id: str, scope: Scope, stored: Stored, sent: set[str], readable: frozenset[Slug]
@@ -234,13 +255,14 @@ class Reading:
         self.outbox.send(messages.count(message.sub_id, number))
 
     def _may_start(self, sub_id: str) -> None:
-        """`Refused` when this connection reads enough at once, or memory is short."""
-        if len(self.tasks) >= MAX_READS:
+        """`Refused` when this connection has enough waiting to be answered, or memory is
+        short."""
+        if len(self.tasks) >= MAX_SUBSCRIPTIONS:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
             raise Refused(
                 sub_id,
-                f"rate-limited: {len(self.tasks)} REQs or COUNTs are still being answered on "
-                f"this connection, at most {MAX_READS} at once: wait for an EOSE or COUNT",
+                f"invalid: {len(self.tasks)} REQs or COUNTs wait to be answered on this "
+                f"connection, at most {MAX_SUBSCRIPTIONS}: wait for an EOSE or COUNT",
             )
         full = self.client.budget.refusal()
         if full is not None:
@@ -248,9 +270,16 @@ class Reading:
             raise Refused(sub_id, full)
 
     def _start(self, key: tuple[str, str], work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work, name=f"tms-relay-{key[0].lower()}")
+        task = asyncio.create_task(self._in_turn(work), name=f"tms-relay-{key[0].lower()}")
         self.tasks[key] = task
         task.add_done_callback(lambda done: self._finished(key, done))
+
+    async def _in_turn(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            async with self._reads:
+                await work
+        finally:
+            work.close()  # cancelled before its turn: never started, never warned of
 
     def _finished(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
         if self.tasks.get(key) is task:
