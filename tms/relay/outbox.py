@@ -8,13 +8,14 @@ than one each.
 Three kinds of message, three rules:
 - a live event is queued as the event's JSON, which every subscriber shares with the commit
   feed's batch, and is made into its `EVENT` message only when written: a batch of large
-  evidence costs its size once, not once per subscriber. A client is behind when a live event
+  evidence costs its size once, not once per subscriber (so it is not counted in the budgets,
+  which count what is a connection's own). A client is behind when a live event
   has waited `LIVE_BEHIND_SECONDS` unwritten (time behind, never one batch's size), or when
   more than `LIVE_QUEUE_BYTES` of them wait;
-- a stored event waits for room before it is queued: within the connection's
-  `STORED_WINDOW_BYTES` (a client that reads nothing for `STALL_SECONDS` is behind) and within
-  the process's budget, so that stored answers, each read anew from the database, never add up
-  past it;
+- a stored event waits for room before it is read and queued (`room`): within the
+  connection's `STORED_WINDOW_BYTES` (a client that reads nothing for `STALL_SECONDS` is
+  behind) and within the process's budget, so that stored answers, each read anew from the
+  database, never add up past it by more than one message each;
 - anything else (OK, EOSE, CLOSED, NOTICE) is small and is queued at once, up to
   `OUTBOX_MESSAGES` messages or the connection's budget.
 
@@ -117,9 +118,10 @@ class Outbox:
         if self.ending is not None:
             return
         size = size_of(message)
-        if len(self._queue) >= OUTBOX_MESSAGES or self.budget.used + size > self.budget.budget:
+        own = self._bytes[_STORED] + self._bytes[_OTHER]  # live events are bounded by time
+        if len(self._queue) >= OUTBOX_MESSAGES or own + size > self.budget.budget:
             self.behind(
-                f"{len(self._queue):,} messages ({self.queued_bytes:,} bytes) wait to be "
+                f"{len(self._queue):,} messages ({own:,} bytes) wait to be "
                 f"read, over this relay's {OUTBOX_MESSAGES:,} messages or "
                 f"{self.budget.budget:,} bytes per connection"
             )
@@ -158,9 +160,9 @@ class Outbox:
         )
 
     async def room(self, size: int) -> bool:
-        """Until a stored message of `size` bytes may be queued: the client has read what was
-        queued ahead of it, and the process has room. False when the connection ends meanwhile
-        (or the client reads nothing for `STALL_SECONDS`: it is then behind)."""
+        """Until a stored message of about `size` bytes may be read and queued: the client has
+        read what was queued ahead of it, and the process has room. False when the connection
+        ends meanwhile (or the client reads nothing for `STALL_SECONDS`: it is then behind)."""
         if self._bytes[_STORED] > 0 and self._bytes[_STORED] + size > STORED_WINDOW_BYTES:
             self._room.clear()
             try:
@@ -172,7 +174,7 @@ class Outbox:
         return self.ending is None
 
     def send_stored(self, message: str) -> None:
-        """Queue a stored event, once `room` said so."""
+        """Queue a stored event, once `room` said so (whatever its size: one may pass)."""
         if self.ending is None:
             self._put(_Item(_STORED, message, size_of(message)))
 
@@ -195,12 +197,14 @@ class Outbox:
     def _put(self, item: _Item) -> None:
         self._queue.append(item)
         self._bytes[item.kind] += item.size
-        self.budget.take(item.size)
+        if item.kind != _LIVE:  # a live event's JSON is the feed's, shared: bounded by time
+            self.budget.take(item.size)
         self._wake.set()
 
     def _taken(self, item: _Item) -> None:
         self._bytes[item.kind] -= item.size
-        self.budget.give(item.size)
+        if item.kind != _LIVE:
+            self.budget.give(item.size)
         if self._bytes[_STORED] <= STORED_WINDOW_BYTES // 2:
             self._room.set()
 

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection, Reader
-from tms.ledger.filters import PAGE, Stored
+from tms.ledger.filters import BIG_BYTES, PAGE, Stored
 from tms.nostr.filters import Filter
 from tms.relay import messages
 from tms.relay.budget import size_of
@@ -147,8 +147,8 @@ class Reading:
             found = await self._search(scope, wanted)
             readable = await self._readable(scope)  # after the search's reads
             for stored in found:
-                if stored.event.id not in sent:
-                    await self._send(sub_id, scope, stored, sent, readable)
+                if stored.event.id not in sent and await self.outbox.room(BIG_BYTES):
+                    self._queue(sub_id, scope, stored, sent, readable)
             return
         left = DEFAULT_LIMIT if wanted.limit is None else wanted.limit
         before: int | None = None
@@ -176,25 +176,28 @@ class Reading:
     async def _row(
         self, sub_id: str, scope: Scope, row: Any, sent: set[str], readable: frozenset[Slug]
     ) -> None:
-        if row["content"] is None:  # large: read when its turn comes, few at once
+        """One stored event, once there is room for it, if the key may still read it then. A
+        large content is read only once there is room (its size is known only then), by at
+        most `BIG_LOADS` at once in the process, and queued at once: nothing large waits in
+        memory for a client to read."""
+        if row["content"] is None:
+            if not await self.outbox.room(BIG_BYTES):
+                return
             async with self.relay.loads:
                 stored = await self.relay.stored.stored(row)
-                await self._send(sub_id, scope, stored, sent, readable)
-        else:
-            stored = await self.relay.stored.stored(row)
-            await self._send(sub_id, scope, stored, sent, readable)
+            self._queue(sub_id, scope, stored, sent, readable)
+            return
+        stored = await self.relay.stored.stored(row)  # its content is in the row
+        if await self.outbox.room(size_of(row["content"])):
+            self._queue(sub_id, scope, stored, sent, readable)
 
-    async def _send(
+    def _queue(
         self, sub_id: str, scope: Scope, stored: Stored, sent: set[str], readable: frozenset[Slug]
     ) -> None:
-        """One stored event, once there is room, if the key may still read it then."""
-        message = messages.event(sub_id, stored.event.to_json())
-        if not await self.outbox.room(size_of(message)):
-            return
         filed = UNSCOPED if stored.collection is None else stored.collection
-        if self._allowed(filed, scope, readable):
+        if self._allowed(filed, scope, readable):  # as it is queued: the gate's say now
             sent.add(stored.event.id)
-            self.outbox.send_stored(message)
+            self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()))
 
     async def _readable(self, scope: Scope) -> frozenset[Slug]:
         """What the key reads now, read from the database (through the gate)."""
