@@ -108,6 +108,8 @@ class Settings:
     trusted_proxies: tuple[Network, ...] = ()  # peers whose X-Forwarded-For is believed
     refusals_keep: int = DEFAULT_KEEP  # rows the refusal log keeps of each kind
     relay_idle_seconds: float = 300.0  # a relay connection with no subscription, unused, ends
+    relay_memory_mb: int = 128  # TMS_RELAY_MEMORY_MB: what every relay connection holds, in all
+    relay_behind_seconds: float = 15.0  # TMS_RELAY_BEHIND_SECONDS: a live event unread this long
     max_exports: int = DEFAULT_EXPORTS  # exports streamed at once, per process
     export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
     metrics_token: str | None = None  # TMS_METRICS_TOKEN: GET /metrics with it as a bearer token
@@ -164,6 +166,8 @@ class Settings:
                 _number(env, "TMS_REFUSALS_KEEP", DEFAULT_KEEP, 100, 100_000_000, "")
             ),
             relay_idle_seconds=_number(env, "TMS_RELAY_IDLE_SECONDS", 300, 1, 86400, "seconds"),
+            relay_memory_mb=int(_number(env, "TMS_RELAY_MEMORY_MB", 128, 16, 1_000_000, "")),
+            relay_behind_seconds=_number(env, "TMS_RELAY_BEHIND_SECONDS", 15, 1, 3600, "seconds"),
             max_exports=int(_number(env, "TMS_MAX_EXPORTS", DEFAULT_EXPORTS, 1, 64, "")),
             metrics_token=_metrics_token(env),
             metrics_port=_metrics_port(env, port),

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 from factories import MEMBER, OWNER, claim, profile, sign
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tms.nostr.events import Event
-from tms.nostr.filters import MAX_VALUES, FilterError, parse_filter
+from tms.nostr.filters import (
+    MAX_TAG_VALUE_CHARS,
+    MAX_VALUES,
+    VALUE_OVERHEAD,
+    FilterError,
+    parse_filter,
+)
 
 
 def event_of(wire: dict[str, object]) -> Event:
@@ -64,3 +72,40 @@ def test_empty_lists_and_closed_windows_match_nothing() -> None:
     assert parse_filter({"ids": []}, max_limit=10).empty
     assert parse_filter({"since": 5, "until": 4}, max_limit=10).empty
     assert not parse_filter({"since": 4, "until": 4}, max_limit=10).empty
+
+
+def test_a_filter_is_capped_as_a_whole_not_only_list_by_list() -> None:
+    """52 tag fields of 1,000 values each once made one filter of 52,000 values (issue 26)."""
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    wide = {f"#{letter}": [f"v{n}" for n in range(MAX_VALUES // 4)] for letter in letters[:5]}
+    with pytest.raises(FilterError) as caught:
+        parse_filter(wide, max_limit=10)
+    assert f"{5 * (MAX_VALUES // 4):,} ids, authors, kinds and tag values in all" in str(
+        caught.value
+    )
+    assert f"at most {MAX_VALUES:,} per filter" in str(caught.value)
+    with pytest.raises(FilterError, match="at most 1,024 per value"):
+        parse_filter({"#t": ["x" * (MAX_TAG_VALUE_CHARS + 1)]}, max_limit=10)
+    parse_filter({"#t": ["x" * MAX_TAG_VALUE_CHARS]}, max_limit=10)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["#a", "#b", "#e", "#p", "#t", "#Z"]),
+        st.lists(st.text(max_size=8), max_size=400),
+        max_size=6,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_any_accepted_filter_holds_at_most_max_values_and_a_bounded_size(
+    raw: dict[str, list[str]],
+) -> None:
+    total = sum(len(values) for values in raw.values())
+    try:
+        parsed = parse_filter(raw, max_limit=10)
+    except FilterError as exc:
+        assert total > MAX_VALUES and "per filter" in str(exc)
+        return
+    held = sum(len(values) for values in parsed.tags.values())
+    assert held <= MAX_VALUES
+    assert parsed.size <= 512 + MAX_VALUES * (VALUE_OVERHEAD + MAX_TAG_VALUE_CHARS)

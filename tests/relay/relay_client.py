@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from typing import Any, Final
 
@@ -105,5 +106,40 @@ async def seed(url: str) -> None:
                 members(OWNER2, "other", []),
             ]
         )
+    finally:
+        await pool.close()
+
+
+def small_buffer_socket(url: str) -> socket.socket:
+    """A client socket whose kernel receive buffer stays small: left to itself, Linux grows it
+    (net.ipv4.tcp_rmem allows 32 MB here), and a client that does not read would take in
+    everything without the server ever meeting its back-pressure."""
+    host, port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # before connect: fixed
+    sock.connect((host, int(port)))
+    sock.setblocking(False)
+    return sock
+
+
+async def slow_reader(http_url: str, path: str, key: SecretKey) -> Client:
+    """An authenticated client that reads only when the test says: while it does not, what the
+    relay sends it piles up on the server (a slow stored answer)."""
+    url = ws_url(http_url, path)
+    ws = await connect(url, sock=small_buffer_socket(http_url), max_size=None, max_queue=1)
+    first = json.loads(await asyncio.wait_for(ws.recv(), WAIT_SECONDS))
+    client = Client(ws, url, first[1])
+    ok = await client.auth(key)
+    assert ok[0] == "OK" and ok[2] is True, ok
+    return client
+
+
+async def publish(database_url: str, *batches: list[dict[str, Any]]) -> None:
+    """Each batch committed on its own, in turn, as any door would."""
+    pool = await open_pool(database_url, min_size=1, max_size=1)
+    try:
+        ledger = Ledger(pool)
+        for batch in batches:
+            await ledger.publish(batch)
     finally:
         await pool.close()

@@ -15,10 +15,13 @@ import time
 import pytest
 from factories import MEMBER, OWNER, claim, members, terms
 
+from tms.http.bodies import MiB
 from tms.ledger.access import Access
 from tms.ledger.filters import StoredEvents
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
+from tms.relay.budget import Budget, ProcessBudget
+from tms.relay.gate import Gate
 from tms.relay.live import Hub, Subscription
 from tms.types import PubKey
 
@@ -28,14 +31,17 @@ pytestmark = pytest.mark.anyio
 class Recorder:
     """A connection as the hub sees it: what it was sent, in order."""
 
-    def __init__(self, pubkey: PubKey) -> None:
+    def __init__(self, pubkey: PubKey, slugs: list[str]) -> None:
         self.pubkey = pubkey
+        self.gate = Gate()
+        self.gate.reset(pubkey, slugs)
+        self.budget = Budget(ProcessBudget(MiB), MiB)
         self.sent: list[str] = []
 
-    def send_live(self, message: str) -> None:
-        self.sent.append(json.loads(message)[2]["content"])
+    def send_live(self, sub_id: str, event_json: str) -> None:
+        self.sent.append(json.loads(event_json)["content"])
 
-    def behind(self, why: str) -> None:
+    def overflowed(self, sub_id: str, why: str) -> None:
         raise AssertionError(why)
 
     def membership_changed(self) -> None:
@@ -51,7 +57,7 @@ async def test_events_committed_before_the_req_are_never_sent_live(ledger: Ledge
 
     stored = StoredEvents(ledger.pool)
     hub = Hub(stored)
-    client = Recorder(MEMBER.pubkey)
+    client = Recorder(MEMBER.pubkey, ["hub"])
     sub = Subscription(client, "s", [parse_filter({"kinds": [4702]}, max_limit=10)], ["hub"])
     await hub.add(sub)
     during = claim(OWNER, "hub", "said while the stored answer is read", created_at=T - 2)

@@ -40,6 +40,7 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
         TMS_RATE_ADDRESS="300/minute",
         TMS_RATE_KEY="20/minute",
         TMS_RELAY_IDLE_SECONDS="2",
+        TMS_RELAY_BEHIND_SECONDS="2",
     )
     limits = ConnectionLimits(head_seconds=1.0, max_connections=MAX_CONNECTIONS)
     with fresh_database(pg_server_url, template_url, "tms_relay3") as url:

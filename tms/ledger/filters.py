@@ -85,6 +85,14 @@ class StoredEvents:
     ) -> list[Stored]:
         """Up to `size` events matching `wanted` (its `search` aside), newest first, stored
         before `seq` `before` (None: from the newest)."""
+        rows = await self.rows(scope, wanted, before=before, size=size)
+        return [await self.stored(row) for row in rows]
+
+    async def rows(
+        self, scope: Scope, wanted: Filter, *, before: int | None, size: int
+    ) -> list[Any]:
+        """The rows of `page`, large contents not read yet (`stored` reads each): a relay
+        streaming them holds one large content at a time, not a page of them."""
         slugs = slugs_of(scope)
         if wanted.empty or not slugs or size <= 0:
             return []
@@ -94,8 +102,7 @@ class StoredEvents:
             return []
         sql = " UNION ALL ".join(f"({part} ORDER BY seq DESC LIMIT {size})" for part in parts)
         sql = f"SELECT * FROM ({sql}) AS found ORDER BY seq DESC LIMIT {size}"
-        rows = await self.pool.fetch(sql, *query.args)
-        return [await self.stored(row) for row in rows]
+        return list(await self.pool.fetch(sql, *query.args))
 
     async def count(self, scope: Scope, filters: Sequence[Filter]) -> int:
         """NIP-45: how many stored events match any of `filters`, each counted once."""

@@ -7,6 +7,11 @@ filter means one thing everywhere. A filter that cannot be honoured is refused w
 saying which field and why (`FilterError`), never silently widened or narrowed.
 
 NIP-01 today asks for whole ids and keys (64 lowercase hex characters): prefixes are refused.
+
+A filter's size is capped as a whole, not only list by list: `MAX_VALUES` counts the ids,
+authors, kinds and every tag's values together (52 tag fields of 1,000 values each once made one
+filter of 52,000), and a tag value is at most `MAX_TAG_VALUE_CHARS`. What a parsed filter holds
+in memory (`Filter.size`) is what a relay counts against a connection's budget while it is open.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Final
 from tms.errors import InvalidEvent, shown
 from tms.nostr.events import Event, check_text, is_hex64
 
-MAX_VALUES: Final = 1000  # ids, authors, kinds, or one tag's values, in one filter
+MAX_VALUES: Final = 1000  # ids, authors, kinds and tag values, together, in one filter
+MAX_TAG_VALUE_CHARS: Final = 1024
+VALUE_OVERHEAD: Final = 96  # bytes a value costs in a set beyond its characters, about
 MAX_SEARCH_CHARS: Final = 1000
 MAX_TIMESTAMP: Final = 2**53 - 1  # as created_at (JSON.stringify's exact integers)
 MAX_KIND: Final = 65535
@@ -62,6 +69,15 @@ class Filter:
         return True
 
     @property
+    def size(self) -> int:
+        """Bytes it holds in memory, about: what a subscription costs while it is open."""
+        total = 512 + len(self.search or "")
+        for values in (self.ids, self.authors, self.kinds, *self.tags.values()):
+            for value in values or ():
+                total += VALUE_OVERHEAD + (len(value) if isinstance(value, str) else 8)
+        return total
+
+    @property
     def empty(self) -> bool:
         """Matches nothing whatever is stored: an empty list of ids, authors, kinds or values,
         or a window that closes before it opens."""
@@ -87,6 +103,12 @@ def parse_filter(obj: object, *, max_limit: int) -> Filter:
     authors = _hex_list(obj, "authors")
     kinds = _int_list(obj, "kinds")
     tags = {name[1:]: _tag_values(obj, name) for name in obj if name.startswith("#")}
+    total = sum(len(values) for values in (ids, authors, kinds, *tags.values()) if values)
+    if total > MAX_VALUES:
+        raise FilterError(
+            f"the filter has {total:,} ids, authors, kinds and tag values in all; at most "
+            f"{MAX_VALUES:,} per filter"
+        )
     since = _integer(obj, "since", MAX_TIMESTAMP)
     until = _integer(obj, "until", MAX_TIMESTAMP)
     limit = _integer(obj, "limit", None)
@@ -145,6 +167,12 @@ def _tag_values(obj: dict[str, object], name: str) -> frozenset[str]:
         raise FilterError(f"{name} must be a list of strings")
     if not all(isinstance(value, str) for value in values):
         raise FilterError(f"{name} must be a list of strings")
+    for value in values:
+        if isinstance(value, str) and len(value) > MAX_TAG_VALUE_CHARS:
+            raise FilterError(
+                f"{name} has a value of {len(value):,} characters; at most "
+                f"{MAX_TAG_VALUE_CHARS:,} per value"
+            )
     return frozenset(value for value in values if isinstance(value, str))
 
 

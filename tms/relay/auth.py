@@ -3,8 +3,11 @@ browser (`tms.relay.endpoint`), and the reader capability made from that key.
 
 Reads (REQ, COUNT) need an authenticated key that may read; the capability is made anew for
 each of them (`scope`), and whenever a member list may have changed what the key reads
-(`membership_changed`, from the hub): the subscriptions then follow it, or close. A connection
-that authenticates as another key closes the subscriptions it opened as the first.
+(`membership_changed`, from the hub): the subscriptions then follow it, or close. A change that
+arrives while one is being read is read again after it, never dropped. Each capability read
+passes through the connection's gate (`tms.relay.gate`), which refuses one read across a member
+list the hub already applied. A connection that authenticates as another key closes the
+subscriptions it opened as the first.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from tms.ledger.access import ReadableCollection, Reader, not_a_reader
 from tms.nostr import nip42
 from tms.nostr.events import is_hex64
 from tms.relay import messages
+from tms.relay.gate import Gate
 from tms.relay.live import Client
 from tms.relay.messages import AuthMessage, Refused
 from tms.relay.outbox import Outbox
@@ -66,13 +70,16 @@ class Auth:
         self.challenge = secrets.token_urlsafe(24)
         self.pubkey = pubkey
         self.reader: Reader | None = None
+        self.gate: Gate = client.gate
         self._refresh: asyncio.Task[None] | None = None
+        self._stale = False  # a member list changed since the last refresh began
 
     async def open(self) -> None:
         """A key the login cookie brought reads from the start."""
         if self.pubkey is not None:
-            self.reader = await self.relay.access.reader(self.pubkey)
-            self.relay.hub.clients.add(self.client)
+            self.gate.reset(self.pubkey)
+            self.relay.hub.clients.add(self.client)  # first: no member list goes unseen
+            self.reader = await self.gate.refresh(self.relay.access.reader)
 
     def close(self) -> None:
         if self._refresh is not None:
@@ -98,8 +105,9 @@ class Auth:
                 self.reading.unsubscribe(sub_id)
                 self.outbox.send(messages.closed(sub_id, REAUTHENTICATED))
         self.pubkey = pubkey
-        self.reader = await self.relay.access.reader(pubkey)
-        self.relay.hub.clients.add(self.client)
+        self.gate.reset(pubkey)
+        self.relay.hub.clients.add(self.client)  # first: no member list goes unseen
+        self.reader = await self.gate.refresh(self.relay.access.reader)
         self.outbox.send(messages.ok(str(event_id), True, ""))
 
     async def scope(self, sub_id: str) -> Reader | ReadableCollection:
@@ -112,9 +120,14 @@ class Auth:
         except RateLimited as exc:
             self.relay.refusals.refused(exc, ROUTE)
             raise Refused(sub_id, reason(exc)) from None
-        self.reader = await self.relay.access.reader(self.pubkey)  # checked once per request
+        reader = await self.gate.refresh(self.relay.access.reader)  # once per request
+        if reader is None:  # authenticated as another key meanwhile
+            raise Refused(sub_id, REAUTHENTICATED)
+        self.reader = reader
         if self.slug is not None:
             try:
+                if not self.gate.allows(self.slug):
+                    raise not_a_reader(self.slug)
                 return self.reader.collection(self.slug)
             except NotAReader as exc:
                 self._refused(Refusal.NOT_MEMBER, self.pubkey)
@@ -125,29 +138,34 @@ class Auth:
         return self.reader
 
     def membership_changed(self) -> None:
+        self._stale = True
         if self._refresh is None or self._refresh.done():
-            self._refresh = asyncio.create_task(self._new_reader(), name="tms-relay-reader")
+            self._refresh = asyncio.create_task(self._follow(), name="tms-relay-reader")
+
+    async def _follow(self) -> None:
+        """Until no member list changed since the last read began."""
+        while self._stale:
+            self._stale = False
+            await self._new_reader()
 
     async def _new_reader(self) -> None:
         """A member list changed: read what this key may read now, and follow it."""
-        pubkey = self.pubkey
-        if pubkey is None:
-            return
         try:
-            reader = await self.relay.access.reader(pubkey)
+            reader = await self.gate.refresh(self.relay.access.reader)
         except Exception as exc:
             log.warning("a relay connection could not refresh its reader: %s", one_line(exc))
             return
-        if self.pubkey != pubkey:  # authenticated as another key meanwhile: its own reader holds
+        if reader is None:  # authenticated as another key meanwhile: its own reader holds
             return
         self.reader = reader
+        readable = sorted(slug for slug in reader.slugs if self.gate.allows(slug))
         for sub_id, sub in list(self.reading.subs.items()):
-            if self.slug is None and reader.slugs:
-                await self.relay.hub.rescope(sub, reader.slugs)
+            if self.slug is None and readable:
+                await self.relay.hub.rescope(sub, readable)
             elif self.slug is None:
                 self.reading.unsubscribe(sub_id)
                 self.outbox.send(messages.closed(sub_id, f"restricted: {self._reads_nothing()}"))
-            elif not reader.may_read(self.slug):
+            elif not self.gate.allows(self.slug):
                 self.reading.unsubscribe(sub_id)
                 self.outbox.send(messages.closed(sub_id, f"restricted: {not_a_reader(self.slug)}"))
 

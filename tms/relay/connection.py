@@ -5,8 +5,12 @@ EVENT to `tms.relay.publishing`, AUTH to `tms.relay.auth`, REQ, COUNT and CLOSE 
 `tms.relay.reading`, NEG-OPEN, NEG-MSG and NEG-CLOSE (NIP-77) to `tms.relay.negentropy`; each
 but a CLOSE or NEG-CLOSE first spends the address's rate limit. EVENTs are
 committed without waiting for each other; an AUTH, REQ or COUNT first waits until the events
-before it are answered (a read after a write sees it). Everything sent goes through the
-connection's one bounded queue (`tms.relay.outbox`). A failure on our side (the database away)
+before it are answered (a read after a write sees it). A REQ's stored answer and a COUNT then
+run as tasks of their own (`tms.relay.reading`), so that a CLOSE or an EVENT behind them is not
+held up, and a CLOSE, a REQ replacing it or the connection's end cancels them. Everything sent
+goes through the connection's one queue (`tms.relay.outbox`), counted in bytes against its
+memory budget (`tms.relay.budget`), and every event sent passes the connection's gate
+(`tms.relay.gate`): what its key may read at that moment. A failure on our side (the database away)
 answers the message in the form its client waits for (OK false, CLOSED, NOTICE) with `error:`,
 never a dropped message.
 """
@@ -20,6 +24,9 @@ from tms.errors import RateLimited, Refusal
 from tms.nostr.events import is_hex64
 from tms.relay import messages
 from tms.relay.auth import Auth
+from tms.relay.budget import Budget
+from tms.relay.gate import Gate
+from tms.relay.limits import OUTBOX_BYTES
 from tms.relay.messages import (
     AuthMessage,
     CloseMessage,
@@ -61,7 +68,9 @@ class Connection:
         self.relay = relay
         self.address = address
         self.last_active = time.monotonic()
-        self.outbox = Outbox(send, send_many)
+        self.gate = Gate()
+        self.budget = Budget(relay.memory, OUTBOX_BYTES)
+        self.outbox = Outbox(send, send_many, self.budget, relay.behind_seconds)
         self.reading = Reading(relay, self.outbox, self, address=address, idle=idle)
         self.auth = Auth(
             relay,
@@ -82,11 +91,13 @@ class Connection:
     def pubkey(self) -> PubKey | None:
         return self.auth.pubkey
 
-    def send_live(self, message: str) -> None:
-        self.outbox.send(message)
+    def send_live(self, sub_id: str, event_json: str) -> None:
+        self.outbox.send_live(sub_id, event_json)
 
-    def behind(self, why: str) -> None:
-        self.outbox.behind(why)
+    def overflowed(self, sub_id: str, why: str) -> None:
+        """A subscription held more than the connection's budget: it ends, not the others."""
+        self.reading.unsubscribe(sub_id)
+        self.outbox.send(messages.closed(sub_id, why))
 
     def membership_changed(self) -> None:
         self.auth.membership_changed()
@@ -104,7 +115,9 @@ class Connection:
         self.reading.leave()
         self.relay.hub.clients.discard(self)
         self.auth.close()
+        await self.reading.cancel()
         await self.outbox.stop(flush_seconds)
+        self.budget.release()
 
     def idle_for(self) -> float | None:
         """Seconds since the last message, while nothing is subscribed (None: not idle)."""

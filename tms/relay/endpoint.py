@@ -178,8 +178,18 @@ def _text(data: bytes) -> str | None:
 
 def relay_url(websocket: WebSocket, base_url: str | None) -> str:
     """This relay's URL as an AUTH event must name it: the public origin (`TMS_BASE_URL` behind
-    a proxy, as for NIP-98) and the path."""
-    origin = base_url or f"{websocket.url.scheme}://{websocket.url.netloc}"
+    a proxy, as for NIP-98), else the address the server listens on, and the path. Never the
+    client's `Host` header: an AUTH signed for another relay (`ws://evil.example/`) would pass
+    by sending `Host: evil.example`, and NIP-42's relay tag is there to stop that replay."""
+    if base_url is not None:
+        origin = base_url
+    else:
+        server = websocket.scope.get("server")
+        host, port = server if server else ("127.0.0.1", None)
+        if ":" in str(host):  # IPv6
+            host = f"[{host}]"
+        netloc = str(host) if port is None else f"{host}:{port}"
+        origin = f"{websocket.url.scheme}://{netloc}"
     raw = websocket.scope.get("raw_path")
     path = raw.decode("latin-1") if raw else websocket.url.path
     return normalize_relay_url(origin + path) or origin + path

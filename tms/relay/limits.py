@@ -1,5 +1,5 @@
 """The relay's limits, named once: the NIP-11 document states them, the connection enforces
-them, `/docs` prints them."""
+them, `/docs` prints them. Sizes are bytes (UTF-8), as a memory budget needs them."""
 
 from __future__ import annotations
 
@@ -14,12 +14,20 @@ MAX_LIMIT: Final = 1000  # a filter's `limit`
 DEFAULT_LIMIT: Final = 500  # stored events per filter when it names no `limit`
 MAX_SUBID_CHARS: Final = 64
 MAX_SEARCH_RESULTS: Final = 200  # NIP-50: the ledger's own search returns at most this many
-OUTBOX_BYTES: Final = 8 * MiB  # queued for one client, not yet written: past this it is behind
-OUTBOX_MESSAGES: Final = 20_000
+MAX_READS: Final = 4  # stored answers (REQ) and COUNTs read at once per connection; more wait
+
+# Memory. Every byte a connection makes the process hold (queued messages, events held for a
+# subscription while its stored answer is read) counts against the connection's budget and the
+# process's (`tms.relay.budget`); the process's is a setting (`TMS_RELAY_MEMORY_MB`).
+OUTBOX_BYTES: Final = 8 * MiB  # a connection's budget: queued for it, not yet written
+OUTBOX_MESSAGES: Final = 20_000  # messages queued for one connection, at most
+STORED_WINDOW_BYTES: Final = 2 * MiB  # a stored answer queues this much ahead of the client
+LIVE_BEHIND_SECONDS: Final = 15.0  # a live event unwritten this long: the client is behind
+LIVE_QUEUE_BYTES: Final = 64 * MiB  # live events queued for one connection (shared), at most
+BIG_LOADS: Final = 8  # large stored contents read from the database at once, per process
 STALL_SECONDS: Final = 30.0  # a stored answer waits this long for a client to read, at most
 NOTICE_SECONDS: Final = 2.0  # time given to a closing NOTICE to go out
 MAX_IN_FLIGHT: Final = 64  # a connection's events checked but not yet answered
-INBOX_MESSAGES: Final = 16  # client messages read ahead before reading from it pauses
 MAX_NEG_SESSIONS: Final = 2  # NIP-77: open NEG sessions per connection (each holds its items)
 MAX_NEG_RECORDS: Final = 2_000_000  # items in one NEG session's list, about 80 MB
 NEG_FRAME_BYTES: Final = 512 * 1024  # our frameSizeLimit: a NEG-MSG carries twice this in hex

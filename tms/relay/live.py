@@ -11,9 +11,18 @@ answer's to send or not (its filters and `limit` said), never live ones.
 
 A profile or terms event belongs to no collection: it goes to the subscriptions over collections
 whose people (owner, and every key a member list named) include its signer, as the stored
-answer has it (`tms.ledger.filters`). A member list changes who may read: the subscriptions of a
-key it drops stop at once, and every connection of a key it names or drops asks for its new
-reader capability (`Client.membership_changed`).
+answer has it (`tms.ledger.filters`).
+
+A member list changes who may read: the hub sees every collection's member lists in that
+collection's commit order, and at once revokes or grants the collection in the gate of every
+connection of a key it drops or names (`tms.relay.gate`), before it hands over anything
+committed after the list; each event passes its connection's gate as it is queued, whatever
+collections its subscription was opened for. The connection then asks for its new reader
+capability (`Client.membership_changed`) and closes or rescopes its subscriptions.
+
+What waits for a stored answer is counted in bytes against the connection's budget
+(`tms.relay.budget`): past it, that subscription is closed (CLOSED, saying why) and what it held
+is let go; the connection's other subscriptions go on.
 """
 
 from __future__ import annotations
@@ -26,8 +35,8 @@ from tms import metrics
 from tms.ledger.filters import Stored, StoredEvents
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
-from tms.relay import messages
-from tms.relay.limits import OUTBOX_MESSAGES
+from tms.relay.budget import Budget, size_of
+from tms.relay.gate import Gate
 from tms.types import KIND_MEMBERS, PubKey, Slug
 
 
@@ -37,15 +46,21 @@ class Client(Protocol):
     @property
     def pubkey(self) -> PubKey | None: ...
 
-    def send_live(self, message: str) -> None: ...
+    @property
+    def gate(self) -> Gate: ...
 
-    def behind(self, why: str) -> None: ...
+    @property
+    def budget(self) -> Budget: ...
+
+    def send_live(self, sub_id: str, event_json: str) -> None: ...
+
+    def overflowed(self, sub_id: str, why: str) -> None: ...
 
     def membership_changed(self) -> None: ...
 
 
 class Subscription:
-    __slots__ = ("buffer", "client", "filters", "floors", "slugs", "sub_id")
+    __slots__ = ("buffer", "client", "cost", "filters", "floors", "held", "slugs", "sub_id")
 
     def __init__(
         self, client: Client, sub_id: str, filters: Sequence[Filter], slugs: Iterable[Slug]
@@ -53,8 +68,10 @@ class Subscription:
         self.client = client
         self.sub_id = sub_id
         self.filters = tuple(filters)  # the live ones: `search` is answered once
+        self.cost = sum(f.size for f in self.filters)  # bytes its filters hold, while open
         self.slugs = frozenset(slugs)
         self.buffer: list[tuple[Stored, str]] | None = []  # (event, its JSON) while stored is sent
+        self.held = 0  # bytes in `buffer`, counted in the connection's budget
         self.floors: dict[Slug | None, int] = {}  # each collection's last seq at the REQ
 
     def matches(self, event: Event) -> bool:
@@ -64,24 +81,47 @@ class Subscription:
         """Committed after the subscription began (a collection it gained since: any)."""
         return stored.seq > self.floors.get(stored.collection, 0)
 
+    def readable(self, stored: Stored) -> bool:
+        """The key may read it now (its connection's gate), as it is queued."""
+        gate = self.client.gate
+        if stored.collection is None:  # a profile or terms: of the people of a readable one
+            return any(gate.allows(slug) for slug in self.slugs)
+        return stored.collection in self.slugs and gate.allows(stored.collection)
+
     def offer(self, stored: Stored, event_json: str) -> None:
         if self.buffer is None:
-            if self.new(stored):
-                self.client.send_live(messages.event(self.sub_id, event_json))
+            if self.new(stored) and self.readable(stored):
+                self.client.send_live(self.sub_id, event_json)
+            return
+        size = size_of(event_json)
+        budget = self.client.budget
+        if budget.used + size > budget.budget:
+            self.drop()
+            self.client.overflowed(
+                self.sub_id,
+                f"error: more than {budget.budget:,} bytes of new events arrived while "
+                f"subscription {self.sub_id!r} was still reading stored ones; REQ again "
+                "with since to go on",
+            )
             return
         self.buffer.append((stored, event_json))
-        if len(self.buffer) > OUTBOX_MESSAGES:
-            self.client.behind(
-                f"more than {OUTBOX_MESSAGES:,} new events arrived while subscription "
-                f"{self.sub_id!r} was still reading stored ones"
-            )
+        self.held += size
+        budget.take(size)
 
     def flush(self, sent: set[str]) -> None:
         """The stored answer is out: send what arrived meanwhile that it did not carry."""
-        held, self.buffer = self.buffer or [], None
+        held = self.buffer or []
+        self.drop()
         for stored, event_json in held:
-            if stored.event.id not in sent and self.new(stored):
-                self.client.send_live(messages.event(self.sub_id, event_json))
+            if stored.event.id not in sent and self.new(stored) and self.readable(stored):
+                self.client.send_live(self.sub_id, event_json)
+
+    def drop(self) -> None:
+        """Let go of what the buffer holds (flushed, or the subscription ends)."""
+        self.buffer = None
+        if self.held:
+            self.client.budget.give(self.held)
+            self.held = 0
 
 
 class Hub:
@@ -89,7 +129,6 @@ class Hub:
         self.stored = stored
         self.by_slug: dict[Slug, set[Subscription]] = {}
         self.people: dict[Slug, set[PubKey]] = {}
-        self.owners: dict[Slug, PubKey] = {}
         self.clients: set[Client] = set()  # authenticated connections, told of member lists
 
     def wanted(self, key: Slug | None) -> bool:
@@ -103,6 +142,7 @@ class Hub:
         await self._watch(sub.slugs)
         for slug in sub.slugs:
             self.by_slug.setdefault(slug, set()).add(sub)
+        sub.client.budget.take(sub.cost)
         metrics.RELAY_SUBSCRIPTIONS.inc()
         try:  # after registering: whatever commits from now on is above them
             sub.floors = await self.stored.positions(sorted(sub.slugs))
@@ -113,6 +153,8 @@ class Hub:
     def remove(self, sub: Subscription) -> None:
         for slug in sub.slugs:
             self._leave(slug, sub)
+        sub.drop()
+        sub.client.budget.give(sub.cost)
         metrics.RELAY_SUBSCRIPTIONS.dec()
 
     async def rescope(self, sub: Subscription, slugs: Iterable[Slug]) -> None:
@@ -145,21 +187,25 @@ class Hub:
                 self._member_list(stored.collection, event)
 
     def _member_list(self, slug: Slug, event: Event) -> None:
+        """A member list, in its collection's commit order: whoever it drops reads nothing of
+        the collection from here on, whoever it names reads it (its signer is the owner: only
+        the owner changes members)."""
         members = set(json.loads(event.content).get("members", ()))
-        owner = self.owners.get(slug)
+        members.add(event.pubkey)
         if slug in self.people:  # watched: its people grow (a list never shrinks them)
             self.people[slug].update(members)
-        told: set[int] = set()
         for sub in list(self.by_slug.get(slug, ())):
-            if sub.client.pubkey not in members and sub.client.pubkey != owner:
-                self._leave(slug, sub)  # at once: nothing more of it reaches a dropped key
+            if sub.client.pubkey not in members:
+                self._leave(slug, sub)
                 sub.slugs = sub.slugs - {slug}
-            if id(sub.client) not in told:
-                told.add(id(sub.client))
-                sub.client.membership_changed()
         for client in list(self.clients):
-            if client.pubkey in members and id(client) not in told:
-                told.add(id(client))
+            gate = client.gate
+            if client.pubkey in members:
+                if not gate.allows(slug):
+                    gate.grant(slug)
+                    client.membership_changed()
+            elif gate.allows(slug):
+                gate.revoke(slug)  # at once: nothing more of it reaches a dropped key
                 client.membership_changed()
 
     async def _watch(self, slugs: Iterable[Slug]) -> None:
@@ -167,11 +213,8 @@ class Hub:
         if not new:
             return
         people = await self.stored.people(new)
-        owners = await self.stored.owners(new)
         for slug in new:
             self.people.setdefault(slug, set()).update(people.get(slug, ()))
-            if slug in owners:
-                self.owners[slug] = owners[slug]
 
     def _leave(self, slug: Slug, sub: Subscription) -> None:
         subs = self.by_slug.get(slug)
@@ -181,4 +224,3 @@ class Hub:
         if not subs:
             del self.by_slug[slug]
             self.people.pop(slug, None)
-            self.owners.pop(slug, None)

@@ -1,27 +1,70 @@
-"""One connection's messages to send: one bounded queue, written by a task of its own.
+"""One connection's messages to send: one queue, written by a task of its own, counted in bytes
+against the connection's memory budget (`tms.relay.budget`).
 
 Whatever has queued up meanwhile goes out in one write (`send_many`, up to `WRITE_BYTES`), so
 that a batch's events reach a subscriber, and a group's OKs a writer, in one system call rather
-than one each. Live events are never waited for: a client that lets its queue pass
-`OUTBOX_BYTES` or `OUTBOX_MESSAGES` is behind, and is told so in a NOTICE and closed. A stored
-answer waits for room (the query pages are small), up to `STALL_SECONDS`.
+than one each.
 
-The queue also holds why the connection must end, once it must: nothing more is queued after
-the last NOTICE, and `ended` wakes the endpoint to close the socket.
+Three kinds of message, three rules:
+- a live event is queued as the event's JSON, which every subscriber shares with the commit
+  feed's batch, and is made into its `EVENT` message only when written: a batch of large
+  evidence costs its size once, not once per subscriber (so it is not counted in the budgets,
+  which count what is a connection's own). A client is behind when a live event
+  has waited `LIVE_BEHIND_SECONDS` unwritten (time behind, never one batch's size), or when
+  more than `LIVE_QUEUE_BYTES` of them wait;
+- a stored event waits for room before it is read and queued (`room`): within the
+  connection's `STORED_WINDOW_BYTES` (a client that reads nothing for `STALL_SECONDS` is
+  behind) and within the process's budget, so that stored answers, each read anew from the
+  database, never add up past it by more than one message each;
+- anything else (OK, EOSE, CLOSED, NOTICE) is small and is queued at once, up to
+  `OUTBOX_MESSAGES` messages or the connection's budget.
+
+A client that is behind is told so in a NOTICE and closed. The queue also holds why the
+connection must end, once it must: nothing more is queued after the last NOTICE, and `ended`
+wakes the endpoint to close the socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from tms.relay import messages
-from tms.relay.limits import OUTBOX_BYTES, OUTBOX_MESSAGES, STALL_SECONDS
+from tms.relay.budget import Budget, size_of
+from tms.relay.limits import (
+    LIVE_BEHIND_SECONDS,
+    LIVE_QUEUE_BYTES,
+    OUTBOX_MESSAGES,
+    STALL_SECONDS,
+    STORED_WINDOW_BYTES,
+)
 
 WRITE_BYTES: Final = 256 * 1024  # queued messages written at once, about (one at least)
+
+_LIVE: Final = 0
+_STORED: Final = 1
+_OTHER: Final = 2
+
+
+class _Item:
+    __slots__ = ("kind", "queued", "size", "sub_id", "text")
+
+    def __init__(self, kind: int, text: str, size: int, sub_id: str | None = None) -> None:
+        self.kind = kind
+        self.text = text  # the message; for a live event, the event's (shared) JSON
+        self.size = size
+        self.sub_id = sub_id
+        self.queued = time.monotonic()
+
+    def message(self) -> str:
+        if self.sub_id is None:
+            return self.text
+        return messages.event(self.sub_id, self.text)
 
 
 class Outbox:
@@ -29,17 +72,24 @@ class Outbox:
         self,
         send: Callable[[str], Awaitable[None]],
         send_many: Callable[[list[str]], Awaitable[None]] | None,
+        budget: Budget,
+        behind_seconds: float = LIVE_BEHIND_SECONDS,
     ) -> None:
         """`send`: one message to the client; `send_many`: several in one write, when the
-        server can (`tms.http.websocket`)."""
+        server can (`tms.http.websocket`); `budget`: the connection's bytes; `behind_seconds`:
+        how long a live event may wait unwritten (`TMS_RELAY_BEHIND_SECONDS`)."""
         self._send = send
         self._send_many = send_many
-        self._queue: deque[str] = deque()
-        self._chars = 0
+        self.budget = budget
+        self._queue: deque[_Item] = deque()
+        self._bytes = [0, 0, 0]  # queued, by kind
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
         self._writer: asyncio.Task[None] | None = None
+        self.behind_seconds = behind_seconds
+        self._timer: asyncio.TimerHandle | None = None  # looks at the oldest live event
+        self._clears = 0  # a `behind` while a write is under way: what it wrote is gone already
         self.ending: str | None = None  # why the connection must end, once it must
         self.ended = asyncio.Event()
 
@@ -47,50 +97,93 @@ class Outbox:
         self._writer = asyncio.create_task(self._write(), name="tms-relay-writer")
 
     async def stop(self, flush_seconds: float = 0.0) -> None:
-        """Stop writing; with `flush_seconds`, give what is queued (a closing NOTICE) that long
-        to go out."""
-        if self._writer is None:
-            return
-        if flush_seconds > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drained(), flush_seconds)
-        self._writer.cancel()
-        await asyncio.gather(self._writer, return_exceptions=True)
+        """Stop writing and give back every byte held; with `flush_seconds`, give what is
+        queued (a closing NOTICE) that long to go out."""
+        if self._writer is not None:
+            if flush_seconds > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._drained(), flush_seconds)
+            self._writer.cancel()
+            await asyncio.gather(self._writer, return_exceptions=True)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._clear()
+
+    @property
+    def queued_bytes(self) -> int:
+        return sum(self._bytes)
 
     def send(self, message: str) -> None:
         """Queue a message; a client whose queue is full is behind and is closed."""
         if self.ending is not None:
             return
-        if len(self._queue) >= OUTBOX_MESSAGES or self._chars + len(message) > OUTBOX_BYTES:
+        size = size_of(message)
+        own = self._bytes[_STORED] + self._bytes[_OTHER]  # live events are bounded by time
+        if len(self._queue) >= OUTBOX_MESSAGES or own + size > self.budget.budget:
             self.behind(
-                f"{len(self._queue):,} messages ({self._chars:,} bytes) wait to be "
-                f"read, over this relay's {OUTBOX_MESSAGES:,} messages or {OUTBOX_BYTES:,} "
-                "bytes per connection"
+                f"{len(self._queue):,} messages ({own:,} bytes) wait to be "
+                f"read, over this relay's {OUTBOX_MESSAGES:,} messages or "
+                f"{self.budget.budget:,} bytes per connection"
             )
             return
-        self._queue.append(message)
-        self._chars += len(message)
-        if self._chars > OUTBOX_BYTES // 2:
-            self._room.clear()
-        self._wake.set()
+        self._put(_Item(_OTHER, message, size))
 
-    async def send_stored(self, message: str) -> None:
-        """Queue a stored event once there is room: a slow reader slows its own answer."""
-        if not self._room.is_set():
+    def send_live(self, sub_id: str, event_json: str) -> None:
+        """Queue a live event; a client that leaves live events unread too long is behind."""
+        if self.ending is not None:
+            return
+        size = size_of(event_json)
+        if self._bytes[_LIVE] + size > LIVE_QUEUE_BYTES and self._bytes[_LIVE] > 0:
+            self.behind(
+                f"{self._bytes[_LIVE]:,} bytes of live events wait to be read, over this "
+                f"relay's {LIVE_QUEUE_BYTES:,} per connection"
+            )
+            return
+        self._put(_Item(_LIVE, event_json, size, sub_id))
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.behind_seconds, self._late)
+
+    def _late(self) -> None:
+        """Whether the oldest live event has waited `behind_seconds`: the client is behind."""
+        self._timer = None
+        if self.ending is not None:
+            return
+        oldest = next((item for item in self._queue if item.kind == _LIVE), None)
+        if oldest is None:
+            return
+        waited = time.monotonic() - oldest.queued
+        if waited >= self.behind_seconds:
+            self.behind(f"a live event waited more than {self.behind_seconds:g} s to be read")
+            return
+        self._timer = asyncio.get_running_loop().call_later(
+            self.behind_seconds - waited, self._late
+        )
+
+    async def room(self, size: int) -> bool:
+        """Until a stored message of about `size` bytes may be read and queued: the client has
+        read what was queued ahead of it, and the process has room. False when the connection
+        ends meanwhile (or the client reads nothing for `STALL_SECONDS`: it is then behind)."""
+        if self._bytes[_STORED] > 0 and self._bytes[_STORED] + size > STORED_WINDOW_BYTES:
+            self._room.clear()
             try:
                 await asyncio.wait_for(self._room.wait(), STALL_SECONDS)
             except TimeoutError:
                 self.behind(f"a stored answer was not read for {STALL_SECONDS:g} s")
-        self.send(message)
+        if self.ending is None:
+            await self.budget.process.room(size)
+        return self.ending is None
+
+    def send_stored(self, message: str) -> None:
+        """Queue a stored event, once `room` said so (whatever its size: one may pass)."""
+        if self.ending is None:
+            self._put(_Item(_STORED, message, size_of(message)))
 
     def behind(self, why: str) -> None:
         """The client does not read: drop what waits, and end with a NOTICE saying why."""
         if self.ending is not None:
             return
-        self._queue.clear()
-        self._chars = 0
-        self._queue.append(messages.notice(f"error: closing this connection: {why}"))
-        self._wake.set()
+        self._clear()
+        self._put(_Item(_OTHER, messages.notice(f"error: closing this connection: {why}"), 0))
         self.ending = f"behind: {why}"
         self.ended.set()
 
@@ -101,28 +194,53 @@ class Outbox:
             self.ending = why
             self.ended.set()
 
+    def _put(self, item: _Item) -> None:
+        self._queue.append(item)
+        self._bytes[item.kind] += item.size
+        if item.kind != _LIVE:  # a live event's JSON is the feed's, shared: bounded by time
+            self.budget.take(item.size)
+        self._wake.set()
+
+    def _taken(self, item: _Item) -> None:
+        self._bytes[item.kind] -= item.size
+        if item.kind != _LIVE:
+            self.budget.give(item.size)
+        if self._bytes[_STORED] <= STORED_WINDOW_BYTES // 2:
+            self._room.set()
+
+    def _clear(self) -> None:
+        self._clears += 1
+        while self._queue:
+            self._taken(self._queue.popleft())
+        self._room.set()
+
     async def _write(self) -> None:
         while True:
             while not self._queue:
                 self._wake.clear()
                 await self._wake.wait()
+            clears = self._clears
             if self._send_many is None:
-                message = self._queue.popleft()
-                self._taken(len(message))
-                await self._send(message)
+                await self._send(self._queue[0].message())
+                self._done(1, clears)
                 continue
-            batch = [self._queue.popleft()]
-            size = len(batch[0])
-            while self._queue and size + len(self._queue[0]) <= WRITE_BYTES:
-                size += len(self._queue[0])
-                batch.append(self._queue.popleft())
-            self._taken(size)
-            await self._send_many(batch)
+            batch = [self._queue[0]]
+            size = batch[0].size
+            for item in itertools.islice(self._queue, 1, None):
+                if size + item.size > WRITE_BYTES:
+                    break
+                size += item.size
+                batch.append(item)
+            await self._send_many([item.message() for item in batch])
+            self._done(len(batch), clears)
 
-    def _taken(self, chars: int) -> None:
-        self._chars -= chars
-        if self._chars <= OUTBOX_BYTES // 4:
-            self._room.set()
+    def _done(self, count: int, clears: int) -> None:
+        """The first `count` queued messages are written; held until then, so that their bytes
+        count while they are being written (unless a `behind` dropped them meanwhile)."""
+        if clears != self._clears:
+            return
+        for _ in range(count):
+            self._taken(self._queue.popleft())
 
     async def _drained(self) -> None:
         while self._queue:

@@ -4,7 +4,11 @@ Those for the same collections join its queue in arrival order and are judged in
 usually in one group commit (so a link may follow its evidence, and a client with many events in
 flight gets them committed together); an event for other collections waits until those before
 it are answered, and so does an AUTH, REQ or COUNT (`settle`: a read after a write sees it).
-Writes need no AUTH: `Ledger.publish` judges a one-event batch exactly as it judges any batch.
+Writes need no AUTH. Each event goes through the two halves of `Ledger.publish`, called apart:
+`Ledger.check` (envelope, signature, schema, the signer's rate limit) at once, in arrival order,
+then `Ledger.commit` as a task of its own, without waiting for the one before, so that a
+connection's events join their collection's queue in order and commit together. The rules that
+judge them are `publish`'s own: a one-event batch is judged exactly as any batch.
 """
 
 from __future__ import annotations

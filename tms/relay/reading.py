@@ -1,30 +1,45 @@
 """A connection's reads: REQ (a stored answer, then live events), COUNT (NIP-45) and CLOSE.
 
 Each read runs within what the connection's key may read (`tms.relay.auth`: a `Reader`, or the
-one collection this relay is), asked once per message. A REQ's live filters are registered with
-the hub before the stored answer is read (`tms.relay.live`), so nothing committed meanwhile is
-missed or sent twice. A filter with `search` (NIP-50) is answered once, ranked by the ledger's
-own search over claims and contradictions, and is not live.
+one collection this relay is), asked once per message; each event it sends passes the
+connection's gate as it is queued (`tms.relay.gate`), and each page of a stored answer is
+followed by a fresh reader, so that nothing of a collection the key was removed from goes out
+after the removal, whatever was in flight. A REQ's live filters are registered with the hub
+before the stored answer is read (`tms.relay.live`), so nothing committed meanwhile is missed
+or sent twice. A filter with `search` (NIP-50) is answered once, ranked by the ledger's own
+search over claims and contradictions, and is not live.
+
+A stored answer and a COUNT run as tasks of their own, `MAX_READS` at once per connection (the
+others wait their turn): a CLOSE or an EVENT behind them is not held up, and a CLOSE, a REQ
+that replaces the id, or the connection's end cancels them, so abandoned work stops. A stored
+answer is sent page by page, each event as it is read (a large content is read only when its
+turn comes, and no more than `BIG_LOADS` at once in the process; a page's rows count against
+the connection's budget until sent), and only event ids are kept to send none twice. A new REQ
+is refused while the connection or the process is over its memory budget (`tms.relay.budget`).
+
+A reconnecting client that asks `since` its last event gets at most `limit` (`MAX_LIMIT`) per
+filter, newest first: after a longer gap it pages back with `until` (NIP-01), as `/docs` says.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Final
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection, Reader
-from tms.ledger.filters import PAGE, Stored
+from tms.ledger.filters import BIG_BYTES, PAGE, Stored
 from tms.nostr.filters import Filter
 from tms.relay import messages
-from tms.relay.limits import DEFAULT_LIMIT, MAX_SEARCH_RESULTS, MAX_SUBSCRIPTIONS
+from tms.relay.budget import size_of
+from tms.relay.limits import DEFAULT_LIMIT, MAX_READS, MAX_SEARCH_RESULTS, MAX_SUBSCRIPTIONS
 from tms.relay.live import Client, Subscription
 from tms.relay.messages import CountMessage, Refused, ReqMessage
 from tms.relay.outbox import Outbox
 from tms.relay.prefixes import failure
 from tms.relay.shared import ROUTE, Relay
-from tms.types import KIND_CLAIM, KIND_CONTRADICTION
+from tms.types import KIND_CLAIM, KIND_CONTRADICTION, UNSCOPED, Slug
 
 SEARCHABLE: Final = frozenset({KIND_CLAIM, KIND_CONTRADICTION})
 FEED_WAIT_SECONDS: Final = 10.0
@@ -59,6 +74,8 @@ class Reading:
         self.address = address
         self._idle = idle
         self.subs: dict[str, Subscription] = {}
+        self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (REQ or COUNT, id)
+        self._reads = asyncio.Semaphore(MAX_READS)  # answered at once; the others wait their turn
 
     async def req(self, message: ReqMessage, scope_of: ScopeOf) -> None:
         self.unsubscribe(message.sub_id)  # NIP-01: a REQ with an open id replaces it
@@ -80,6 +97,7 @@ class Reading:
                     message.sub_id,
                     "invalid: search covers claims (kind 4702) and contradictions (kind 4704) only",
                 )
+        self._may_start(message.sub_id)
         try:
             await asyncio.wait_for(self.relay.feed.ready.wait(), FEED_WAIT_SECONDS)
         except TimeoutError:
@@ -87,15 +105,32 @@ class Reading:
         live = [f for f in message.filters if f.search is None]
         slugs = [scope.slug] if isinstance(scope, ReadableCollection) else scope.slugs
         sub = Subscription(self.client, message.sub_id, live, slugs)
+        budget = self.client.budget
+        if budget.used + sub.cost > budget.budget:
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
+            raise Refused(
+                message.sub_id,
+                f"invalid: these filters hold {sub.cost:,} bytes, more than this connection's "
+                f"{budget.budget - budget.used:,} left of {budget.budget:,}: CLOSE a "
+                "subscription, or ask for fewer values",
+            )
         if live:
             await self.relay.hub.add(sub)
             self.subs[message.sub_id] = sub
             if len(self.subs) == 1 and self._idle is not None:
                 self._idle(False)
+        self._start(("REQ", message.sub_id), self._answer(message, scope, sub, bool(live)))
+
+    async def _answer(
+        self, message: ReqMessage, scope: Scope, sub: Subscription, live: bool
+    ) -> None:
+        """The stored answer, then EOSE, then what arrived meanwhile (or CLOSED: not live)."""
         sent: set[str] = set()
         try:
             for wanted in message.filters:
                 await self._stored(message.sub_id, scope, wanted, sent)
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
             self.unsubscribe(message.sub_id)
             self.outbox.send(messages.closed(message.sub_id, failure(exc)))
@@ -109,24 +144,74 @@ class Reading:
     async def _stored(self, sub_id: str, scope: Scope, wanted: Filter, sent: set[str]) -> None:
         """One filter's stored answer, newest first (search: best first), each event once."""
         if wanted.search is not None:
-            for stored in await self._search(scope, wanted):
-                if stored.event.id not in sent:
-                    sent.add(stored.event.id)
-                    await self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()))
+            found = await self._search(scope, wanted)
+            readable = await self._readable(scope)  # after the search's reads
+            for stored in found:
+                if stored.event.id not in sent and await self.outbox.room(BIG_BYTES):
+                    self._queue(sub_id, scope, stored, sent, readable)
             return
         left = DEFAULT_LIMIT if wanted.limit is None else wanted.limit
         before: int | None = None
         while left > 0 and self.outbox.ending is None:
             size = min(left, PAGE)
-            page = await self.relay.stored.page(scope, wanted, before=before, size=size)
-            for stored in page:
-                if stored.event.id not in sent:
-                    sent.add(stored.event.id)
-                    await self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()))
-            if len(page) < size:
+            await self.client.budget.process.room(0)  # while the process is over: wait
+            rows = await self.relay.stored.rows(scope, wanted, before=before, size=size)
+            readable = await self._readable(scope)  # after the page's snapshot
+            held = [size_of(row["content"] or "") for row in rows]
+            budget = self.client.budget
+            budget.take(sum(held))  # the page, until each row is sent
+            try:
+                for n, row in enumerate(rows):
+                    if row["id"] not in sent and self._allowed(row["collection"], scope, readable):
+                        await self._row(sub_id, scope, row, sent, readable)
+                    budget.give(held[n])
+                    held[n] = 0
+            finally:
+                budget.give(sum(held))
+            if len(rows) < size:
                 return
-            left -= len(page)
-            before = page[-1].seq
+            left -= len(rows)
+            before = rows[-1]["seq"]
+
+    async def _row(
+        self, sub_id: str, scope: Scope, row: Any, sent: set[str], readable: frozenset[Slug]
+    ) -> None:
+        """One stored event, once there is room for it, if the key may still read it then. A
+        large content is read only once there is room (its size is known only then), by at
+        most `BIG_LOADS` at once in the process, and queued at once: nothing large waits in
+        memory for a client to read."""
+        if row["content"] is None:
+            if not await self.outbox.room(BIG_BYTES):
+                return
+            async with self.relay.loads:
+                stored = await self.relay.stored.stored(row)
+            self._queue(sub_id, scope, stored, sent, readable)
+            return
+        stored = await self.relay.stored.stored(row)  # its content is in the row
+        if await self.outbox.room(size_of(row["content"])):
+            self._queue(sub_id, scope, stored, sent, readable)
+
+    def _queue(
+        self, sub_id: str, scope: Scope, stored: Stored, sent: set[str], readable: frozenset[Slug]
+    ) -> None:
+        filed = UNSCOPED if stored.collection is None else stored.collection
+        if self._allowed(filed, scope, readable):  # as it is queued: the gate's say now
+            sent.add(stored.event.id)
+            self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()))
+
+    async def _readable(self, scope: Scope) -> frozenset[Slug]:
+        """What the key reads now, read from the database (through the gate)."""
+        reader = await self.client.gate.refresh(self.relay.access.reader)
+        return frozenset() if reader is None else frozenset(reader.slugs)
+
+    def _allowed(self, filed: str, scope: Scope, readable: frozenset[Slug]) -> bool:
+        """An event filed under `filed` may go out: its collection was readable after the
+        page was read, and the gate still allows it (profiles and terms: one of the scope's
+        collections is)."""
+        gate = self.client.gate
+        if filed == UNSCOPED:
+            return any(slug in readable and gate.allows(slug) for slug in _slugs(scope))
+        return filed in readable and gate.allows(filed)
 
     async def _search(self, scope: Scope, wanted: Filter) -> list[Stored]:
         assert wanted.search is not None
@@ -155,17 +240,65 @@ class Reading:
         return [s for s in found_events if wanted.matches(s.event)][:limit]
 
     async def count(self, message: CountMessage, scope_of: ScopeOf) -> None:
+        self._cancel(("COUNT", message.sub_id))
         scope = await scope_of(message.sub_id)
         if any(f.search is not None for f in message.filters):
             raise Refused(message.sub_id, "invalid: COUNT does not take search (NIP-50)")
+        self._may_start(message.sub_id)
+        self._start(("COUNT", message.sub_id), self._count(message, scope))
+
+    async def _count(self, message: CountMessage, scope: Scope) -> None:
         try:
             number = await self.relay.stored.count(scope, message.filters)
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
             self.outbox.send(messages.closed(message.sub_id, failure(exc)))
             return
         self.outbox.send(messages.count(message.sub_id, number))
 
+    def _may_start(self, sub_id: str) -> None:
+        """`Refused` when this connection has enough waiting to be answered, or memory is
+        short."""
+        if len(self.tasks) >= MAX_SUBSCRIPTIONS:
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
+            raise Refused(
+                sub_id,
+                f"invalid: {len(self.tasks)} REQs or COUNTs wait to be answered on this "
+                f"connection, at most {MAX_SUBSCRIPTIONS}: wait for an EOSE or COUNT",
+            )
+        full = self.client.budget.refusal()
+        if full is not None:
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
+            raise Refused(sub_id, full)
+
+    def _start(self, key: tuple[str, str], work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(self._in_turn(work), name=f"tms-relay-{key[0].lower()}")
+        self.tasks[key] = task
+        task.add_done_callback(lambda done: self._finished(key, done))
+
+    async def _in_turn(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            async with self._reads:
+                await work
+        finally:
+            work.close()  # cancelled before its turn: never started, never warned of
+
+    def _finished(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self.tasks.get(key) is task:
+            del self.tasks[key]
+        failed = None if task.cancelled() else task.exception()
+        if failed is not None:  # never unanswered
+            self.outbox.send(messages.closed(key[1], failure(failed)))
+
+    def _cancel(self, key: tuple[str, str]) -> None:
+        task = self.tasks.pop(key, None)
+        if task is not None:
+            task.cancel()
+
     def unsubscribe(self, sub_id: str) -> None:
+        """CLOSE (or a REQ replacing the id, or a refusal): its work stops, it leaves the hub."""
+        self._cancel(("REQ", sub_id))
         sub = self.subs.pop(sub_id, None)
         if sub is not None:
             self.relay.hub.remove(sub)
@@ -177,6 +310,18 @@ class Reading:
         for sub in self.subs.values():
             self.relay.hub.remove(sub)
         self.subs.clear()
+
+    async def cancel(self) -> None:
+        """The connection has closed: every stored answer and COUNT still running stops."""
+        tasks = list(self.tasks.values())
+        self.tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _slugs(scope: Scope) -> tuple[Slug, ...]:
+    return (scope.slug,) if isinstance(scope, ReadableCollection) else scope.slugs
 
 
 def _score(item: object) -> float:

@@ -3,6 +3,7 @@ live subscriptions fed by the commit feed, opened once with the app (`tms.web.ap
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -10,11 +11,14 @@ from typing import Final
 
 from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
+from tms.http.bodies import MiB
 from tms.ledger.access import Access
 from tms.ledger.feed import CommitFeed
 from tms.ledger.filters import StoredEvents
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
+from tms.relay.budget import ProcessBudget
+from tms.relay.limits import BIG_LOADS, LIVE_BEHIND_SECONDS
 from tms.relay.live import Hub
 from tms.search.search import Search
 from tms.services import Services
@@ -35,11 +39,20 @@ class Relay:
     sessions: Sessions
     hub: Hub
     feed: CommitFeed
+    memory: ProcessBudget  # every connection's bytes, counted together
+    loads: asyncio.Semaphore  # large stored contents read at once (`BIG_LOADS`)
+    behind_seconds: float  # a live event unwritten this long: its client is behind
 
 
 @asynccontextmanager
-async def open_relay(services: Services, database_url: str) -> AsyncIterator[Relay]:
-    """The relay of this process: its hub of subscriptions, fed by the commit feed."""
+async def open_relay(
+    services: Services,
+    database_url: str,
+    memory_bytes: int = 128 * MiB,
+    behind_seconds: float = LIVE_BEHIND_SECONDS,
+) -> AsyncIterator[Relay]:
+    """The relay of this process: its hub of subscriptions, fed by the commit feed;
+    `memory_bytes`: what all its connections together may hold (`tms.relay.budget`)."""
     pool = services.ledger.pool
     stored = StoredEvents(pool)
     hub = Hub(stored)
@@ -58,6 +71,9 @@ async def open_relay(services: Services, database_url: str) -> AsyncIterator[Rel
             sessions=services.sessions,
             hub=hub,
             feed=feed,
+            memory=ProcessBudget(memory_bytes),
+            loads=asyncio.Semaphore(BIG_LOADS),
+            behind_seconds=behind_seconds,
         )
     finally:
         await feed.close()

@@ -49,7 +49,7 @@ from starlette.staticfiles import StaticFiles
 
 from tms.config import Settings, load_secret
 from tms.errors import TMSError
-from tms.http.bodies import BodyError, Disconnected
+from tms.http.bodies import BodyError, Disconnected, MiB
 from tms.http.gate import Gate
 from tms.http.login import Keyring
 from tms.http.metered import Metered
@@ -123,7 +123,12 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with (
             open_runtime(settings, database_url) as runtime,
-            open_relay(runtime.services, runtime.database_url) as relay,
+            open_relay(
+                runtime.services,
+                runtime.database_url,
+                settings.relay_memory_mb * MiB,
+                settings.relay_behind_seconds,
+            ) as relay,
             scrape.metrics_port(settings, runtime),
         ):
             front = McpFront(runtime.services.refusals)

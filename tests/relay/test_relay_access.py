@@ -1,0 +1,200 @@
+"""A key removed from a collection receives nothing of it once the removal commits, whatever is
+in flight (issue 26, items 1 and 2), and an AUTH names this relay, not the Host a client chose
+(item 11).
+
+Item 1 is a slow stored answer: the client does not read, the relay's answer waits on it, and
+the owner removes the key meanwhile. Item 2 is a refresh of the key's reader capability that
+reads the member lists before a removal and ends after it: it is held open here by a test hook
+around the real `Access.reader`, on a real relay over a real database and commit feed, so that
+the race happens every time rather than in 5 runs of 60.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from factories import OWNER, Live, claim, evidence, key, members, settings, terms
+from relay_client import Client, publish, slow_reader, small_buffer_socket, ws_url
+from websockets.asyncio.client import connect
+
+from tms.ledger.access import Reader
+from tms.ledger.service import Ledger
+from tms.relay.connection import Connection
+from tms.relay.shared import open_relay
+from tms.runtime import open_runtime
+from tms.store.database import open_pool
+from tms.types import PubKey
+
+pytestmark = pytest.mark.anyio
+
+BIG = "A long document, read slowly by its reader. " * 7_000  # about 300 KB
+
+
+def now() -> int:
+    return int(time.time())
+
+
+async def read_all(client: Client, sub_id: str) -> tuple[list[list[Any]], int | None]:
+    """Everything the relay sends until it falls silent, and where the CLOSED for `sub_id`
+    came (its index), if it came."""
+    got: list[list[Any]] = []
+    closed: int | None = None
+    while True:
+        try:
+            message = await client.recv(5 if closed is None else 1)
+        except TimeoutError:
+            return got, closed
+        got.append(message)
+        if message[:2] == ["CLOSED", sub_id] and closed is None:
+            closed = len(got) - 1
+
+
+async def test_a_removed_member_gets_nothing_after_the_removal_from_a_slow_stored_answer(
+    live: Live,
+) -> None:
+    reader = key(0x77)
+    T = now() - 1000
+    slug = "slow"
+    # More than the relay queues and the sockets hold between them: the answer waits.
+    stored = [evidence(OWNER, slug, f"{n} {BIG}", created_at=T) for n in range(64)]  # ~19 MB
+    await publish(
+        live.database_url,
+        [members(OWNER, slug, [reader.pubkey], created_at=T)],
+        *[stored[n : n + 16] for n in range(0, len(stored), 16)],
+        [claim(OWNER, slug, "said before", created_at=T)],
+    )
+    leaks: list[str] = []
+    for trial, path in enumerate([f"/c/{slug}", "/", f"/c/{slug}", "/"]):
+        when = T + 10 + 4 * trial
+        if trial:
+            await publish(
+                live.database_url, [members(OWNER, slug, [reader.pubkey], created_at=when)]
+            )
+        client = await slow_reader(live.url, path, reader)
+        try:
+            await client.send(["REQ", "s", {"kinds": [4701]}, {"kinds": [4702]}])
+            await asyncio.sleep(0.5)  # the stored answer now waits for the client to read
+            after = claim(OWNER, slug, f"said after the removal {trial}", created_at=when + 2)
+            await publish(
+                live.database_url, [members(OWNER, slug, [], created_at=when + 1)], [after]
+            )
+            got, closed = await read_all(client, "s")
+        finally:
+            await client.close()
+
+        assert closed is not None, [m[0] for m in got]
+        assert got[closed][2].startswith("restricted: ")
+        leaks += [f"{path}: {m[0]} after CLOSED" for m in got[closed + 1 :] if m[0] == "EVENT"]
+        leaks += [f"{path}: the claim said after" for m in got if m[0] == "EVENT" and m[2] == after]
+    assert leaks == []
+
+
+async def test_a_refresh_that_read_the_old_list_brings_nothing_back_on_the_root(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key reads `rb` on `/`; a member list naming it in `ra` makes the connection read its
+    reader anew, and that read is held open (the hook) while the owner removes it from `ra`
+    again; the stale read then ends. A claim in `ra` after that reaches nobody removed."""
+    person = key(0x78)
+    T = now() - 500
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        await Ledger(pool).approve([OWNER.pubkey])
+    finally:
+        await pool.close()
+    await publish(
+        db_url,
+        [terms(OWNER)],
+        [members(OWNER, "ra", [], created_at=T)],
+        [members(OWNER, "rb", [person.pubkey], created_at=T)],
+    )
+    sent: list[str] = []
+    lists: list[str] = []
+
+    async def send(text: str) -> None:
+        sent.append(text)
+
+    async def see(text: str) -> None:
+        lists.append(text)
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        conn = Connection(relay, send, slug=None, url="ws://x/", address=None, pubkey=person.pubkey)
+        owner = Connection(relay, see, slug=None, url="ws://x/", address=None, pubkey=OWNER.pubkey)
+        for connection, filters in ((conn, {"kinds": [4702]}), (owner, {"kinds": [4705]})):
+            await connection.open()
+            await connection.handle(json.dumps(["REQ", "live", {**filters, "limit": 0}]))
+        await wait_for(lambda: any('"EOSE"' in text for text in sent))
+        await wait_for(lambda: any('"EOSE"' in text for text in lists))
+
+        real: Callable[[PubKey], Awaitable[Reader]] = relay.access.reader
+        read = asyncio.Event()
+        release = asyncio.Event()
+        leaks: list[str] = []
+        for trial in range(5):
+            held = True
+
+            async def hooked(pubkey: PubKey) -> Reader:
+                nonlocal held
+                found = await real(pubkey)
+                if held and pubkey == person.pubkey:  # the first read after the list: held
+                    held = False
+                    read.set()
+                    await release.wait()
+                return found
+
+            monkeypatch.setattr(relay.access, "reader", hooked)
+            read.clear()
+            release.clear()
+            when = T + 10 + 4 * trial
+            await publish(db_url, [members(OWNER, "ra", [person.pubkey], created_at=when)])
+            await asyncio.wait_for(read.wait(), 10)  # the refresh read the lists: held
+            removal = members(OWNER, "ra", [], created_at=when + 1)
+            await publish(db_url, [removal])
+            await wait_for(lambda removal=removal: any(removal["id"] in t for t in lists))
+            release.set()  # the hub has handed the removal over: the stale read ends
+            await wait_for(lambda: conn.auth._refresh is None or conn.auth._refresh.done())
+            gone = claim(OWNER, "ra", f"said to ra after the removal {trial}", created_at=when)
+            done = claim(OWNER, "rb", f"said to rb {trial}", created_at=when)
+            await publish(db_url, [gone], [done])
+            await wait_for(lambda done=done: any(done["id"] in text for text in sent))
+            leaks += [text for text in sent if gone["id"] in text]
+            monkeypatch.setattr(relay.access, "reader", real)
+        await conn.close()
+        await owner.close()
+    assert leaks == []
+
+
+async def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
+async def test_auth_for_another_relay_is_refused_whatever_host_the_client_names(
+    live: Live,
+) -> None:
+    """`TMS_BASE_URL` unset: the relay is the address it listens on, never the `Host` header."""
+    port = live.url.rsplit(":", 1)[1]
+    foreign = f"ws://evil.example:{port}/c/rel"
+    ws = await connect(foreign, sock=small_buffer_socket(live.url), max_size=None)
+    try:
+        challenge = json.loads(await ws.recv())[1]
+        client = Client(ws, foreign, challenge)
+        answer = await client.auth(key(0x33), relay=foreign)
+        assert answer[0] == "OK" and answer[2] is False
+        assert answer[3].startswith("invalid: the relay tag is")
+        assert ws_url(live.url, "/c/rel") in answer[3]  # the relay it is
+        answer = await client.auth(key(0x33), relay=ws_url(live.url, "/c/rel"))
+        assert answer[0] == "OK" and answer[2] is True
+    finally:
+        await ws.close()

@@ -1,0 +1,136 @@
+"""What a connection makes the relay hold is bounded in bytes, and bounded by what an honest
+client does: one ordinary batch of large evidence reaches every prompt subscriber (issue 26,
+item 8); what waits behind a slow stored answer is capped in bytes, closing that subscription
+only (item 9); a subscription's filters count against the connection's budget (item 4); and a
+stored answer runs as a task of its own, so an EVENT or a CLOSE behind it is not held up, and
+a CLOSE stops it (item 5, issue 29)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from factories import MEMBER, OWNER, Live, claim, evidence, fresh_database, live_server, settings
+from relay_client import Client, publish, seed, slow_reader, ws_url
+
+from tms.relay.limits import OUTBOX_BYTES
+
+pytestmark = pytest.mark.anyio
+
+LARGE = "A long document of evidence, as any member may publish it. " * 32_000  # ~1.9 MB
+MEDIUM = "A document read slowly by its reader. " * 8_000  # ~300 KB
+
+
+def now() -> int:
+    return int(time.time())
+
+
+@pytest.fixture(scope="module")
+def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
+    """`rel` holds ~19 MB of evidence: more than the relay queues and the sockets hold, so a
+    client that does not read keeps its stored answer waiting."""
+    with fresh_database(pg_server_url, template_url, "tms_relay_memory") as url:
+        asyncio.run(seed(url))
+        stored = [evidence(OWNER, "rel", f"{n} {MEDIUM}") for n in range(64)]
+        asyncio.run(publish(url, *[stored[n : n + 16] for n in range(0, 64, 16)]))
+        with live_server(url, settings(TMS_EMBED="off")) as server:
+            yield server
+
+
+async def member(live: Live) -> Client:
+    client = await Client.open(ws_url(live.url, "/c/rel"))
+    ok = await client.auth(MEMBER)
+    assert ok[0] == "OK" and ok[2] is True, ok
+    return client
+
+
+async def test_one_batch_of_large_evidence_reaches_ten_prompt_subscribers_whole(
+    live: Live,
+) -> None:
+    readers = [await member(live) for _ in range(10)]
+    try:
+        for n, reader in enumerate(readers):
+            _, end = await reader.req(f"new{n}", {"kinds": [4701], "limit": 0})
+            assert end == ["EOSE", f"new{n}"]
+        batch = [evidence(MEMBER, "rel", f"batch {n} {time.time_ns()} {LARGE}") for n in range(6)]
+        assert sum(len(e["content"]) for e in batch) > OUTBOX_BYTES  # more than one budget
+        await publish(live.database_url, batch)
+
+        async def received(reader: Client) -> list[str]:
+            return [(await reader.recv(30))[2]["id"] for _ in batch]
+
+        got = await asyncio.gather(*(received(reader) for reader in readers))
+        assert got == [[e["id"] for e in batch]] * len(readers)
+    finally:
+        for reader in readers:
+            await reader.close()
+
+
+async def read_until(client: Client, done: Any, seconds: float = 10.0) -> list[list[Any]]:
+    """Messages until `done(message)` holds, or silence."""
+    got: list[list[Any]] = []
+    while True:
+        try:
+            message = await client.recv(seconds)
+        except TimeoutError:
+            return got
+        got.append(message)
+        if done(message):
+            return got
+
+
+async def test_new_events_behind_a_slow_stored_answer_are_capped_in_bytes(live: Live) -> None:
+    client = await slow_reader(live.url, "/c/rel", MEMBER)
+    try:
+        await client.send(["REQ", "slow", {"kinds": [4701]}])
+        await asyncio.sleep(0.5)  # the stored answer waits for the client to read
+        new = [evidence(MEMBER, "rel", f"new {n} {time.time_ns()} {LARGE}") for n in range(5)]
+        await publish(live.database_url, *[[event] for event in new])
+        got = await read_until(client, lambda m: m[0] in ("CLOSED", "EOSE") and m[1] == "slow")
+        end = got[-1]
+        assert end[:2] == ["CLOSED", "slow"], [m[0] for m in got]
+        assert end[2].startswith(f"error: more than {OUTBOX_BYTES:,} bytes of new events")
+        assert not {e["id"] for e in new} & {m[2]["id"] for m in got if m[0] == "EVENT"}
+        _, again = await client.req("again", {"kinds": [4702], "limit": 1})  # the rest goes on
+        assert again == ["EOSE", "again"]
+    finally:
+        await client.close()
+
+
+async def test_filters_count_against_the_connections_budget(live: Live) -> None:
+    ids = [f"{n:064x}" for n in range(1000)]
+    async with await member(live) as client:
+        answers = []
+        for n in range(12):
+            await client.send(["REQ", f"wide{n}", *[{"ids": ids} for _ in range(10)]])
+            answers.append(await client.recv())
+        closed = [a for a in answers if a[0] == "CLOSED"]
+        assert answers[0] == ["EOSE", "wide0"]
+        assert closed and all(a[2].startswith("invalid: these filters hold") for a in closed)
+        for n in range(12):
+            await client.send(["CLOSE", f"wide{n}"])
+        _, end = await client.req("narrow", {"ids": ids}, {"ids": ids})  # room again
+        assert end == ["EOSE", "narrow"]
+
+
+async def test_an_event_and_a_close_behind_a_slow_stored_answer_are_not_held_up(
+    live: Live,
+) -> None:
+    client = await slow_reader(live.url, "/c/rel", MEMBER)
+    try:
+        await client.send(["REQ", "slow", {"kinds": [4701]}])
+        await asyncio.sleep(0.3)  # the stored answer waits for the client to read
+        said = claim(MEMBER, "rel", f"said during a slow answer {time.time_ns()}", created_at=now())
+        await client.send(["EVENT", said])
+        await client.send(["CLOSE", "slow"])
+        got = await read_until(client, lambda m: m[0] == "OK", seconds=5)
+        assert got and got[-1][:3] == ["OK", said["id"], True], [m[0] for m in got]
+        rest = await read_until(client, lambda m: False, seconds=1)
+        assert ["EOSE", "slow"] not in got + rest  # the CLOSE stopped it
+        _, end = await client.req("after", {"ids": [said["id"]]})
+        assert end == ["EOSE", "after"]
+    finally:
+        await client.close()

@@ -1,0 +1,81 @@
+"""Memory budgets in bytes: one per connection, and one per process that every connection's
+counts into.
+
+A connection counts what it makes the process hold for it: messages queued and not yet written
+(`tms.relay.outbox`), and new events held for a subscription while its stored answer is read
+(`tms.relay.live`). Over its own budget or the process's, a connection is refused new REQs
+(`CLOSED` saying why) and its stored answers wait for room; the process's budget is what lets
+a thousand small connections not add up to the machine's memory, when each one's budget alone
+would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+MEMORY_FULL: Final = (
+    "error: this relay is short of memory for new stored answers ({used:,} bytes of {budget:,} "
+    "held for {whose}); try again shortly"
+)
+
+
+def size_of(text: str) -> int:
+    """The UTF-8 size of a message, without making the bytes when it is ASCII."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class ProcessBudget:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self._freed = asyncio.Event()
+
+    def take(self, size: int) -> None:
+        self.used += size
+
+    def give(self, size: int) -> None:
+        self.used -= size
+        if self.used < self.budget:
+            self._freed.set()
+
+    @property
+    def full(self) -> bool:
+        return self.used >= self.budget
+
+    async def room(self, size: int) -> None:
+        """Until `size` more bytes fit (or nothing at all is held: one message always fits)."""
+        while self.used > 0 and self.used + size > self.budget:
+            self._freed.clear()
+            await self._freed.wait()
+
+
+class Budget:
+    """One connection's bytes, counted into the process's too."""
+
+    def __init__(self, process: ProcessBudget, budget: int) -> None:
+        self.process = process
+        self.budget = budget
+        self.used = 0
+
+    def take(self, size: int) -> None:
+        self.used += size
+        self.process.take(size)
+
+    def give(self, size: int) -> None:
+        self.used -= size
+        self.process.give(size)
+
+    def release(self) -> None:
+        """The connection has closed: nothing it held is held any more."""
+        self.give(self.used)
+
+    def refusal(self) -> str | None:
+        """Why a new stored answer must wait for another time, or None."""
+        if self.used >= self.budget:
+            return MEMORY_FULL.format(used=self.used, budget=self.budget, whose="this connection")
+        if self.process.full:
+            return MEMORY_FULL.format(
+                used=self.process.used, budget=self.process.budget, whose="every connection"
+            )
+        return None
