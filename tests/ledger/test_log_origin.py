@@ -122,3 +122,15 @@ async def test_a_database_signed_before_018_adopts_the_origin_of_its_checkpoints
         assert result["checkpoints"][0]["origin"] == "kept.example/c/lab"
     finally:
         await pool.close()
+
+
+async def test_a_throwaway_key_never_records_the_origin(ledger: Ledger) -> None:
+    """The operator's commands sign with a throwaway key (`tms export --checkpoint` builds a log
+    not built yet): its host, tms.invalid, is never made the database's origin."""
+    opened = await open_collection(ledger, OWNER, "lab")
+    assert opened["checkpoints"][0]["origin"] == "tms.invalid/c/lab"
+    assert await recorded(ledger.pool) is None
+    server = Ledger(ledger.pool, log=signer("tms.example.org"))
+    result = await publish(server, claim(OWNER, "lab", "The server's first."))
+    assert result["checkpoints"][0]["origin"] == "tms.example.org/c/lab"
+    assert await recorded(ledger.pool) == "tms.example.org"

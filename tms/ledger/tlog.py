@@ -54,7 +54,7 @@ from tms.tlog.merkle import (
     rebuild,
     verify_consistency,
 )
-from tms.tlog.note import LogSigner
+from tms.tlog.note import THROWAWAY_HOST, LogSigner
 from tms.types import EventId, Slug
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,8 @@ class TransparencyLog:
         if host is not None:  # committed by an earlier transaction: it stays
             self._adopt(host)
             self.settled = True
+            return
+        if self.configured == THROWAWAY_HOST:  # an operator command's or a test's: never kept
             return
         await conn.execute(_SQL_RECORD_ORIGIN, self.configured)
         self._adopt(await conn.fetchval(_SQL_ORIGIN))
