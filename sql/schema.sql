@@ -312,6 +312,14 @@ CREATE TABLE public.tlog_nodes (
     CONSTRAINT tlog_nodes_level_check CHECK ((((level >= 4) AND (level <= 60)) AND (((level)::integer % 4) = 0)))
 );
 
+CREATE TABLE public.tlog_origin (
+    one boolean DEFAULT true NOT NULL,
+    host text NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tlog_origin_host_check CHECK (((host <> ''::text) AND (host !~ '[[:space:]]'::text))),
+    CONSTRAINT tlog_origin_one_check CHECK (one)
+);
+
 CREATE TABLE public.tlog_witness_state (
     collection public.slug NOT NULL,
     witness text NOT NULL,
@@ -436,6 +444,9 @@ ALTER TABLE ONLY public.tlog_leaves
 
 ALTER TABLE ONLY public.tlog_nodes
     ADD CONSTRAINT tlog_nodes_pkey PRIMARY KEY (collection, level, idx);
+
+ALTER TABLE ONLY public.tlog_origin
+    ADD CONSTRAINT tlog_origin_pkey PRIMARY KEY (one);
 
 ALTER TABLE ONLY public.tlog_witness_state
     ADD CONSTRAINT tlog_witness_state_pkey PRIMARY KEY (collection, witness);
@@ -575,3 +586,7 @@ CREATE TRIGGER tlog_leaves_no_truncate BEFORE TRUNCATE ON public.tlog_leaves FOR
 CREATE TRIGGER tlog_nodes_append_only BEFORE DELETE OR UPDATE ON public.tlog_nodes FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
 
 CREATE TRIGGER tlog_nodes_no_truncate BEFORE TRUNCATE ON public.tlog_nodes FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_origin_append_only BEFORE DELETE OR UPDATE ON public.tlog_origin FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER tlog_origin_no_truncate BEFORE TRUNCATE ON public.tlog_origin FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();

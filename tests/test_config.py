@@ -7,31 +7,45 @@ from pathlib import Path
 
 import pytest
 
-from tms.config import DEFAULT_PROFILE_RELAYS, Settings, load_secret
+from tms.config import DEFAULT_PROFILE_RELAYS, Settings, load_log_key, load_secret
 from tms.errors import ConfigError
 
 
 def test_the_secret_is_generated_once_into_the_data_directory(tmp_path: Path) -> None:
     settings = Settings.from_env({"TMS_DATA_DIR": str(tmp_path / "data")})
-    secret, said = load_secret(settings, external_database=False)
-    assert said == f"TMS_SECRET is unset: generated one into {tmp_path / 'data' / 'secret'}"
-    assert stat.S_IMODE((tmp_path / "data" / "secret").stat().st_mode) == 0o600
-    assert load_secret(settings, external_database=True) == (secret, None)  # kept
+    secret, said = load_secret(settings)
+    path = tmp_path / "data" / "secret"
+    assert said is not None and said.startswith(
+        f"TMS_SECRET is unset: generated the login secret into {path}; it is kept there"
+    )
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_secret(settings) == (secret, None)  # kept, and nothing more to say
 
 
-def test_without_a_data_directory_an_external_database_gets_a_process_secret(
+def test_an_external_database_keeps_both_secrets_in_the_data_directory_from_the_first_start(
     tmp_path: Path,
 ) -> None:
-    settings = Settings.from_env({"TMS_DATA_DIR": str(tmp_path / "absent")})
-    one, said = load_secret(settings, external_database=True)
-    assert said is not None and "lasts as long as this process" in said
-    assert load_secret(settings, external_database=True)[0] != one
-    assert not (tmp_path / "absent").exists()
+    """One rule for the login secret and the log key, whatever the database: unset, each is
+    generated into TMS_DATA_DIR (made if need be) at the first start, which says so once, and
+    the same one is used at every later start, which says nothing. (A first start used to sign
+    logins with a secret that lasted one process while the log key made the directory, which
+    later starts then kept silently.)"""
+    env = {"TMS_DATA_DIR": str(tmp_path / "absent"), "TMS_DATABASE_URL": "postgresql://db/tms"}
+    settings = Settings.from_env(env)
+    secret, said_secret = load_secret(settings)
+    signer, said_key = load_log_key(settings)
+    assert said_secret is not None and str(tmp_path / "absent" / "secret") in said_secret
+    assert said_key is not None and str(tmp_path / "absent" / "log-key") in said_key
+    again = Settings.from_env(env)
+    assert load_secret(again) == (secret, None)
+    kept, said = load_log_key(again)
+    assert said is None and kept.key.encode() == signer.key.encode()
+    assert {p.name for p in (tmp_path / "absent").iterdir()} == {"secret", "log-key"}
 
 
 def test_a_set_secret_is_used_and_a_short_one_refused(tmp_path: Path) -> None:
     env = {"TMS_DATA_DIR": str(tmp_path), "TMS_SECRET": "s" * 32}
-    assert load_secret(Settings.from_env(env), external_database=True) == (b"s" * 32, None)
+    assert load_secret(Settings.from_env(env)) == (b"s" * 32, None)
     with pytest.raises(ConfigError, match="at least 32 characters"):
         Settings.from_env({**env, "TMS_SECRET": "short"})
 

@@ -59,7 +59,8 @@ def test_every_setting_the_code_reads_is_in_the_settings_tables() -> None:
     code = "\n".join(
         path.read_text("utf-8")
         for folder in ("tms", "tests", "bench")
-        for path in (ROOT / folder).rglob("*.py")
+        for pattern in ("*.py", "*.md")  # the guide's scripts read some too (tms/web/templates)
+        for path in (ROOT / folder).rglob(pattern)
     )
     names = set(re.findall(r'"(TMS_[A-Z_]+)"', code))
     read_by_code = {name for name in names if not name.endswith("_")}

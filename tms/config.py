@@ -7,10 +7,11 @@ half-way through a request.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -177,10 +178,27 @@ class Settings:
             witness_key=env.get("TMS_WITNESS_KEY", "").strip() or None,
         )
 
+    def serving(self, host: str | None, port: int | None) -> Settings:
+        """These settings as `tms serve --host/--port` override them: one listen address for
+        everything that reads it (the log's origin as well as the listener), whichever of the
+        flag or `TMS_HOST`/`TMS_PORT` gave it. The metrics port may not be that port either."""
+        served = dataclasses.replace(
+            self, host=host or self.host, port=self.port if port is None else port
+        )
+        if not 0 < served.port < 65536:
+            raise ConfigError(f"--port must be between 1 and 65535, got {served.port}")
+        if served.metrics_port == served.port:
+            raise ConfigError(
+                f"TMS_METRICS_PORT must not be the public port ({served.port}): metrics are private"
+            )
+        return served
+
     @property
     def log_host(self) -> str:
-        """What the transparency logs are named after: `TMS_BASE_URL` without its scheme (the
-        public address), else `TMS_HOST`."""
+        """The host this server would name the transparency logs after: `TMS_BASE_URL` without
+        its scheme (the public address), else the listen host (`--host`, else `TMS_HOST`). Only
+        the first checkpoint a database signs takes it; later ones keep the host recorded then
+        (sql/018, `tms.ledger.tlog`)."""
         if self.base_url is not None:
             return self.base_url.split("://", 1)[1]
         return self.host
@@ -189,34 +207,65 @@ class Settings:
 def load_log_key(settings: Settings) -> tuple[LogSigner, str | None]:
     """The key that signs every collection's checkpoints, and a line to log when it was chosen
     here. `TMS_LOG_KEY` when set; otherwise the file `TMS_DATA_DIR/log-key`, generated on first
-    use (owner-only permissions, the directory created if need be) under the name
-    `Settings.log_host`. The key must outlive the process: members check checkpoints with its
-    public half (GET /log-key), so one that changed at each restart would disown every
-    checkpoint signed before. A key that cannot be read or made stops start-up."""
+    use under the name `Settings.log_host` (`generated`: the data directory's rule). The key
+    must outlive the process: members check checkpoints with its public half (GET /log-key), so
+    one that changed at each restart would disown every checkpoint signed before. A key that
+    cannot be read or made stops start-up."""
     from tms.tlog.note import LogSigner, NoteSigner
 
+    if settings.log_key is not None:
+        try:
+            return LogSigner(NoteSigner.parse(settings.log_key), settings.log_host), None
+        except LogError as exc:
+            raise ConfigError(f"TMS_LOG_KEY: {exc}") from None
     path = settings.data_dir / LOG_KEY_FILE
     try:
-        if settings.log_key is not None:
-            return LogSigner(NoteSigner.parse(settings.log_key), settings.log_host), None
+        text, made = generated(
+            settings,
+            LOG_KEY_FILE,
+            "the log key",
+            lambda: NoteSigner.generate(settings.log_host).encode(),
+        )
+        key = NoteSigner.parse(text)
+    except LogError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    said = None
+    if made:
+        said = (
+            f"TMS_LOG_KEY is unset: generated the checkpoint key {key.verifier().encode()} into "
+            f"{path}; {KEEP_DATA_DIR}"
+        )
+    return LogSigner(key, settings.log_host), said
+
+
+# What a generated secret's log line adds: the rule for the data directory, said once.
+KEEP_DATA_DIR: Final = (
+    "it is kept there and used at every start: keep TMS_DATA_DIR, and give every server sharing "
+    "the database the same TMS_SECRET and TMS_LOG_KEY"
+)
+
+
+def generated(
+    settings: Settings, name: str, what: str, make: Callable[[], str]
+) -> tuple[str, bool]:
+    """The data directory's one rule for a secret whose variable is unset (`TMS_SECRET`,
+    `TMS_LOG_KEY`): it is the file `TMS_DATA_DIR/<name>`, made by `make` on first use with
+    owner-only permissions (the directory created if need be, whether or not the database is
+    the embedded one), and read at every later start. Returns its text and whether it was made
+    now (the caller logs that, once: later starts have nothing to say)."""
+    path = settings.data_dir / name
+    try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
-            key = NoteSigner.parse(path.read_text("ascii"))
-            return LogSigner(key, settings.log_host), None
-        key = NoteSigner.generate(settings.log_host)
+            return path.read_text("ascii").strip(), False
+        value = make()
         with os.fdopen(descriptor, "w", encoding="ascii") as file:
-            file.write(key.encode() + "\n")
-    except LogError as exc:
-        where = "TMS_LOG_KEY" if settings.log_key is not None else str(path)
-        raise ConfigError(f"{where}: {exc}") from None
+            file.write(value + "\n")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read or create the log key {path}: {exc}") from None
-    verifier = key.verifier().encode()
-    return LogSigner(key, settings.log_host), (
-        f"TMS_LOG_KEY is unset: generated the checkpoint key {verifier} into {path}"
-    )
+        raise ConfigError(f"cannot read or create {what} {path}: {exc}") from None
+    return value, True
 
 
 def _secret(env: Mapping[str, str]) -> str | None:
@@ -276,42 +325,24 @@ def _relays(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(relays)
 
 
-def load_secret(settings: Settings, *, external_database: bool) -> tuple[bytes, str | None]:
+def load_secret(settings: Settings) -> tuple[bytes, str | None]:
     """The key that signs login cookies and nonces, and a line to log when it was chosen here.
-
-    `TMS_SECRET` when set. Otherwise the file `TMS_DATA_DIR/secret`, generated on first use
-    (owner-only permissions), so that logins survive a restart and every process on that data
-    directory agrees. With an external database (`TMS_DATABASE_URL`) and no data directory,
-    none is created: a random secret lives as long as the process, which is said in the log,
-    since logins then end at every restart and several servers would not share them."""
+    `TMS_SECRET` when set; otherwise the file `TMS_DATA_DIR/secret`, by the same rule as the
+    log key (`generated`), so that logins survive a restart and every process on that data
+    directory agrees."""
     if settings.secret is not None:
         return settings.secret.encode(), None
-    folder = settings.data_dir
-    if external_database and not folder.is_dir():
-        return secrets.token_bytes(32), (
-            f"TMS_SECRET is unset and there is no data directory ({folder}): login cookies are "
-            "signed with a random secret that lasts as long as this process, so logins end "
-            "when it restarts; set TMS_SECRET (the same on every server) to keep them"
+    path = settings.data_dir / SECRET_FILE
+    value, made = generated(
+        settings, SECRET_FILE, "the login secret", lambda: secrets.token_hex(32)
+    )
+    if len(value) < MIN_SECRET_CHARS:
+        raise ConfigError(
+            f"{path} holds a secret shorter than {MIN_SECRET_CHARS} characters; delete "
+            "it to have a new one generated (every browser is logged out)"
         )
-    path = folder / SECRET_FILE
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            value = path.read_text("ascii").strip()
-            if len(value) < MIN_SECRET_CHARS:
-                raise ConfigError(
-                    f"{path} holds a secret shorter than {MIN_SECRET_CHARS} characters; delete "
-                    "it to have a new one generated (every browser is logged out)"
-                ) from None
-            return value.encode(), None
-        value = secrets.token_hex(32)
-        with os.fdopen(descriptor, "w", encoding="ascii") as file:
-            file.write(value + "\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read or create the login secret {path}: {exc}") from None
-    return value.encode(), f"TMS_SECRET is unset: generated one into {path}"
+    said = f"TMS_SECRET is unset: generated the login secret into {path}; {KEEP_DATA_DIR}"
+    return value.encode(), said if made else None
 
 
 def _number(

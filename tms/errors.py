@@ -1,10 +1,14 @@
 """One error hierarchy whose messages are the user-facing text.
 
-Every front door (CLI, MCP, web) shows `str(error)` unchanged, so the wording here and where
-these are raised is the wording of SPEC's "Common errors" table, which the guide repeats
-(`tms/web/templates/docs.md`). Every subclass a user can meet is defined here, so the whole
-vocabulary of refusals reads in one place. Nothing here imports anything but the standard
-library.
+Every front door says `str(error)` in SPEC's words, so the wording here and where these are
+raised is the wording of SPEC's "Common errors" table, which the guide repeats
+(`tms/web/templates/docs.md`); a door may frame it in its protocol's way without changing the
+words: the CLI after `tms: `, the web and MCP doors as their JSON error, the relay after
+NIP-01's machine-readable prefix (`tms.relay.prefixes`). The ledger's errors, the ones every
+door meets, are defined here; a door's own protocol errors live with the door that raises them
+(the relay's `ProtocolError` and `Refused` in `tms.relay.messages`, the pages' `Refused` in
+`tms.web.door`, a body's `BodyError` in `tms.http.bodies`, a filter's `FilterError` in
+`tms.nostr.filters`). Nothing here imports anything but the standard library.
 
 Each error also says how the refusal log (`tms.guard.refusals`) files it: its `refusal` kind
 (None for what is not a refusal of the caller, such as a database that is down), and `pubkey`,

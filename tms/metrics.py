@@ -9,7 +9,8 @@ private network. Neither set: no metrics are served (the public `/metrics` is a 
 
 The doors, the ledger and the guards count here (a counter's `inc` costs well under a
 microsecond); what lives elsewhere is read when a scrape asks: the database pools' use, and
-the embedding queue's depth (`refresh`, also run every `REFRESH_SECONDS` while a metrics port
+the embedding queue's depth, labelled with the database's name since every server on it reports
+the same queue (`refresh`, also run every `REFRESH_SECONDS` while a metrics port
 is open, since that listener runs in a thread of its own and cannot query the database).
 
 The relay door (tms/relay) reports its live connections and subscriptions through
@@ -27,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from typing import Final
 
 from asyncpg import Pool
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -35,6 +36,10 @@ from tms.errors import Refusal
 from tms.rules.kinds import KINDS
 
 log = logging.getLogger(__name__)
+
+# No `*_created` series beside each counter and histogram (a timestamp per label set, about 120
+# series that only say when the process started): before any metric below is made.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 REFRESH_SECONDS: Final = 15.0
 
@@ -71,7 +76,10 @@ RATE_LIMITED: Final = Counter(
     "tms_rate_limited", "Calls over a rate limit (TMS_RATE_*), by budget", ["budget"]
 )
 EMBEDDING_QUEUE: Final = Gauge(
-    "tms_embedding_queue_depth", "Events waiting for a vector (all servers' queue)"
+    "tms_embedding_queue_depth",
+    "Events waiting for a vector, by database: one queue that every server on the database "
+    "reports alike (aggregate with max by (database), never sum)",
+    ["database"],
 )
 RELAY_CONNECTIONS: Final = Gauge("tms_relay_connections", "Relay WebSocket connections open")
 RELAY_SUBSCRIPTIONS: Final = Gauge("tms_relay_subscriptions", "Relay subscriptions open")
@@ -126,9 +134,10 @@ def track(gauge: Gauge) -> Iterator[None]:
 
 
 class _Pools(Collector):
-    """The database pools of this process, read when scraped: connections in use, idle and
-    at most, and callers waiting for one (asyncpg keeps no count of those: the waiters on its
-    queue of free connections are read, or 0 should asyncpg ever keep them elsewhere)."""
+    """The database pools of this process, read when scraped: connections in use and idle, the
+    most each pool may open (a limit, so a gauge of its own rather than a state), and callers
+    waiting for one (asyncpg keeps no count of those: the waiters on its queue of free
+    connections are read, or 0 should asyncpg ever keep them elsewhere)."""
 
     def __init__(self) -> None:
         self._pools: dict[int, tuple[str, Pool]] = {}
@@ -147,8 +156,13 @@ class _Pools(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         connections = GaugeMetricFamily(
             "tms_db_pool_connections",
-            "Database connections of this process's pools, by pool and state (in_use, idle, max)",
+            "Database connections of this process's pools, by pool and state (in_use, idle)",
             labels=["pool", "state"],
+        )
+        limits = GaugeMetricFamily(
+            "tms_db_pool_max_connections",
+            "The most database connections each of this process's pools opens, by pool",
+            labels=["pool"],
         )
         waiting = GaugeMetricFamily(
             "tms_db_pool_waiting",
@@ -166,9 +180,10 @@ class _Pools(Collector):
         for name, (in_use, idle, most, waiters) in sorted(totals.items()):
             connections.add_metric([name, "in_use"], in_use)
             connections.add_metric([name, "idle"], idle)
-            connections.add_metric([name, "max"], most)
+            limits.add_metric([name], most)
             waiting.add_metric([name], waiters)
         yield connections
+        yield limits
         yield waiting
 
 
@@ -177,14 +192,18 @@ REGISTRY.register(POOLS)
 
 
 async def refresh(pool: Pool) -> None:
-    """Figures the database holds: the embedding queue's depth (every server's queue: it is one
-    table). A database that does not answer leaves the last value."""
+    """Figures the database holds: the embedding queue's depth, under the database's name (one
+    table, the same for every server on it). A database that does not answer leaves the last
+    value."""
     try:
-        depth = await pool.fetchval("SELECT count(*) FROM embedding_queue", timeout=5)
+        row = await pool.fetchrow(
+            "SELECT current_database() AS name, count(*) AS depth FROM embedding_queue", timeout=5
+        )
     except Exception as exc:  # a scrape must not fail for it
         log.debug("metrics: the embedding queue could not be counted: %s", exc)
         return
-    EMBEDDING_QUEUE.set(depth)
+    if row is not None:
+        EMBEDDING_QUEUE.labels(row["name"]).set(row["depth"])
 
 
 async def refresh_forever(pool: Pool) -> None:

@@ -231,6 +231,7 @@ async def _start_vectors(settings: Settings, services: Services, starting: Start
 
 async def _backfill_logs(services: Services) -> None:
     try:
+        await services.ledger.log.check_origin()
         await services.ledger.log.check_key()
         built = await services.ledger.log.backfill()
     except asyncio.CancelledError:

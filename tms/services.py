@@ -1,5 +1,8 @@
 """The services every door calls, bundled: the MCP tools, the web pages and the CLI get the
-same ledger, access module, reads and search, so no door can hold a rule of its own."""
+same ledger, access module, reads and search, so no door can hold a rule of its own. The relay
+takes its own bundle from this one (`tms.relay.shared.Relay`: the same ledger, access, search,
+throttle, refusal log and sessions, beside what only it has: its stored-event reads, its hub of
+subscriptions and the commit feed)."""
 
 from __future__ import annotations
 

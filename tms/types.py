@@ -26,7 +26,9 @@ KIND_TERMS: Final = 4706
 KIND_REQUEST: Final = 4707
 
 MAX_CONTENT_CHARS: Final = 2_000_000
-# SPEC's `limit` arguments (at least 1) and search texts, the same at every door.
+# SPEC's `limit` arguments (at least 1) and search texts of the tools and the pages. The relay
+# speaks NIP-01, whose filters carry limits of their own (`tms.relay.limits`: a filter's `limit`
+# up to 1,000, the relay's answers bounded there).
 MAX_LIMIT: Final = 200
 MAX_EVIDENCE_LIMIT: Final = 500
 MAX_LINKS_LIMIT: Final = 1000

@@ -16,6 +16,7 @@ from factories import (
     OWNER,
     Live,
     claim,
+    database_name,
     evidence,
     free_port,
     fresh_database,
@@ -83,9 +84,12 @@ def test_the_public_port_serves_metrics_to_the_token_only(metered: Live) -> None
         assert TOKEN not in answer.text
     after = scrape(metered.url)
     assert value(after, "process_resident_memory_bytes") > 0
-    assert value(after, "tms_db_pool_connections", pool="main", state="max") >= 10  # summed
+    assert value(after, "tms_db_pool_max_connections", pool="main") >= 10  # summed
     assert value(after, "tms_db_pool_waiting", pool="publish") == 0
-    assert value(after, "tms_embedding_queue_depth") == 0
+    assert (
+        "tms_embedding_queue_depth",
+        (("database", database_name(metered.database_url)),),
+    ) in after
     assert value(after, "tms_relay_connections") >= 0
     for name, labels, added in (
         ("tms_requests_total", {"door": "ops", "outcome": "refused"}, 4),
@@ -93,6 +97,26 @@ def test_the_public_port_serves_metrics_to_the_token_only(metered: Live) -> None
         ("tms_refusals_total", {"kind": "unauthenticated"}, 4),
     ):
         assert value(after, name, **labels) - value(before, name, **labels) == added, name
+
+
+def test_the_series_an_operator_graphs(metered: Live) -> None:
+    """No `*_created` timestamp beside every counter and histogram (some 120 series saying when
+    the process started); a pool's limit is a gauge of its own, never a `state`; the embedding
+    queue, one table every server on the database reports alike, names that database."""
+    samples = scrape(metered.url)
+    names = {name for name, _ in samples}
+    assert not [name for name in names if name.endswith("_created")]
+    assert {
+        dict(labels).get("state") for name, labels in samples if name == "tms_db_pool_connections"
+    } == {
+        "in_use",
+        "idle",
+    }
+    for pool in ("main", "export", "publish"):
+        assert value(samples, "tms_db_pool_max_connections", pool=pool) >= 1
+    queues = [dict(labels) for name, labels in samples if name == "tms_embedding_queue_depth"]
+    assert {"database": database_name(metered.database_url)} in queues
+    assert all(set(labels) == {"database"} for labels in queues)
 
 
 def test_without_a_token_the_public_port_has_no_metrics(
@@ -110,7 +134,7 @@ def test_without_a_token_the_public_port_has_no_metrics(
         assert public.status_code == 404
         assert public.json() == httpx.get(f"{live.url}/nothing-here", timeout=30).json()
         private = scrape(f"http://127.0.0.1:{port}", {})
-        assert value(private, "tms_db_pool_connections", pool="export", state="max") >= 1
+        assert value(private, "tms_db_pool_max_connections", pool="export") >= 1
     with pytest.raises(httpx.ConnectError):  # closed with the server
         httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
 

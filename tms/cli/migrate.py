@@ -1,6 +1,7 @@
 """`tms migrate [--distribute]`: apply the migrations (the server does too, at start-up) and, on
-a Citus coordinator, distribute the ledger by collection (`tms.store.citus`); then say where
-each table lives."""
+a Citus coordinator, distribute the ledger by collection (`tms.store.citus`); then say what was
+applied and, on Citus, where each table lives. What the database refuses (an extension it lacks,
+rights the role lacks) is one line, as `serve` says it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tms.errors import one_line
 
 async def migrate(distribute: bool) -> int:
     """Apply what is missing and, with `distribute`, place the tables on the Citus cluster;
-    then say where each table lives."""
+    then say what was applied and, on Citus, where each table lives."""
     import asyncpg
 
     from tms.errors import DatabaseError
@@ -30,6 +31,10 @@ async def migrate(distribute: bool) -> int:
         applied = await apply_migrations(conn, distribute=distribute)
         placed = await citus.placements(conn)
         on_citus = await citus.installed(conn)
+    except asyncpg.PostgresError as exc:
+        # What the database refused (an extension it lacks, rights the role lacks), in its own
+        # words and hint, as `serve` says it: nothing was applied (one transaction).
+        raise DatabaseError(f"cannot migrate the database: {one_line(exc)}") from exc
     finally:
         await conn.close()
     print(f"applied: {', '.join(applied)}" if applied else "applied: none (up to date)")

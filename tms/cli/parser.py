@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate",
         "apply the database migrations (the server does at start-up)",
         "On a Citus coordinator, --distribute spreads the ledger over the workers by collection "
-        "(once: later migrations' tables follow by themselves). Prints where each table lives.",
+        "(once: later migrations' tables follow by themselves). Prints the migrations applied, "
+        "and on Citus where each table lives.",
     )
     migrate.add_argument(
         "--distribute",

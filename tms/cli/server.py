@@ -8,12 +8,13 @@ import asyncio
 import ipaddress
 import os
 import signal
+import socket
 import sys
 from typing import TYPE_CHECKING
 
 from tms.cli.database import usable_database
 from tms.config import Settings
-from tms.errors import TMSError
+from tms.errors import ConfigError, TMSError
 from tms.nostr.events import SecretKey
 
 if TYPE_CHECKING:
@@ -39,17 +40,19 @@ def serve(host: str | None, port: int | None) -> int:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     signal.signal(signal.SIGINT, _exit_cleanly)
     try:
-        settings = Settings.from_env()
-        host = host or settings.host
+        # --host and --port are TMS_HOST and TMS_PORT for everything, the log's origin too.
+        settings = Settings.from_env().serving(host, port)
+        host, port = settings.host, settings.port
         warning = origin_warning(settings.base_url, host)
         if warning is not None:
             print(f"tms: warning: {warning}", file=sys.stderr, flush=True)
+        if settings.metrics_port is not None:
+            free_port(settings.metrics_host, settings.metrics_port, "TMS_METRICS_PORT")
         asyncio.run(usable_database(settings))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 1
     limits = _connection_limits(settings)
-    port = settings.port if port is None else port
     origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     public = f" (public URL {settings.base_url})" if settings.base_url else ""
     if settings.database_url is None:
@@ -57,6 +60,10 @@ def serve(host: str | None, port: int | None) -> int:
     else:
         data = "the PostgreSQL server at TMS_DATABASE_URL"
     print(f"tms: serving on {origin}{public}\ntms: data: {data}", flush=True)
+    if settings.metrics_port is not None:
+        where = settings.metrics_host
+        where = f"[{where}]" if ":" in where else where
+        print(f"tms: metrics on http://{where}:{settings.metrics_port}/metrics", flush=True)
     uvicorn.run(
         create_app(settings),
         host=host,
@@ -81,6 +88,21 @@ def origin_warning(base_url: str | None, host: str) -> str | None:
         "/docs, the login challenge and NIP-98 checks take this server's origin from each "
         "request's Host header. Set TMS_BASE_URL to the public origin (https://...)."
     )
+
+
+def free_port(host: str, port: int, name: str) -> None:
+    """Refuse to start, in one line, when `port` cannot be listened on (taken, or an address
+    this machine does not have): the listener opens inside the app's start-up, where the
+    failure would be a traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listener will
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise ConfigError(
+                f"{name}: cannot listen on {host} port {port}: {exc.strerror or exc}"
+            ) from None
 
 
 def _loopback(host: str) -> bool:

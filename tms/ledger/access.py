@@ -6,7 +6,12 @@ The rule "a collection's owner or a key on its current member list may read it" 
 module makes: a `Reader` (a key and the collections it may read, as checked when it was made) or
 a `ReadableCollection` (a key and one collection it may read). The read services take one of
 them instead of a key or a slug, and filter their SQL by what it holds, so a door that forgets to
-ask has nothing to pass them: the type checker refuses it, and nothing leaks at run time.
+ask has nothing to pass them: where the door's code is typed, mypy refuses it, and nothing leaks
+at run time. Two places it does not reach: an MCP handler is typed
+`Callable[[Services, Any, Any], ...]`, so mypy does not check what `Tools.call` hands it (the
+tool's `reads` declares it, and tests/mcp/test_isolation.py calls every read tool as each kind
+of outsider); and a collection's member list (`Keys.member_list`: the members page, the create
+check) is read by slug after a yes/no question (`owns`, `may_create`), not through a capability.
 
 A collection the caller may not read and one that does not exist get the same answer, the same
 message and the same number of round trips, so no door can become an oracle for which slugs or

@@ -2,10 +2,13 @@
 database, handed over once, in commit order, after its transaction commits.
 
 Each publish notifies `tms.ledger.writes.CHANNEL`, in its transaction after its write, with, per
-collection it wrote (null for profiles and terms), the first and last `seq` it gave them
-(`tms.ledger.writes.notify`). PostgreSQL delivers a notification only when its transaction
-commits, never for one that rolls back, and delivers them in commit order. The feed listens on
-a connection of its own and fetches the events each names.
+collection it wrote (null for profiles and terms), the first and last `seq` it gave them and a
+`lists` flag, true when a member list is among them (`tms.ledger.writes.notify`): a collection
+nobody here listens to is fetched only then, and only its member lists, since a new list
+changes who may read it (a connection's key may gain the collection). PostgreSQL delivers a
+notification only when its transaction commits, never for one that rolls back, and delivers
+them in commit order. The feed listens on a connection of its own and fetches the events each
+names.
 
 Why `seq` can be caught up from: the global `seq` is not commit order (a transaction may take a
 lower `seq` and commit after one that took a higher), but every collection's events are written

@@ -1,8 +1,10 @@
 """The ledger service: the one place where batches are made permanent.
 
-Every door publishes through `Ledger.publish`, so each rule is written once. A batch is checked
-(envelopes, signatures, schemas), then committed in one transaction with the batches waiting for
-the same collections (`tms.ledger.commits`): lock, read a snapshot, let
+Every door publishes through this service, so each rule is written once: the pages and MCP
+through `Ledger.publish`, the relay through its two halves, `check` and then `commit` (so that a
+connection's events are judged in the order they came without one waiting for the last). A batch
+is checked (envelopes, signatures, schemas), then committed in one transaction with the batches
+waiting for the same collections (`tms.ledger.commits`): lock, read a snapshot, let
 `tms.rules.publish.judge` decide, write everything or nothing (`tms.ledger.writes`). Vectors
 for search are made after commit, by whatever `AfterPublish` the runtime hands in.
 """

@@ -8,8 +8,18 @@ the batch's accepted events in order (their `seq` order: one batch's events are 
 batch order, and batches of one collection are serialized by its lock); checks that a
 consistency proof from the last checkpoint to the new tree holds, refusing to sign otherwise;
 signs; and hands the publish's write statement the leaves, the completed subtrees and the
-checkpoint to insert (`LogRows.rows`). No round trip of its own, whatever the batch holds.
-`extend` does the same in two round trips, for a transaction that is not a publish.
+checkpoint to insert (`LogRows.rows`). No round trip of its own, whatever the batch holds,
+once the log's origin is settled (below). `extend` does the same in two round trips, for a
+transaction that is not a publish.
+
+The origin every checkpoint names, `<host>/c/<slug>`, is the database's, not the settings':
+the host is recorded (sql/018 `tlog_origin`) by the first publish that signs a checkpoint,
+with the host the server was configured with (`Settings.log_host`), and every later checkpoint
+names the recorded one, whatever `TMS_BASE_URL` says by then. A checkpoint a member kept
+names it too, so it keeps verifying against later ones (`tms verify-export` wants one origin
+per log). Until a process has seen the row committed, its signing publishes read it first
+(one round trip, two when they record it); `check_origin`, at start, reads it once and says
+loudly when the configured host differs.
 
 A collection whose events were stored before the log existed gets its tree once, in `seq`
 order: by `backfill` in the background at start-up, or, if a publish or a read reaches it
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
@@ -43,7 +54,7 @@ from tms.tlog.merkle import (
     rebuild,
     verify_consistency,
 )
-from tms.tlog.note import LogSigner
+from tms.tlog.note import THROWAWAY_HOST, LogSigner
 from tms.types import EventId, Slug
 
 log = logging.getLogger(__name__)
@@ -111,6 +122,8 @@ _SQL_UNBUILT: Final = """
     ORDER BY 1"""
 _SQL_NEWEST_NOTE: Final = "SELECT note FROM tlog_checkpoints ORDER BY signed_at DESC LIMIT 1"
 _SQL_HAS_CHECKPOINT: Final = "SELECT EXISTS (SELECT 1 FROM tlog_checkpoints WHERE collection = $1)"
+_SQL_ORIGIN: Final = "SELECT host FROM tlog_origin"  # sql/018: one row, or none yet
+_SQL_RECORD_ORIGIN: Final = "INSERT INTO tlog_origin (host) VALUES ($1) ON CONFLICT DO NOTHING"
 
 
 class TransparencyLog:
@@ -118,7 +131,56 @@ class TransparencyLog:
 
     def __init__(self, pool: Pool, signer: LogSigner) -> None:
         self.pool = pool
-        self.signer = signer
+        self.signer = signer  # its host becomes the recorded one (`_adopt`)
+        self.configured = signer.host  # what the settings asked for
+        self.settled = False  # whether the recorded host was seen committed
+
+    def _adopt(self, host: str) -> None:
+        if host != self.signer.host:
+            self.signer = dataclasses.replace(self.signer, host=host)
+
+    async def _origin(self, conn: Connection) -> None:
+        """Make sure the checkpoints about to be signed in `conn`'s transaction name the
+        database's origin: the recorded host, or, when none is, this server's, recorded in the
+        same transaction (so that a publish that fails records nothing). Another server
+        recording at the same moment makes this one wait and take its host: the row is one."""
+        if self.settled:
+            return
+        host = await conn.fetchval(_SQL_ORIGIN)
+        if host is not None:  # committed by an earlier transaction: it stays
+            self._adopt(host)
+            self.settled = True
+            return
+        if self.configured == THROWAWAY_HOST:  # an operator command's or a test's: never kept
+            return
+        await conn.execute(_SQL_RECORD_ORIGIN, self.configured)
+        self._adopt(await conn.fetchval(_SQL_ORIGIN))
+
+    async def check_origin(self) -> str | None:
+        """At start: take the recorded origin, if any, and say loudly when the configured one
+        differs (the recorded one is kept: changing it would disown every checkpoint signed).
+        Returns the recorded host (None: no checkpoint signed yet; the first records this
+        server's)."""
+        host: str | None = await self.pool.fetchval(_SQL_ORIGIN)
+        if host is None:
+            log.info(
+                "no checkpoint signed yet: the first will record the log origin %s/c/<slug>",
+                self.configured,
+            )
+            return None
+        self._adopt(host)
+        self.settled = True
+        if host != self.configured:
+            log.warning(
+                "the transparency logs' origin recorded in the database is %s/c/<slug>, but this "
+                "server is configured for %s/c/<slug> (TMS_BASE_URL, else TMS_HOST or --host): "
+                "checkpoints keep naming %s, so that those members kept still verify; "
+                "see docs/transparency-log.md, 'Choosing the origin'",
+                host,
+                self.configured,
+                host,
+            )
+        return host
 
     async def prepare(
         self, conn: Connection, accepted: Sequence[Parsed], state: list[list[Any]] | None
@@ -134,6 +196,7 @@ class TransparencyLog:
         rows = LogRows()
         if not added:
             return rows
+        await self._origin(conn)
         trees = _trees(_decoded(state or ()))
         for slug, ids in added.items():
             tree = trees.get(slug)
@@ -177,6 +240,7 @@ class TransparencyLog:
             tree.add(chunk, rows)
             if tree.size == 0:
                 return False
+            await self._origin(conn)
             tree.seal(self.signer, rows)
             await rows.write(conn)
             return True

@@ -170,10 +170,6 @@ def referenced_ids(batch: Iterable[Parsed]) -> set[EventId]:
     return ids
 
 
-def quoted_evidence_ids(batch: Iterable[Parsed]) -> set[EventId]:
-    return {item.content.from_ for item in batch if isinstance(item.content, Link)}
-
-
 def quotes_by_evidence(batch: Iterable[Parsed]) -> dict[EventId, list[tuple[EventId, str]]]:
     """The links of the batch grouped by the evidence they quote: (link id, quote) pairs, so
     that each evidence text is read and normalized once, then let go."""

@@ -9,7 +9,8 @@ it there (`tms migrate --distribute`). On a PostgreSQL without the extension not
 - **Reference tables** (a copy on every node): what every request and every access check reads
   and only onboarding and membership changes write: the collections' directory, member lists
   as they stand, approvals, profiles and terms signatures. A collection's own queries join them
-  on the worker, without leaving it.
+  on the worker, without leaving it. The logs' origin (sql/018) too: the publish that signs the
+  first checkpoint writes it, on the collection's worker.
 - **Local to the coordinator**: the server's bookkeeping, which no ledger query joins: used
   request ids, login nonces and sessions, the refusal log, the migrations record. TMS talks to
   the coordinator, which holds them.
@@ -70,6 +71,7 @@ REFERENCE: Final[tuple[str, ...]] = (
     "approvals",
     "profiles",
     "terms_signatures",
+    "tlog_origin",  # one row, which the first signing publish writes on the collection's worker
 )
 LOCAL: Final[tuple[str, ...]] = (
     "schema_migrations",

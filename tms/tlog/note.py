@@ -236,6 +236,9 @@ def open_checkpoint(note: str, verifier: NoteVerifier) -> Checkpoint:
     return Checkpoint.parse(verifier.open(note))
 
 
+THROWAWAY_HOST: Final = "tms.invalid"  # RFC 2606: a name no server has
+
+
 def log_origin(host: str, slug: str) -> str:
     """A collection's log is named `<host>/c/<slug>`: the schema-less URL prefix its tiles are
     served under, as tlog-tiles recommends."""
@@ -258,8 +261,9 @@ class LogSigner:
     @classmethod
     def throwaway(cls) -> LogSigner:
         """A key that lives as long as the object: for tests and for operator commands that
-        never publish. A server always signs with its configured key (`tms.config`)."""
-        return cls(NoteSigner.generate("tms.invalid"), "tms.invalid")
+        never publish. A server always signs with its configured key (`tms.config`). Its host
+        is `THROWAWAY_HOST`, which the ledger never records as a database's origin."""
+        return cls(NoteSigner.generate(THROWAWAY_HOST), THROWAWAY_HOST)
 
     def origin(self, slug: str) -> str:
         return log_origin(self.host, slug)

@@ -108,8 +108,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); the pools, the model
     and the MCP session manager live as long as the app's lifespan."""
     settings = Settings.from_env() if settings is None else settings
-    external = database_url is not None or settings.database_url is not None
-    secret, chosen = load_secret(settings, external_database=external)
+    secret, chosen = load_secret(settings)
     if chosen is not None:
         log.warning("%s", chosen)
     door = Door(
