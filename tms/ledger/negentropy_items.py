@@ -2,9 +2,10 @@
 reader may read, as `tms.nostr.negentropy.Items`.
 
 Read once per NEG-OPEN from the index that holds exactly those columns (sql/022), one
-collection at a time (on Citus each such query runs on the one worker that holds it), as binary
-COPY: 50 bytes a row, turned into numpy arrays without a Python object per row, so a million
-items cost about 50 MB while read and 40 MB kept. The rule of what a reader sees is the one REQ
+collection at a time (on Citus each such query runs on the one worker that holds it, aggregate
+and all), as one value: 40 bytes an item end to end, turned into numpy arrays without a Python
+object per item (a row per item costs seconds a million), so a million items cost about 40 MB
+while read and 40 MB kept. The rule of what a reader sees is the one REQ
 uses (`tms.ledger.filters`: the collections' events, and the profiles and terms of their
 people), with the same SQL. A list longer than `cap` is not built: the caller refuses it.
 """
@@ -22,11 +23,8 @@ from tms.nostr.negentropy import ID_SIZE, Items
 from tms.store.database import Pool
 from tms.types import UNSCOPED
 
-_COLUMNS: Final = "created_at, decode(id, 'hex')"
-_HEADER: Final = b"PGCOPY\n\xff\r\n\x00"
-_ROW: Final = np.dtype(
-    [("fields", ">i2"), ("ts_len", ">i4"), ("ts", ">i8"), ("id_len", ">i4"), ("id", "V32")]
-)
+_COLUMNS: Final = "created_at, id"
+_ROW: Final = np.dtype([("ts", ">i8"), ("id", "V32")])
 
 
 class TooMany(Exception):
@@ -52,42 +50,28 @@ async def negentropy_items(pool: Pool, scope: Scope, wanted: Filter, cap: int) -
     for part in query.parts(wanted, None, columns=_COLUMNS):
         if UNSCOPED in part:
             queries.append((part, query.args))
-    async with pool.acquire() as conn:
-        for sql, args in queries:
-            chunks: list[bytes] = []
-
-            async def sink(data: bytes, into: list[bytes] = chunks) -> None:
-                into.append(bytes(data))
-
-            limit = cap - total + 1
-            await conn.copy_from_query(
-                f"{sql} AND created_at >= 0 ORDER BY created_at, id LIMIT {limit}",
-                *args,
-                output=sink,
-                format="binary",
-            )
-            ts, found = _rows(b"".join(chunks))
-            total += len(ts)
-            if total > cap:
-                raise TooMany(f"more than {cap:,}")
-            stamps.append(ts)
-            ids.append(found)
+    for sql, args in queries:
+        # One row: every item's 8-byte big-endian created_at and 32-byte id, end to end, in
+        # the index's order (the aggregate reads its subquery in order; `Items` checks it).
+        data = await pool.fetchval(
+            "SELECT string_agg(int8send(created_at) || decode(id, 'hex'), ''::bytea) FROM "
+            f"({sql} AND created_at >= 0 ORDER BY created_at, id LIMIT {cap - total + 1}) AS f",
+            *args,
+        )
+        ts, found = _rows(data or b"")
+        total += len(ts)
+        if total > cap:
+            raise TooMany(f"more than {cap:,}")
+        stamps.append(ts)
+        ids.append(found)
     # Sorting (when several collections), checking and summing a million items take a few
     # hundred milliseconds: off the event loop.
     return await asyncio.to_thread(Items, np.concatenate(stamps), np.concatenate(ids))
 
 
 def _rows(data: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """Binary COPY's rows of (bigint, 32-byte bytea) as arrays: a fixed 50 bytes each."""
-    if not data.startswith(_HEADER):
-        raise ValueError("not PostgreSQL's binary COPY")
-    extension = int.from_bytes(data[15:19], "big")
-    body = data[19 + extension : -2]  # the trailer is a field count of -1
-    rows = np.frombuffer(body, dtype=_ROW)
-    if len(body) % _ROW.itemsize or not (
-        np.all(rows["fields"] == 2) and np.all(rows["ts_len"] == 8) and np.all(rows["id_len"] == 32)
-    ):
-        raise ValueError("binary COPY rows are not (created_at, id) as asked")
+    """40 bytes an item (created_at, id) as arrays, without a Python object per item."""
+    rows = np.frombuffer(data, dtype=_ROW)
     ts = rows["ts"].astype(np.uint64)
     found = np.frombuffer(rows["id"].tobytes(), dtype=np.uint8).reshape(len(rows), ID_SIZE)
     return ts, found
