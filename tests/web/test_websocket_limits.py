@@ -1,10 +1,14 @@
 """WebSocket connections under the HTTP limits (tms.http.websocket): an upgrade whose handshake
-the app does not complete within the head deadline is cut off, and an upgraded socket outlives
-the HTTP protocol's body deadline (the connection is the WebSocket protocol's from the upgrade)."""
+the app does not complete within the head deadline is cut off, an upgraded socket outlives
+the HTTP protocol's body deadline (the connection is the WebSocket protocol's from the upgrade),
+and a client that sends pings and never reads the pongs is no longer read, then closed."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,12 +20,14 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidMessage
+from websockets.frames import Frame, Opcode
 
-from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
-from tms.http.websocket import uvicorn_options
+from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol, connections_of
+from tms.http.websocket import WRITE_HIGH_BYTES, uvicorn_options
 
 pytestmark = pytest.mark.anyio
-LIMITS = ConnectionLimits(head_seconds=0.5, body_seconds=0.5, max_connections=50)
+LIMITS = ConnectionLimits(head_seconds=0.5, body_seconds=0.5, max_connections=50, rate_seconds=0.5)
+MiB = 1024 * 1024
 
 
 async def never_accepts(websocket: WebSocket) -> None:
@@ -35,7 +41,7 @@ async def echoes(websocket: WebSocket) -> None:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
+def running() -> Iterator[uvicorn.Server]:
     app = Starlette(
         routes=[WebSocketRoute("/slow", never_accepts), WebSocketRoute("/echo", echoes)]
     )
@@ -52,10 +58,15 @@ def server() -> Iterator[str]:
     thread.start()
     while not running.started:
         time.sleep(0.02)
-    port = running.servers[0].sockets[0].getsockname()[1]
-    yield f"ws://127.0.0.1:{port}"
+    yield running
     running.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(running: uvicorn.Server) -> str:
+    port = running.servers[0].sockets[0].getsockname()[1]
+    return f"ws://127.0.0.1:{port}"
 
 
 async def test_a_handshake_never_completed_is_cut_off(server: str) -> None:
@@ -71,3 +82,67 @@ async def test_an_upgraded_socket_outlives_the_http_deadlines(server: str) -> No
         await asyncio.sleep(1.5)  # three times the body deadline
         await ws.send("still here")
         assert await ws.recv() == "still here"
+
+
+def upgraded(server: str) -> socket.socket:
+    """A raw socket past its WebSocket handshake, with small kernel buffers both ways, so that
+    what it does not read is soon the server's to hold."""
+    host, port = server.removeprefix("ws://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # before connect: fixed
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    sock.settimeout(5)
+    sock.connect((host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        f"GET /echo HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    return sock
+
+
+def test_a_client_that_pings_and_never_reads_is_no_longer_read_then_closed(
+    running: uvicorn.Server, server: str
+) -> None:
+    """Before, every ping was read and its pong buffered for a client that never read them:
+    256 MB of pings held 245 MB of pongs until it left. Now the server stops reading it once
+    its pongs are past the write buffer's bound, and drops it when it still does not read."""
+    registry = connections_of(running.server_state)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:  # the server's unsent bytes, on every socket it holds
+        nonlocal peak
+        while not done.is_set():
+            try:
+                held = [p.transport.get_write_buffer_size() for p in list(registry.sockets.members)]
+            except RuntimeError:  # changed while listed
+                continue
+            peak = max([peak, *held])
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    pings = Frame(Opcode.PING, b"p" * 125).serialize(mask=True, extensions=[]) * 512
+    sock = upgraded(server)
+    sent, closed, started = 0, False, time.monotonic()
+    try:
+        with sock:
+            sock.settimeout(1)
+            while time.monotonic() - started < 10 and sent < 256 * MiB:
+                try:
+                    sent += sock.send(pings)
+                except TimeoutError:  # not read: wait for the close
+                    continue
+                except OSError:  # reset: closed
+                    closed = True
+                    break
+    finally:
+        done.set()
+        sampler.join(5)
+    assert closed, f"still open after {time.monotonic() - started:.1f} s, {sent:,} bytes sent"
+    assert peak <= WRITE_HIGH_BYTES + MiB, f"{peak:,} bytes of pongs held"
