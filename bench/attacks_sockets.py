@@ -203,11 +203,13 @@ async def crowd_share(
 
     await asyncio.gather(*(one(n) for n in ns))
     opened = time.monotonic() - started
+    print(json.dumps({"subscribed": len(held), "failed": failed, "seconds": opened}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "hold"
     await asyncio.sleep(hold)
     still = sum(ws.state is State.OPEN for ws in held)
     for ws in held:
         ws.transport.abort()
-    return {"subscribed": len(held), "failed": failed, "seconds": opened, "still": still}
+    return {"still": still}
 
 
 def crowd_worker(spec: str) -> None:
@@ -219,40 +221,57 @@ def crowd_worker(spec: str) -> None:
     print(json.dumps(figures), flush=True)
 
 
-def crowd(url: str, keys: list[SecretKey], count: int, addresses: int, hold: float) -> str:
-    procs = min(4, max(1, count // 500))
+def crowd(server: Server, secret: str, keys: list[SecretKey], ns: argparse.Namespace) -> None:
+    """The crowd opened by client processes of their own (one Python process cannot open
+    10,000 sockets fast), probed while it opens, then again while it is held."""
+    url = server.url.replace("http", "ws") + f"/c/{COLLECTION}"
+    procs = min(4, max(1, ns.sockets // 500))
     secrets = [key.secret.hex() for key in keys]
     workers = []
-    for first in range(procs):
-        job = {
-            "url": url,
-            "keys": secrets,
-            "ns": list(range(first, count, procs)),
-            "addresses": addresses,
-            "hold": hold,
-        }
-        workers.append(
-            subprocess.Popen(
-                [sys.executable, __file__, "--crowd-worker", json.dumps(job)],
-                stdout=subprocess.PIPE,
-                text=True,
+    baseline = memory(server)
+    with Watch(server, secret) as opening:
+        for first in range(procs):
+            job = {
+                "url": url,
+                "keys": secrets,
+                "ns": list(range(first, ns.sockets, procs)),
+                "addresses": ns.addresses,
+                "hold": ns.hold,
+            }
+            workers.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--crowd-worker", json.dumps(job)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
             )
-        )
-    subscribed = still = 0
-    seconds = 0.0
-    failed: dict[str, int] = {}
-    for worker in workers:
-        out, _ = worker.communicate(timeout=300 + hold + 120)
-        figures = json.loads(out.strip().splitlines()[-1])
-        subscribed += figures["subscribed"]
-        still += figures["still"]
-        seconds = max(seconds, figures["seconds"])
-        for name, n in figures["failed"].items():
-            failed[name] = failed.get(name, 0) + n
-    return (
-        f"   {subscribed:,} of {count:,} subscribed in {seconds:.0f} s by {procs} client "
-        f"processes (failed: {failed}); still open after {hold:.0f} s more: {still:,} (the "
-        f"server closed {subscribed - still:,})"
+        subscribed, seconds, failed = 0, 0.0, {}
+        for worker in workers:
+            assert worker.stdout is not None
+            figures = json.loads(worker.stdout.readline())
+            subscribed += figures["subscribed"]
+            seconds = max(seconds, figures["seconds"])
+            for name, n in figures["failed"].items():
+                failed[name] = failed.get(name, 0) + n
+    print(
+        f"   {subscribed:,} of {ns.sockets:,} subscribed in {seconds:.0f} s by {procs} client "
+        f"processes (failed: {failed})"
+    )
+    print(f"   while they opened: {opening.report(baseline)}", flush=True)
+    still = 0
+    with Watch(server, secret) as holding:
+        for worker in workers:
+            assert worker.stdin is not None
+            worker.stdin.write("hold\n")
+            worker.stdin.flush()
+        for worker in workers:
+            out, _ = worker.communicate(timeout=ns.hold + 120)
+            still += json.loads(out.strip().splitlines()[-1])["still"]
+    print(
+        f"   held {ns.hold:.0f} s: {still:,} still open (the server closed "
+        f"{subscribed - still:,}); {holding.report(baseline)}",
+        flush=True,
     )
 
 
@@ -392,11 +411,10 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                     f"{ns.addresses:,} addresses",
                     flush=True,
                 )
-                url = server.url.replace("http", "ws") + f"/c/{COLLECTION}"
-                with Watch(server, prober) as watch:
-                    said = crowd(url, keys, ns.sockets, ns.addresses, ns.hold)
-                print(said)
-            elif part == "pings":
+                crowd(server, prober, keys, ns)
+                time.sleep(2)
+                continue
+            if part == "pings":
                 print(f"2. {ns.pingers} connections sending pings, never reading", flush=True)
                 with Watch(server, prober) as watch:
                     results = threads(pinger, ns.pingers, port, ns.seconds, 3000)
