@@ -27,7 +27,7 @@ from factories import MEMBER, OWNER, Live, claim, fresh_database, live_server, m
 from factories import settings as make_settings
 from factories import terms as sign_terms
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Frame, Opcode
 
 from tms.http.protocol import ConnectionLimits
@@ -179,3 +179,24 @@ async def test_a_message_that_never_ends_is_closed_even_on_a_subscribed_socket(
     finally:
         await ws.close()
     assert httpx.get(f"{live.url}/healthz", timeout=WAIT).status_code == 200
+
+
+async def test_an_address_that_is_the_whole_crowd_is_refused_its_next_socket(live: Live) -> None:
+    """One address holds the sockets' whole share, every socket subscribed: its next socket is
+    the crowd, and is answered 503 (nobody else's is closed for it); another address's still
+    gets in, in place of the crowd's oldest."""
+    share = LIMITS.websockets
+    crowd = [await subscribed(live, MEMBER, "127.0.3.1") for _ in range(share)]
+    try:
+        with pytest.raises(InvalidStatus) as refused:
+            await subscribed(live, MEMBER, "127.0.3.1")
+        assert refused.value.response.status_code == 503
+        assert b"too many WebSocket connections" in refused.value.response.body
+        assert all([await is_open(ws) for ws in crowd])
+        other = await subscribed(live, OWNER, "127.0.3.2")
+        await other.close()
+        assert not await is_open(crowd[0])
+    finally:
+        for ws in crowd:
+            with contextlib.suppress(Exception):
+                await ws.close()

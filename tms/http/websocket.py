@@ -72,10 +72,11 @@ PARTIAL_BYTES: Final = 256 * MiB  # unfinished messages, all sockets of the proc
 CLOSE_SECONDS: Final = 1.0  # a socket closed for its messages gets this long to read why
 MESSAGE_TOO_BIG: Final = 1009
 POLICY_VIOLATION: Final = 1008
+BUSY_TEXT: Final = b"too many WebSocket connections from this client's address: try later\n"
 BUSY: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Retry-After: 10\r\nConnection: close\r\nContent-Length: 61\r\n\r\n"
-    b"too many WebSocket connections from this client: try later\r\n"
+    b"Retry-After: 10\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(BUSY_TEXT), BUSY_TEXT)
 )
 
 
