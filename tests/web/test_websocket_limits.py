@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import socket
 import threading
@@ -23,7 +24,7 @@ from websockets.exceptions import InvalidHandshake, InvalidMessage
 from websockets.frames import Frame, Opcode
 
 from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
-from tms.http.websocket import WRITE_HIGH_BYTES, uvicorn_options
+from tms.http.websocket import MAX_FRAGMENTS, WRITE_HIGH_BYTES, uvicorn_options
 
 pytestmark = pytest.mark.anyio
 LIMITS = ConnectionLimits(head_seconds=0.5, body_seconds=0.5, max_connections=50, rate_seconds=0.5)
@@ -149,3 +150,20 @@ def test_a_client_that_pings_and_never_reads_is_no_longer_read_then_closed(
         sampler.join(5)
     assert closed, f"still open after {time.monotonic() - started:.1f} s, {sent:,} bytes sent"
     assert peak <= WRITE_HIGH_BYTES + MiB, f"{peak:,} bytes of pongs held"
+
+
+def test_a_message_in_too_many_fragments_is_closed_saying_why(server: str) -> None:
+    """Each fragment costs the server a frame's memory beyond its bytes: a message in thousands
+    of one-byte fragments would cost many times its size."""
+    sock = upgraded(server)
+    with sock:
+        first = Frame(Opcode.TEXT, b"x", fin=False).serialize(mask=True, extensions=[])
+        more = Frame(Opcode.CONT, b"x", fin=False).serialize(mask=True, extensions=[])
+        with contextlib.suppress(OSError):  # closed before it all went
+            sock.sendall(first + more * (MAX_FRAGMENTS + 10))
+        answer = b""
+        while len(answer) < 4 and (chunk := sock.recv(4096)):
+            answer += chunk
+    code = int.from_bytes(answer[2:4], "big")
+    assert answer[0] == 0x88 and code == 1009, answer[:80]  # a close frame: message too big
+    assert b"fragments" in answer
