@@ -64,6 +64,10 @@ def test_the_connection_and_export_limits_are_read_and_checked() -> None:
 
     defaults = Settings.from_env({})
     assert (defaults.max_connections_per_address, defaults.body_min_rate) == (64, 1024)
+    assert ConnectionLimits.of(defaults).max_connections == 10_000
+    assert ConnectionLimits.of(defaults).websockets == 9_000  # a tenth is kept for HTTP
+    reserved = Settings.from_env({"TMS_MAX_CONNECTIONS": "2000", "TMS_HTTP_RESERVE": "500"})
+    assert ConnectionLimits.of(reserved).websockets == 1_500
     assert defaults.max_exports == 2
     tuned = Settings.from_env(
         {
@@ -81,6 +85,8 @@ def test_the_connection_and_export_limits_are_read_and_checked() -> None:
         ("TMS_MAX_CONNECTIONS_PER_ADDRESS", "0"),
         ("TMS_MAX_CONNECTIONS_PER_ADDRESS", "2.5"),
         ("TMS_BODY_MIN_RATE", "-1"),
+        ("TMS_HTTP_RESERVE", "0"),
+        ("TMS_HTTP_RESERVE", "6000"),  # over half the cap: the sockets would have too little
         ("TMS_MAX_EXPORTS", "0"),
         ("TMS_MAX_EXPORTS", "many"),
     ):

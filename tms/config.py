@@ -99,8 +99,9 @@ class Settings:
     embed_wait: float  # seconds a publish waits for its batch's vectors; the rest catch up later
     head_seconds: float = 10.0  # a request's head must arrive within this
     body_seconds: float = 60.0  # and its body within this after the head
-    max_connections: int = 1000  # connections held at once
+    max_connections: int = 10_000  # connections held at once
     max_connections_per_address: int = 64  # of them, by one client address (trusted proxies: any)
+    http_reserve: int | None = None  # of them, never WebSocket ones; None: a tenth
     body_min_rate: int = 1024  # bytes a second a request body keeps up after its first seconds
     log_key: str | None = None  # TMS_LOG_KEY; None: generated into data_dir (`load_log_key`)
     secret: str | None = None  # TMS_SECRET; None: generated into data_dir (`load_secret`)
@@ -134,6 +135,7 @@ class Settings:
         if base_url is not None and not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"TMS_BASE_URL must start with http:// or https://, got {base_url!r}")
         embed_wait = _number(env, "TMS_EMBED_WAIT", 10, 0, 600, "seconds")
+        max_connections = int(_number(env, "TMS_MAX_CONNECTIONS", 10_000, 10, 1_000_000, ""))
         return cls(
             database_url=env.get("TMS_DATABASE_URL", "").strip() or None,
             data_dir=Path(env.get("TMS_DATA_DIR", "").strip() or "tms-data").resolve(),
@@ -144,10 +146,11 @@ class Settings:
             embed_wait=embed_wait,
             head_seconds=_number(env, "TMS_HEAD_SECONDS", 10, 0.1, 3600, "seconds"),
             body_seconds=_number(env, "TMS_BODY_SECONDS", 60, 0.1, 3600, "seconds"),
-            max_connections=int(_number(env, "TMS_MAX_CONNECTIONS", 1000, 10, 1_000_000, "")),
+            max_connections=max_connections,
             max_connections_per_address=int(
                 _number(env, "TMS_MAX_CONNECTIONS_PER_ADDRESS", 64, 1, 1_000_000, "")
             ),
+            http_reserve=_http_reserve(env, max_connections),
             body_min_rate=int(_number(env, "TMS_BODY_MIN_RATE", 1024, 0, 1_000_000_000, "")),
             log_key=env.get("TMS_LOG_KEY", "").strip() or None,
             secret=_secret(env),
@@ -343,6 +346,14 @@ def load_secret(settings: Settings) -> tuple[bytes, str | None]:
         )
     said = f"TMS_SECRET is unset: generated the login secret into {path}; {KEEP_DATA_DIR}"
     return value.encode(), said if made else None
+
+
+def _http_reserve(env: Mapping[str, str], max_connections: int) -> int | None:
+    """`TMS_HTTP_RESERVE`: connections kept for HTTP, from 1 to half the cap (the WebSocket
+    connections keep the rest); None, unset: a tenth of `TMS_MAX_CONNECTIONS`."""
+    if not env.get("TMS_HTTP_RESERVE", "").strip():
+        return None
+    return int(_number(env, "TMS_HTTP_RESERVE", 1, 1, max_connections // 2, ""))
 
 
 def _number(

@@ -1,10 +1,15 @@
 """WebSocket connections under the HTTP limits (tms.http.websocket): an upgrade whose handshake
-the app does not complete within the head deadline is cut off, and an upgraded socket outlives
-the HTTP protocol's body deadline (the connection is the WebSocket protocol's from the upgrade)."""
+the app does not complete within the head deadline is cut off, an upgraded socket outlives
+the HTTP protocol's body deadline (the connection is the WebSocket protocol's from the upgrade),
+and a client that sends pings and never reads the pongs is no longer read, then closed."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,12 +21,14 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidMessage
+from websockets.frames import Frame, Opcode
 
 from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
-from tms.http.websocket import uvicorn_options
+from tms.http.websocket import MAX_FRAGMENTS, WRITE_HIGH_BYTES, uvicorn_options
 
 pytestmark = pytest.mark.anyio
-LIMITS = ConnectionLimits(head_seconds=0.5, body_seconds=0.5, max_connections=50)
+LIMITS = ConnectionLimits(head_seconds=0.5, body_seconds=0.5, max_connections=50, rate_seconds=0.5)
+MiB = 1024 * 1024
 
 
 async def never_accepts(websocket: WebSocket) -> None:
@@ -35,7 +42,7 @@ async def echoes(websocket: WebSocket) -> None:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
+def running() -> Iterator[uvicorn.Server]:
     app = Starlette(
         routes=[WebSocketRoute("/slow", never_accepts), WebSocketRoute("/echo", echoes)]
     )
@@ -52,10 +59,15 @@ def server() -> Iterator[str]:
     thread.start()
     while not running.started:
         time.sleep(0.02)
-    port = running.servers[0].sockets[0].getsockname()[1]
-    yield f"ws://127.0.0.1:{port}"
+    yield running
     running.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(running: uvicorn.Server) -> str:
+    port = running.servers[0].sockets[0].getsockname()[1]
+    return f"ws://127.0.0.1:{port}"
 
 
 async def test_a_handshake_never_completed_is_cut_off(server: str) -> None:
@@ -71,3 +83,87 @@ async def test_an_upgraded_socket_outlives_the_http_deadlines(server: str) -> No
         await asyncio.sleep(1.5)  # three times the body deadline
         await ws.send("still here")
         assert await ws.recv() == "still here"
+
+
+def upgraded(server: str) -> socket.socket:
+    """A raw socket past its WebSocket handshake, with small kernel buffers both ways, so that
+    what it does not read is soon the server's to hold."""
+    host, port = server.removeprefix("ws://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # before connect: fixed
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    sock.settimeout(5)
+    sock.connect((host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        f"GET /echo HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    return sock
+
+
+def test_a_client_that_pings_and_never_reads_is_no_longer_read_then_closed(
+    running: uvicorn.Server, server: str
+) -> None:
+    """Before, every ping was read and its pong buffered for a client that never read them:
+    256 MB of pings held 245 MB of pongs until it left. Now the server stops reading it once
+    its pongs are past the write buffer's bound, and drops it when it still does not read."""
+    connections = running.server_state.connections  # uvicorn's: HTTP and WebSocket ones
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:  # the server's unsent bytes, on every socket it holds
+        nonlocal peak
+        while not done.is_set():
+            try:
+                held = [c.transport.get_write_buffer_size() for c in list(connections)]
+            except RuntimeError:  # changed while listed
+                continue
+            peak = max([peak, *held])
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    pings = Frame(Opcode.PING, b"p" * 125).serialize(mask=True, extensions=[]) * 512
+    sock = upgraded(server)
+    sent, closed, started = 0, False, time.monotonic()
+    try:
+        with sock:
+            sock.settimeout(1)
+            pending = memoryview(pings)
+            while time.monotonic() - started < 10 and sent < 256 * MiB:
+                try:
+                    n = sock.send(pending)
+                except TimeoutError:  # not read: wait for the close
+                    continue
+                except OSError:  # reset: closed
+                    closed = True
+                    break
+                sent += n
+                pending = pending[n:] or memoryview(pings)  # whole frames, one after another
+    finally:
+        done.set()
+        sampler.join(5)
+    assert closed, f"still open after {time.monotonic() - started:.1f} s, {sent:,} bytes sent"
+    assert peak <= WRITE_HIGH_BYTES + MiB, f"{peak:,} bytes of pongs held"
+
+
+def test_a_message_in_too_many_fragments_is_closed_saying_why(server: str) -> None:
+    """Each fragment costs the server a frame's memory beyond its bytes: a message in thousands
+    of one-byte fragments would cost many times its size."""
+    sock = upgraded(server)
+    with sock:
+        first = Frame(Opcode.TEXT, b"x", fin=False).serialize(mask=True, extensions=[])
+        more = Frame(Opcode.CONT, b"x", fin=False).serialize(mask=True, extensions=[])
+        with contextlib.suppress(OSError):  # closed before it all went
+            sock.sendall(first + more * (MAX_FRAGMENTS + 10))
+        answer = b""
+        while len(answer) < 4 and (chunk := sock.recv(4096)):
+            answer += chunk
+    code = int.from_bytes(answer[2:4], "big")
+    assert answer[0] == 0x88 and code == 1009, answer[:80]  # a close frame: message too big
+    assert b"fragments" in answer

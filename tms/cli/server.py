@@ -116,26 +116,45 @@ def _loopback(host: str) -> bool:
 
 def _connection_limits(settings: Settings) -> ConnectionLimits:
     """The settings' limits, with as many file descriptors as the system lets this process
-    have: connections beyond what descriptors allow would fail where nobody sees it."""
+    have: connections beyond what descriptors allow would fail where nobody sees it (the
+    accept itself fails, and the connection cap, which closes one connection to make room for
+    a new one, never gets to run). When the hard limit is below the cap and what else the
+    process holds, the cap is lowered to fit, and said."""
     import resource
 
     from tms.http.protocol import ConnectionLimits
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = settings.max_connections + FILES_BESIDES_CONNECTIONS
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-        soft = raised
+    soft = raise_file_limit(wanted)
     connections = settings.max_connections
     if soft != resource.RLIM_INFINITY and connections > soft - FILES_BESIDES_CONNECTIONS:
         connections = max(10, soft - FILES_BESIDES_CONNECTIONS)
         print(
-            f"tms: only {soft} file descriptors allowed: holding at most {connections} "
-            "connections (TMS_MAX_CONNECTIONS)",
+            f"tms: only {soft:,} file descriptors allowed (the hard limit): holding at most "
+            f"{connections:,} connections, not TMS_MAX_CONNECTIONS={settings.max_connections:,}; "
+            "raise the hard limit (ulimit -Hn, LimitNOFILE=) to hold them all",
             file=sys.stderr,
+            flush=True,
         )
     return ConnectionLimits.of(settings, connections)
+
+
+def raise_file_limit(wanted: int) -> int:
+    """Raise this process's soft limit on open files to its hard limit (at least `wanted`
+    when the hard limit is unlimited), say so, and return the soft limit now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = max(wanted, soft) if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:  # a container may forbid it
+            print(f"tms: could not raise the open-file limit from {soft:,}: {exc}", file=sys.stderr)
+            return soft
+        print(f"tms: open-file limit raised from {soft:,} to {target:,}", file=sys.stderr)
+        return target
+    return soft
 
 
 def stdio() -> int:

@@ -16,14 +16,18 @@ protocol is extended here (uvicorn stays: everything else it does is right):
 - one client address (an IPv6 one by its /64) holds at most `per_address` connections; one more
   closes that address's longest idle connection, or is refused if none is idle. The trusted
   proxies (`TMS_TRUSTED_PROXIES`) are not capped: their clients are many, and the proxy caps them;
-- at most `max_connections` connections are held. One more closes one of the address holding
-  the most connections (the new one's own, if it holds as many): that address's longest idle
-  connection (no request in progress: between requests, or still sending its head); else its
-  slowest upload (the lowest rate among bodies past their first `rate_seconds`); else its
-  oldest, when it holds at least two more than the new one's address. Failing those, an idle
-  connection of the new one's own address or of a trusted proxy; only then is the new
-  connection refused. So neither a flood of slow connections nor one address's crowd can lock
-  out another client, `/healthz` included, and a crowd churns its own connections, not others'.
+- at most `max_connections` connections are held, WebSocket ones at most `websockets` of them:
+  the rest (`http_reserve`, a tenth unless set) is for HTTP, so that however many sockets are
+  held, `/healthz` and MCP get in. One more connection at either cap closes one of the crowd:
+  the heaviest connection of its pool (HTTP or WebSocket), a connection weighing as many as the
+  connections of its address, or of its key (`tms.http.crowds`: the key a socket authenticated
+  as), whichever is more. Of those, the longest idle (no request in progress, no subscription);
+  else the slowest upload (the lowest rate among bodies past their first `rate_seconds`); else
+  the oldest, when the new one's address holds fewer. Failing those, an idle connection of the
+  new one's own address or of a trusted proxy; only then is the new connection refused: it is
+  the crowd. So neither a flood of slow connections, nor one address's crowd, nor 1,000 sockets
+  of a key spread over 1,000 addresses can lock out another client, `/healthz` included, and a
+  crowd churns its own connections, not others'.
 
 A connection past a limit is closed; a request already being served learns it from the ASGI
 `http.disconnect` message, as it would from a client that hung up. Refusals and evictions are
@@ -39,7 +43,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol, cast
 
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -48,6 +52,7 @@ from uvicorn.server import ServerState
 from tms.config import Settings
 from tms.guard.clients import Network, is_trusted
 from tms.guard.rates import budget_of
+from tms.http.crowds import Crowds
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +64,20 @@ NOTICE_SECONDS: Final = 10.0  # one log line per kind of refusal or eviction at 
 class ConnectionLimits:
     head_seconds: float = 10.0
     body_seconds: float = 60.0
-    max_connections: int = 1000
+    max_connections: int = 10_000
     per_address: int = 64  # connections one client address holds
     body_min_rate: int = 1024  # bytes a second a body must keep up, after its first window
     rate_seconds: float = 5.0  # the window the body's rate is judged over
     uncapped: tuple[Network, ...] = ()  # addresses with no per-address cap: the trusted proxies
+    http_reserve: int | None = None  # connections WebSocket ones never take; None: a tenth
+
+    @property
+    def websockets(self) -> int:
+        """WebSocket connections held at most: the cap less what is kept for HTTP."""
+        reserve = self.http_reserve
+        if reserve is None:
+            reserve = max(1, self.max_connections // 10)
+        return max(1, self.max_connections - reserve)
 
     @classmethod
     def of(cls, settings: Settings, max_connections: int | None = None) -> ConnectionLimits:
@@ -75,6 +89,7 @@ class ConnectionLimits:
             per_address=settings.max_connections_per_address,
             body_min_rate=settings.body_min_rate,
             uncapped=settings.trusted_proxies,
+            http_reserve=settings.http_reserve,
         )
 
 
@@ -82,6 +97,7 @@ class Held(Protocol):
     """A connection the limits count: an HTTP one, or a WebSocket one (`tms.http.websocket`)."""
 
     address: str | None  # whose connection it counts as; None: not capped
+    key: str | None  # the key it authenticated as (a WebSocket one), once the app says
     opened: float  # `time.monotonic()` when it opened
 
     def close_for(self, why: str) -> None: ...
@@ -94,18 +110,26 @@ class Connections:
         self.idle: dict[Held, None] = {}  # nothing in progress; longest first
         self.uploads: dict[GuardedHttpProtocol, None] = {}  # reading a request's body
         self.by_address: dict[str, dict[Held, None]] = {}  # oldest first
+        self.http = Crowds()  # the HTTP connections, by address
+        self.sockets = Crowds()  # the WebSocket ones, by address and key
+        self.partial: dict[Held, int] = {}  # bytes of messages begun and not ended, by socket
+        self.partial_bytes = 0  # their sum
         self.notices: Counter[str] = Counter()
         self.noticed = 0.0
 
-    def add(self, connection: Held, *, idle: bool = True) -> None:
+    def add(self, connection: Held, *, idle: bool = True, socket: bool = False) -> None:
         if idle:
             self.idle[connection] = None
         if connection.address is not None:
             self.by_address.setdefault(connection.address, {})[connection] = None
+        (self.sockets if socket else self.http).add(connection)
 
     def remove(self, connection: Held) -> None:
         self.idle.pop(connection, None)
         self.uploads.pop(connection, None)  # type: ignore[call-overload]
+        self.http.remove(connection)
+        self.sockets.remove(connection)
+        self.partial_bytes -= self.partial.pop(connection, 0)
         if connection.address is not None:
             mine = self.by_address.get(connection.address)
             if mine is not None:
@@ -115,6 +139,43 @@ class Connections:
 
     def held_by(self, address: str | None) -> int:
         return 0 if address is None else len(self.by_address.get(address, ()))
+
+    def victim(self, pool: Crowds, address: str | None, now: float) -> tuple[Held | None, str]:
+        """Whom a new connection from `address` replaces at `pool`'s cap, and why; None:
+        nobody, refuse it. One of the heaviest connections of the pool (`tms.http.crowds`):
+        its longest idle, else its slowest upload, else, when the new one's address holds fewer
+        connections of the pool than they weigh, its oldest. Failing that, an idle connection of
+        the pool of the new one's own address or of an uncapped one (a proxy's keep-alive).
+        A client holding few connections thus never loses one to a crowd of another's, and a
+        crowd, however many addresses it spreads over, loses its own."""
+        top = pool.top
+        if top:
+            idle = next((c for c in self.idle if c in pool and pool.weight(c) == top), None)
+            if idle is not None:
+                return idle, "the longest idle of the crowd holding the most"
+            slowest = min(
+                (
+                    c
+                    for c in self.uploads
+                    if c in pool and c._judged_at(now) and pool.weight(c) == top
+                ),
+                key=lambda c: c._body_bytes / (now - c._body_started),
+                default=None,
+            )
+            if slowest is not None:
+                return slowest, "the slowest upload of the crowd holding the most"
+            own = 0 if address is None else pool.size(("address", address))
+            if own < top:
+                oldest = cast("Held | None", next(pool.heaviest(), None))
+                if oldest is not None:
+                    return oldest, "the oldest of the crowd holding the most"
+        idle = next(
+            (c for c in self.idle if c in pool and (c.address is None or c.address == address)),
+            None,
+        )
+        if idle is not None:
+            return idle, "the longest idle of the same or an uncapped address"
+        return None, ""
 
     def notice(self, what: str) -> None:
         """Count an event for the log, and write the counts at most every `NOTICE_SECONDS`."""
@@ -155,6 +216,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._registered = False
         self.opened = time.monotonic()
         self.address: str | None = None  # whose connection it counts as; None: not capped
+        self.key: str | None = None  # an HTTP connection counts by its address alone
         self._body_started = 0.0
         self._body_bytes = 0
         self._window_started = 0.0
@@ -185,9 +247,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             registry.notice("closed the longest idle of an address at its most connections")
             victim.close_for("its address reached its connection limit and it was the longest idle")
         if len(self.connections) > limits.max_connections:
-            victim, why = self._victim(registry)
+            # The WebSocket connections keep within their share (`tms.http.websocket`): beyond
+            # it (the share lowered, a burst) they pay; else the HTTP ones, among themselves.
+            over = len(registry.sockets) > limits.websockets
+            pool = registry.sockets if over else registry.http
+            victim, why = registry.victim(pool, self.address, time.monotonic())
             if victim is None:
-                registry.notice("refused: every connection busy, none slow, no address crowding")
+                registry.notice("refused: every connection busy, none slow, no crowd to give way")
                 self._refuse()
                 return
             registry.notice(f"closed {why}, at the connection limit")
@@ -199,44 +265,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _refuse(self) -> None:
         self.transport.close()
         self.connections.discard(self)
-
-    def _victim(self, registry: Connections) -> tuple[Held | None, str]:
-        """Whom a new connection replaces at the connection limit, and why; None: nobody.
-
-        The address holding the most connections pays (the new one's own, when it holds as
-        many): its longest idle connection, else its slowest upload, else, when it holds at
-        least two more than the new connection's address, its oldest. Failing that, an idle
-        connection of the new one's own address or of an uncapped one (a proxy's keep-alive).
-        A client holding few connections thus never loses one to a crowd of another's."""
-        held = registry.held_by(self.address)
-        most = max((len(conns) for conns in registry.by_address.values()), default=0)
-        if most:
-            crowded = {
-                address for address, conns in registry.by_address.items() if len(conns) == most
-            }
-            idle = next((c for c in registry.idle if c.address in crowded), None)
-            if idle is not None:
-                return idle, "the longest idle of the address holding the most"
-            now = time.monotonic()
-            slowest = min(
-                (c for c in registry.uploads if c.address in crowded and c._judged_at(now)),
-                key=lambda c: c._body_bytes / (now - c._body_started),
-                default=None,
-            )
-            if slowest is not None:
-                return slowest, "the slowest upload of the address holding the most"
-            if most >= held + 2:
-                oldest = min(
-                    (next(iter(registry.by_address[address])) for address in crowded),
-                    key=lambda c: c.opened,
-                )
-                return oldest, "the oldest of the address holding the most"
-        idle = next(
-            (c for c in registry.idle if c.address is None or c.address == self.address), None
-        )
-        if idle is not None:
-            return idle, "the longest idle of the same or an uncapped address"
-        return None, ""
 
     def _judged_at(self, now: float) -> bool:
         """Whether this upload is judged by its rate: past its first `rate_seconds` (as for the

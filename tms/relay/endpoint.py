@@ -7,10 +7,11 @@ site: the cookie counts only when the upgrade's `Origin` is this server's own, s
 can open a socket that rides a member's login (cross-site WebSocket hijacking). A connection from
 another origin still works, and authenticates with AUTH like any Nostr client.
 
-The server's WebSocket protocol (`tms.http.websocket`) lends the app three things through the
+The server's WebSocket protocol (`tms.http.websocket`) lends the app four things through the
 scope: `abort`, to drop a client that no longer reads at all (a polite close would wait for it
 forever), `idle(flag)`, so that a connection without subscriptions counts as idle for the
-connection cap, and `send_texts`, several messages in one write.
+connection cap, `authenticated(pubkey)`, so that the cap counts sockets by key as well as by
+address, and `send_texts`, several messages in one write.
 """
 
 from __future__ import annotations
@@ -120,8 +121,10 @@ async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, len
     """Each message in turn; True once the client has gone, False when the connection ends
     for being idle."""
     await conn.open()
+    key = conn.pubkey  # the server's connection cap counts sockets by key too
     if lent is not None:
         lent.idle(True)
+        lent.authenticated(key)
     while True:
         idle = conn.idle_for()
         if idle is None:
@@ -150,6 +153,9 @@ async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, len
             await conn.handle(text)
         except Exception as exc:  # never a traceback on the wire
             conn.outbox.send(messages.notice(failure(exc)))
+        if conn.pubkey != key and lent is not None:  # an AUTH
+            key = conn.pubkey
+            lent.authenticated(key)
 
 
 async def _close(websocket: WebSocket, conn: Connection, lent: Any) -> None:
