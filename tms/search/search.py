@@ -105,11 +105,34 @@ _SQL_CONTRADICTIONS_VECTOR: Final = f"""
 
 
 class Search:
-    def __init__(self, pool: Pool, vectors: Vectors | None) -> None:
+    def __init__(self, pool: Pool, vectors: Vectors | None, *, of: Search | None = None) -> None:
+        """`of`: the search whose model this one uses, as it stands (`over`)."""
         self.pool = pool
-        self.vectors = vectors  # None: keyword search only, for the reason `unavailable` gives
-        self.unavailable = VECTORS_OFF  # why there are no vectors, while there are none
+        self._of = of
+        self._vectors = vectors  # None: keyword search only, for the reason `unavailable` gives
+        self._unavailable = VECTORS_OFF  # why there are no vectors, while there are none
         self._hnsw = HnswTuning()
+
+    def over(self, pool: Pool) -> Search:
+        """The same search on other connections (the relay's own pool), with this one's model
+        whenever it loads."""
+        return Search(pool, None, of=self)
+
+    @property
+    def vectors(self) -> Vectors | None:
+        return self._of.vectors if self._of is not None else self._vectors
+
+    @vectors.setter
+    def vectors(self, vectors: Vectors | None) -> None:
+        self._vectors = vectors
+
+    @property
+    def unavailable(self) -> str:
+        return self._of.unavailable if self._of is not None else self._unavailable
+
+    @unavailable.setter
+    def unavailable(self, why: str) -> None:
+        self._unavailable = why
 
     @property
     def status(self) -> str:

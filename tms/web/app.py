@@ -121,7 +121,12 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with (
             open_runtime(settings, database_url) as runtime,
-            open_relay(runtime.services, runtime.database_url) as relay,
+            open_relay(
+                runtime.services,
+                runtime.database_url,
+                connections=settings.relay_connections,
+                statement_seconds=settings.relay_statement_seconds,
+            ) as relay,
             scrape.metrics_port(settings, runtime),
         ):
             front = McpFront(runtime.services.refusals)
