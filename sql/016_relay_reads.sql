@@ -27,3 +27,4 @@ CREATE TABLE contradiction_search (
     PRIMARY KEY (contradiction_id, collection)
 );
 CREATE INDEX contradiction_search_search ON contradiction_search USING gin (search);
+CREATE INDEX contradiction_search_collection_seq ON contradiction_search (collection, seq);

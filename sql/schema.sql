@@ -436,6 +436,8 @@ CREATE INDEX collections_owner ON public.collections USING btree (owner);
 
 CREATE INDEX contradiction_claims_claim ON public.contradiction_claims USING btree (collection, claim_id);
 
+CREATE INDEX contradiction_search_collection_seq ON public.contradiction_search USING btree (collection, seq);
+
 CREATE INDEX contradiction_search_search ON public.contradiction_search USING gin (search);
 
 CREATE INDEX contradictions_collection_seq ON public.contradictions USING btree (collection, seq);
