@@ -57,8 +57,7 @@ _SQL_CLAIMS_KEYWORD: Final = """
 # `contradiction_search` (sql/016), whose GIN index the search then reads, as claim search reads
 # `claims.search`. $2: the reason's indexed prefix.
 DOCUMENT_BATCH: Final = 500
-_SQL_BUILD_DOCUMENTS: Final = f"""
-    INSERT INTO contradiction_search (contradiction_id, collection, seq, search)
+_SQL_DOCUMENTS: Final = f"""
     WITH RECURSIVE todo AS MATERIALIZED (
         SELECT c.id, c.seq, c.reason FROM contradictions c
         WHERE c.collection = $1 AND c.seq > (
@@ -79,7 +78,14 @@ _SQL_BUILD_DOCUMENTS: Final = f"""
         FROM fold f JOIN parts p ON p.id = f.id AND p.n = f.n + 1),
     docs AS (
         SELECT DISTINCT ON (id) id, doc FROM fold ORDER BY id, n DESC)
-    SELECT d.id, $1::text, t.seq, d.doc FROM docs d JOIN todo t ON t.id = d.id
+    SELECT d.id, t.seq, d.doc::text AS doc FROM docs d JOIN todo t ON t.id = d.id"""
+# Stored by a statement of its own, from the documents' text (a tsvector's text form reads back
+# as the same vector, positions and all): on Citus the fold above is a query of the
+# collection's one shard, and this insert is routed there by its collection.
+_SQL_STORE_DOCUMENTS: Final = """
+    INSERT INTO contradiction_search (contradiction_id, collection, seq, search)
+    SELECT d.id, $1::text, d.seq, d.doc::tsvector
+    FROM unnest($2::text[], $3::bigint[], $4::text[]) AS d(id, seq, doc)
     ON CONFLICT DO NOTHING"""
 _SQL_CONTRADICTIONS_KEYWORD: Final = f"""
     WITH page AS (
@@ -273,10 +279,17 @@ async def build_documents(conn: Connection, slug: str) -> int:
     `DOCUMENT_BATCH` a statement (each short, within any statement timeout); how many."""
     built = 0
     while True:
-        status = await conn.execute(_SQL_BUILD_DOCUMENTS, slug, REASON_INDEXED_CHARS)
-        count = int(status.rsplit(" ", 1)[-1])
-        built += count
-        if count < DOCUMENT_BATCH:
+        rows = await conn.fetch(_SQL_DOCUMENTS, slug, REASON_INDEXED_CHARS)
+        if rows:
+            await conn.execute(
+                _SQL_STORE_DOCUMENTS,
+                slug,
+                [row["id"] for row in rows],
+                [row["seq"] for row in rows],
+                [row["doc"] for row in rows],
+            )
+        built += len(rows)
+        if len(rows) < DOCUMENT_BATCH:
             return built
 
 
