@@ -83,6 +83,14 @@ CREATE TABLE public.contradiction_claims (
     CONSTRAINT contradiction_claims_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
 );
 
+CREATE TABLE public.contradiction_search (
+    contradiction_id public.hex64 NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
+    seq bigint NOT NULL,
+    search tsvector NOT NULL,
+    CONSTRAINT contradiction_search_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64)))
+);
+
 CREATE TABLE public.contradictions (
     id public.hex64 NOT NULL,
     seq bigint NOT NULL,
@@ -376,6 +384,9 @@ ALTER TABLE ONLY public.collections
 ALTER TABLE ONLY public.contradiction_claims
     ADD CONSTRAINT contradiction_claims_pkey PRIMARY KEY (contradiction_id, claim_id, collection);
 
+ALTER TABLE ONLY public.contradiction_search
+    ADD CONSTRAINT contradiction_search_pkey PRIMARY KEY (contradiction_id, collection);
+
 ALTER TABLE ONLY public.contradictions
     ADD CONSTRAINT contradictions_pkey PRIMARY KEY (id, collection);
 
@@ -481,6 +492,10 @@ CREATE INDEX collections_owner ON public.collections USING btree (owner);
 
 CREATE INDEX contradiction_claims_claim ON public.contradiction_claims USING btree (collection, claim_id);
 
+CREATE INDEX contradiction_search_collection_seq ON public.contradiction_search USING btree (collection, seq);
+
+CREATE INDEX contradiction_search_search ON public.contradiction_search USING gin (search);
+
 CREATE INDEX contradictions_collection_seq ON public.contradictions USING btree (collection, seq);
 
 CREATE INDEX embedding_queue_collection_seq ON public.embedding_queue USING btree (collection, seq);
@@ -488,6 +503,12 @@ CREATE INDEX embedding_queue_collection_seq ON public.embedding_queue USING btre
 CREATE INDEX embedding_queue_seq ON public.embedding_queue USING btree (seq);
 
 CREATE INDEX embeddings_collection ON public.embeddings USING btree (collection, kind, model);
+
+CREATE INDEX events_collection_created_at ON public.events USING btree (collection, created_at, seq);
+
+CREATE INDEX events_collection_kind ON public.events USING btree (collection, kind, seq) INCLUDE (created_at);
+
+CREATE INDEX events_collection_pubkey ON public.events USING btree (collection, pubkey, seq) INCLUDE (kind, created_at);
 
 CREATE INDEX events_negentropy ON public.events USING btree (collection, created_at, id) INCLUDE (kind);
 

@@ -37,6 +37,8 @@ SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_D
 MIN_SECRET_CHARS: Final = 32
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
+DEFAULT_RELAY_CONNECTIONS: Final = 4  # the relay's reads' own pool (TMS_RELAY_CONNECTIONS)
+DEFAULT_RELAY_STATEMENT_SECONDS: Final = 10.0  # its statement_timeout (TMS_RELAY_STATEMENT_SECONDS)
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 MIN_METRICS_TOKEN_CHARS: Final = 24
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
@@ -113,6 +115,8 @@ class Settings:
     relay_memory_mb: int = 128  # TMS_RELAY_MEMORY_MB: what every relay connection holds, in all
     relay_behind_seconds: float = 15.0  # TMS_RELAY_BEHIND_SECONDS: a live event unread this long
     max_exports: int = DEFAULT_EXPORTS  # exports streamed at once, per process
+    relay_connections: int = DEFAULT_RELAY_CONNECTIONS  # the relay's reads' pool, per process
+    relay_statement_seconds: float = DEFAULT_RELAY_STATEMENT_SECONDS  # one relay read, at most
     export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
     metrics_token: str | None = None  # TMS_METRICS_TOKEN: GET /metrics with it as a bearer token
     metrics_port: int | None = None  # TMS_METRICS_PORT: metrics on a port of their own
@@ -173,6 +177,17 @@ class Settings:
             relay_memory_mb=int(_number(env, "TMS_RELAY_MEMORY_MB", 128, 16, 1_000_000, "")),
             relay_behind_seconds=_number(env, "TMS_RELAY_BEHIND_SECONDS", 15, 1, 3600, "seconds"),
             max_exports=int(_number(env, "TMS_MAX_EXPORTS", DEFAULT_EXPORTS, 1, 64, "")),
+            relay_connections=int(
+                _number(env, "TMS_RELAY_CONNECTIONS", DEFAULT_RELAY_CONNECTIONS, 1, 64, "")
+            ),
+            relay_statement_seconds=_number(
+                env,
+                "TMS_RELAY_STATEMENT_SECONDS",
+                DEFAULT_RELAY_STATEMENT_SECONDS,
+                0.001,
+                3600,
+                "seconds",
+            ),
             metrics_token=_metrics_token(env),
             metrics_port=_metrics_port(env, port),
             metrics_host=env.get("TMS_METRICS_HOST", "").strip() or "127.0.0.1",

@@ -44,6 +44,7 @@ MUTABLE: Final = {
     "link_anchors": "where each quote sits: derived, back-filled for older links",
     "claim_keys": "each claim's normalized text, hashed: derived, back-filled for older claims",
     "embeddings": "vectors: derived, recomputed when the model changes",
+    "contradiction_search": "contradictions' keyword documents: derived, built as searched",
     "embedding_queue": "what still needs a vector",
     "used_requests": "single-use requests, pruned once too old to be replayed",
     "web_sessions": "browser logins: opened, ended, expired",

@@ -10,6 +10,12 @@ Four budgets, each a list of limits in `limits`' notation ("10/second;300/minute
 - `fetch`: `fetch_url` and the page's Fetch, by one key (downloads and extraction are dear);
 - `login`: browser logins, by one key.
 
+A relay REQ or COUNT spends the address budget by its size (`read_cost`): one unit a filter (a
+COUNT's, which reads every match rather than a page, `COUNT_UNITS`), and one more for each
+`READ_VALUES_PER_UNIT` ids, authors, kinds or tag values it names; an everyday one-filter REQ
+costs one unit, as any request does. A call never costs more than a limit's whole amount, so a
+large REQ is slowed to the rate the budget allows, never refused for good.
+
 The counts live in each server process: behind a proxy spreading clients over N processes, a
 client gets up to N times a budget. That is the trade for needing no shared store;
 docs/operating.md says so, and a proxy can hold a global limit of its own.
@@ -30,6 +36,7 @@ from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from tms.errors import ConfigError, RateLimited, Refusal
 from tms.metrics import RATE_LIMITED
+from tms.nostr.filters import Filter
 
 OFF: Final = "off"
 DEFAULT_ADDRESS: Final = "40/second;1200/minute"
@@ -37,6 +44,21 @@ DEFAULT_KEY: Final = "20/second;600/minute"
 DEFAULT_FETCH: Final = "10/minute;100/hour"
 DEFAULT_LOGIN: Final = "5/minute;30/hour"
 IPV6_PREFIX: Final = 64
+READ_VALUES_PER_UNIT: Final = 100  # a filter's ids, authors, kinds and tag values per extra unit
+COUNT_UNITS: Final = 5  # a COUNT filter's units: it reads every match, a REQ page at most 100
+
+
+def read_cost(filters: Sequence[Filter], *, count: bool = False) -> int:
+    """What a REQ (or, `count`, a COUNT) of these filters spends of its address's budget: its
+    filters, and the values they name, which is what its reads cost the database (an index
+    walk per author or kind, a probe per id)."""
+    per_filter = COUNT_UNITS if count else 1
+    cost = 0
+    for wanted in filters:
+        values = sum(len(v) for v in (wanted.ids, wanted.authors, wanted.kinds) if v is not None)
+        values += sum(len(v) for v in wanted.tags.values())
+        cost += per_filter + values // READ_VALUES_PER_UNIT
+    return max(1, cost)
 
 
 def parse_rates(name: str, text: str) -> tuple[RateLimitItem, ...]:
@@ -79,9 +101,12 @@ class Throttle:
         self.limits = limits or RateLimits()
         self._limiter = SlidingWindowCounterRateLimiter(MemoryStorage())
 
-    async def address(self, address: str | None) -> None:
+    async def address(self, address: str | None, cost: int = 1) -> None:
+        """`cost`: units this request spends (a relay read's `read_cost`)."""
         if address is not None:
-            await self._spend("address", self.limits.address, budget_of(address), "this address")
+            await self._spend(
+                "address", self.limits.address, budget_of(address), "this address", cost=cost
+            )
 
     async def key(self, pubkey: str) -> None:
         await self._spend("key", self.limits.key, pubkey, "this key", pubkey)
@@ -104,9 +129,13 @@ class Throttle:
         who: str,
         whose: str,
         pubkey: str | None = None,
+        *,
+        cost: int = 1,
     ) -> None:
-        for item in items:
-            if not await self._limiter.test(item, budget, who):
+        # Never more than a limit's whole amount: dearer calls wait longer, none waits forever.
+        costs = [max(1, min(cost, item.amount)) for item in items]
+        for item, spent in zip(items, costs, strict=True):
+            if not await self._limiter.test(item, budget, who, cost=spent):
                 stats = await self._limiter.get_window_stats(item, budget, who)
                 retry = max(1, math.ceil(stats.reset_time - time.time()))
                 RATE_LIMITED.labels(budget).inc()
@@ -115,8 +144,8 @@ class Throttle:
                     f"try again in {retry} s",
                     retry_after=retry,
                 ).refused_as(Refusal.RATE_LIMITED, pubkey)
-        for item in items:
-            await self._limiter.hit(item, budget, who)
+        for item, spent in zip(items, costs, strict=True):
+            await self._limiter.hit(item, budget, who, cost=spent)
 
 
 def budget_of(address: str) -> str:

@@ -9,9 +9,18 @@ a member list is already visible to every reader, so naming its keys' profiles t
 new). Nothing else: an id of another collection matches nothing, exactly as a missing one.
 
 Newest first means most recently stored (`seq`), the ledger's own order: a TMS event's
-`created_at` is its signer's claim, and ordering by it would need an index the publish path pays
-for. Results come in pages, keyed by `seq`, so a reader's stored answer never holds a database
-connection while a slow client reads; a page's large contents (evidence) are read one at a time.
+`created_at` is its signer's claim. Results come in pages, keyed by `seq`, so a reader's stored
+answer never holds a database connection while a slow client reads; a page's large contents
+(evidence) are read one at a time.
+
+A page costs what it returns, not what the collections hold (sql/016): it is asked of each
+collection on its own, and a filter naming authors (or, without authors, kinds) is one short
+backward walk of the `(collection, pubkey, seq)` (or `(collection, kind, seq)`) index per value,
+each stopping after a page, so 10 filters of 1,000 authors over 60,000 events read a few
+thousand index entries a page, never the collection. Ids go through the ids' index; a filter
+with neither walks the collection's newest events (or its `created_at` index, when the planner
+finds the range narrow). A COUNT reads every match through the same indexes, so it costs what
+it counts: the relay prices it so (`tms.guard.rates.read_cost`).
 """
 
 from __future__ import annotations
@@ -33,8 +42,9 @@ BIG_BYTES: Final = 64 * 1024  # contents larger than this are read one by one, n
 
 _COLUMNS: Final = """seq, id, pubkey, created_at, kind, tags, sig, collection,
     CASE WHEN octet_length(content) <= {big} THEN content END AS content"""
-_PEOPLE: Final = """(SELECT owner FROM collections WHERE slug = ANY($1::text[])
-    UNION SELECT unnest(members) FROM member_lists WHERE collection = ANY($1::text[]))"""
+# {slugs}: where the scope's slugs are.
+_PEOPLE: Final = """(SELECT owner FROM collections WHERE slug = ANY({slugs})
+    UNION SELECT unnest(members) FROM member_lists WHERE collection = ANY({slugs}))"""
 _SQL_PEOPLE: Final = """
     SELECT slug AS collection, owner AS pubkey FROM collections WHERE slug = ANY($1::text[])
     UNION
@@ -46,7 +56,7 @@ _SQL_CONTENT: Final = "SELECT content FROM events WHERE collection = $2 AND seq 
 _SQL_BY_IDS: Final = f"""
     SELECT {_COLUMNS.format(big=BIG_BYTES)} FROM events
     WHERE id = ANY($2::text[]) AND (collection = ANY($1::text[])
-        OR (collection = '{UNSCOPED}' AND pubkey IN {_PEOPLE}))"""
+        OR (collection = '{UNSCOPED}' AND pubkey IN {_PEOPLE.format(slugs="$1::text[]")}))"""
 
 Scope = Reader | ReadableCollection
 
@@ -93,16 +103,11 @@ class StoredEvents:
     ) -> list[Any]:
         """The rows of `page`, large contents not read yet (`stored` reads each): a relay
         streaming them holds one large content at a time, not a page of them."""
-        slugs = slugs_of(scope)
-        if wanted.empty or not slugs or size <= 0:
+        found = page_sql(slugs_of(scope), wanted, before=before, size=size)
+        if found is None:
             return []
-        query = _Query(slugs)
-        parts = query.parts(wanted, before)
-        if not parts:
-            return []
-        sql = " UNION ALL ".join(f"({part} ORDER BY seq DESC LIMIT {size})" for part in parts)
-        sql = f"SELECT * FROM ({sql}) AS found ORDER BY seq DESC LIMIT {size}"
-        return list(await self.pool.fetch(sql, *query.args))
+        sql, args = found
+        return list(await self.pool.fetch(sql, *args))
 
     async def count(self, scope: Scope, filters: Sequence[Filter]) -> int:
         """NIP-45: how many stored events match any of `filters`, each counted once."""
@@ -167,12 +172,35 @@ def event_of(row: Any, content: str | None = None) -> Event:
     )
 
 
+def page_sql(
+    slugs: Sequence[Slug], wanted: Filter, *, before: int | None, size: int
+) -> tuple[str, list[Any]] | None:
+    """The statement of one page of `wanted` over these collections, and its arguments (None:
+    it can match nothing). One arm per collection, each its own newest `size` (on Citus, each
+    a query of one shard), then the newest `size` of them all."""
+    if wanted.empty or not slugs or size <= 0:
+        return None
+    query = _Query(list(slugs))
+    parts = query.page_parts(wanted, before, size)
+    if not parts:
+        return None
+    sql = " UNION ALL ".join(f"({part})" for part in parts)
+    return f"SELECT * FROM ({sql}) AS found ORDER BY seq DESC LIMIT {size}", query.args
+
+
 class _Query:
-    """The SQL of filters over one scope; its arguments, numbered as they are added ($1: the
-    scope's slugs)."""
+    """The SQL of filters over one scope; its arguments, numbered as they are added (the
+    scope's slugs once, when a part names them all)."""
 
     def __init__(self, slugs: list[Slug]) -> None:
-        self.args: list[Any] = [slugs]
+        self.slugs = slugs
+        self.args: list[Any] = []
+        self._all: str | None = None
+
+    def all_slugs(self) -> str:
+        if self._all is None:
+            self._all = self.arg(self.slugs, "text[]")
+        return self._all
 
     def arg(self, value: Any, sql_type: str) -> str:
         self.args.append(value)
@@ -180,33 +208,91 @@ class _Query:
 
     def parts(self, wanted: Filter, before: int | None, columns: str | None = None) -> list[str]:
         """One SELECT for the collections' events and one for the people's profiles and terms,
-        each only if the filter can match there (TMS's own kinds carry no tags)."""
+        each only if the filter can match there (TMS's own kinds carry no tags): every match,
+        as a COUNT reads them."""
         shown = columns or _COLUMNS.format(big=BIG_BYTES)
         common = self._conditions(wanted, before)
         parts = []
-        kinds = wanted.kinds
-        unscoped = unscoped_kinds()
-        if not wanted.tags and (kinds is None or kinds - unscoped):
-            where = ["collection = ANY($1::text[])", *common]
+        if self._scoped(wanted):
+            where = [f"collection = ANY({self.all_slugs()})", *common]
             parts.append(f"SELECT {shown} FROM events WHERE {' AND '.join(where)}")
-        if kinds is None or kinds & unscoped:
-            where = [f"collection = '{UNSCOPED}'", f"pubkey IN {_PEOPLE}", *common]
-            for name, values in wanted.tags.items():
-                where.append(
-                    "EXISTS (SELECT 1 FROM json_array_elements(tags::json) AS t "
-                    f"WHERE t->>0 = {self.arg(name, 'text')} "
-                    f"AND t->>1 = ANY({self.arg(sorted(values), 'text[]')}))"
-                )
-            parts.append(f"SELECT {shown} FROM events WHERE {' AND '.join(where)}")
+        if self._unscoped(wanted):
+            parts.append(self._people_part(wanted, shown, common))
         return parts
 
-    def _conditions(self, wanted: Filter, before: int | None) -> list[str]:
+    def page_parts(self, wanted: Filter, before: int | None, size: int) -> list[str]:
+        """The arms of a page, each its newest `size`: one per collection, walking the index
+        of the filter's most selective field, and one for the people's profiles and terms
+        (few: the members' own)."""
+        shown = _COLUMNS.format(big=BIG_BYTES)
+        parts = []
+        if self._scoped(wanted):
+            # Each field's array is one argument, shared by every arm.
+            walk: tuple[str, str, str] | None  # the column walked, its values, their collation
+            if wanted.ids is not None:
+                walk = None  # the ids' own index (id, collection): at most one row per id
+            elif wanted.authors is not None:
+                # The index's collation ("C"), named: an unnest's column has the default one.
+                walk = ("pubkey", self.arg(sorted(wanted.authors), "text[]"), ' COLLATE "C"')
+            elif wanted.kinds is not None:
+                walk = ("kind", self.arg(sorted(wanted.kinds), "int[]"), "")
+            else:
+                walk = None
+            common = self._conditions(wanted, before, skip=walk[0] if walk else None)
+            for slug in self.slugs:
+                here = [f"collection = {self.arg(slug, 'text')}", *common]
+                if walk is None:
+                    parts.append(
+                        f"SELECT {shown} FROM events WHERE {' AND '.join(here)} "
+                        f"ORDER BY seq DESC LIMIT {size}"
+                    )
+                    continue
+                column, values, collate = walk
+                # One backward walk of the index per value, each stopping after `size`, reading
+                # index entries only (the other fields' conditions are on the index's INCLUDE
+                # columns); then the page's rows, `size` at most, by their key.
+                parts.append(
+                    f"SELECT {shown} FROM events WHERE {here[0]} AND seq IN ("
+                    f"SELECT w.seq FROM unnest({values}) AS v(value) CROSS JOIN LATERAL ("
+                    f"SELECT seq FROM events WHERE {' AND '.join(here)} "
+                    f"AND {column} = v.value{collate} ORDER BY seq DESC LIMIT {size}) AS w "
+                    f"ORDER BY w.seq DESC LIMIT {size}) ORDER BY seq DESC LIMIT {size}"
+                )
+        if self._unscoped(wanted):
+            common = self._conditions(wanted, before)
+            part = self._people_part(wanted, shown, common)
+            parts.append(f"{part} ORDER BY seq DESC LIMIT {size}")
+        return parts
+
+    def _scoped(self, wanted: Filter) -> bool:
+        kinds = wanted.kinds
+        return not wanted.tags and (kinds is None or bool(kinds - unscoped_kinds()))
+
+    def _unscoped(self, wanted: Filter) -> bool:
+        kinds = wanted.kinds
+        return kinds is None or bool(kinds & unscoped_kinds())
+
+    def _people_part(self, wanted: Filter, shown: str, common: list[str]) -> str:
+        people = _PEOPLE.format(slugs=self.all_slugs())
+        where = [f"collection = '{UNSCOPED}'", f"pubkey IN {people}", *common]
+        for name, values in wanted.tags.items():
+            where.append(
+                "EXISTS (SELECT 1 FROM json_array_elements(tags::json) AS t "
+                f"WHERE t->>0 = {self.arg(name, 'text')} "
+                f"AND t->>1 = ANY({self.arg(sorted(values), 'text[]')}))"
+            )
+        return f"SELECT {shown} FROM events WHERE {' AND '.join(where)}"
+
+    def _conditions(
+        self, wanted: Filter, before: int | None, *, skip: str | None = None
+    ) -> list[str]:
+        """The filter's conditions; `skip`: the column a walk already fixes."""
         where = []
         if wanted.ids is not None:
             where.append(f"id = ANY({self.arg(sorted(wanted.ids), 'text[]')})")
-        if wanted.authors is not None:
+        if wanted.authors is not None and skip != "pubkey":
             where.append(f"pubkey = ANY({self.arg(sorted(wanted.authors), 'text[]')})")
-        if wanted.kinds is not None:
+        if wanted.kinds is not None and skip != "kind":
             where.append(f"kind = ANY({self.arg(sorted(wanted.kinds), 'int[]')})")
         if wanted.since is not None:
             where.append(f"created_at >= {self.arg(wanted.since, 'bigint')}")

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tms.errors import RateLimited, Refusal
+from tms.guard.rates import read_cost
 from tms.nostr.events import is_hex64
 from tms.relay import messages
 from tms.relay.auth import Auth
@@ -154,7 +155,10 @@ class Connection:
         if not isinstance(message, EventMessage):
             await self.publishing.settle()  # a read after a write sees it
         try:
-            await self.relay.throttle.address(self.address)
+            cost = 1
+            if isinstance(message, ReqMessage | CountMessage):  # reads: priced by their size
+                cost = read_cost(message.filters, count=isinstance(message, CountMessage))
+            await self.relay.throttle.address(self.address, cost)
         except RateLimited as exc:
             self._limited(message, exc)
             return

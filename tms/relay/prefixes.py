@@ -14,7 +14,7 @@ import re
 from typing import Final
 
 from tms.errors import DATABASE_UNAVAILABLE, NotAUser, Refusal, TMSError, one_line, sendable
-from tms.store.database import is_database_down
+from tms.store.database import is_database_down, is_statement_timeout
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,11 @@ BLOCKED: Final = "blocked"  # a key the service does not know at all: not approv
 ERROR: Final = "error"  # not the caller's doing
 _POSITION: Final = re.compile(r"^events\[0\](?: \([0-9a-f]{12}…\))?: ")
 _NOT_A_USER: Final = "is not approved and is not a member of any collection"
+# A read stopped at the relay pool's statement_timeout (tms.relay.shared).
+TOO_LONG: Final = (
+    "error: this read took longer than this relay allows; ask for less (fewer filters, "
+    "authors or ids, a narrower since/until, a smaller limit)"
+)
 
 
 def prefix(exc: BaseException) -> str:
@@ -53,6 +58,9 @@ def failure(exc: BaseException) -> str:
     """What to tell the client of an error that is not its refusal (logged here)."""
     if isinstance(exc, TMSError):
         return reason(exc)
+    if is_statement_timeout(exc):
+        log.info("a relay read reached its statement timeout: %s", one_line(exc))
+        return TOO_LONG
     if is_database_down(exc):
         log.warning("database unavailable on the relay: %s", one_line(exc))
         return f"error: {DATABASE_UNAVAILABLE}"

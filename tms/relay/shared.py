@@ -1,5 +1,14 @@
-"""What every relay connection of this process shares: the services it calls, and the hub of
-live subscriptions fed by the commit feed, opened once with the app (`tms.web.app`)."""
+"""What every relay connection of this process shares: the services it calls, the pool its
+reads run on, and the hub of live subscriptions fed by the commit feed, opened once with the app
+(`tms.web.app`).
+
+A relay's stored answers and searches are what anyone may ask of it, in any number: they run on
+a pool of their own (`TMS_RELAY_CONNECTIONS`), so that however many are asked at once, the pages
+and MCP keep the main pool, and every statement on it stops at `TMS_RELAY_STATEMENT_SECONDS`
+(PostgreSQL's `statement_timeout`), whoever stopped waiting for it. Access checks, the live
+hub's matching and the commit feed stay on the main pool: they are the ledger's own, bounded
+work.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +18,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
 
+from tms import metrics
+from tms.config import DEFAULT_RELAY_CONNECTIONS, DEFAULT_RELAY_STATEMENT_SECONDS
 from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
 from tms.http.bodies import MiB
@@ -22,8 +33,10 @@ from tms.relay.limits import BIG_LOADS, LIVE_BEHIND_SECONDS
 from tms.relay.live import Hub
 from tms.search.search import Search
 from tms.services import Services
+from tms.store.database import Pool, open_pool
 
 ROUTE: Final = "relay"  # what the refusal log calls this door
+CLOSE_SECONDS: Final = 5.0  # reads still running when the relay closes get this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,18 +57,31 @@ class Relay:
     behind_seconds: float  # a live event unwritten this long: its client is behind
 
 
+async def open_reads_pool(url: str, connections: int, statement_seconds: float) -> Pool:
+    """The relay's reads' pool: `connections` at most, opened as needed, each statement stopped
+    after `statement_seconds`."""
+    return await open_pool(
+        url, min_size=0, max_size=connections, statement_seconds=statement_seconds
+    )
+
+
 @asynccontextmanager
 async def open_relay(
     services: Services,
     database_url: str,
     memory_bytes: int = 128 * MiB,
     behind_seconds: float = LIVE_BEHIND_SECONDS,
+    *,
+    connections: int = DEFAULT_RELAY_CONNECTIONS,
+    statement_seconds: float = DEFAULT_RELAY_STATEMENT_SECONDS,
 ) -> AsyncIterator[Relay]:
-    """The relay of this process: its hub of subscriptions, fed by the commit feed;
-    `memory_bytes`: what all its connections together may hold (`tms.relay.budget`)."""
+    """The relay of this process: its reads' pool (`connections`, `statement_seconds`), its
+    hub of subscriptions, fed by the commit feed; `memory_bytes`: what all its connections
+    together may hold (`tms.relay.budget`)."""
     pool = services.ledger.pool
-    stored = StoredEvents(pool)
-    hub = Hub(stored)
+    reads = await open_reads_pool(database_url, connections, statement_seconds)
+    watched = metrics.POOLS.watch({"relay": reads})
+    hub = Hub(StoredEvents(pool))
     feed = CommitFeed(
         database_url, pool, wanted=hub.wanted, deliver=hub.deliver, outage=services.outage
     )
@@ -64,8 +90,8 @@ async def open_relay(
         yield Relay(
             ledger=services.ledger,
             access=services.access,
-            search=services.search,
-            stored=stored,
+            search=services.search.over(reads),
+            stored=StoredEvents(reads),
             throttle=services.throttle,
             refusals=services.refusals,
             sessions=services.sessions,
@@ -77,3 +103,8 @@ async def open_relay(
         )
     finally:
         await feed.close()
+        metrics.POOLS.forget(watched)
+        try:
+            await asyncio.wait_for(reads.close(), CLOSE_SECONDS)
+        except TimeoutError:
+            reads.terminate()

@@ -24,7 +24,7 @@ from tms.ledger.records import CONTRADICTION_COLUMNS, limited, page_size
 from tms.results import ClaimHit, ContradictionInfo, SearchClaimsResult
 from tms.search.pgvector import HnswTuning, sql_literal, vector_literal
 from tms.search.vectors import Vectors
-from tms.store.database import Pool
+from tms.store.database import Connection, Pool
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION
 
 log = logging.getLogger(__name__)
@@ -51,29 +51,48 @@ _SQL_CLAIMS_KEYWORD: Final = """
 # A contradiction searched as one document: its reason, then its claims' stored `search`
 # vectors, folded on with `||` (which shifts positions, so a phrase never spans two parts;
 # PostgreSQL has no tsvector aggregate). A part that would take the document past a tsvector's
-# 1 MB is left out rather than failing the search. $3: the reason's indexed prefix.
-_SQL_CONTRADICTIONS_KEYWORD: Final = f"""
-    WITH RECURSIVE parts AS MATERIALIZED (
+# 1 MB is left out rather than failing the search. Built once per contradiction, in `seq` order
+# and at most DOCUMENT_BATCH a statement, for those stored since the collection's last built
+# one (within a collection `seq` grows in commit order: tms.ledger.filters), and kept in
+# `contradiction_search` (sql/016), whose GIN index the search then reads, as claim search reads
+# `claims.search`. $2: the reason's indexed prefix.
+DOCUMENT_BATCH: Final = 500
+_SQL_DOCUMENTS: Final = f"""
+    WITH RECURSIVE todo AS MATERIALIZED (
+        SELECT c.id, c.seq, c.reason FROM contradictions c
+        WHERE c.collection = $1 AND c.seq > (
+            SELECT coalesce(max(s.seq), 0) FROM contradiction_search s WHERE s.collection = $1)
+        ORDER BY c.seq LIMIT {DOCUMENT_BATCH}),
+    parts AS MATERIALIZED (
         SELECT cc.contradiction_id AS id, cl.search,
                row_number() OVER (PARTITION BY cc.contradiction_id ORDER BY cl.seq) AS n
-        FROM contradiction_claims cc JOIN claims cl ON cl.id = cc.claim_id AND cl.collection = $1
-        WHERE cc.collection = $1),
+        FROM todo t
+        JOIN contradiction_claims cc ON cc.contradiction_id = t.id AND cc.collection = $1
+        JOIN claims cl ON cl.id = cc.claim_id AND cl.collection = $1),
     fold (id, n, doc) AS (
-        SELECT c.id, 0::bigint, to_tsvector('english', left(c.reason, $3::int))
-        FROM contradictions c WHERE c.collection = $1
+        SELECT t.id, 0::bigint, to_tsvector('english', left(t.reason, $2::int)) FROM todo t
         UNION ALL
         SELECT f.id, p.n,
                CASE WHEN pg_column_size(f.doc) + pg_column_size(p.search) < {TSVECTOR_BYTES}
                     THEN f.doc || p.search ELSE f.doc END
         FROM fold f JOIN parts p ON p.id = f.id AND p.n = f.n + 1),
     docs AS (
-        SELECT DISTINCT ON (id) id, doc FROM fold ORDER BY id, n DESC),
-    page AS (
-        SELECT d.id, c.seq, ts_rank(d.doc, q) AS rank
-        FROM docs d JOIN contradictions c ON c.id = d.id AND c.collection = $1,
-             websearch_to_tsquery('english', $2) q
-        WHERE d.doc @@ q
-        ORDER BY rank DESC, c.seq DESC, d.id LIMIT :limit)
+        SELECT DISTINCT ON (id) id, doc FROM fold ORDER BY id, n DESC)
+    SELECT d.id, t.seq, d.doc::text AS doc FROM docs d JOIN todo t ON t.id = d.id"""
+# Stored by a statement of its own, from the documents' text (a tsvector's text form reads back
+# as the same vector, positions and all): on Citus the fold above is a query of the
+# collection's one shard, and this insert is routed there by its collection.
+_SQL_STORE_DOCUMENTS: Final = """
+    INSERT INTO contradiction_search (contradiction_id, collection, seq, search)
+    SELECT d.id, $1::text, d.seq, d.doc::tsvector
+    FROM unnest($2::text[], $3::bigint[], $4::text[]) AS d(id, seq, doc)
+    ON CONFLICT DO NOTHING"""
+_SQL_CONTRADICTIONS_KEYWORD: Final = f"""
+    WITH page AS (
+        SELECT s.contradiction_id AS id, s.seq, ts_rank(s.search, q) AS rank
+        FROM contradiction_search s, websearch_to_tsquery('english', $2) q
+        WHERE s.collection = $1 AND s.search @@ q
+        ORDER BY rank DESC, s.seq DESC, s.contradiction_id LIMIT :limit)
     SELECT {CONTRADICTION_COLUMNS}, p.rank
     FROM page p JOIN contradictions c ON c.id = p.id AND c.collection = $1
     JOIN events e ON e.seq = c.seq AND e.collection = $1
@@ -105,11 +124,34 @@ _SQL_CONTRADICTIONS_VECTOR: Final = f"""
 
 
 class Search:
-    def __init__(self, pool: Pool, vectors: Vectors | None) -> None:
+    def __init__(self, pool: Pool, vectors: Vectors | None, *, of: Search | None = None) -> None:
+        """`of`: the search whose model this one uses, as it stands (`over`)."""
         self.pool = pool
-        self.vectors = vectors  # None: keyword search only, for the reason `unavailable` gives
-        self.unavailable = VECTORS_OFF  # why there are no vectors, while there are none
+        self._of = of
+        self._vectors = vectors  # None: keyword search only, for the reason `unavailable` gives
+        self._unavailable = VECTORS_OFF  # why there are no vectors, while there are none
         self._hnsw = HnswTuning()
+
+    def over(self, pool: Pool) -> Search:
+        """The same search on other connections (the relay's own pool), with this one's model
+        whenever it loads."""
+        return Search(pool, None, of=self)
+
+    @property
+    def vectors(self) -> Vectors | None:
+        return self._of.vectors if self._of is not None else self._vectors
+
+    @vectors.setter
+    def vectors(self, vectors: Vectors | None) -> None:
+        self._vectors = vectors
+
+    @property
+    def unavailable(self) -> str:
+        return self._of.unavailable if self._of is not None else self._unavailable
+
+    @unavailable.setter
+    def unavailable(self, why: str) -> None:
+        self._unavailable = why
 
     @property
     def status(self) -> str:
@@ -195,12 +237,13 @@ class Search:
     ) -> list[ContradictionInfo]:
         """Full text over each contradiction as one document (its reason, then its claims'
         texts), so `a -b` means a somewhere in it and b nowhere in it. Best `ts_rank` first,
-        then newest, then id. Documents are built at query time from the claims' stored
-        vectors and the reasons, so the cost grows with the collection's contradictions (a few
-        ms per hundred), not with its claims."""
+        then newest, then id. The documents of contradictions stored since the last search are
+        built first (once each, a few ms per hundred); the search itself reads the GIN index,
+        so it costs what it finds, not what the collection holds."""
         sql = limited(_SQL_CONTRADICTIONS_KEYWORD, limit)
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(sql, readable.slug, text, REASON_INDEXED_CHARS)
+            await build_documents(conn, readable.slug)
+            rows = await conn.fetch(sql, readable.slug, text)
             return await records.contradictions(conn, readable.slug, rows, "rank")
 
     async def contradictions_near(
@@ -229,6 +272,25 @@ class Search:
         except Exception as exc:  # the model failed: keyword search still answers
             log.warning("query embedding failed: %s", exc)
             return None, f"no vector could be computed ({one_line(exc, 300)}): keyword results"
+
+
+async def build_documents(conn: Connection, slug: str) -> int:
+    """Build the keyword documents of the collection's contradictions that have none yet,
+    `DOCUMENT_BATCH` a statement (each short, within any statement timeout); how many."""
+    built = 0
+    while True:
+        rows = await conn.fetch(_SQL_DOCUMENTS, slug, REASON_INDEXED_CHARS)
+        if rows:
+            await conn.execute(
+                _SQL_STORE_DOCUMENTS,
+                slug,
+                [row["id"] for row in rows],
+                [row["seq"] for row in rows],
+                [row["doc"] for row in rows],
+            )
+        built += len(rows)
+        if len(rows) < DOCUMENT_BATCH:
+            return built
 
 
 def _claims_vector_sql(model_literal: str, dims: int, limit: int, *, indexed: bool) -> str:

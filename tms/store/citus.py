@@ -56,6 +56,7 @@ DISTRIBUTED: Final[tuple[str, ...]] = (
     "collection_counts",
     "embeddings",
     "embedding_queue",
+    "contradiction_search",
     "tlog_leaves",
     "tlog_nodes",
     "tlog_checkpoints",

@@ -72,6 +72,12 @@ def is_database_down(exc: BaseException) -> bool:
     return isinstance(exc, DATABASE_DOWN) and not isinstance(exc, _NOT_DOWN)
 
 
+def is_statement_timeout(exc: BaseException) -> bool:
+    """Whether PostgreSQL stopped the statement at its pool's `statement_timeout`
+    (`open_pool`): the read asked too much, not an outage."""
+    return isinstance(exc, asyncpg.QueryCanceledError)
+
+
 def sql_dir() -> Path:
     """`sql/` beside the package in a checkout, or inside it in an installed wheel."""
     here = Path(__file__).resolve().parent.parent  # the `tms` package
@@ -231,17 +237,31 @@ class _Connection(asyncpg.Connection):
 
 
 async def open_pool(
-    url: str, *, min_size: int = 1, max_size: int = 10, generic_plans: bool = False
+    url: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    generic_plans: bool = False,
+    statement_seconds: float | None = None,
 ) -> asyncpg.Pool:
     """A pool on a migrated database. `generic_plans`: prepared statements are planned once,
     not again at each call: for the publish path, whose statements look rows up by key (its
     snapshot spent half its time planning, 0.5 of 1.0 ms, with PostgreSQL's default choice);
     never for searches, whose best plans depend on their arguments. Not on Citus either, which
     plans a statement for the shard its arguments name, so at each call: a generic plan is one
-    it refuses to make."""
+    it refuses to make. `statement_seconds`: PostgreSQL's `statement_timeout` on every
+    connection, so that no statement holds one longer, whoever stopped waiting for it (the
+    relay's reads, which anyone may send: `is_statement_timeout`)."""
+    settings: dict[str, str] = {}
+    if statement_seconds is not None:
+        settings["statement_timeout"] = str(max(1, round(statement_seconds * 1000)))
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, connection_class=_Connection
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            connection_class=_Connection,
+            server_settings=settings or None,
         )
     except (OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
         raise DatabaseError(f"cannot connect to the database: {one_line(exc)}") from exc
@@ -250,7 +270,8 @@ async def open_pool(
             await migrate(conn)
             generic_plans = generic_plans and not await citus.installed(conn)
         if generic_plans:  # every connection from now on; the first is replaced
-            pool.set_connect_args(url, server_settings={"plan_cache_mode": "force_generic_plan"})
+            settings["plan_cache_mode"] = "force_generic_plan"
+            pool.set_connect_args(url, server_settings=settings)
             await pool.expire_connections()
     except BaseException as exc:
         await pool.close()

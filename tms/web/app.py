@@ -127,6 +127,8 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
                 runtime.database_url,
                 settings.relay_memory_mb * MiB,
                 settings.relay_behind_seconds,
+                connections=settings.relay_connections,
+                statement_seconds=settings.relay_statement_seconds,
             ) as relay,
             scrape.metrics_port(settings, runtime),
         ):
