@@ -19,6 +19,18 @@ def _command(
     return commands.add_parser(name, help=summary, description=description)
 
 
+CREATE_HELP = (
+    "make a new, empty embedded database in TMS_DATA_DIR if there is none (without it, the "
+    "command refuses: a data directory that is not the server's is a mistake)"
+)
+
+
+def _creates(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A command that opens the database: `--create` lets it make a new embedded one."""
+    command.add_argument("--create", action="store_true", help=CREATE_HELP)
+    return command
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tms", description="TMS, the evidence ledger.")
     parser.add_argument("--version", action="version", version=f"tms {version('tms')}")
@@ -49,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (overrides TMS_HOST)")
     serve.add_argument("--port", type=int, help="port to listen on (overrides TMS_PORT)")
-    _command(
+    stdio = _command(
         commands,
         "stdio",
         "serve the MCP tools over stdin/stdout, for a local agent",
@@ -57,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         "hex), tool calls without a request are signed with that key; events for publish still "
         "need signing (tms-sign event).",
     )
+    _creates(stdio)
     migrate = _command(
         commands,
         "migrate",
@@ -69,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="distribute the tables by collection over the Citus cluster",
     )
+    _creates(migrate)
     approve = _command(
         commands,
         "approve",
@@ -77,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "on the members page. Works whether or not the server is running.",
     )
     approve.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX", help="a key: npub or 64 hex")
+    _creates(approve)
     revoke = _command(
         commands,
         "revoke",
@@ -85,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         "what they signed stays, and collections they own stay theirs. Keys as npub or 64 hex.",
     )
     revoke.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX", help="a key: npub or 64 hex")
-    _command(commands, "approved", "list approved keys: npub, hex, approved_at")
+    _creates(revoke)
+    _creates(_command(commands, "approved", "list approved keys: npub, hex, approved_at"))
     collections = _command(
         commands,
         "collections",
@@ -97,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     collections.add_argument(
         "--slugs", action="store_true", help="print only the slugs, one a line, no header"
     )
+    _creates(collections)
     export = _command(
         commands,
         "export",
@@ -110,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="end with the log's signed checkpoint line, for tms verify-export",
     )
+    _creates(export)
     audit = _command(
         commands,
         "verify-export",
@@ -145,4 +163,5 @@ def build_parser() -> argparse.ArgumentParser:
     refusals.add_argument(
         "--limit", type=int, default=50, help="newest records to list (default 50; 0: counts only)"
     )
+    _creates(refusals)
     return parser

@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from tms.cli.database import usable_database
+from tms.cli.database import announce, usable_database
 from tms.config import Settings
 from tms.errors import TMSError
 from tms.nostr.events import SecretKey
@@ -44,6 +44,7 @@ def serve(host: str | None, port: int | None) -> int:
         warning = origin_warning(settings.base_url, host)
         if warning is not None:
             print(f"tms: warning: {warning}", file=sys.stderr, flush=True)
+        announce(settings, create=True)  # the server may make its data directory's database
         asyncio.run(usable_database(settings))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
@@ -52,11 +53,7 @@ def serve(host: str | None, port: int | None) -> int:
     port = settings.port if port is None else port
     origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     public = f" (public URL {settings.base_url})" if settings.base_url else ""
-    if settings.database_url is None:
-        data = f"embedded PostgreSQL in {settings.data_dir / 'postgres'}"
-    else:
-        data = "the PostgreSQL server at TMS_DATABASE_URL"
-    print(f"tms: serving on {origin}{public}\ntms: data: {data}", flush=True)
+    print(f"tms: serving on {origin}{public}", flush=True)
     uvicorn.run(
         create_app(settings),
         host=host,
@@ -116,16 +113,19 @@ def _connection_limits(settings: Settings) -> ConnectionLimits:
     return ConnectionLimits.of(settings, connections)
 
 
-def stdio() -> int:
-    """MCP over stdin and stdout against the server's database. stdout carries the protocol
-    only: the SDK points fd 1 at stderr while serving, and the database and model are opened
-    inside that, so nothing they print can corrupt the stream."""
+def stdio(*, create: bool = False) -> int:
+    """MCP over stdin and stdout against the server's database (a new embedded one only with
+    `create`: an agent started from another directory would otherwise see an empty ledger).
+    stdout carries the protocol only: the SDK points fd 1 at stderr while serving, and the
+    database and model are opened inside that, so nothing they print can corrupt the stream."""
     from tms.nostr.keys import parse_secret
 
     try:
         settings = Settings.from_env()
         nsec = os.environ.get("TMS_NSEC", "").strip()
         signer = parse_secret(nsec) if nsec else None
+        if not announce(settings, create=create):
+            return 1
         asyncio.run(_serve_stdio(settings, signer))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)

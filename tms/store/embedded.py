@@ -48,6 +48,12 @@ class EmbeddedPostgres:
         self._server = server
         self.folder = folder
 
+    @staticmethod
+    def exists(data_dir: Path) -> bool:
+        """Whether `data_dir` holds an embedded database already (made by `initdb`, which
+        `start` runs on first use)."""
+        return (data_dir / "postgres" / "PG_VERSION").is_file()
+
     @classmethod
     def start(cls, data_dir: Path) -> EmbeddedPostgres:
         """Start (or join) the server in `data_dir/postgres`. Blocking: about a second, several
