@@ -323,16 +323,26 @@ def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(tmp_path: Pa
         assert health.status_code == 200
         assert health.json()["ok"] is True and health.json()["database"] == "reachable"
         assert postgres_processes(data_dir)
+        # A new database: every migration applied, each said; then each back-fill's start and
+        # end, with its rows (they run in the background: waited for).
+        backfills = ("link anchors", "claim keys", "transparency logs")
+        while True:
+            said = (tmp_path / "err").read_text().splitlines()
+            ended = [w for w in backfills if any(f"back-fill of {w}: done, 0 " in x for x in said)]
+            if len(ended) == len(backfills):
+                break
+            assert time.monotonic() < deadline, said
+            time.sleep(0.1)
+        assert said[0] == f"tms: database: embedded PostgreSQL in {data_dir} (TMS_DATA_DIR)"
+        assert said[1].startswith("tms: migrating the database: 001_ledger.sql, ")
+        assert said[2].startswith("tms: applied 001_ledger.sql (")
+        for what in backfills:
+            assert f"tms: back-fill of {what}: started" in said
 
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 0
         output = (tmp_path / "out").read_text()
         assert f"tms: serving on http://127.0.0.1:{port}\n" in output
-        assert (
-            (tmp_path / "err")
-            .read_text()
-            .startswith(f"tms: database: embedded PostgreSQL in {data_dir} (TMS_DATA_DIR)\n")
-        )
         deadline = time.monotonic() + 10
         while postgres_processes(data_dir) or (data_dir / "postgres" / "postmaster.pid").exists():
             assert time.monotonic() < deadline, "the embedded PostgreSQL is still running"

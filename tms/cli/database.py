@@ -102,7 +102,7 @@ async def open_pool(settings: Settings, *, max_size: int) -> tuple[str, Pool]:
     from tms.store import database
 
     url = await database.database_url(settings.database_url, settings.data_dir)
-    return url, await database.open_pool(url, min_size=1, max_size=max_size)
+    return url, await database.open_pool(url, min_size=1, max_size=max_size, part="cli")
 
 
 @asynccontextmanager

@@ -52,7 +52,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ns.command == "stdio":
         raise SystemExit(stdio(create=ns.create))
     if ns.command == "migrate":
-        raise SystemExit(run_on_database(migrate(ns.distribute), create=ns.create))
+        raise SystemExit(
+            run_on_database(migrate(ns.distribute, ns.despite_older), create=ns.create)
+        )
     if ns.command in ("approve", "revoke"):
         keys = pubkeys(ns.keys, f"{ns.command}d")
         if keys is None:

@@ -75,12 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate",
         "apply the database migrations (the server does at start-up)",
         "On a Citus coordinator, --distribute spreads the ledger over the workers by collection "
-        "(once: later migrations' tables follow by themselves). Prints where each table lives.",
+        "(once: later migrations' tables follow by themselves). Prints each migration applied "
+        "and where each table lives. Refuses while an older TMS server is connected.",
     )
     migrate.add_argument(
         "--distribute",
         action="store_true",
         help="distribute the tables by collection over the Citus cluster",
+    )
+    migrate.add_argument(
+        "--despite-older",
+        action="store_true",
+        help="migrate even while older TMS servers are connected (they may break: stop them first)",
     )
     _creates(migrate)
     approve = _command(
