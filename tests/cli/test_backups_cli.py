@@ -26,7 +26,7 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_backup_restore_into_a_fresh_data_directory_then_verify_export(
-    db_url: str, ledger: Ledger, tmp_path: Path
+    db_url: str, ledger: Ledger, tmp_path: Path, data_root: Path
 ) -> None:
     source = environment(TMS_DATABASE_URL=db_url)
     archive = tmp_path / "tms.dump"
@@ -60,7 +60,7 @@ async def test_backup_restore_into_a_fresh_data_directory_then_verify_export(
         f"tms: {archive} exists: back up to a new file",
     )
 
-    fresh = tmp_path / "restored"
+    fresh = data_root / "restored"
     target = environment(TMS_DATA_DIR=str(fresh))
     restored = run(target, "restore", "--create", str(archive))
     assert restored.returncode == 0, restored.stderr

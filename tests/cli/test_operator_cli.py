@@ -298,8 +298,10 @@ def postgres_processes(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
-def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
+def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(
+    tmp_path: Path, data_root: Path
+) -> None:
+    data_dir = data_root / "data"  # not under tmp_path: conftest's data_root says why
     port = free_port()
     with (tmp_path / "out").open("wb") as out, (tmp_path / "err").open("wb") as err:
         server = subprocess.Popen(
@@ -334,7 +336,9 @@ def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(tmp_path: Pa
             assert time.monotonic() < deadline, said
             time.sleep(0.1)
         assert said[0] == f"tms: database: embedded PostgreSQL in {data_dir} (TMS_DATA_DIR)"
-        assert said[1].startswith("tms: migrating the database: 001_ledger.sql, ")
+        assert said[1].startswith(
+            "tms: migrating the database, in one transaction: 001_ledger.sql, "
+        )
         assert said[2].startswith("tms: applied 001_ledger.sql (")
         for what in backfills:
             assert f"tms: back-fill of {what}: started" in said
@@ -418,9 +422,9 @@ async def test_a_command_in_the_wrong_directory_refuses_to_make_a_new_database(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_create_makes_the_embedded_database_and_every_command_names_it(tmp_path: Path) -> None:
+def test_create_makes_the_embedded_database_and_every_command_names_it(data_root: Path) -> None:
     """With `--create` the new database is made (and named); the next command finds it."""
-    data_dir = tmp_path / "data"
+    data_dir = data_root / "data"
     env = environment(TMS_DATA_DIR=str(data_dir))
     key = SecretKey.generate().pubkey
     named = f"tms: database: embedded PostgreSQL in {data_dir} (TMS_DATA_DIR)"

@@ -79,7 +79,7 @@ async def test_an_older_server_connected_stops_the_migration(behind: str) -> Non
         assert done.returncode == 0, done.stderr
         assert done.stdout.decode().splitlines() == [f"applied: {newest.name}"]
         said = done.stderr.decode().splitlines()[1:]
-        assert said[0] == f"tms: migrating the database: {newest.name}"
+        assert said[0] == f"tms: migrating the database, in one transaction: {newest.name}"
         assert said[1].startswith(f"tms: applied {newest.name} (")
         assert newest.name in await applied(behind)
     finally:

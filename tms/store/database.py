@@ -226,7 +226,7 @@ async def migrate(
                 if not despite_older:
                     await refuse_if_older_servers(conn, migrations)
                 pending = [m.name for m in migrations if m.version not in recorded]
-                upgrade.info("migrating the database: %s", ", ".join(pending))
+                upgrade.info("migrating the database, in one transaction: %s", ", ".join(pending))
             started = time.monotonic()
             await conn.execute(migration.sql)
             await conn.execute(
