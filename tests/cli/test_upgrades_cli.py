@@ -69,7 +69,7 @@ async def test_an_older_server_connected_stops_the_migration(behind: str) -> Non
             assert named.startswith("tms: database: ")
             assert line == (
                 "tms: older TMS servers are using this database (tms 0.0.9 schema 013 pool "
-                "from local (1 connections); tms-feed from local (1 connections)): migrating "
+                "from local (1 connection); tms-feed from local (1 connection)): migrating "
                 f"it to schema {newest.version:03d} would break them: stop every older server "
                 "first (or run `tms migrate --despite-older` to migrate all the same)"
             )

@@ -37,9 +37,10 @@ def without_password(url: str) -> str:
     if "@" in netloc:
         userinfo, hosts = netloc.rsplit("@", 1)
         netloc = f"{userinfo.split(':', 1)[0]}@{hosts}"
-    query = urlencode(
-        [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
-    )
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = parts.query  # as given (an embedded socket's path stays readable), unless it has one
+    if any(key == "password" for key, _ in pairs):
+        query = urlencode([(key, value) for key, value in pairs if key != "password"])
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

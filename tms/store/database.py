@@ -126,6 +126,10 @@ def older_server(name: str, schema: int) -> bool:
     return match is not None and int(match.group(2)) < schema
 
 
+def _connections(count: int) -> str:
+    return f"{count} connection" + ("" if count == 1 else "s")
+
+
 async def refuse_if_older_servers(conn: Connection, migrations: list[Migration]) -> None:
     """Raise, in one line naming them, if a TMS older than the schema `migrations` would build
     is connected to this database (other than this connection)."""
@@ -146,7 +150,7 @@ async def refuse_if_older_servers(conn: Connection, migrations: list[Migration])
     if not older:
         return
     named = "; ".join(
-        f"{row['application_name']} from {row['client']} ({row['connections']} connections)"
+        f"{row['application_name']} from {row['client']} ({_connections(row['connections'])})"
         for row in older[:5]
     ) + ("; ..." if len(older) > 5 else "")
     raise DatabaseError(
