@@ -9,6 +9,7 @@ by their plain names from any folder."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import asyncpg
 import cluster
+import psutil
 import pytest
 from factories import admin, create_database, drop_database
 
@@ -95,3 +97,21 @@ async def ledger(db_url: str) -> AsyncIterator[Ledger]:
         yield Ledger(pool)
     finally:
         await pool.close()
+
+
+@pytest.fixture
+def data_root() -> Iterator[Path]:
+    """A directory for embedded data directories, outside pytest's own temporary folder: the
+    wheel opens a data directory's parents to its `pgserver` user, and a concurrent pytest run
+    closes `pytest-of-<user>` again, so `initdb` or `pg_ctl` there failed with "Permission
+    denied". Whatever PostgreSQL is left running in it is stopped at the end."""
+    root = Path(tempfile.mkdtemp(prefix="tms-test-data-"))
+    try:
+        yield root
+    finally:
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if proc.info["name"] == "postgres" and any(str(root) in arg for arg in cmdline):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
+        shutil.rmtree(root, ignore_errors=True)

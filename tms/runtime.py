@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
@@ -95,17 +96,19 @@ async def open_runtime(
             stack.callback(embedded.adopt)  # last: whichever server runs is the one to stop
             stack.push_async_callback(_cancel, supervisor)
         stack.push_async_callback(fetch_pool.shutdown)  # the extraction workers, if started
-        pool = await database.open_pool(url)
+        pool = await database.open_pool(url, part="main")
         stack.push_async_callback(close_pool, pool)
         # Exports hold a connection for as long as the download lasts: give them their own
         # few, one for each export allowed at once (TMS_MAX_EXPORTS), so that slow downloaders
         # never take a connection publishing needs.
-        export_pool = await database.open_pool(url, min_size=0, max_size=settings.max_exports)
+        export_pool = await database.open_pool(
+            url, min_size=0, max_size=settings.max_exports, part="export"
+        )
         stack.push_async_callback(close_pool, export_pool)
         # Publishes run the same few statements by key over and over: on connections of their
         # own, PostgreSQL plans each once (generic plans), not at every call as it chose to.
         publish_pool = await database.open_pool(
-            url, min_size=1, max_size=PUBLISH_CONNECTIONS, generic_plans=True
+            url, min_size=1, max_size=PUBLISH_CONNECTIONS, generic_plans=True, part="publish"
         )
         stack.push_async_callback(close_pool, publish_pool)
         watched = metrics.POOLS.watch(
@@ -233,7 +236,7 @@ async def _backfill_logs(services: Services) -> None:
     try:
         await services.ledger.log.check_origin()
         await services.ledger.log.check_key()
-        built = await services.ledger.log.backfill()
+        built = await _told("transparency logs", "collections", services.ledger.log.backfill())
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # each collection's log is built when first needed instead
@@ -257,7 +260,7 @@ async def _anchor_stored_links(pool: asyncpg.Pool, outage: Outage) -> None:
     """The one-off back-fill of anchors (tms.ledger.anchors); a failure is logged, never
     raised: the links stay without anchors until the next start-up tries again."""
     try:
-        await anchors.backfill(pool)
+        await _told("link anchors", "rows", anchors.backfill(pool))
     except Exception as exc:
         if database.is_database_down(exc):
             outage.failed("anchoring the stored links (the next start-up tries again)", exc)
@@ -271,11 +274,23 @@ async def _key_stored_claims(pool: asyncpg.Pool) -> None:
     """The one-off back-fill of claim keys (tms.ledger.lookups); a failure is logged, never
     raised: the next start-up tries again."""
     try:
-        await lookups.backfill(pool)
+        await _told("claim keys", "claims", lookups.backfill(pool))
     except Exception as exc:
         log.warning(
             "keying the stored claims failed: %s; the next start-up tries again", one_line(exc)
         )
+
+
+async def _told(what: str, unit: str, backfill: Awaitable[int]) -> int:
+    """A start-up back-fill, its start and end (with the rows it wrote) told in the upgrade log,
+    which the commands print: after a migration, one may run for minutes."""
+    database.upgrade.info("back-fill of %s: started", what)
+    started = time.monotonic()
+    done = await backfill
+    database.upgrade.info(
+        "back-fill of %s: done, %d %s in %.1f s", what, done, unit, time.monotonic() - started
+    )
+    return done
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

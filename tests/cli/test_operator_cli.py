@@ -29,6 +29,7 @@ from factories import (
 )
 from publishing import publish, readable
 
+from tms.cli.database import without_password
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
@@ -46,6 +47,13 @@ async def tms(db_url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
 
 def lines(output: bytes) -> list[str]:
     return output.decode().splitlines()
+
+
+def said(result: subprocess.CompletedProcess[bytes], db_url: str) -> list[str]:
+    """What a command said on stderr after naming its database, which it always does first."""
+    first, *rest = lines(result.stderr)
+    assert first == f"tms: database: {without_password(db_url)} (TMS_DATABASE_URL)"
+    return rest
 
 
 # --- approve, revoke, approved -----------------------------------------------------------------
@@ -78,7 +86,7 @@ async def test_approve_by_npub_or_hex_then_list(db_url: str, ledger: Ledger) -> 
 async def test_approved_with_nobody_approved(db_url: str) -> None:
     result = await tms(db_url, "approved")
     assert (result.returncode, result.stdout) == (0, b"")
-    assert lines(result.stderr) == ["tms: no keys are approved (tms approve NPUB_OR_HEX...)"]
+    assert said(result, db_url) == ["tms: no keys are approved (tms approve NPUB_OR_HEX...)"]
 
 
 async def test_revoke_says_which_keys_were_not_approved(db_url: str, ledger: Ledger) -> None:
@@ -211,7 +219,7 @@ async def test_the_operating_guides_backup_loop_exports_every_collection(
 async def test_collections_with_none_yet(db_url: str) -> None:
     result = await tms(db_url, "collections")
     assert (result.returncode, result.stdout) == (0, b"")
-    assert lines(result.stderr) == [
+    assert said(result, db_url) == [
         "tms: no collections yet (an approved key creates one by naming a new slug)"
     ]
 
@@ -221,7 +229,7 @@ async def test_export_of_an_unknown_collection(db_url: str, slug: str) -> None:
     result = await tms(db_url, "export", slug)
     assert result.returncode == 1
     assert result.stdout == b""
-    assert lines(result.stderr) == [f"tms: no such collection {slug!r}"]
+    assert said(result, db_url) == [f"tms: no such collection {slug!r}"]
 
 
 # --- a database that cannot be used ------------------------------------------------------------
@@ -231,10 +239,11 @@ async def test_export_of_an_unknown_collection(db_url: str, slug: str) -> None:
     "args", [["approved"], ["collections"], ["export", "mcas"], ["serve", "--port", "1"]]
 )
 async def test_an_unreachable_database_is_one_line(args: list[str]) -> None:
-    result = await tms("postgresql://tms@127.0.0.1:1/tms", *args)
+    url = "postgresql://tms@127.0.0.1:1/tms"
+    result = await tms(url, *args)
     assert result.returncode == 1
     assert result.stdout == b""
-    [line] = lines(result.stderr)
+    [line] = said(result, url)
     assert line.startswith("tms: cannot connect to the database: ")
 
 
@@ -263,7 +272,8 @@ async def test_serve_warns_at_start_without_a_public_origin(
         [TMS, "serve", "--host", host, "--port", "1"], env=env, check=False
     )
     assert result.returncode == 1
-    *warning, failed = lines(result.stderr)
+    *warning, named, failed = lines(result.stderr)
+    assert named == "tms: database: postgresql://tms@127.0.0.1:1/tms (TMS_DATABASE_URL)"
     assert failed.startswith("tms: cannot connect to the database: ")
     if warned:
         assert warning == [
@@ -288,8 +298,10 @@ def postgres_processes(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
-def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
+def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(
+    tmp_path: Path, data_root: Path
+) -> None:
+    data_dir = data_root / "data"  # not under tmp_path: conftest's data_root says why
     port = free_port()
     with (tmp_path / "out").open("wb") as out, (tmp_path / "err").open("wb") as err:
         server = subprocess.Popen(
@@ -313,12 +325,28 @@ def test_serve_starts_the_embedded_database_and_stops_it_on_sigterm(tmp_path: Pa
         assert health.status_code == 200
         assert health.json()["ok"] is True and health.json()["database"] == "reachable"
         assert postgres_processes(data_dir)
+        # A new database: every migration applied, each said; then each back-fill's start and
+        # end, with its rows (they run in the background: waited for).
+        backfills = ("link anchors", "claim keys", "transparency logs")
+        while True:
+            said = (tmp_path / "err").read_text().splitlines()
+            ended = [w for w in backfills if any(f"back-fill of {w}: done, 0 " in x for x in said)]
+            if len(ended) == len(backfills):
+                break
+            assert time.monotonic() < deadline, said
+            time.sleep(0.1)
+        assert said[0] == f"tms: database: embedded PostgreSQL in {data_dir} (TMS_DATA_DIR)"
+        assert said[1].startswith(
+            "tms: migrating the database, in one transaction: 001_ledger.sql, "
+        )
+        assert said[2].startswith("tms: applied 001_ledger.sql (")
+        for what in backfills:
+            assert f"tms: back-fill of {what}: started" in said
 
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 0
         output = (tmp_path / "out").read_text()
         assert f"tms: serving on http://127.0.0.1:{port}\n" in output
-        assert f"tms: data: embedded PostgreSQL in {data_dir / 'postgres'}\n" in output
         deadline = time.monotonic() + 10
         while postgres_processes(data_dir) or (data_dir / "postgres" / "postmaster.pid").exists():
             assert time.monotonic() < deadline, "the embedded PostgreSQL is still running"
@@ -345,7 +373,7 @@ async def test_migrate_on_plain_postgresql_changes_nothing(db_url: str) -> None:
     assert lines(done.stdout) == ["applied: none (up to date)"]
     refused = await tms(db_url, "migrate", "--distribute")
     assert refused.returncode == 1
-    assert lines(refused.stderr) == [
+    assert said(refused, db_url) == [
         "tms: --distribute needs a Citus coordinator: the citus extension is not installed in "
         "this database"
     ]
@@ -367,4 +395,55 @@ async def test_migrate_on_citus_lists_where_tables_live(db_url: str) -> None:
             table: where + (" by collection" if where == "distributed" else "")
             for table, where in citus.PLACEMENT.items()
         }
-        assert done.stderr == b""
+        assert said(done, db_url) == []
+
+
+# --- which database ------------------------------------------------------------------------------
+
+
+async def test_a_command_in_the_wrong_directory_refuses_to_make_a_new_database(
+    tmp_path: Path,
+) -> None:
+    """`./tms-data` is relative to the working directory: one directory off, `tms approve` said
+    "approved" against a brand-new database while the server went on refusing the key, and the
+    backup loop's `tms collections --slugs` printed nothing and exited 0. Each now refuses in
+    one line naming the data directory it looked in and `--create`, and makes nothing."""
+    key = SecretKey.generate().pubkey
+    env = environment()
+    refusal = (
+        f"tms: no database in {tmp_path / 'tms-data'} (TMS_DATA_DIR, relative to the working "
+        "directory unless absolute): run this where the server's data directory is, or set "
+        "TMS_DATA_DIR to it; --create makes a new, empty one there"
+    )
+    for args in (["approve", key], ["collections", "--slugs"], ["stdio"]):
+        result = await anyio.run_process([TMS, *args], cwd=tmp_path, env=env, check=False)
+        assert (result.returncode, result.stdout) == (1, b""), args
+        assert lines(result.stderr) == [refusal], args
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_create_makes_the_embedded_database_and_every_command_names_it(data_root: Path) -> None:
+    """With `--create` the new database is made (and named); the next command finds it."""
+    data_dir = data_root / "data"
+    env = environment(TMS_DATA_DIR=str(data_dir))
+    key = SecretKey.generate().pubkey
+    named = f"tms: database: embedded PostgreSQL in {data_dir} (TMS_DATA_DIR)"
+    made = subprocess.run([TMS, "approve", "--create", key], env=env, capture_output=True)
+    assert made.returncode == 0, made.stderr
+    assert lines(made.stderr)[0] == named
+    listed = subprocess.run([TMS, "approved"], env=env, capture_output=True)
+    assert listed.returncode == 0, listed.stderr
+    assert lines(listed.stderr)[0] == named
+    assert lines(listed.stdout)[0].split()[1] == key
+
+
+def test_a_database_url_is_named_without_its_password() -> None:
+    assert (
+        without_password("postgresql://tms:s3cret@db.internal:5432/tms?sslmode=require")
+        == "postgresql://tms@db.internal:5432/tms?sslmode=require"
+    )
+    assert (
+        without_password("postgresql://db.internal/tms?user=tms&password=s3cret")
+        == "postgresql://db.internal/tms?user=tms"
+    )
+    assert without_password("postgresql://h1,h2/tms") == "postgresql://h1,h2/tms"

@@ -75,8 +75,8 @@ def start_serving(data_dir: Path, log_path: Path) -> tuple[subprocess.Popen[byte
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
-    data_dir = tmp_path / "data"
+def served(tmp_path: Path, data_root: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
+    data_dir = data_root / "data"  # not under tmp_path: conftest's data_root says why
     server, base = start_serving(data_dir, tmp_path / "err")
     try:
         yield server, base, data_dir

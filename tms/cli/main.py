@@ -12,10 +12,13 @@ runs the command they name; each command lives in a module of its own:
   local agent (`tms.cli.server`).
 - The operator's commands work on the same database as the server (`TMS_DATABASE_URL`, else the
   embedded PostgreSQL in `TMS_DATA_DIR`; `tms.cli.database`), whether or not the server is
-  running: `migrate [--distribute]` (`tms.cli.migrate`) applies the migrations (the server does
+  running; each says on stderr which database it opens, and one that would make a new embedded
+  database where there is none refuses unless given `--create` (`tms serve` may make one):
+  `migrate [--distribute]` (`tms.cli.migrate`) applies the migrations (the server does
   too, at start-up) and, on a Citus coordinator, distributes the ledger (`tms.store.citus`);
   `approve`, `revoke` and `approved` (`tms.cli.approvals`); `collections` and `export`
-  (`tms.cli.backups`); `refusals` (`tms.cli.refusals`). A bad key is one line on stderr and
+  (`tms.cli.backups`); `backup` and `restore`, the whole database as a pg_dump archive
+  (`tms.cli.dumps`); `refusals` (`tms.cli.refusals`). A bad key is one line on stderr and
   exit 2 (`tms.cli.notation`); a database that cannot be used, or an unknown collection, one
   line and exit 1.
 """
@@ -29,6 +32,7 @@ from datetime import UTC, datetime
 from tms.cli.approvals import approve, approved, revoke
 from tms.cli.backups import collections, export
 from tms.cli.database import run_on_database
+from tms.cli.dumps import backup, restore
 from tms.cli.fetch import fetch
 from tms.cli.migrate import migrate
 from tms.cli.notation import pubkeys, since_when
@@ -48,20 +52,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ns.command == "serve":
         raise SystemExit(serve(ns.host, ns.port))
     if ns.command == "stdio":
-        raise SystemExit(stdio())
+        raise SystemExit(stdio(create=ns.create))
     if ns.command == "migrate":
-        raise SystemExit(run_on_database(migrate(ns.distribute)))
+        raise SystemExit(
+            run_on_database(migrate(ns.distribute, ns.despite_older), create=ns.create)
+        )
     if ns.command in ("approve", "revoke"):
         keys = pubkeys(ns.keys, f"{ns.command}d")
         if keys is None:
             raise SystemExit(2)
-        raise SystemExit(run_on_database((approve if ns.command == "approve" else revoke)(keys)))
+        command = (approve if ns.command == "approve" else revoke)(keys)
+        raise SystemExit(run_on_database(command, create=ns.create))
     if ns.command == "approved":
-        raise SystemExit(run_on_database(approved()))
+        raise SystemExit(run_on_database(approved(), create=ns.create))
     if ns.command == "collections":
-        raise SystemExit(run_on_database(collections(ns.slugs)))
+        raise SystemExit(run_on_database(collections(ns.slugs), create=ns.create))
     if ns.command == "export":
-        raise SystemExit(run_on_database(export(ns.slug, ns.checkpoint)))
+        raise SystemExit(run_on_database(export(ns.slug, ns.checkpoint), create=ns.create))
+    if ns.command == "backup":
+        raise SystemExit(run_on_database(backup(ns.file)))
+    if ns.command == "restore":
+        raise SystemExit(run_on_database(restore(ns.file), create=ns.create))
     if ns.command == "verify-export":
         from tms.cli.verify_export import run
 
@@ -94,4 +105,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not 0 <= ns.limit <= 100_000:
             print("tms: --limit must be from 0 to 100000", file=sys.stderr)
             raise SystemExit(2)
-        raise SystemExit(run_on_database(refusals(since, keys[0] if keys else None, ns.limit)))
+        command = refusals(since, keys[0] if keys else None, ns.limit)
+        raise SystemExit(run_on_database(command, create=ns.create))

@@ -11,24 +11,27 @@ from tms.config import Settings
 from tms.errors import one_line
 
 
-async def migrate(distribute: bool) -> int:
-    """Apply what is missing and, with `distribute`, place the tables on the Citus cluster;
-    then say what was applied and, on Citus, where each table lives."""
+async def migrate(distribute: bool, despite_older: bool = False) -> int:
+    """Apply what is missing (each migration said on stderr as it is applied; refused while an
+    older TMS is connected, unless `despite_older`) and, with `distribute`, place the tables on
+    the Citus cluster; then say where each table lives."""
     import asyncpg
 
     from tms.errors import DatabaseError
     from tms.store import citus
-    from tms.store.database import database_url
+    from tms.store.database import application_name, database_url
     from tms.store.database import migrate as apply_migrations
 
     settings = Settings.from_env()
     url = await database_url(settings.database_url, settings.data_dir)
     try:
-        conn = await asyncpg.connect(url)
+        conn = await asyncpg.connect(
+            url, server_settings={"application_name": application_name("migrate")}
+        )
     except (OSError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
         raise DatabaseError(f"cannot connect to the database: {one_line(exc)}") from exc
     try:
-        applied = await apply_migrations(conn, distribute=distribute)
+        applied = await apply_migrations(conn, distribute=distribute, despite_older=despite_older)
         placed = await citus.placements(conn)
         on_citus = await citus.installed(conn)
     except asyncpg.PostgresError as exc:

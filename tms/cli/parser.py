@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from importlib.metadata import version
+from pathlib import Path
 
 
 def _command(
@@ -17,6 +18,18 @@ def _command(
     """A subcommand whose `--help` says what it does (`help` alone shows only in `tms -h`)."""
     description = summary[0].upper() + summary[1:] + "." + (f" {details}" if details else "")
     return commands.add_parser(name, help=summary, description=description)
+
+
+CREATE_HELP = (
+    "make a new, empty embedded database in TMS_DATA_DIR if there is none (without it, the "
+    "command refuses: a data directory that is not the server's is a mistake)"
+)
+
+
+def _creates(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A command that opens the database: `--create` lets it make a new embedded one."""
+    command.add_argument("--create", action="store_true", help=CREATE_HELP)
+    return command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (overrides TMS_HOST)")
     serve.add_argument("--port", type=int, help="port to listen on (overrides TMS_PORT)")
-    _command(
+    stdio = _command(
         commands,
         "stdio",
         "serve the MCP tools over stdin/stdout, for a local agent",
@@ -57,19 +70,26 @@ def build_parser() -> argparse.ArgumentParser:
         "hex), tool calls without a request are signed with that key; events for publish still "
         "need signing (tms-sign event).",
     )
+    _creates(stdio)
     migrate = _command(
         commands,
         "migrate",
         "apply the database migrations (the server does at start-up)",
         "On a Citus coordinator, --distribute spreads the ledger over the workers by collection "
-        "(once: later migrations' tables follow by themselves). Prints the migrations applied, "
-        "and on Citus where each table lives.",
+        "(once: later migrations' tables follow by themselves). Prints each migration applied, "
+        "and on Citus where each table lives. Refuses while an older TMS server is connected.",
     )
     migrate.add_argument(
         "--distribute",
         action="store_true",
         help="distribute the tables by collection over the Citus cluster",
     )
+    migrate.add_argument(
+        "--despite-older",
+        action="store_true",
+        help="migrate even while older TMS servers are connected (they may break: stop them first)",
+    )
+    _creates(migrate)
     approve = _command(
         commands,
         "approve",
@@ -78,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         "on the members page. Works whether or not the server is running.",
     )
     approve.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX", help="a key: npub or 64 hex")
+    _creates(approve)
     revoke = _command(
         commands,
         "revoke",
@@ -86,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         "what they signed stays, and collections they own stay theirs. Keys as npub or 64 hex.",
     )
     revoke.add_argument("keys", nargs="+", metavar="NPUB_OR_HEX", help="a key: npub or 64 hex")
-    _command(commands, "approved", "list approved keys: npub, hex, approved_at")
+    _creates(revoke)
+    _creates(_command(commands, "approved", "list approved keys: npub, hex, approved_at"))
     collections = _command(
         commands,
         "collections",
@@ -98,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     collections.add_argument(
         "--slugs", action="store_true", help="print only the slugs, one a line, no header"
     )
+    _creates(collections)
     export = _command(
         commands,
         "export",
@@ -111,6 +134,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="end with the log's signed checkpoint line, for tms verify-export",
     )
+    _creates(export)
+    backup = _command(
+        commands,
+        "backup",
+        "write the whole database to FILE (pg_dump's custom format), whether or not the server "
+        "runs",
+        "Approvals, sessions, vectors and the refusal log included, consistent at one moment, "
+        "with the pg_dump the embedded PostgreSQL ships. The log key and the login secret are "
+        "not in it: keep TMS_DATA_DIR/log-key and secret (or TMS_LOG_KEY, TMS_SECRET) with it. "
+        "Not on a Citus cluster.",
+    )
+    backup.add_argument("file", type=Path, help="the archive to write (a new file)")
+    restore = _command(
+        commands,
+        "restore",
+        "restore a tms backup into a database that holds no ledger yet",
+        "In one transaction, with the embedded PostgreSQL's pg_restore: into a new data "
+        "directory (TMS_DATA_DIR=... tms restore --create FILE), or a new, empty database "
+        "(TMS_DATABASE_URL, its vector extension created first). Copy the old log-key and "
+        "secret into the new data directory before starting the server.",
+    )
+    restore.add_argument("file", type=Path, help="the archive tms backup wrote")
+    _creates(restore)
     audit = _command(
         commands,
         "verify-export",
@@ -173,4 +219,5 @@ def build_parser() -> argparse.ArgumentParser:
     refusals.add_argument(
         "--limit", type=int, default=50, help="newest records to list (default 50; 0: counts only)"
     )
+    _creates(refusals)
     return parser

@@ -12,7 +12,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from tms.cli.database import usable_database
+from tms.cli.database import announce, usable_database
 from tms.config import Settings
 from tms.errors import ConfigError, TMSError
 from tms.nostr.events import SecretKey
@@ -48,6 +48,7 @@ def serve(host: str | None, port: int | None) -> int:
             print(f"tms: warning: {warning}", file=sys.stderr, flush=True)
         if settings.metrics_port is not None:
             free_port(settings.metrics_host, settings.metrics_port, "TMS_METRICS_PORT")
+        announce(settings, create=True)  # the server may make its data directory's database
         asyncio.run(usable_database(settings))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
@@ -55,11 +56,7 @@ def serve(host: str | None, port: int | None) -> int:
     limits = _connection_limits(settings)
     origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     public = f" (public URL {settings.base_url})" if settings.base_url else ""
-    if settings.database_url is None:
-        data = f"embedded PostgreSQL in {settings.data_dir / 'postgres'}"
-    else:
-        data = "the PostgreSQL server at TMS_DATABASE_URL"
-    print(f"tms: serving on {origin}{public}\ntms: data: {data}", flush=True)
+    print(f"tms: serving on {origin}{public}", flush=True)
     if settings.metrics_port is not None:
         where = settings.metrics_host
         where = f"[{where}]" if ":" in where else where
@@ -157,10 +154,11 @@ def raise_file_limit(wanted: int) -> int:
     return soft
 
 
-def stdio() -> int:
-    """MCP over stdin and stdout against the server's database. stdout carries the protocol
-    only: the SDK points fd 1 at stderr while serving, and the database and model are opened
-    inside that, so nothing they print can corrupt the stream."""
+def stdio(*, create: bool = False) -> int:
+    """MCP over stdin and stdout against the server's database (a new embedded one only with
+    `create`: an agent started from another directory would otherwise see an empty ledger).
+    stdout carries the protocol only: the SDK points fd 1 at stderr while serving, and the
+    database and model are opened inside that, so nothing they print can corrupt the stream."""
     from tms.nostr.keys import parse_secret
 
     try:
@@ -174,6 +172,8 @@ def stdio() -> int:
                 "a signed `request`)"
             ) from None
         print(_signing_notice(signer), file=sys.stderr, flush=True)
+        if not announce(settings, create=create):
+            return 1
         asyncio.run(_serve_stdio(settings, signer))
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)

@@ -40,13 +40,14 @@ import asyncpg
 from tms.errors import one_line
 from tms.ledger.filters import BIG_BYTES, Stored, StoredEvents
 from tms.ledger.writes import CHANNEL
-from tms.store.database import Pool, is_database_down
+from tms.store.database import Pool, application_name, is_database_down
 from tms.store.outage import Outage
 from tms.types import KIND_MEMBERS, UNSCOPED, Slug
 
 log = logging.getLogger(__name__)
 
-APPLICATION_NAME: Final = "tms-feed"  # the listening connection, as pg_stat_activity names it
+APPLICATION_NAME: Final = application_name("feed")  # the listening connection's, as
+# pg_stat_activity names it (with the release and schema: `tms.store.database`)
 PING_SECONDS: Final = 15.0  # the listening connection is checked this often
 PING_TIMEOUT: Final = 5.0
 RECONNECT_SECONDS: Final = 0.5  # first wait before connecting again; doubles up to the next

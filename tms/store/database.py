@@ -1,5 +1,13 @@
 """PostgreSQL: which database, the connection pools, the migrations, and what counts as the
 database being down. The embedded server itself is `tms.store.embedded`.
+
+Every connection TMS opens names its release and schema in `application_name` (`tms 0.1.0
+schema 017 pool`), so that a server about to migrate sees, in `pg_stat_activity`, the older
+servers still using the database, and refuses rather than break them (a rolling restart over
+sql/015 left the old servers failing on `ON CONFLICT` and on `collection` being NOT NULL). The
+releases before this one named only their commit feed, `tms-feed`; that name counts as older.
+The migrations applied, and the start-up back-fills, are told in the `tms.upgrade` log, which
+the commands print on stderr.
 """
 
 from __future__ import annotations
@@ -9,7 +17,10 @@ import contextlib
 import hashlib
 import logging
 import re
+import time
 from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Final
 
@@ -22,11 +33,14 @@ from tms.store.connection import Pool as Pool
 from tms.store.embedded import EmbeddedPostgres
 
 log = logging.getLogger(__name__)
+upgrade = logging.getLogger("tms.upgrade")  # migrations and back-fills, printed by the commands
 
 DATABASE_NAME: Final = "tms"
 _MIGRATION_LOCK: Final = 0x746D73_6D6967  # "tms" "mig": one advisory lock id for migrations
 _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
 SCHEMA_FILE = "schema.sql"  # what the migrations build, for reading (tests/store/test_schema.py)
+OLD_FEED_NAME: Final = "tms-feed"  # every connection's name before releases named themselves
+_APPLICATION_NAME = re.compile(r"tms (\S+) schema (\d+)(?: .*)?")
 
 
 # Errors that mean "the database cannot be reached right now", as opposed to a bug: every front
@@ -98,6 +112,60 @@ class Migration:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
+@cache
+def newest_schema() -> int:
+    """The highest migration number this code knows: the schema it runs on."""
+    return max(m.version for m in load_migrations())
+
+
+def application_name(part: str) -> str:
+    """What a connection of this process is called in `pg_stat_activity`: release, schema and
+    which part of the server holds it (at most 63 bytes, PostgreSQL's limit)."""
+    return f"tms {installed_version('tms')} schema {newest_schema():03d} {part}"[:63]
+
+
+def older_server(name: str, schema: int) -> bool:
+    """Whether a connection's `application_name` is that of a TMS older than `schema`."""
+    if name == OLD_FEED_NAME:
+        return True
+    match = _APPLICATION_NAME.fullmatch(name)
+    return match is not None and int(match.group(2)) < schema
+
+
+def _connections(count: int) -> str:
+    return f"{count} connection" + ("" if count == 1 else "s")
+
+
+async def refuse_if_older_servers(conn: Connection, migrations: list[Migration]) -> None:
+    """Raise, in one line naming them, if a TMS older than the schema `migrations` would build
+    is connected to this database (other than this connection)."""
+    newest = max(m.version for m in migrations)
+    rows = await conn.fetch(
+        """SELECT application_name, coalesce(host(client_addr), 'local') AS client,
+                  count(*) AS connections
+           FROM pg_stat_activity
+           WHERE datname = current_database() AND pid <> pg_backend_pid()
+             AND (application_name = $1 OR application_name LIKE 'tms % schema %')
+           GROUP BY 1, 2""",
+        OLD_FEED_NAME,
+    )
+    older = sorted(  # in Python: the database's collation may order names otherwise
+        (row for row in rows if older_server(row["application_name"], newest)),
+        key=lambda row: (row["application_name"], row["client"]),
+    )
+    if not older:
+        return
+    named = "; ".join(
+        f"{row['application_name']} from {row['client']} ({_connections(row['connections'])})"
+        for row in older[:5]
+    ) + ("; ..." if len(older) > 5 else "")
+    raise DatabaseError(
+        f"older TMS servers are using this database ({named}): migrating it to schema "
+        f"{newest:03d} would break them: stop every older server first (or run `tms migrate "
+        "--despite-older` to migrate all the same)"
+    )
+
+
 def load_migrations(folder: Path | None = None) -> list[Migration]:
     migrations = []
     for path in sorted((folder or sql_dir()).glob("*.sql")):
@@ -118,7 +186,11 @@ def load_migrations(folder: Path | None = None) -> list[Migration]:
 
 
 async def migrate(
-    conn: Connection, migrations: list[Migration] | None = None, *, distribute: bool = False
+    conn: Connection,
+    migrations: list[Migration] | None = None,
+    *,
+    distribute: bool = False,
+    despite_older: bool = False,
 ) -> list[str]:
     """Apply what is missing, in order, in one transaction under an advisory lock, so that two
     processes starting at once neither race nor half-apply. Returns the names applied.
@@ -130,7 +202,7 @@ async def migrate(
     in the same transaction; once the ledger is distributed, every later run places the tables
     new migrations add, so a distributed ledger never grows a table only the coordinator has."""
     migrations = load_migrations() if migrations is None else migrations
-    applied_now = []
+    applied_now: list[str] = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
         # Made when missing, not with IF NOT EXISTS: on a Citus coordinator that statement is
@@ -160,6 +232,12 @@ async def migrate(
                         "that have landed are never edited (add a new numbered file instead)"
                     )
                 continue
+            if not applied_now:  # the first to apply: nobody older may be using the schema
+                if not despite_older:
+                    await refuse_if_older_servers(conn, migrations)
+                pending = [m.name for m in migrations if m.version not in recorded]
+                upgrade.info("migrating the database, in one transaction: %s", ", ".join(pending))
+            started = time.monotonic()
             await conn.execute(migration.sql)
             await conn.execute(
                 "INSERT INTO schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
@@ -168,6 +246,7 @@ async def migrate(
                 migration.sha256,
             )
             applied_now.append(migration.name)
+            upgrade.info("applied %s (%.1f s)", migration.name, time.monotonic() - started)
         if await citus.installed(conn):
             if distribute or await citus.is_distributed(conn):
                 await citus.distribute(conn)
@@ -243,6 +322,8 @@ async def open_pool(
     max_size: int = 10,
     generic_plans: bool = False,
     statement_seconds: float | None = None,
+    part: str = "pool",
+    despite_older: bool = False,
 ) -> asyncpg.Pool:
     """A pool on a migrated database. `generic_plans`: prepared statements are planned once,
     not again at each call: for the publish path, whose statements look rows up by key (its
@@ -251,8 +332,10 @@ async def open_pool(
     plans a statement for the shard its arguments name, so at each call: a generic plan is one
     it refuses to make. `statement_seconds`: PostgreSQL's `statement_timeout` on every
     connection, so that no statement holds one longer, whoever stopped waiting for it (the
-    relay's reads, which anyone may send: `is_statement_timeout`)."""
-    settings: dict[str, str] = {}
+    relay's reads, which anyone may send: `is_statement_timeout`). Its connections are named
+    `application_name(part)`; `despite_older` migrates even while older servers are connected
+    (`refuse_if_older_servers`)."""
+    settings: dict[str, str] = {"application_name": application_name(part)}
     if statement_seconds is not None:
         settings["statement_timeout"] = str(max(1, round(statement_seconds * 1000)))
     try:
@@ -261,13 +344,13 @@ async def open_pool(
             min_size=min_size,
             max_size=max_size,
             connection_class=_Connection,
-            server_settings=settings or None,
+            server_settings=settings,
         )
     except (OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
         raise DatabaseError(f"cannot connect to the database: {one_line(exc)}") from exc
     try:
         async with pool.acquire() as conn:
-            await migrate(conn)
+            await migrate(conn, despite_older=despite_older)
             generic_plans = generic_plans and not await citus.installed(conn)
         if generic_plans:  # every connection from now on; the first is replaced
             settings["plan_cache_mode"] = "force_generic_plan"
@@ -296,7 +379,11 @@ class HealthCheck:
         async with self._lock:
             try:
                 if self._conn is None or self._conn.is_closed():
-                    self._conn = await asyncpg.connect(self.url, timeout=self.timeout)
+                    self._conn = await asyncpg.connect(
+                        self.url,
+                        timeout=self.timeout,
+                        server_settings={"application_name": application_name("health")},
+                    )
                 await self._conn.fetchval("SELECT 1", timeout=self.timeout)
             except Exception as exc:  # asyncpg has several families; all of them mean "down"
                 await self.close()

