@@ -27,6 +27,13 @@ beside the figures; nothing is asserted.
    measured 5 of 34), and how many uploads the server held;
 7. calls: `--uploads` concurrent `tools/list` from 127.0.0.2, repeated for `--upload-seconds`:
    `/healthz` and `/terms` from other addresses meanwhile (target: all served).
+
+The relay door's attacks (issue 26) have a script each, each starting its own server:
+`--relay subscriptions` (bench/attacks_subscriptions.py: removed members' reads, memory,
+one big batch, the buffer behind a slow answer), `--relay sockets` (bench/attacks_sockets.py:
+10,000 subscribed sockets, ping floods, endless fragments), `--relay reads`
+(bench/attacks_reads.py: abandoned expensive REQs, contradiction search, COUNT floods). Their
+figures are in bench/README.md ("Relay attacks: ...").
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from tms.guard.rates import DEFAULT_ADDRESS, DEFAULT_KEY
 
 COLLECTION: Final = "attacks"
 ATTACKS: Final = ["bodies", "quotes", "proofs", "slow", "database", "uploads", "calls"]
+RELAY_ATTACKS: Final = ["subscriptions", "sockets", "reads"]
 MiB: Final = 1024 * 1024
 
 
@@ -527,7 +535,18 @@ def main() -> None:
         choices=ATTACKS,
         help="run only these attacks, in this order",
     )
+    parser.add_argument(
+        "--relay",
+        nargs="+",
+        choices=RELAY_ATTACKS,
+        help="run the relay door's attacks instead, with each script's defaults",
+    )
     ns = parser.parse_args()
+    if ns.relay:
+        for name in ns.relay:
+            script = Path(__file__).parent / f"attacks_{name}.py"
+            subprocess.run([sys.executable, str(script)], check=True)
+        return
     with tempfile.TemporaryDirectory(prefix="tms-attacks-") as tmp:
         run(ns, Path(tmp))
 
