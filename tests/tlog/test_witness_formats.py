@@ -80,7 +80,7 @@ def test_witness_keys_round_trip_and_are_never_log_keys() -> None:
     assert "PRIVATE" not in repr(key)
     with pytest.raises(LogError, match="0x04"):
         CosignerVerifier.parse(LOG.verifier().encode())  # a log's 0x01 key is no witness key
-    name, key_id, encoded = vkey.split("+")
+    name, key_id, encoded = vkey.split("+", 2)
     with pytest.raises(LogError, match="ID does not match"):
         CosignerVerifier.parse(f"{name}x+{key_id}+{encoded}")
 
