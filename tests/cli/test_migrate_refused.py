@@ -71,7 +71,8 @@ async def test_a_role_without_rights_is_one_line(empty: tuple[str, str]) -> None
     url, role = empty
     code, out, err = await migrate(as_role(url, role))
     assert (code, out) == (1, "")
-    [line] = err.splitlines()
+    *said, line = err.splitlines()  # the database named, the migrations begun, then why not
+    assert all(not x.startswith("Traceback") for x in said)
     assert line.startswith("tms: cannot migrate the database: permission denied for schema public")
     assert await tables(url) == []
 
@@ -86,7 +87,8 @@ async def test_a_role_that_may_not_create_the_extension_is_one_line(
     )
     code, out, err = await migrate(as_role(url, role))
     assert (code, out) == (1, "")
-    [line] = err.splitlines()
+    *said, line = err.splitlines()  # the database named, the migrations begun, then why not
+    assert all(not x.startswith("Traceback") for x in said)
     assert line.startswith(
         'tms: cannot migrate the database: permission denied to create extension "vector"'
     )
@@ -110,8 +112,8 @@ async def test_a_database_without_pgvector_is_one_line(empty: tuple[str, str]) -
         )
     code, out, err = await migrate(with_setting(url, "extension_control_path", "/nonexistent"))
     assert (code, out) == (1, "")
-    assert err.splitlines() == [
+    assert err.splitlines()[-1] == (
         'tms: cannot migrate the database: extension "vector" is not available HINT: The '
         "extension must first be installed on the system where PostgreSQL is running."
-    ]
+    )
     assert await tables(url) == []

@@ -418,7 +418,8 @@ async def test_a_command_in_the_wrong_directory_refuses_to_make_a_new_database(
     for args in (["approve", key], ["collections", "--slugs"], ["stdio"]):
         result = await anyio.run_process([TMS, *args], cwd=tmp_path, env=env, check=False)
         assert (result.returncode, result.stdout) == (1, b""), args
-        assert lines(result.stderr) == [refusal], args
+        said = lines(result.stderr)  # stdio says first whether it signs for you
+        assert said[-1:] == [refusal] and len(said) <= 2, args
     assert list(tmp_path.iterdir()) == []
 
 
