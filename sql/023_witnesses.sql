@@ -1,4 +1,5 @@
 -- Witnesses (C2SP tlog-witness, tlog-cosignature): the server as a log that submits its
+-- (`collection` is plain text, as sql/015 made it for every table Citus co-locates with events)
 -- checkpoints to witnesses, and as a witness of other logs (tms/witness/).
 
 -- As the log: every cosignature a witness returned for one of a collection's checkpoints, as
@@ -6,7 +7,7 @@
 -- note with several signatures). Append-only like the log it vouches for: a cosignature is a
 -- witness's signed statement, and dropping one would hide what it said.
 CREATE TABLE tlog_cosignatures (
-    collection  slug NOT NULL,
+    collection  text COLLATE "C" NOT NULL CHECK (length(collection) BETWEEN 1 AND 64),
     size        bigint NOT NULL CHECK (size > 0),
     witness     text NOT NULL,  -- the witness's verifier key, <name>+<key ID>+<key>
     signed_time bigint NOT NULL CHECK (signed_time >= 0),  -- the cosignature's own timestamp
@@ -28,7 +29,7 @@ $$;
 -- sent as `old` next time), and how submitting to it goes (failures in a row back it off).
 -- State, not ledger: it changes with every submission.
 CREATE TABLE tlog_witness_state (
-    collection  slug NOT NULL,
+    collection  text COLLATE "C" NOT NULL CHECK (length(collection) BETWEEN 1 AND 64),
     witness     text NOT NULL,  -- the witness's verifier key
     size        bigint NOT NULL DEFAULT 0 CHECK (size >= 0),
     failures    integer NOT NULL DEFAULT 0,

@@ -290,12 +290,13 @@ CREATE TABLE public.tlog_checkpoints (
 );
 
 CREATE TABLE public.tlog_cosignatures (
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     size bigint NOT NULL,
     witness text NOT NULL,
     signed_time bigint NOT NULL,
     line text NOT NULL,
     received_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tlog_cosignatures_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT tlog_cosignatures_signed_time_check CHECK ((signed_time >= 0)),
     CONSTRAINT tlog_cosignatures_size_check CHECK ((size > 0))
 );
@@ -329,13 +330,14 @@ CREATE TABLE public.tlog_origin (
 );
 
 CREATE TABLE public.tlog_witness_state (
-    collection public.slug NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
     witness text NOT NULL,
     size bigint DEFAULT 0 NOT NULL,
     failures integer DEFAULT 0 NOT NULL,
     retry_at timestamp with time zone DEFAULT now() NOT NULL,
     last_error text,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tlog_witness_state_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
     CONSTRAINT tlog_witness_state_size_check CHECK ((size >= 0))
 );
 

@@ -125,7 +125,10 @@ async def _swap_leaves(database_url: str, a: int, b: int) -> None:
     conn = await asyncpg.connect(database_url)
     try:
         async with conn.transaction():
-            await conn.execute("SET LOCAL session_replication_role = replica")  # no triggers
+            # no triggers, on Citus's workers too (a plain PostgreSQL takes the setting as a
+            # placeholder it ignores)
+            await conn.execute("SET LOCAL citus.propagate_set_commands = 'local'")
+            await conn.execute("SET LOCAL session_replication_role = replica")
             rows = await conn.fetch(
                 "SELECT idx, event_id FROM tlog_leaves WHERE collection = 'lab' "
                 "AND idx IN ($1, $2)",

@@ -39,18 +39,21 @@ _SQL_RECORD: Final = """
 _SQL_STATE: Final = """
     SELECT witness, size, failures, retry_at <= now() AS due FROM tlog_witness_state
     WHERE collection = $1"""
+# The times come in as values, never in DO UPDATE (Citus allows only immutable functions there).
 _SQL_STOOD: Final = """
-    INSERT INTO tlog_witness_state (collection, witness, size, failures, retry_at, last_error)
-    VALUES ($1, $2, $3, 0, now(), NULL)
+    INSERT INTO tlog_witness_state
+        (collection, witness, size, failures, retry_at, last_error, updated_at)
+    VALUES ($1, $2, $3, 0, now(), NULL, now())
     ON CONFLICT (collection, witness) DO UPDATE
-    SET size = excluded.size, failures = 0, retry_at = now(), last_error = NULL,
-        updated_at = now()"""
+    SET size = excluded.size, failures = 0, retry_at = excluded.retry_at, last_error = NULL,
+        updated_at = excluded.updated_at"""
 _SQL_FAILED: Final = """
-    INSERT INTO tlog_witness_state (collection, witness, failures, retry_at, last_error)
-    VALUES ($1, $2, 1, now() + make_interval(secs => $3), $4)
+    INSERT INTO tlog_witness_state
+        (collection, witness, failures, retry_at, last_error, updated_at)
+    VALUES ($1, $2, 1, now() + make_interval(secs => $3), $4, now())
     ON CONFLICT (collection, witness) DO UPDATE
-    SET failures = tlog_witness_state.failures + 1,
-        retry_at = now() + make_interval(secs => $3), last_error = $4, updated_at = now()"""
+    SET failures = tlog_witness_state.failures + 1, retry_at = excluded.retry_at,
+        last_error = excluded.last_error, updated_at = excluded.updated_at"""
 # Collections whose newest checkpoint a witness (not backing off) has not cosigned yet: one
 # index look-up per collection (its counts row, then its newest checkpoint).
 _SQL_BEHIND: Final = """
