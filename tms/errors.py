@@ -54,6 +54,8 @@ class Refusal(StrEnum):
     SSRF = "ssrf"  # a URL the fetcher will not go to
     TOO_LARGE = "too_large"  # a body, a document or a batch over a limit
     INVALID = "invalid"  # anything else a client sent wrong
+    BLOCKED = "blocked"  # an operator's write policy refused it (tms.rules.admission)
+    SHADOW_REJECTED = "shadow_rejected"  # a write policy dropped it while telling the client yes
 
 
 class TMSError(Exception):
@@ -109,6 +111,13 @@ class QuoteNotFound(PublishError):
     def located(self, where: str) -> QuoteNotFound:
         """The same refusal, its message prefixed with where the event sits in the batch."""
         return QuoteNotFound(f"{where}: {self}", self.evidence_id, self.quote, hinted=self.hinted)
+
+
+class Blocked(PublishError):
+    """A batch an operator's write policy refused (`tms.rules.admission`): its message is the
+    policy's, which the relay sends after NIP-01's `blocked:` prefix."""
+
+    refusal = Refusal.BLOCKED
 
 
 class RequestError(TMSError):
