@@ -33,6 +33,7 @@ from tms.ledger.lookups import Lookups, claim_key
 from tms.ledger.rows import Rows
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.references import Reference
 from tms.rules.terms import current_terms
 from tms.store import database
@@ -84,20 +85,21 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
         me = Signer()
         await ledger.approve([me.key.pubkey])
         terms = current_terms()
-        await ledger.publish(
-            [me.sign(4706, {"version": terms["version"], "sha256": terms["sha256"]})]
+        await ledger.submit(
+            [me.sign(4706, {"version": terms["version"], "sha256": terms["sha256"]})],
+            origin=OPERATOR,
         )
         rng = random.Random(19)
         texts = [document(rng, ns.chars) for _ in range(ns.documents)]
         for i, text in enumerate(texts):
             content = {"collection": SLUG, "text": text, "url": f"https://example.org/{i}"}
-            await ledger.publish([me.sign(4701, content)])
+            await ledger.submit([me.sign(4701, content)], origin=OPERATOR)
         claims = [f"Claim {i}: {' '.join(rng.choices(WORDS, k=12))}." for i in range(ns.claims)]
         for start in range(0, len(claims), 1000):
             batch = [
                 me.sign(4702, {"collection": SLUG, "text": c}) for c in claims[start : start + 1000]
             ]
-            await ledger.publish(batch)
+            await ledger.submit(batch, origin=OPERATOR)
         print(
             f"a collection of {ns.documents} evidence texts of {ns.chars:,} characters and "
             f"{ns.claims:,} claims; {ns.runs} runs each\n"
@@ -105,7 +107,9 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
 
         async def one_evidence() -> None:
             text = document(rng, ns.chars)
-            await ledger.publish([me.sign(4701, {"collection": SLUG, "text": text})])
+            await ledger.submit(
+                [me.sign(4701, {"collection": SLUG, "text": text})], origin=OPERATOR
+            )
 
         def claim_batch() -> Callable[[], Awaitable[Any]]:
             async def publish() -> None:
@@ -113,7 +117,7 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
                     me.sign(4702, {"collection": SLUG, "text": f"New claim {me.serial} {i}."})
                     for i in range(1000)
                 ]
-                await ledger.publish(batch)
+                await ledger.submit(batch, origin=OPERATOR)
 
             return publish
 

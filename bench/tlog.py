@@ -42,6 +42,7 @@ from tms.ledger.service import Ledger
 from tms.ledger.tlog import LogRows
 from tms.ledger.tlog_reads import LogReads
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
 from tms.tlog.export_lines import checkpoint_line
@@ -71,7 +72,9 @@ def terms(key: SecretKey) -> dict[str, Any]:
 async def overhead(ledger: Ledger, batches: int) -> None:
     key = SecretKey.generate()
     await ledger.approve([key.pubkey])
-    await ledger.publish([terms(key), *claims(key, "with", 1, 0), *claims(key, "without", 1, 0)])
+    await ledger.submit(
+        [terms(key), *claims(key, "with", 1, 0), *claims(key, "without", 1, 0)], origin=OPERATOR
+    )
     hook = ledger.log.prepare
     hook_times: list[float] = []
 
@@ -90,7 +93,7 @@ async def overhead(ledger: Ledger, batches: int) -> None:
             batch = claims(key, slug, BATCH, 1 + n * BATCH)
             ledger.log.prepare = timed if slug == "with" else nothing  # type: ignore[method-assign]
             started = time.perf_counter()
-            await ledger.publish(batch)
+            await ledger.submit(batch, origin=OPERATOR)
             times[slug].append(time.perf_counter() - started)
     ledger.log.prepare = hook  # type: ignore[method-assign]
     with_log, without = (statistics.median(times[s][1:]) for s in ("with", "without"))

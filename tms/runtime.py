@@ -20,7 +20,7 @@ import asyncpg
 
 from tms import metrics
 from tms.config import EmbeddingConfig, Settings, load_log_key
-from tms.errors import EmbeddingError, one_line
+from tms.errors import EmbeddingError, is_database_down, one_line
 from tms.fetch import pool as fetch_pool
 from tms.guard.exports import Exports
 from tms.guard.rates import Throttle
@@ -32,6 +32,7 @@ from tms.ledger.refusals import RefusalStore
 from tms.ledger.service import Ledger
 from tms.mcp.tools import Tools
 from tms.nostr.events import SecretKey
+from tms.rules.admission import Door
 from tms.search.model import Embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.search import VECTORS_STARTING
@@ -65,8 +66,9 @@ class Runtime:
     def access(self) -> Access:
         return self.services.access
 
-    def tools(self, signer: SecretKey | None = None) -> Tools:
-        return Tools(self.services, signer=signer)
+    def tools(self, door: Door = Door.MCP, signer: SecretKey | None = None) -> Tools:
+        """The tools as `door` serves them (MCP over HTTP, or stdio with its `signer`)."""
+        return Tools(self.services, signer=signer, door=door)
 
 
 @functools.cache
@@ -211,7 +213,7 @@ async def _start_vectors(settings: Settings, services: Services, starting: Start
                 await vectors.start()
                 break
             except Exception as exc:
-                if not database.is_database_down(exc):
+                if not is_database_down(exc):
                     raise
                 services.outage.failed("vector search, starting", exc)
                 await asyncio.sleep(VECTORS_RETRY_SECONDS)
@@ -240,7 +242,7 @@ async def _backfill_logs(services: Services) -> None:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # each collection's log is built when first needed instead
-        if database.is_database_down(exc):
+        if is_database_down(exc):
             services.outage.failed("building the transparency logs", exc)
         else:
             log.error("building the transparency logs failed: %s", one_line(exc))
@@ -262,7 +264,7 @@ async def _anchor_stored_links(pool: asyncpg.Pool, outage: Outage) -> None:
     try:
         await _told("link anchors", "rows", anchors.backfill(pool))
     except Exception as exc:
-        if database.is_database_down(exc):
+        if is_database_down(exc):
             outage.failed("anchoring the stored links (the next start-up tries again)", exc)
             return
         log.warning(

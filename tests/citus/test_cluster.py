@@ -34,6 +34,7 @@ from factories import (
 )
 from publishing import join, open_collection, publish
 
+from tms.errors import is_database_down
 from tms.ledger import writes
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
@@ -48,7 +49,7 @@ from tms.rules.references import Reference
 from tms.search.pgvector import ensure_vector_index
 from tms.search.search import Search
 from tms.store import citus
-from tms.store.database import is_database_down, open_pool
+from tms.store.database import open_pool
 
 pytestmark = [
     pytest.mark.anyio,

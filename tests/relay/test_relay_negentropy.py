@@ -22,6 +22,7 @@ from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.nostr.negentropy import Initiator, Items
 from tms.relay.limits import MAX_NEG_SESSIONS
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -46,8 +47,10 @@ async def stored(live: Live) -> AsyncIterator[list[dict[str, Any]]]:
             )
             for i in range(CLAIMS)
         ]
-        await ledger.publish(events)
-        await ledger.publish([claim(OWNER2, "other", "not for the member", created_at=start)])
+        await ledger.submit(events, origin=OPERATOR)
+        await ledger.submit(
+            [claim(OWNER2, "other", "not for the member", created_at=start)], origin=OPERATOR
+        )
         yield events
     finally:
         await pool.close()

@@ -14,6 +14,7 @@ from factories import Live, claim, evidence, key, link, members, profile, terms
 from playwright.sync_api import Browser, Page, expect
 
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 
 ALICE: Final = key(0xD1)  # approved owner of the collection
 BOB: Final = key(0xD2)  # a member
@@ -41,7 +42,7 @@ REASON: Final = "Self-reported quality improved, but measured sleep did not: wea
 def world(site: Live) -> None:
     async def seed(ledger: Ledger) -> None:
         await ledger.approve([ALICE.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(ALICE),
                 profile(ALICE, "Alice"),
@@ -51,7 +52,8 @@ def world(site: Live) -> None:
                 DOC,
                 CLAIM,
                 SUPPORT,
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, seed)

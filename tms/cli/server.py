@@ -202,13 +202,14 @@ async def _serve_stdio(settings: Settings, signer: SecretKey | None) -> None:
     from mcp.server.stdio import stdio_server
 
     from tms.mcp.server import build_server
+    from tms.rules.admission import Door
     from tms.runtime import open_runtime
 
     async with (
         stdio_server() as (read_stream, write_stream),
         open_runtime(settings, model_first=True) as runtime,
     ):
-        server = build_server(runtime.tools(signer))
+        server = build_server(runtime.tools(Door.STDIO, signer))
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -25,11 +25,10 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Final
 
-from tms.errors import Refusal, TMSError, one_line
+from tms.errors import Refusal, TMSError, is_database_down, one_line
 from tms.guard import clients
 from tms.ledger.refusals import COUNTED, Record, RefusalStore, minute_of
 from tms.metrics import REFUSALS
-from tms.store.database import is_database_down
 from tms.store.outage import Outage
 
 DEFAULT_KEEP: Final = 100_000  # records the log keeps (TMS_REFUSALS_KEEP)

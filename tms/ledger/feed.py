@@ -37,10 +37,10 @@ from typing import Any, Final
 
 import asyncpg
 
-from tms.errors import one_line
+from tms.errors import is_database_down, one_line
 from tms.ledger.filters import BIG_BYTES, Stored, StoredEvents
 from tms.ledger.writes import CHANNEL
-from tms.store.database import Pool, application_name, is_database_down
+from tms.store.database import Pool, application_name
 from tms.store.outage import Outage
 from tms.types import KIND_MEMBERS, UNSCOPED, Slug
 

@@ -39,9 +39,9 @@ from tms.relay.messages import CountMessage, Refused, ReqMessage
 from tms.relay.outbox import Outbox
 from tms.relay.prefixes import failure
 from tms.relay.shared import ROUTE, Relay
+from tms.rules.kinds import KINDS, searchable_kinds
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, UNSCOPED, Slug
 
-SEARCHABLE: Final = frozenset({KIND_CLAIM, KIND_CONTRADICTION})
 FEED_WAIT_SECONDS: Final = 10.0
 FEED_NOT_READY: Final = (
     "error: live delivery is not ready (the database is not answering yet); try again shortly"
@@ -87,16 +87,15 @@ class Reading:
                 f"invalid: {len(self.subs)} subscriptions are open on this connection, this "
                 f"relay's max_subscriptions is {MAX_SUBSCRIPTIONS}: CLOSE one first",
             )
+        searchable = searchable_kinds()
         for wanted in message.filters:
             if (
                 wanted.search is not None
                 and wanted.kinds is not None
-                and not wanted.kinds & SEARCHABLE
+                and not wanted.kinds & searchable
             ):
-                raise Refused(
-                    message.sub_id,
-                    "invalid: search covers claims (kind 4702) and contradictions (kind 4704) only",
-                )
+                covered = " and ".join(f"{KINDS[n].plural} (kind {n})" for n in sorted(searchable))
+                raise Refused(message.sub_id, f"invalid: search covers {covered} only")
         self._may_start(message.sub_id)
         try:
             await asyncio.wait_for(self.relay.feed.ready.wait(), FEED_WAIT_SECONDS)
@@ -215,7 +214,7 @@ class Reading:
 
     async def _search(self, scope: Scope, wanted: Filter) -> list[Stored]:
         assert wanted.search is not None
-        kinds = (wanted.kinds or frozenset({KIND_CLAIM})) & SEARCHABLE
+        kinds = (wanted.kinds or frozenset({KIND_CLAIM})) & searchable_kinds()
         limit = min(MAX_SEARCH_RESULTS, DEFAULT_LIMIT if wanted.limit is None else wanted.limit)
         if limit <= 0:
             return []

@@ -332,6 +332,21 @@ def unscoped_kinds() -> frozenset[int]:
     return frozenset(n for n, kind in KINDS.items() if kind.stored and not kind.scoped)
 
 
+def collection_of(kind: int, content: Content) -> str | None:
+    """The collection an event of a known kind is filed in: its content's, or none for a kind
+    of no collection (`Kind.scoped`)."""
+    if not KINDS[kind].scoped:
+        return None
+    slug: str = getattr(content, "collection")  # noqa: B009 - every scoped kind's model has it
+    return slug
+
+
+def searchable_kinds() -> frozenset[int]:
+    """The kinds search ranks (NIP-50 on the relay, the tools' and the pages' searches): those
+    searched by meaning and at publish (claims, contradictions)."""
+    return frozenset(embedded_kinds(at_publish=True))
+
+
 def _known_kinds() -> str:
     return ", ".join(f"{n} ({kind.name})" for n, kind in sorted(KINDS.items()))
 

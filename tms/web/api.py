@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from tms.guard.exports import Exports, ExportsBusy
 from tms.http.login import request_url
+from tms.http.statuses import Refused
 from tms.ledger.access import ReadableCollection
 from tms.ledger.export import Exporter
 from tms.nostr import nip98
@@ -25,7 +26,7 @@ from tms.rules.terms import current_terms
 from tms.runtime import Runtime
 from tms.tlog.tiles import parse_tile_path
 from tms.types import PubKey
-from tms.web.door import PRIVATE, Refused, door_of, json_error
+from tms.web.door import PRIVATE, door_of, json_error
 
 EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size

@@ -48,8 +48,8 @@ from starlette.routing import BaseRoute, Mount, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from tms.config import Settings, load_secret
-from tms.errors import TMSError
-from tms.http.bodies import BodyError, Disconnected, MiB
+from tms.errors import TMSError, database_down_types
+from tms.http.bodies import Disconnected, MiB
 from tms.http.gate import Gate
 from tms.http.login import Keyring
 from tms.http.metered import Metered
@@ -57,7 +57,6 @@ from tms.mcp.http import McpFront
 from tms.relay.endpoint import relay_socket
 from tms.relay.shared import open_relay
 from tms.runtime import Runtime, open_runtime
-from tms.store.database import DATABASE_DOWN
 from tms.web import answers, api, collection, dashboard, docs, home, reading, scrape, submit
 from tms.web.door import Door, NeedsLogin
 from tms.web.render import STATIC_DIR, Renderer
@@ -83,14 +82,17 @@ ROUTES: Final[list[BaseRoute]] = [
 ]
 
 # What a handler raises, and who answers it (the nearest class in an exception's ancestry).
+# Every failure goes to `answers.failed`, which classifies it once (`tms.errors.outcome_of`);
+# the driver's classes that may mean the database is down are named so that they are answered
+# where they are caught (a handler for `Exception` runs outermost, and Starlette re-raises after
+# it: a traceback in the log for every request an outage met).
 EXCEPTION_HANDLERS: Final = {
-    TMSError: answers.refused,  # every refusal: its status by its class, noted in the log
-    BodyError: answers.unreadable_body,
-    Disconnected: answers.unreadable_body,
+    TMSError: answers.failed,  # every refusal, a body that cannot be read included
+    Disconnected: answers.hung_up,
     NeedsLogin: answers.to_connect,
     HTTPException: answers.http_error,
-    **dict.fromkeys(DATABASE_DOWN, answers.database_down),
-    Exception: answers.internal_error,
+    **dict.fromkeys(database_down_types(), answers.failed),
+    Exception: answers.failed,
 }
 
 

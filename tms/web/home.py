@@ -27,6 +27,7 @@ from tms.http.login import (
     SESSION_SECONDS,
     request_url,
 )
+from tms.http.statuses import Refused
 from tms.nostr import nip98
 from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
@@ -35,7 +36,6 @@ from tms.rules.terms import current_terms
 from tms.web.door import (
     PRIVATE,
     SMALL_JSON,
-    Refused,
     door_of,
     ok,
     page,
