@@ -106,7 +106,7 @@ async def readable(holder: Any, slug: str, pubkey: str | None = None) -> Readabl
     it, or without a key the operator's (any collection, even one with no rows)."""
     access = Access(holder.pool)
     if pubkey is None:
-        return access.for_operator(slug)
+        return access.unsafe_for_operator(slug)
     return await access.collection(pubkey, slug)
 
 

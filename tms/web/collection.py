@@ -94,7 +94,7 @@ async def members(request: Request) -> Response:
     session, readable = await door.collection(request)
     services = services_of(request)
     slug = readable.slug
-    current = await services.keys.member_list(slug)
+    current = await services.keys.member_list(readable)
     if current is None:
         raise NotAReader("no such collection")
     names = await services.keys.names([*current["members"], current["owner"]])
@@ -120,11 +120,11 @@ async def members_head(request: Request) -> Response:
     """The current list's head, which the members page compares with the one it loaded
     before signing: a list saved meanwhile elsewhere is shown, not overwritten unseen."""
     session = await door_of(request).session(request)
-    slug = request.path_params["slug"]
-    services = services_of(request)
-    if session is None or not await services.access.owns(session.pubkey, slug):
+    if session is None:
         raise NotAReader("no such collection")
-    current = await services.keys.member_list(slug)
+    services = services_of(request)
+    owned = await services.access.owned(session.pubkey, request.path_params["slug"])
+    current = await services.keys.member_list(owned)
     if current is None:
         raise NotAReader("no such collection")
     return ok(current)

@@ -113,7 +113,7 @@ class Submitter:
 
     async def round(self, http: httpx.AsyncClient, slug: Slug) -> None:
         """The collection's newest checkpoint to every witness that has not cosigned it."""
-        readable = self.access.for_operator(slug)
+        readable = self.access.unsafe_for_operator(slug)
         latest = await self.tlog.checkpoint(readable)
         standing = await self.cosigned.standing(slug)
         due = []
@@ -139,7 +139,9 @@ class Submitter:
         url = witness.url.rstrip("/") + "/add-checkpoint"
         for _ in range(2):  # once more after a 409 told us the witness's size
             try:
-                proof = await self.tlog.consistency(self.access.for_operator(slug), old, size)
+                proof = await self.tlog.consistency(
+                    self.access.unsafe_for_operator(slug), old, size
+                )
                 body = Submission(
                     old, tuple(base64.b64decode(h) for h in proof["hashes"]), note
                 ).body()
