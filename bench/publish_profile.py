@@ -39,10 +39,10 @@ import tms.ledger.snapshots as snapshots
 import tms.ledger.tlog as tlog
 import tms.ledger.writes as writes
 import tms.mcp.http as mcp_http
+from tms.app import create_app
 from tms.config import Settings
 from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
 from tms.store import database
-from tms.web.app import create_app
 
 LABELS: list[str] = []  # in the order they were instrumented: outer stages first
 SPENT: collections.Counter[str] = collections.Counter()

@@ -21,8 +21,13 @@ T = TypeVar("T")
 class Collision(ConfigError):
     """A name registered twice: says which sort, which name, and both who registered it."""
 
-    def __init__(self, sort: str, name: str, first: str, second: str) -> None:
-        super().__init__(f"{sort} '{name}' of {second} collides with {sort} '{name}' of {first}")
+    def __init__(
+        self, sort: str, name: str, first: str, second: str, taken: str | None = None
+    ) -> None:
+        """`name`: what `second` asked for; `taken`: what `first` holds, when it is named
+        otherwise (a route for any method where a GET was asked for)."""
+        taken = name if taken is None else taken
+        super().__init__(f"{sort} '{name}' of {second} collides with {sort} '{taken}' of {first}")
         self.sort = sort
         self.name = name
         self.first = first

@@ -25,6 +25,7 @@ from factories import (
 )
 from publishing import publish, readable
 
+from tms.app import create_app
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.service import Ledger
@@ -32,7 +33,6 @@ from tms.nostr.events import Event, SecretKey
 from tms.rules.kinds import validate_content
 from tms.rules.terms import current_terms
 from tms.search.search import VECTORS_OFF, VECTORS_STARTING
-from tms.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 

@@ -30,10 +30,10 @@ def serve(host: str | None, port: int | None) -> int:
     (the embedded PostgreSQL stops with the last process using it)."""
     import uvicorn
 
+    from tms.app import create_app
     from tms.http.protocol import GuardedHttpProtocol
     from tms.http.websocket import uvicorn_options
     from tms.relay.limits import MAX_MESSAGE_BYTES
-    from tms.web.app import create_app
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
     # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.

@@ -64,7 +64,7 @@ class Metered:
             await self.app(scope, receive, counted)
         except Exception as exc:
             # Answered outside this middleware, by Starlette's outermost one and the app's
-            # handler for anything unforeseen (tms.web.app): a 503 or a bare 500.
+            # handler for anything unforeseen (tms.app): a 503 or a bare 500.
             if outcome == "gone":
                 outcome = (
                     "unavailable"

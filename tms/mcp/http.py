@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tms.errors import Refusal
@@ -49,7 +50,7 @@ from tms.mcp.envelope import (
     inspect_file,
 )
 
-__all__ = ["MAX_BODY", "SMALL_BODY", "McpFront"]
+__all__ = ["MAX_BODY", "ROUTES", "SMALL_BODY", "McpFront"]
 
 log = logging.getLogger(__name__)
 
@@ -148,3 +149,14 @@ def _error(
         "error": {"code": code, "message": message},
     }
     return JSONResponse(body, status, headers={**PRIVATE, **(headers or {})})
+
+
+class _Endpoint:
+    """`/mcp`: the app's `McpFront` (`state.mcp`), built by the lifespan. An instance, so that
+    the route passes it every method (it answers the ones it does not serve itself)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await scope["app"].state.mcp(scope, receive, send)
+
+
+ROUTES: Final = [Route("/mcp", _Endpoint(), name="mcp")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any, Final
 
 import mcp_types as types
@@ -22,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tms.errors import Outcome, outcome_of, sendable, told
 from tms.mcp.http import MAX_BODY
-from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS
+from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS, Prompt
 from tms.mcp.schemas import output_schema
 from tms.mcp.tools import TOOLS, Tool, Tools
 from tms.metrics import TOOL_CALLS, TOOL_OUTCOMES
@@ -38,10 +39,11 @@ INSTRUCTIONS: Final = (
 )
 
 
-def build_server(tools: Tools) -> Server[Any]:
-    """The low-level MCP server for these bound tools. With a signer (stdio and TMS_NSEC), the
-    schemas offer the tool's arguments directly and `request` becomes optional."""
-    listed = [_listing(tool, direct=tools.signer is not None) for tool in TOOLS.values()]
+def build_server(tools: Tools, prompts: Mapping[str, Prompt] = PROMPTS) -> Server[Any]:
+    """The low-level MCP server for these bound tools (their registry, as it stands now) and
+    these prompts. With a signer (stdio and TMS_NSEC), the schemas offer the tool's arguments
+    directly and `request` becomes optional."""
+    listed = [_listing(tool, direct=tools.signer is not None) for tool in tools.tools.values()]
 
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
@@ -80,12 +82,12 @@ def build_server(tools: Tools) -> Server[Any]:
                         )
                     ],
                 )
-                for name, (description, _) in PROMPTS.items()
+                for name, (description, _) in prompts.items()
             ]
         )
 
     async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        entry = PROMPTS.get(params.name)
+        entry = prompts.get(params.name)
         if entry is None:
             raise MCPError(
                 types.INVALID_PARAMS,

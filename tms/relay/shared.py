@@ -1,6 +1,6 @@
 """What every relay connection of this process shares: the services it calls, the pool its
 reads run on, and the hub of live subscriptions fed by the commit feed, opened once with the app
-(`tms.web.app`).
+(`tms.app`).
 
 A relay's stored answers and searches are what anyone may ask of it, in any number: they run on
 a pool of their own (`TMS_RELAY_CONNECTIONS`), so that however many are asked at once, the pages

@@ -7,7 +7,7 @@ becomes a page for a page (the one 404 page for a collection or event that is mi
 to the key, the error page otherwise) or `{"error": "..."}` for everything a script or a bot
 reads; a database that is down is told once to the outage log and answered 503; anything else is
 logged with its traceback and answered a bare 500. A visitor who must log in first, a client that
-hung up mid-body and Starlette's own HTTP errors have their handlers here too. `tms.web.app`
+hung up mid-body and Starlette's own HTTP errors have their handlers here too. `tms.app`
 lists them.
 """
 

@@ -134,14 +134,6 @@ async def tile(request: Request) -> Response:
     return Response(data, media_type="application/octet-stream", headers=IMMUTABLE)
 
 
-class _MCP:
-    """`/mcp`: the MCP endpoint (`tms.mcp.http`), built by the lifespan. An instance, so that
-    the route passes it every method (it answers the ones it does not serve itself)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await scope["app"].state.mcp(scope, receive, send)
-
-
 # --- who asks ----------------------------------------------------------------------------------
 
 
@@ -237,7 +229,6 @@ GET: Final = ["GET"]
 
 ROUTES: Final = [
     Route("/healthz", healthz, methods=GET),
-    Route("/mcp", _MCP(), name="mcp"),
     Route("/terms", terms, methods=GET),
     # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
     Route("/c/{slug:path}/export.jsonl", export, methods=GET, name="export"),
