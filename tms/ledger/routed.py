@@ -22,13 +22,13 @@ from typing import Any, Final
 
 from tms.ledger.rows import (
     ANCHOR_TYPES,
-    COUNT_TYPES,
     DECODED,
-    SQL_COUNTS_ADDED,
     Rows,
     anchor_rows,
     claim_counts,
     collection_counts,
+    count_types,
+    counts_added_sql,
     member_heads,
     membership_changes,
     typed_rows,
@@ -94,12 +94,13 @@ async def write(
 
     new, added = claim_counts(plan)
     counted = [(claim_id, slug, seq[claim_id], *n) for claim_id, slug, *n in new]
-    await insert(conn, Rows("claim_counts", _NEW_COUNT_COLUMNS, counted))
+    types = count_types()
+    await insert(conn, Rows("claim_counts", (*types[:2], ("seq", "bigint"), *types[2:]), counted))
     for slug in sorted({row[1] for row in added}):  # one collection's claims a statement
         rows = [row for row in added if row[1] == slug]
-        sql = SQL_COUNTS_ADDED.format(
-            rows=", ".join(f"${n + 1}::{t}[]" for n, (_, t) in enumerate(COUNT_TYPES)),
-            slugs=f"${len(COUNT_TYPES) + 1}::text[]",
+        sql = counts_added_sql(
+            ", ".join(f"${n + 1}::{t}[]" for n, (_, t) in enumerate(types)),
+            f"${len(types) + 1}::text[]",
         )
         await conn.execute(sql, *(list(column) for column in zip(*rows, strict=True)), [slug])
     await insert(conn, collection_counts(plan))
@@ -162,10 +163,3 @@ def written_by_seq(plan: Plan, seq: Mapping[EventId, int]) -> Written:
 
 def _event(e: Event) -> tuple[str, str, int, int, str, str, str]:
     return e.id, e.pubkey, e.created_at, e.kind, compact_json(e.tags), e.content, e.sig
-
-
-_NEW_COUNT_COLUMNS: Final[Columns] = (
-    *COUNT_TYPES[:2],
-    ("seq", "bigint"),
-    *COUNT_TYPES[2:],
-)

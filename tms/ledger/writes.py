@@ -23,13 +23,13 @@ from typing import Any, Final
 
 from tms.ledger.rows import (
     ANCHOR_TYPES,
-    COUNT_TYPES,
-    SQL_COUNTS_ADDED,
     VALUE,
     Rows,
     anchor_rows,
     claim_counts,
     collection_counts,
+    count_types,
+    counts_added_sql,
     member_heads,
     membership_changes,
     typed_rows,
@@ -223,26 +223,26 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
     """`claim_counts` as two parts of the write statement: the new claims' rows inserted, with
     their seq from the events just inserted; the stored ones' updated."""
     inserted, added = claim_counts(plan)
+    types = count_types()
     if inserted:
         arrays = statement.arrays(
-            [([v[i] for v in inserted], sql_type) for i, (_, sql_type) in enumerate(COUNT_TYPES)]
+            [([v[i] for v in inserted], sql_type) for i, (_, sql_type) in enumerate(types)]
         )
+        names = [name for name, _ in types[2:]]
+        counted = ", ".join(names)
         statement.parts.append(
             f"""claim_new AS (
-                INSERT INTO claim_counts
-                    (claim_id, collection, seq, supports, qualifies, rebuts, findings)
-                SELECT u.id, u.collection, e.seq, u.s, u.q, u.r, u.f
-                FROM unnest({arrays}) AS u(id, collection, s, q, r, f)
-                JOIN e ON e.id = u.id)"""
+                INSERT INTO claim_counts (claim_id, collection, seq, {counted})
+                SELECT u.claim_id, u.collection, e.seq, {", ".join(f"u.{c}" for c in names)}
+                FROM unnest({arrays}) AS u(claim_id, collection, {counted})
+                JOIN e ON e.id = u.claim_id)"""
         )
     if added:
         arrays = statement.arrays(
-            [([v[i] for v in added], sql_type) for i, (_, sql_type) in enumerate(COUNT_TYPES)]
+            [([v[i] for v in added], sql_type) for i, (_, sql_type) in enumerate(types)]
         )
         slugs = statement.arrays([(sorted({v[1] for v in added}), "text")])
-        statement.parts.append(
-            f"claim_counted AS ({SQL_COUNTS_ADDED.format(rows=arrays, slugs=slugs)})"
-        )
+        statement.parts.append(f"claim_counted AS ({counts_added_sql(arrays, slugs)})")
 
 
 class Statement:

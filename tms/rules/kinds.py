@@ -183,6 +183,7 @@ class Kind:
     embedding: Embedding | None = None
     counted: str | None = None  # its column in each collection's counts (sql/009)
     claim_counts: Callable[[EventId, Any], list[ClaimCount]] | None = None  # sql/008
+    claim_columns: tuple[str, ...] = ()  # the claim_counts columns `claim_counts` adds to
 
 
 def _row(table: str, *values: Any) -> list[Row]:
@@ -254,6 +255,7 @@ KINDS: Final[dict[int, Kind]] = {
             ),
             counted="links",
             claim_counts=lambda event_id, c: [(c.to, c.relation.lower())],
+            claim_columns=("supports", "qualifies", "rebuts"),
         ),
         Kind(
             KIND_CONTRADICTION,
@@ -281,6 +283,7 @@ KINDS: Final[dict[int, Kind]] = {
             embedding=Embedding("contradictions", "reason"),
             counted="contradictions",
             claim_counts=lambda event_id, c: [(claim, "findings") for claim in c.claims],
+            claim_columns=("findings",),
         ),
         Kind(
             KIND_MEMBERS,
@@ -325,6 +328,18 @@ def embedded_kinds(*, at_publish: bool = False) -> dict[int, Embedding]:
         for number, kind in sorted(KINDS.items())
         if kind.embedding is not None and (kind.embedding.at_publish or not at_publish)
     }
+
+
+def collection_count_columns() -> tuple[str, ...]:
+    """The columns of each collection's record counts (sql/009), one per counted kind, in the
+    registry's order."""
+    return tuple(dict.fromkeys(k.counted for k in KINDS.values() if k.counted is not None))
+
+
+def claim_count_columns() -> tuple[str, ...]:
+    """The columns of each claim's counts (sql/008) that kinds add to, in the registry's
+    order."""
+    return tuple(dict.fromkeys(c for k in KINDS.values() for c in k.claim_columns))
 
 
 def unscoped_kinds() -> frozenset[int]:

@@ -79,9 +79,12 @@ def parse_events(raw: Sequence[object], now: int, offset: int = 0) -> list[Parse
         try:
             event = Event.from_dict(obj)
             event.verify()
-            if event.kind == KIND_REQUEST:
+            known = KINDS.get(event.kind)
+            if known is not None and not known.stored:  # `Kind.stored`
                 raise InvalidEvent(
                     "kind 4707 requests are never stored; pass one as a tool's `request` argument"
+                    if event.kind == KIND_REQUEST
+                    else f"kind {event.kind} ({known.name}) events are never stored"
                 )
             content = validate_content(event)
             check_created_at(event, now)
