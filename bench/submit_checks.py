@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from tms.config import Settings
-from tms.ledger import lookups
+from tms.ledger import claim_keys
 from tms.ledger.access import Access
-from tms.ledger.lookups import Lookups, claim_key
-from tms.ledger.rows import Rows
+from tms.ledger.lookups import Lookups
 from tms.ledger.service import Ledger
+from tms.ledger.statement import Rows
 from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
+from tms.rules.quotes import claim_key
 from tms.rules.references import Reference
 from tms.rules.terms import current_terms
 from tms.store import database
@@ -129,14 +130,14 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
         await pool.execute(
             "CREATE INDEX evidence_text_sha256 ON evidence (collection, tms_text_sha256(text))"
         )
-        real = lookups.key_rows
+        real = claim_keys.key_rows
 
         async def no_keys(*args: Any) -> Rows:
             return Rows("claim_keys", (), [])
 
-        lookups.key_rows = no_keys  # type: ignore[assignment]  # what the commit calls
+        claim_keys.key_rows = no_keys  # type: ignore[assignment]  # what the commit calls
         unkeyed = await timed(ns.runs, claim_batch())
-        lookups.key_rows = real
+        claim_keys.key_rows = real
         print(f"   one {ns.chars:,}-char evidence, text sha256 indexed: {spread(with_index)}")
         print(f"   the same without the index:                   {spread(without_index)}")
         print(f"   1,000 claims, each claim's key written:          {spread(keyed)}")

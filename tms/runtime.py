@@ -25,7 +25,7 @@ from tms.fetch import pool as fetch_pool
 from tms.guard.exports import Exports
 from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
-from tms.ledger import anchors, lookups
+from tms.ledger import anchors, claim_keys
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.refusals import RefusalStore
@@ -276,7 +276,7 @@ async def _key_stored_claims(pool: asyncpg.Pool) -> None:
     """The one-off back-fill of claim keys (tms.ledger.lookups); a failure is logged, never
     raised: the next start-up tries again."""
     try:
-        await _told("claim keys", "claims", lookups.backfill(pool))
+        await _told("claim keys", "claims", claim_keys.backfill(pool))
     except Exception as exc:
         log.warning(
             "keying the stored claims failed: %s; the next start-up tries again", one_line(exc)

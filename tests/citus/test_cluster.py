@@ -35,16 +35,17 @@ from factories import (
 from publishing import join, open_collection, publish
 
 from tms.errors import is_database_down
-from tms.ledger import writes
 from tms.ledger.access import Access
 from tms.ledger.export import Exporter
 from tms.ledger.filters import StoredEvents
-from tms.ledger.lookups import Lookups, claim_key
+from tms.ledger.locks import hold_locks
+from tms.ledger.lookups import Lookups
 from tms.ledger.reads import CLAIM_SORTS, Reads
 from tms.ledger.service import Ledger
 from tms.ledger.stats import Stats
 from tms.ledger.tlog_reads import LogReads
 from tms.nostr.filters import parse_filter
+from tms.rules.quotes import claim_key
 from tms.rules.references import Reference
 from tms.search.pgvector import ensure_vector_index
 from tms.search.search import Search
@@ -321,7 +322,7 @@ async def test_a_collections_publish_and_reads_each_stay_on_its_worker(
     lines = [line async for line in Exporter(routed_pool).lines(lab, checkpoint=True)]
     assert len(lines) == 10  # 2 terms, the 7 events of lab, the checkpoint
     async with routed_pool.acquire() as conn, conn.transaction():
-        await writes.hold_locks(conn, ["lab"])
+        await hold_locks(conn, ["lab"])
 
 
 # --- locks on their workers ----------------------------------------------------------------------
@@ -340,7 +341,7 @@ async def test_a_publish_does_not_wait_for_another_workers_collection(
     holder = await asyncpg.connect(db_url)
     try:
         async with holder.transaction():
-            await writes.hold_locks(holder, [a])
+            await hold_locks(holder, [a])
             worker = await asyncpg.connect(await worker_url(db_url, port_a))
             try:  # the lock is on a's worker, held by the coordinator's connection to it
                 held = await worker.fetchval(

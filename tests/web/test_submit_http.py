@@ -30,12 +30,11 @@ from factories import (
 )
 from fetch_site import Handler, Site
 
-from tms.ledger.lookups import claim_key
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
-from tms.rules.quotes import normalize
+from tms.rules.quotes import claim_key, normalize
 from tms.store.database import open_pool
 from tms.web.submit_checks import Texts
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import PublishError, is_database_down
-from tms.ledger import lookups, routed, snapshots, writes
+from tms.ledger import claim_keys, routed, snapshots, writes
+from tms.ledger.locks import lock, lock_keys
 from tms.ledger.snapshots import OffLoop
 from tms.ledger.tlog import STATE_SQL, TransparencyLog
 from tms.results import CheckpointInfo
@@ -111,7 +112,7 @@ class GroupCommitter:
         committed, or its `PublishError` (or the database's error). `expected`: the
         collections' state the batch was made against, checked under their locks before the
         rules judge it. Batches enqueued in an order are judged in that order."""
-        keys = writes.lock_keys(batch)
+        keys = lock_keys(batch)
         lane = self._lanes.setdefault(keys, _Lane())
         waiting = _Waiting(batch, asyncio.get_running_loop().create_future(), expected)
         # A caller that goes away does not stop its batch: its answer is just not read.
@@ -153,7 +154,7 @@ class GroupCommitter:
         everything = [item for waiting in group for item in waiting.batch]
         outcomes: list[Plan | Exception] = []
         async with self.pool.acquire() as conn, conn.transaction():
-            await writes.lock(conn, everything)
+            await lock(conn, everything)
             snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL})
             snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
             members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
@@ -174,7 +175,7 @@ class GroupCommitter:
             signed: dict[Slug, CheckpointInfo] = {}
             if merged.accepted:
                 log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
-                keys = await lookups.key_rows(merged.accepted, self.run)  # sql/013
+                keys = await claim_keys.key_rows(merged.accepted, self.run)  # sql/013
                 if self._routed is None:  # learnt once: whether the ledger is on Citus
                     self._routed = await citus.is_distributed(conn)
                 write = routed.write if self._routed else writes.write

@@ -23,7 +23,6 @@ from typing import Any, Final
 from tms.ledger.rows import (
     ANCHOR_TYPES,
     DECODED,
-    Rows,
     anchor_rows,
     claim_counts,
     collection_counts,
@@ -33,6 +32,7 @@ from tms.ledger.rows import (
     membership_changes,
     typed_rows,
 )
+from tms.ledger.statement import Rows
 from tms.ledger.writes import Written
 from tms.nostr.events import Event, compact_json
 from tms.rules.kinds import Columns, embedded_kinds

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from tms.ledger.anchors import ANCHOR_COLUMNS, anchor_row
+from tms.ledger.statement import Rows
 from tms.rules.kinds import (
     KINDS,
     Columns,
@@ -26,19 +26,6 @@ from tms.rules.kinds import (
 )
 from tms.rules.publish import Plan
 from tms.types import EventId, PubKey, Slug
-
-
-@dataclass(frozen=True, slots=True)
-class Rows:
-    """Rows another part of the ledger stores with a publish's write, in its transaction (the
-    transparency log's, the claims' keys): inserted by the one statement
-    (`tms.ledger.writes.write`) or by a statement of their own on Citus (`tms.ledger.routed`).
-    `suffix` follows the rows (an `ON CONFLICT` clause)."""
-
-    table: str
-    columns: Columns  # (name, SQL type), in the rows' order
-    rows: list[tuple[Any, ...]]
-    suffix: str = ""
 
 
 def typed_rows(plan: Plan) -> dict[Table, list[tuple[Any, ...]]]:

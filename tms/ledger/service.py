@@ -41,6 +41,7 @@ from tms.errors import (
 )
 from tms.ledger import snapshots, writes
 from tms.ledger.commits import GroupCommitter, Queued, Turn
+from tms.ledger.locks import lock_keys
 from tms.ledger.shadows import shadow_result
 from tms.ledger.tlog import TransparencyLog
 from tms.results import PublishResult
@@ -193,7 +194,7 @@ class Ledger:
                     queued = None
                     if action is not Action.SHADOW_REJECT:
                         queued = await turn.join(
-                            writes.lock_keys(batch), lambda: self._commits.enqueue(batch, expected)
+                            lock_keys(batch), lambda: self._commits.enqueue(batch, expected)
                         )
             if queued is None:  # shadow-rejected: a publish's answer, nothing stored
                 outcome[0] = "refused"

@@ -17,7 +17,8 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
-from tms.ledger.writes import collections, lock_keys
+from tms.ledger.locks import lock_keys
+from tms.ledger.writes import collections
 from tms.rules.anchors import Verdict
 from tms.rules.publish import (
     Parsed,

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from tms.ledger.rows import (
     ANCHOR_TYPES,
     VALUE,
-    Rows,
     anchor_rows,
     claim_counts,
     collection_counts,
@@ -34,6 +33,7 @@ from tms.ledger.rows import (
     membership_changes,
     typed_rows,
 )
+from tms.ledger.statement import Rows, Statement
 from tms.nostr.events import compact_json
 from tms.rules.kinds import embedded_kinds
 from tms.rules.publish import Parsed, Plan
@@ -55,39 +55,10 @@ _SQL_NOTIFY: Final = f"SELECT count(pg_notify('{CHANNEL}', n)) FROM unnest($1::t
 # seq, whether a member list is among them), what `notify` announces.
 Written = list[tuple[Slug | None, int, int, bool]]
 
-# One key's lock, taken where the key's rows live: the statement filters on the collection, so
-# on Citus it runs on the worker that holds the collection's shard (and the lock with it),
-# whichever node the server talks to; on a single PostgreSQL it is the same advisory lock as
-# ever. The count makes the row that carries the call whether or not the collection has one.
-_SQL_LOCK: Final = """
-    SELECT pg_advisory_xact_lock(hashtextextended($1, 7)), count(*)
-    FROM collection_counts WHERE collection = $1"""
-
-
-def lock_keys(batch: Sequence[Parsed]) -> tuple[str, ...]:
-    """What a batch locks: each collection it names, and one key for all profiles and terms."""
-    return tuple(sorted({p.collection or UNSCOPED for p in batch}))
-
 
 def collections(batch: Sequence[Parsed]) -> list[Slug]:
     """The collections a batch names, sorted (profiles and terms name none)."""
     return sorted({p.collection for p in batch if p.collection is not None})
-
-
-async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
-    """Serialize batches that touch the same collection (or any profile or terms), so that two
-    racing to create one collection end with one owner and a batch sent twice at once is
-    stored once."""
-    await hold_locks(conn, lock_keys(batch))
-
-
-async def hold_locks(conn: Connection, keys: Sequence[str]) -> None:
-    """Take these lock keys (collections' slugs) until the transaction ends: also for work on
-    a collection outside a publish (building its log) that must not interleave with one. One
-    statement per key, in sorted order, so that two batches never wait on each other in a
-    cycle."""
-    for key in sorted(keys):
-        await conn.fetchval(_SQL_LOCK, key)
 
 
 async def write(
@@ -243,34 +214,3 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
         )
         slugs = statement.arrays([(sorted({v[1] for v in added}), "text")])
         statement.parts.append(f"claim_counted AS ({counts_added_sql(arrays, slugs)})")
-
-
-class Statement:
-    """One statement of data-modifying CTEs, and the arrays it binds."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.args: list[Any] = []
-        self.result = "SELECT 1"  # the statement's own query, after its CTEs
-
-    def arrays(self, columns: list[tuple[list[Any], str]]) -> str:
-        """Bind each column as an array; the SQL that reads them, for `unnest(...)`."""
-        placeholders = []
-        for values, sql_type in columns:
-            self.args.append(values)
-            placeholders.append(f"${len(self.args)}::{sql_type}[]")
-        return ", ".join(placeholders)
-
-    def insert(self, name: str, rows: Rows) -> None:
-        """A CTE named `name` inserting `rows`."""
-        arrays = self.arrays(
-            [([r[i] for r in rows.rows], sql_type) for i, (_, sql_type) in enumerate(rows.columns)]
-        )
-        names = ", ".join(column for column, _ in rows.columns)
-        self.parts.append(
-            f"{name} AS (INSERT INTO {rows.table} ({names}) "
-            f"SELECT * FROM unnest({arrays}){rows.suffix})"
-        )
-
-    def sql(self) -> str:
-        return "WITH " + ",\n".join(self.parts) + "\n" + self.result
