@@ -33,11 +33,11 @@ import uvicorn
 import uvloop
 from serving import UNLIMITED
 
-import tms.ledger.commits as commits
+import tms.ledger.log.tree as tlog
 import tms.ledger.service as service
-import tms.ledger.snapshots as snapshots
-import tms.ledger.tlog as tlog
-import tms.ledger.writes as writes
+import tms.ledger.write.commits as commits
+import tms.ledger.write.snapshots as snapshots
+import tms.ledger.write.writes as writes
 import tms.mcp.http as mcp_http
 from tms.app import create_app
 from tms.config import Settings

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from tms.config import Settings
-from tms.ledger import claim_keys
 from tms.ledger.access import Access
-from tms.ledger.lookups import Lookups
+from tms.ledger.read.lookups import Lookups
 from tms.ledger.service import Ledger
 from tms.ledger.statement import Rows
+from tms.ledger.write import claim_keys
 from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
 from tms.rules.quotes import claim_key

@@ -38,9 +38,9 @@ from typing import Any, Final
 from serving import tms_command
 
 from tms.ledger.access import Access
+from tms.ledger.log.reads import LogReads
+from tms.ledger.log.tree import LogRows
 from tms.ledger.service import Ledger
-from tms.ledger.tlog import LogRows
-from tms.ledger.tlog_reads import LogReads
 from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms

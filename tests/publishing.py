@@ -10,8 +10,8 @@ import pytest
 from factories import NOW, EventDict, members, terms, where
 
 from tms.ledger.access import Access, ReadableCollection, Reader
+from tms.ledger.log.tree import LogRows
 from tms.ledger.service import Ledger
-from tms.ledger.tlog import LogRows
 from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
 from tms.rules.publish import PublishError

@@ -24,12 +24,12 @@ from tms.errors import EmbeddingError, is_database_down, one_line
 from tms.fetch import pool as fetch_pool
 from tms.guard.exports import Exports
 from tms.guard.rates import Throttle
+from tms.guard.refusal_store import RefusalStore
 from tms.guard.refusals import RefusalLog
-from tms.ledger import anchors, claim_keys
 from tms.ledger.access import Access
-from tms.ledger.export import Exporter
-from tms.ledger.refusals import RefusalStore
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
+from tms.ledger.write import anchors, claim_keys
 from tms.mcp.tools import Tools
 from tms.nostr.events import SecretKey
 from tms.rules.admission import Door
@@ -154,7 +154,7 @@ async def open_runtime(
             stack.push_async_callback(submitter.close)
         # Collections stored before the transparency log existed get their trees in the
         # background: a publish or read that reaches one first builds it there, under the
-        # collection's lock, so nothing waits for the whole back-fill (tms.ledger.tlog).
+        # collection's lock, so nothing waits for the whole back-fill (tms.ledger.log.tree).
         building_logs = asyncio.create_task(_backfill_logs(services), name="tms-tlog")
         stack.push_async_callback(_cancel, building_logs)
         if settings.embedding.enabled:
@@ -259,7 +259,7 @@ async def _stop_vectors(loading: asyncio.Task[None], services: Services) -> None
 
 
 async def _anchor_stored_links(pool: asyncpg.Pool, outage: Outage) -> None:
-    """The one-off back-fill of anchors (tms.ledger.anchors); a failure is logged, never
+    """The one-off back-fill of anchors (tms.ledger.write.anchors); a failure is logged, never
     raised: the links stay without anchors until the next start-up tries again."""
     try:
         await _told("link anchors", "rows", anchors.backfill(pool))
@@ -273,7 +273,7 @@ async def _anchor_stored_links(pool: asyncpg.Pool, outage: Outage) -> None:
 
 
 async def _key_stored_claims(pool: asyncpg.Pool) -> None:
-    """The one-off back-fill of claim keys (tms.ledger.lookups); a failure is logged, never
+    """The one-off back-fill of claim keys (tms.ledger.read.lookups); a failure is logged, never
     raised: the next start-up tries again."""
     try:
         await _told("claim keys", "claims", claim_keys.backfill(pool))

@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
 from tms.ledger.access import Access
-from tms.ledger.keys import Keys
-from tms.ledger.lookups import Lookups
-from tms.ledger.reads import Reads
+from tms.ledger.log.cosigned import Cosigned
+from tms.ledger.log.reads import LogReads
+from tms.ledger.read.keys import Keys
+from tms.ledger.read.lookups import Lookups
+from tms.ledger.read.reads import Reads
+from tms.ledger.read.stats import Stats
 from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
-from tms.ledger.stats import Stats
-from tms.ledger.tlog_reads import LogReads
 from tms.rules.admission import Admission
 from tms.search.search import Search
 from tms.search.vectors import Vectors
@@ -26,7 +27,6 @@ from tms.store.database import Pool
 from tms.store.outage import Outage
 from tms.tlog.note import LogSigner
 from tms.tlog.policy import Policy
-from tms.witness.cosigned import Cosigned
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from factories import admin, allow_connections
 
 from tms.errors import PublishError, Refusal, is_database_down
 from tms.guard import clients
+from tms.guard.refusal_store import Record, RefusalStore
 from tms.guard.refusals import QUEUE, RefusalLog
-from tms.ledger.refusals import Record, RefusalStore
 from tms.store.database import (
     load_migrations,
     migrate,

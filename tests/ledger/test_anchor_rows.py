@@ -12,9 +12,9 @@ import pytest
 from factories import NOW, OWNER, claim, evidence, link, settings
 from publishing import open_collection, publish, readable, reader_of, refused
 
-from tms.ledger.anchors import backfill
-from tms.ledger.reads import Reads
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
+from tms.ledger.write.anchors import backfill
 from tms.rules.admission import OPERATOR
 from tms.rules.quotes import normalize
 from tms.runtime import open_runtime

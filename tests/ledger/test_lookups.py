@@ -11,9 +11,9 @@ import pytest
 from factories import OWNER, OWNER2, claim, contradiction, evidence, link
 from publishing import open_collection, publish, readable
 
-from tms.ledger import claim_keys
-from tms.ledger.lookups import Lookups
+from tms.ledger.read.lookups import Lookups
 from tms.ledger.service import Ledger
+from tms.ledger.write import claim_keys
 from tms.rules.quotes import claim_key, normalize
 from tms.rules.references import Reference
 

@@ -20,8 +20,8 @@ from factories import MEMBER, OWNER, claim, evidence, signed
 from publishing import join, open_collection, publish, readable, reader_of, refused
 
 from tms.cli.verify_export import run
-from tms.ledger.export import Exporter
-from tms.ledger.reads import Reads
+from tms.ledger.read.export import Exporter
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
 from tms.rules.admission import OPERATOR
 from tms.rules.content import CollectionSlug, EventIdField, NonBlank, Strict

@@ -11,10 +11,10 @@ from publishing import publish, reader_of
 
 from tms.errors import NotAReader
 from tms.ledger.access import Access, OwnedCollection
-from tms.ledger.keys import Keys
+from tms.ledger.read.keys import Keys
+from tms.ledger.read.stats import Stats, _bucket_starts, _unit
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
-from tms.ledger.stats import Stats, _bucket_starts, _unit
 from tms.nostr.events import SecretKey
 
 pytestmark = pytest.mark.anyio

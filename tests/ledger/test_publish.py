@@ -44,10 +44,10 @@ from junk import junk_strategies
 from publishing import LEDGER_TABLES, counts, join, open_collection, publish, refused
 
 from tms.ledger.access import Access
+from tms.ledger.log.tree import STATE_SQL
 from tms.ledger.service import Ledger
-from tms.ledger.snapshots import quotes
-from tms.ledger.snapshots import snapshot as read_snapshot
-from tms.ledger.tlog import STATE_SQL
+from tms.ledger.write.snapshots import quotes
+from tms.ledger.write.snapshots import snapshot as read_snapshot
 from tms.rules.admission import OPERATOR
 from tms.rules.anchors import Anchor
 from tms.rules.publish import MAX_BATCH, PublishError, Ref, Snapshot, parse_events

@@ -17,7 +17,7 @@ from factories import MEMBER, OWNER, claim, members, terms
 
 from tms.http.bodies import MiB
 from tms.ledger.access import Access
-from tms.ledger.filters import StoredEvents
+from tms.ledger.read.filters import StoredEvents
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.relay.budget import Budget, ProcessBudget

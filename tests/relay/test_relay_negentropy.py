@@ -17,7 +17,7 @@ from factories import MEMBER, OWNER2, STRANGER, Live, claim
 from relay_client import Client, ws_url
 
 from tms.ledger.access import Access
-from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import TooMany, negentropy_items
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.nostr.negentropy import Initiator, Items

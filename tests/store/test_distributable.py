@@ -13,7 +13,7 @@ import pytest
 from factories import OWNER, admin, claim, drop_database, evidence, profile, terms
 from publishing import publish, readable
 
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import compact_json
 from tms.rules.quotes import claim_key

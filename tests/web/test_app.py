@@ -27,7 +27,7 @@ from publishing import publish, readable
 
 from tms.app import create_app
 from tms.ledger.access import Access
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
 from tms.rules.kinds import validate_content

@@ -27,8 +27,8 @@ from factories import (
     terms,
 )
 
-from tms.ledger.anchors import backfill
 from tms.ledger.service import Ledger
+from tms.ledger.write.anchors import backfill
 from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool

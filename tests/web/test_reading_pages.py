@@ -33,7 +33,7 @@ from factories import (
 )
 from text_blind import drop_role, make_text_blind_role
 
-from tms.ledger.excerpts import QUOTE_CHARS
+from tms.ledger.read.excerpts import QUOTE_CHARS
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR

@@ -64,7 +64,7 @@ async def export(slug: str, checkpoint: bool) -> int:
     """The collection's JSON Lines on stdout, streamed from one consistent snapshot; with
     `checkpoint`, ending with the log's signed checkpoint line (`tms verify-export`)."""
     from tms.ledger.access import Access
-    from tms.ledger.export import Exporter
+    from tms.ledger.read.export import Exporter
     from tms.rules.content import SLUG_PATTERN
 
     out = sys.stdout.buffer

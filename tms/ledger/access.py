@@ -2,14 +2,14 @@
 
 The rule "a collection's owner or a key on its current member list may read it" lives in the
 `readers` view (sql/003_access.sql), which this module asks for the doors (the publish snapshot,
-`tms.ledger.snapshots`, reads it too, to judge writes). Reading is done with a capability only this
-module makes: a `Reader` (a key and the collections it may read, as checked when it was made), a
-`ReadableCollection` (a key and one collection it may read), or an `OwnedCollection` (a key and
-a collection it owns: what the owner's member list editor reads with). The read services take
-one of them instead of a key or a slug, and filter their SQL by what it holds, so a door that
-forgets to ask has nothing to pass them: where the door's code is typed, mypy refuses it, and
-nothing leaks at run time. An MCP tool is generic over what it reads (`tms.mcp.tools.Tool`), so
-its declared `reads` and its handler's parameter are checked together.
+`tms.ledger.write.snapshots`, reads it too, to judge writes). Reading is done with a capability only
+this module makes: a `Reader` (a key and the collections it may read, as checked when it was made),
+a `ReadableCollection` (a key and one collection it may read), or an `OwnedCollection` (a key and a
+collection it owns: what the owner's member list editor reads with). The read services take one of
+them instead of a key or a slug, and filter their SQL by what it holds, so a door that forgets to
+ask has nothing to pass them: where the door's code is typed, mypy refuses it, and nothing leaks at
+run time. An MCP tool is generic over what it reads (`tms.mcp.tools.Tool`), so its declared `reads`
+and its handler's parameter are checked together.
 
 The one way to read without asking is named for what it is: `Access.unsafe_for_operator`, for
 the operator's commands and the server's own background work (submitting checkpoints to

@@ -2,19 +2,18 @@
 door takes to it.
 
 Every door submits through `Ledger.submit`, naming itself and its caller (`tms.rules.admission.
-Origin`): the pages' POST /publish, MCP's `publish` over HTTP and over stdio, and the relay's
-EVENT, which passes `within` (the collection its URL names) and its connection's `Turn` (its
-events judged in the order they came, without one waiting for the last to be answered). A batch
-is checked first: envelopes, signatures and content schemas, each content parsed once (off the
-event loop for big batches), its collections read from the kinds' registry (`KINDS`), `within`
-held, and its signers' rate limits spent (here and nowhere else on the path). Then the
-operator's write policy, when there is one (`Admission`), is asked: it may refuse the batch
-(`Blocked`), or shadow-reject it (the answer is a publish's, `tms.ledger.shadows`; nothing is
-stored; the refusal log records it). Only then does the batch join the queue of its lock lanes
-(`tms.ledger.commits`): one transaction with the batches waiting for the same collections locks,
-reads a snapshot, lets `tms.rules.publish.judge` decide, writes everything or nothing
-(`tms.ledger.writes`). Vectors for search are made after commit, by whatever `AfterPublish` the
-runtime hands in.
+Origin`): the pages' POST /publish, MCP's `publish` over HTTP and over stdio, and the relay's EVENT,
+which passes `within` (the collection its URL names) and its connection's `Turn` (its events judged
+in the order they came, without one waiting for the last to be answered). A batch is checked first:
+envelopes, signatures and content schemas, each content parsed once (off the event loop for big
+batches), its collections read from the kinds' registry (`KINDS`), `within` held, and its signers'
+rate limits spent (here and nowhere else on the path). Then the operator's write policy, when there
+is one (`Admission`), is asked: it may refuse the batch (`Blocked`), or shadow-reject it (the answer
+is a publish's, `tms.ledger.write.shadows`; nothing is stored; the refusal log records it). Only
+then does the batch join the queue of its lock lanes (`tms.ledger.write.commits`): one transaction
+with the batches waiting for the same collections locks, reads a snapshot, lets
+`tms.rules.publish.judge` decide, writes everything or nothing (`tms.ledger.write.writes`). Vectors
+for search are made after commit, by whatever `AfterPublish` the runtime hands in.
 """
 
 from __future__ import annotations
@@ -39,11 +38,11 @@ from tms.errors import (
     outcome_of,
     shown,
 )
-from tms.ledger import snapshots, writes
-from tms.ledger.commits import GroupCommitter, Queued, Turn
 from tms.ledger.locks import lock_keys
-from tms.ledger.shadows import shadow_result
-from tms.ledger.tlog import TransparencyLog
+from tms.ledger.log.tree import TransparencyLog
+from tms.ledger.write import snapshots, writes
+from tms.ledger.write.commits import GroupCommitter, Queued, Turn
+from tms.ledger.write.shadows import shadow_result
 from tms.results import PublishResult
 from tms.rules.admission import Action, Admission, Door, Origin
 from tms.rules.expected import Expected

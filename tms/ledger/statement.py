@@ -18,8 +18,8 @@ from tms.rules.kinds import Columns
 class Rows:
     """Rows another part of the ledger stores with a publish's write, in its transaction (the
     transparency log's, the claims' keys): inserted by the one statement
-    (`tms.ledger.writes.write`) or by a statement of their own on Citus (`tms.ledger.routed`).
-    `suffix` follows the rows (an `ON CONFLICT` clause)."""
+    (`tms.ledger.write.writes.write`) or by a statement of their own on Citus
+    (`tms.ledger.write.routed`). `suffix` follows the rows (an `ON CONFLICT` clause)."""
 
     table: str
     columns: Columns  # (name, SQL type), in the rows' order

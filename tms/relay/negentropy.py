@@ -10,7 +10,7 @@ session may share one.
 Bounded: at most `MAX_NEG_SESSIONS` per connection, `MAX_NEG_RECORDS` items in one (NIP-77's
 "blocked: too many records"), each of our messages within `NEG_FRAME_BYTES` (frameSizeLimit),
 each of the client's within `MAX_NEG_MESSAGE_BYTES`. The list is read once per session from an
-index (`tms.ledger.negentropy_items`); building it and answering a message run in a worker
+index (`tms.ledger.read.negentropy_items`); building it and answering a message run in a worker
 thread, so that a large list never holds the event loop.
 """
 
@@ -22,7 +22,7 @@ from typing import Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection
-from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import TooMany, negentropy_items
 from tms.nostr.negentropy import NegentropyError, Responder
 from tms.relay.limits import MAX_NEG_RECORDS, MAX_NEG_SESSIONS, NEG_FRAME_BYTES
 from tms.relay.messages import Refused

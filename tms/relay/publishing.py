@@ -19,7 +19,7 @@ import functools
 from collections.abc import Callable
 
 from tms.errors import Outcome, TMSError, outcome_of
-from tms.ledger.commits import Turn
+from tms.ledger.write.commits import Turn
 from tms.relay import messages
 from tms.relay.limits import MAX_IN_FLIGHT
 from tms.relay.messages import EventMessage

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection, Reader
-from tms.ledger.filters import BIG_BYTES, PAGE, Stored
+from tms.ledger.read.filters import BIG_BYTES, PAGE, Stored
 from tms.nostr.filters import Filter
 from tms.relay import messages
 from tms.relay.budget import size_of

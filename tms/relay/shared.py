@@ -24,8 +24,8 @@ from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
 from tms.http.bodies import MiB
 from tms.ledger.access import Access
-from tms.ledger.feed import CommitFeed
-from tms.ledger.filters import StoredEvents
+from tms.ledger.read.feed import CommitFeed
+from tms.ledger.read.filters import StoredEvents
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
 from tms.relay.budget import ProcessBudget

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Final, Literal
 
 from tms.errors import one_line
-from tms.ledger import records
 from tms.ledger.access import ReadableCollection
-from tms.ledger.records import CONTRADICTION_COLUMNS, limited, page_size
+from tms.ledger.read import records
+from tms.ledger.read.records import CONTRADICTION_COLUMNS, limited, page_size
 from tms.results import ClaimHit, ContradictionInfo, SearchClaimsResult
 from tms.search.pgvector import HnswTuning, sql_literal, vector_literal
 from tms.search.vectors import Vectors
@@ -53,7 +53,7 @@ _SQL_CLAIMS_KEYWORD: Final = """
 # PostgreSQL has no tsvector aggregate). A part that would take the document past a tsvector's
 # 1 MB is left out rather than failing the search. Built once per contradiction, in `seq` order
 # and at most DOCUMENT_BATCH a statement, for those stored since the collection's last built
-# one (within a collection `seq` grows in commit order: tms.ledger.filters), and kept in
+# one (within a collection `seq` grows in commit order: tms.ledger.read.filters), and kept in
 # `contradiction_search` (sql/016), whose GIN index the search then reads, as claim search reads
 # `claims.search`. $2: the reason's indexed prefix.
 DOCUMENT_BATCH: Final = 500

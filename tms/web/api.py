@@ -20,7 +20,7 @@ from tms.guard.exports import Exports, ExportsBusy
 from tms.http.login import request_url
 from tms.http.statuses import Refused
 from tms.ledger.access import ReadableCollection
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.nostr import nip98
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime

@@ -11,10 +11,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tms.errors import LogError, NotAReader
-from tms.ledger import watermark
 from tms.ledger.access import ReadableCollection
-from tms.ledger.reads import CLAIM_SORTS
-from tms.ledger.tlog_reads import LogReads
+from tms.ledger.log.reads import LogReads
+from tms.ledger.read import watermark
+from tms.ledger.read.reads import CLAIM_SORTS
 from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
 from tms.search.search import Method

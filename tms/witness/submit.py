@@ -29,13 +29,13 @@ import httpx
 from tms import metrics
 from tms.errors import LogError, one_line
 from tms.ledger.access import Access
-from tms.ledger.tlog_reads import LogReads
+from tms.ledger.log.cosigned import Cosigned, Standing
+from tms.ledger.log.reads import LogReads
 from tms.store.database import Pool
 from tms.tlog.note import split_note
 from tms.tlog.policy import Policy, Witness
 from tms.tlog.witness import SIZE_CONTENT_TYPE, Submission, parse_size
 from tms.types import Slug
-from tms.witness.cosigned import Cosigned, Standing
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """What a publish stores, as rows: computed here from the judged `Plan`, once, for both ways of
 writing them, so that a single PostgreSQL and a Citus cluster store the same rows.
 
-A single PostgreSQL inserts them in one statement of data-modifying CTEs (`tms.ledger.writes`);
-a Citus cluster in one plain statement per table, each routed to its collection's shard
-(`tms.ledger.routed`). The kinds' typed rows come from the kinds' registry
-(`tms.rules.kinds.KINDS`); the counts kept beside them (sql/008, sql/009) are added up here.
-Other parts of the ledger that store rows with a publish (the transparency log, the claims'
-keys) hand them to the write as `Rows` too.
+A single PostgreSQL inserts them in one statement of data-modifying CTEs
+(`tms.ledger.write.writes`); a Citus cluster in one plain statement per table, each routed to its
+collection's shard (`tms.ledger.write.routed`). The kinds' typed rows come from the kinds' registry
+(`tms.rules.kinds.KINDS`); the counts kept beside them (sql/008, sql/009) are added up here. Other
+parts of the ledger that store rows with a publish (the transparency log, the claims' keys) hand
+them to the write as `Rows` too.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import json
 from collections.abc import Callable
 from typing import Any, Final
 
-from tms.ledger.anchors import ANCHOR_COLUMNS, anchor_row
 from tms.ledger.statement import Rows
+from tms.ledger.write.anchors import ANCHOR_COLUMNS, anchor_row
 from tms.rules.kinds import (
     KINDS,
     Columns,
@@ -41,9 +41,9 @@ def typed_rows(plan: Plan) -> dict[Table, list[tuple[Any, ...]]]:
 
 
 # Values that are not the column's bound value as it is: a member list is JSON text in its kind's
-# row (`Kind.rows`). The one statement (tms.ledger.writes) turns it into the column's text[] by
-# SQL over the bound value (`VALUE`, `{}`); a plain INSERT ... VALUES (tms.ledger.routed), where
-# Citus allows no subquery, binds it decoded, as that SQL type (`DECODED`).
+# row (`Kind.rows`). The one statement (tms.ledger.write.writes) turns it into the column's text[]
+# by SQL over the bound value (`VALUE`, `{}`); a plain INSERT ... VALUES (tms.ledger.write.routed),
+# where Citus allows no subquery, binds it decoded, as that SQL type (`DECODED`).
 VALUE: Final = {"members": "ARRAY(SELECT json_array_elements_text({}::json))"}
 DECODED: Final[dict[str, tuple[str, Callable[[Any], Any]]]] = {"members": ("text[]", json.loads)}
 

@@ -1,7 +1,7 @@
 """Each claim's key (sql/013: `tms.rules.quotes.claim_key`, what two claims share when their
 texts differ only as quote matching forgives), stored by the publish that stores the claim
 (`key_rows`, written with the rest of its write) and, for claims stored before keys existed, by
-`backfill` at start-up. The submit page looks claims up by it (`tms.ledger.lookups`).
+`backfill` at start-up. The submit page looks claims up by it (`tms.ledger.read.lookups`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
-from tms.ledger.snapshots import OffLoop
 from tms.ledger.statement import Rows
+from tms.ledger.write.snapshots import OffLoop
 from tms.rules.kinds import Claim
 from tms.rules.publish import Parsed
 from tms.rules.quotes import claim_key

@@ -1,6 +1,6 @@
-"""The publish's writes on a Citus cluster: what `tms.ledger.writes.write` stores in one statement
-of data-modifying CTEs, stored instead as one plain statement per table, each sent by Citus
-straight to the collection's shard.
+"""The publish's writes on a Citus cluster: what `tms.ledger.write.writes.write` stores in one
+statement of data-modifying CTEs, stored instead as one plain statement per table, each sent by
+Citus straight to the collection's shard.
 
 Citus plans a statement of data-modifying CTEs one CTE at a time, each an INSERT ... SELECT that
 gathers its rows on the coordinator before passing them on: 14 ms of a one-claim publish's 30,
@@ -8,7 +8,7 @@ on the test cluster. A multi-row INSERT ... VALUES (or an UPDATE filtered on the
 routed as it stands: seven such statements took a quarter of that. A single PostgreSQL keeps the
 one statement, which is faster there.
 
-The rows are the same, computed by the same functions (`tms.ledger.rows`: `typed_rows`,
+The rows are the same, computed by the same functions (`tms.ledger.write.rows`: `typed_rows`,
 `claim_counts` and the rest, which read the kinds' registry, `tms.rules.kinds.KINDS`); the seq of
 the batch's events is drawn from the events' own sequence first, in one statement on the
 coordinator, and handed out in batch order, so the ledger's order is the batch's exactly as the
@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from tms.ledger.rows import (
+from tms.ledger.statement import Rows
+from tms.ledger.write.rows import (
     ANCHOR_TYPES,
     DECODED,
     anchor_rows,
@@ -32,8 +33,7 @@ from tms.ledger.rows import (
     membership_changes,
     typed_rows,
 )
-from tms.ledger.statement import Rows
-from tms.ledger.writes import Written
+from tms.ledger.write.writes import Written
 from tms.nostr.events import Event, compact_json
 from tms.rules.kinds import Columns, embedded_kinds
 from tms.rules.publish import Plan
@@ -65,8 +65,8 @@ async def write(
     members_before: dict[Slug, set[PubKey]],
     also: Sequence[Rows] = (),
 ) -> Written:
-    """Store `plan` as `tms.ledger.writes.write` does, and the rows `also` holds; return what
-    it stored, by collection (`tms.ledger.writes.notify`)."""
+    """Store `plan` as `tms.ledger.write.writes.write` does, and the rows `also` holds; return what
+    it stored, by collection (`tms.ledger.write.writes.notify`)."""
     accepted = plan.accepted
     seqs = sorted(r[0] for r in await conn.fetch(_SQL_SEQS, len(accepted)))
     seq = {p.event.id: s for p, s in zip(accepted, seqs, strict=True)}

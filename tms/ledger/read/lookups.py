@@ -10,7 +10,7 @@ In an append-only ledger a duplicate or a junk claim stays forever, so the page 
   (`tms.rules.quotes.claim_key`), the rule people know from quotes ("case, whitespace, curly
   quotes, dashes... are forgiven"). The keys live in `claim_keys` (sql/013), written by the
   publish that stores each claim and, for claims stored before, at start-up
-  (`tms.ledger.claim_keys`);
+  (`tms.ledger.write.claim_keys`);
 - references (`tms.rules.references`): a whole id, or the beginning of one, among the claims,
   links and contradictions of the collection, which a link may target.
 

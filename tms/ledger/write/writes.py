@@ -2,15 +2,15 @@
 the locks, write what the rules accept, and announce what it wrote.
 
 Each step is one statement, so a publish costs few round trips whatever its batch holds: begin,
-lock (one per collection), snapshot (`tms.ledger.snapshots`, with one more per quoted evidence
+lock (one per collection), snapshot (`tms.ledger.write.snapshots`, with one more per quoted evidence
 stored before), write, notify, commit. The locks come in statements of their own, before the
-snapshot's (`tms.ledger.snapshots` says why). What the write stores is computed by
-`tms.ledger.rows`; other parts of the ledger that keep rows per collection (the transparency
+snapshot's (`tms.ledger.write.snapshots` says why). What the write stores is computed by
+`tms.ledger.write.rows`; other parts of the ledger that keep rows per collection (the transparency
 log, the claims' keys) hand theirs in as `Rows`, stored by the same statement rather than in
 round trips of their own.
 
 On a Citus cluster the same steps run with the write as one plain statement per table
-(`tms.ledger.routed`), every statement naming the collections it is about so that Citus sends
+(`tms.ledger.write.routed`), every statement naming the collections it is about so that Citus sends
 it to their worker; what is written is the same rows. Either way, the commit is announced
 afterwards by `notify`, from the `Written` ranges the write returns.
 """
@@ -21,7 +21,8 @@ import json
 from collections.abc import Sequence
 from typing import Final
 
-from tms.ledger.rows import (
+from tms.ledger.statement import Rows, Statement
+from tms.ledger.write.rows import (
     ANCHOR_TYPES,
     VALUE,
     anchor_rows,
@@ -33,7 +34,6 @@ from tms.ledger.rows import (
     membership_changes,
     typed_rows,
 )
-from tms.ledger.statement import Rows, Statement
 from tms.nostr.events import compact_json
 from tms.rules.kinds import embedded_kinds
 from tms.rules.publish import Parsed, Plan
@@ -47,7 +47,7 @@ from tms.types import KIND_MEMBERS, UNSCOPED, PubKey, Slug
 # only once the transaction commits, never for one that rolls back, and in commit order; and
 # since every collection's events (and all profiles and terms) are written under one lock, each
 # one's `seq` grows in commit order, so the feed can catch up from the last `seq` it saw of
-# each (tms.ledger.feed).
+# each (tms.ledger.read.feed).
 CHANNEL: Final = "tms_events"
 _SQL_NOTIFY: Final = f"SELECT count(pg_notify('{CHANNEL}', n)) FROM unnest($1::text[]) AS n"
 

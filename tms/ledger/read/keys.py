@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from tms.ledger import records
 from tms.ledger.access import ReadableCollection
+from tms.ledger.read import records
 from tms.results import MemberListInfo, ProfileInfo
 from tms.rules.terms import current_terms
 from tms.store.database import Pool

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import PublishError, is_database_down
-from tms.ledger import claim_keys, routed, snapshots, writes
 from tms.ledger.locks import lock, lock_keys
-from tms.ledger.snapshots import OffLoop
-from tms.ledger.tlog import STATE_SQL, TransparencyLog
+from tms.ledger.log.tree import STATE_SQL, TransparencyLog
+from tms.ledger.write import claim_keys, routed, snapshots, writes
+from tms.ledger.write.snapshots import OffLoop
 from tms.results import CheckpointInfo
 from tms.rules.expected import Expected, check_expected
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
@@ -105,7 +105,7 @@ class GroupCommitter:
         self.run = quotes_off_loop
         self.log = log
         self._lanes: dict[tuple[str, ...], _Lane] = {}
-        self._routed: bool | None = None  # writes one statement per table (tms.ledger.routed)
+        self._routed: bool | None = None  # writes one statement per table (tms.ledger.write.routed)
 
     def enqueue(self, batch: list[Parsed], expected: Expected | None = None) -> Queued:
         """The batch in its lane's queue, now: what it becomes, once judged and (if it passes)
@@ -181,7 +181,7 @@ class GroupCommitter:
                 write = routed.write if self._routed else writes.write
                 written = await write(conn, merged, members_before, [*log_rows.rows(), keys])
                 # Announced in the same transaction, whichever way it wrote: delivered at
-                # commit (the relay's live subscriptions, tms.ledger.feed).
+                # commit (the relay's live subscriptions, tms.ledger.read.feed).
                 await writes.notify(conn, written)
                 signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]

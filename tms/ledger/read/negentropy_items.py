@@ -6,7 +6,7 @@ collection at a time (on Citus each such query runs on the one worker that holds
 and all), as one value: 40 bytes an item end to end, turned into numpy arrays without a Python
 object per item (a row per item costs seconds a million), so a million items cost about 40 MB
 while read and 40 MB kept. The rule of what a reader sees is the one REQ
-uses (`tms.ledger.filters`: the collections' events, and the profiles and terms of their
+uses (`tms.ledger.read.filters`: the collections' events, and the profiles and terms of their
 people), with the same SQL. A list longer than `cap` is not built: the caller refuses it.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from tms.ledger.filters import Scope, _Query, slugs_of
+from tms.ledger.read.filters import Scope, _Query, slugs_of
 from tms.nostr.filters import Filter
 from tms.nostr.negentropy import ID_SIZE, Items
 from tms.store.database import Pool
