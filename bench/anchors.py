@@ -12,7 +12,7 @@ anchors it (offsets, context, occurrences) and writes the anchors beside the lin
    passage (issue 11's hint; the target for the hint alone is 50 ms, see bench/core.py).
 
 Run it on a checkout before issue 11 for the cost anchoring adds: the script uses nothing newer
-than `Ledger.publish`.
+than `Ledger.submit`.
 """
 
 from __future__ import annotations

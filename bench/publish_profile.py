@@ -87,11 +87,11 @@ def timed(owner: Any, name: str, label: str) -> None:
 
 def instrument() -> None:
     timed(mcp_http.McpFront, "__call__", REQUEST)
-    timed(service.Ledger, "publish", "Ledger.publish")
+    timed(service.Ledger, "submit", "Ledger.submit")
     timed(service, "_parse_off_loop", "  parse and verify")
-    timed(commits.GroupCommitter, "commit", "  group commit (queue + transaction)")
+    timed(service.Ledger, "_committed", "  group commit (queue + transaction)")
     timed(asyncpg.transaction.Transaction, "start", "    begin")
-    timed(writes, "lock", "    lock")
+    timed(commits, "lock", "    lock")
     timed(snapshots, "snapshot", "    snapshot (with the log's state)")
     timed(snapshots, "quotes", "    quotes")
     timed(commits, "judge", "    judge")

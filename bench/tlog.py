@@ -1,7 +1,7 @@
 """The transparency log's costs: `uv run python bench/tlog.py`.
 
 On an embedded PostgreSQL in a fresh temporary directory, through the ledger service itself
-(`Ledger.publish`, `LogReads`), so that the figures are the log's and not HTTP's:
+(`Ledger.submit`, `LogReads`), so that the figures are the log's and not HTTP's:
 
 1. publish overhead: 1,000-claim batches published one after another into two collections of
    one database, alternately with the log (the server as it is) and without it (the publish

@@ -215,7 +215,7 @@ def test_healthz_and_publish_are_described_with_every_field() -> None:
     served = re.findall(r'"(\w+)": ', inspect.getsource(api.healthz).rsplit("JSONResponse", 1)[1])
     assert re.findall(r'"(\w+)"', healthz.group(1)) == served == ["ok", "database", "vectors"]
     publish = re.search(
-        r"Ledger.publish\(events\)`.*?returning\s+`\{([^}]*)\}`", read(ARCHITECTURE), re.DOTALL
+        r"Ledger.submit\(events, .*?returning\s+`\{([^}]*)\}`", read(ARCHITECTURE), re.DOTALL
     )
     assert publish is not None
     listed = re.findall(r'"(\w+)"', publish.group(1))
