@@ -80,6 +80,7 @@ class Reading:
     async def req(self, message: ReqMessage, scope_of: ScopeOf) -> None:
         self.unsubscribe(message.sub_id)  # NIP-01: a REQ with an open id replaces it
         scope = await scope_of(message.sub_id)
+        moves = self.client.gate.moves  # what the key reads, as `scope` says it
         if len(self.subs) >= MAX_SUBSCRIPTIONS:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
             raise Refused(
@@ -119,6 +120,8 @@ class Reading:
             self.subs[message.sub_id] = sub
             if len(self.subs) == 1 and self._idle is not None:
                 self._idle(False)
+            if self.client.gate.moves != moves:  # it changed while this one registered, unseen
+                self.client.membership_changed()
         self._start(("REQ", message.sub_id), self._answer(message, scope, sub, bool(live)))
 
     async def _answer(
