@@ -280,6 +280,53 @@ async def test_a_removal_the_connection_reads_before_the_feed_still_closes_the_s
     assert sent[closed + 1 :] == []
 
 
+async def test_what_waits_to_be_written_when_the_removal_comes_is_not_written(
+    db_url: str,
+) -> None:
+    """Access is judged as each event is written, not only as it is queued: a client slow to
+    read has events of its stored answer queued when the removal is handed over; the one being
+    written then goes, the others never do (before, they all went out ahead of the CLOSED)."""
+    person = key(0x7A)
+    T = now() - 500
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        await Ledger(pool).approve([OWNER.pubkey])
+    finally:
+        await pool.close()
+    said = [claim(OWNER, "wt", f"said {n}", created_at=T + 1) for n in range(5)]
+    await publish(db_url, [terms(OWNER)], [members(OWNER, "wt", [person.pubkey], created_at=T)])
+    await publish(db_url, said)
+    sent: list[list[Any]] = []
+    writing, go = asyncio.Event(), asyncio.Event()
+
+    async def send(text: str) -> None:  # a client that reads nothing until told
+        message = json.loads(text)
+        if message[0] == "EVENT" and not go.is_set():
+            writing.set()
+            await go.wait()
+        sent.append(message)
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        conn = Connection(relay, send, slug="wt", url="ws://x/", address=None, pubkey=person.pubkey)
+        await conn.open()
+        await conn.handle(json.dumps(["REQ", "s", {"kinds": [4702]}]))
+        await asyncio.wait_for(writing.wait(), 10)
+        await wait_for(lambda: not conn.reading.tasks)  # the answer is queued, EOSE too
+        await publish(db_url, [members(OWNER, "wt", [], created_at=T + 2)])
+        await wait_for(lambda: not conn.gate.allows("wt"))  # the hub handed the removal over
+        go.set()
+        await wait_for(lambda: any(m[:2] == ["CLOSED", "s"] for m in sent))
+        await conn.close()
+    events = [m for m in sent if m[0] == "EVENT"]
+    assert len(events) == 1, [m[0] for m in sent]  # the one being written
+    assert ["EOSE", "s"] in sent
+    assert sent[-1][:2] == ["CLOSED", "s"] and sent[-1][2].startswith("restricted: ")
+
+
 async def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():

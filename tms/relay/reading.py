@@ -200,7 +200,8 @@ class Reading:
         filed = UNSCOPED if stored.collection is None else stored.collection
         if self._allowed(filed, scope, readable):  # as it is queued: the gate's say now
             sent.add(stored.event.id)
-            self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()))
+            where = frozenset(_slugs(scope)) if filed == UNSCOPED else filed  # and as written
+            self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()), where)
 
     async def _readable(self, scope: Scope) -> frozenset[Slug]:
         """What the key reads now, read from the database (through the gate)."""
