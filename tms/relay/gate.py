@@ -1,5 +1,5 @@
 """What one connection's key may read at this moment: the check every event passes as it is
-queued to be sent, stored or live.
+queued to be sent, stored or live, and again as it is written (`tms.relay.outbox`).
 
 A `Reader` (`tms.ledger.access`) says what was true when it was made; a connection lives long,
 and its stored answers and live events are in flight while an owner changes a member list.
