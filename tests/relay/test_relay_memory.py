@@ -8,15 +8,32 @@ a CLOSE stops it (item 5, issue 29)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from factories import MEMBER, OWNER, Live, claim, evidence, fresh_database, live_server, settings
+from factories import (
+    MEMBER,
+    OWNER,
+    Live,
+    claim,
+    evidence,
+    fresh_database,
+    live_server,
+    members,
+    settings,
+    terms,
+)
 from relay_client import Client, publish, seed, slow_reader, ws_url
 
+from tms.ledger.service import Ledger
+from tms.relay.connection import Connection
 from tms.relay.limits import OUTBOX_BYTES
+from tms.relay.shared import open_relay
+from tms.runtime import open_runtime
+from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
 
@@ -134,3 +151,69 @@ async def test_an_event_and_a_close_behind_a_slow_stored_answer_are_not_held_up(
         assert end == ["EOSE", "after"]
     finally:
         await client.close()
+
+
+async def test_a_new_req_is_closed_saying_why_while_the_process_is_over_its_budget(
+    db_url: str,
+) -> None:
+    """A relay whose connections may hold 1 MiB in all: one client that reads nothing fills it
+    with its stored answer (evidence of 300 KB each, read one at a time as room allows: the
+    fourth passes the last check and takes it over), and another connection's REQ is then
+    CLOSED with `error:` saying whose memory is short, rather than adding to it. Once the first
+    has gone, the same REQ is answered."""
+    T = int(time.time()) - 100
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        await Ledger(pool).approve([OWNER.pubkey])
+        await Ledger(pool).publish([terms(OWNER), members(OWNER, "mem", [], created_at=T)])
+        texts = [evidence(OWNER, "mem", f"{n} " + "x" * 300_000, created_at=T) for n in range(8)]
+        await Ledger(pool).publish(texts)
+    finally:
+        await pool.close()
+    stuck, answered = asyncio.Event(), []
+
+    async def never_reads(text: str) -> None:
+        if text.startswith('["EVENT"'):
+            stuck.set()
+            await asyncio.Event().wait()
+
+    async def reads(text: str) -> None:
+        answered.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=1024 * 1024) as relay,
+    ):
+        await relay.feed.ready.wait()
+        hog = Connection(
+            relay, never_reads, slug="mem", url="ws://x/", address=None, pubkey=OWNER.pubkey
+        )
+        other = Connection(
+            relay, reads, slug="mem", url="ws://x/", address=None, pubkey=OWNER.pubkey
+        )
+        for conn in (hog, other):
+            await conn.open()
+        await hog.handle(json.dumps(["REQ", "all", {"kinds": [4701]}]))
+        await asyncio.wait_for(stuck.wait(), 10)
+        deadline = time.monotonic() + 10
+        while not relay.memory.full:
+            assert time.monotonic() < deadline, relay.memory.used
+            await asyncio.sleep(0.01)
+        await other.handle(json.dumps(["REQ", "one", {"kinds": [4701], "limit": 1}]))
+        await until(lambda: any(m[:2] == ["CLOSED", "one"] for m in answered))
+        closed = next(m for m in answered if m[:2] == ["CLOSED", "one"])
+        assert closed[2].startswith("error: this relay is short of memory"), closed
+        assert "held for every connection" in closed[2]
+        await hog.close()
+        assert relay.memory.used < 1024 * 1024
+        await other.handle(json.dumps(["REQ", "two", {"kinds": [4701], "limit": 1}]))
+        await until(lambda: ["EOSE", "two"] in answered)
+        await other.close()
+        assert relay.memory.used == 0
+
+
+async def until(condition: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
