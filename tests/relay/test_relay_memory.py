@@ -100,12 +100,21 @@ async def read_until(client: Client, done: Any, seconds: float = 10.0) -> list[l
 
 
 async def test_new_events_behind_a_slow_stored_answer_are_capped_in_bytes(live: Live) -> None:
+    """The new events reach the relay's hub while the stored answer is in flight, every time:
+    its first event has been read (the subscription is registered, the answer begun), it is far
+    larger than what the relay queues and the sockets hold, and the client reads on only once
+    a prompt subscriber has been handed all the new events."""
     client = await slow_reader(live.url, "/c/rel", MEMBER)
+    watcher = await member(live)
     try:
+        _, end = await watcher.req("new", {"kinds": [4701], "limit": 0})
+        assert end == ["EOSE", "new"]
         await client.send(["REQ", "slow", {"kinds": [4701]}])
-        await asyncio.sleep(0.5)  # the stored answer waits for the client to read
+        first = await client.recv(30)  # begun; the rest waits for the client to read
+        assert first[:2] == ["EVENT", "slow"], first
         new = [evidence(MEMBER, "rel", f"new {n} {time.time_ns()} {LARGE}") for n in range(5)]
         await publish(live.database_url, *[[event] for event in new])
+        assert [(await watcher.recv(30))[2]["id"] for _ in new] == [e["id"] for e in new]
         got = await read_until(client, lambda m: m[0] in ("CLOSED", "EOSE") and m[1] == "slow")
         end = got[-1]
         assert end[:2] == ["CLOSED", "slow"], [m[0] for m in got]
@@ -115,6 +124,7 @@ async def test_new_events_behind_a_slow_stored_answer_are_capped_in_bytes(live: 
         assert again == ["EOSE", "again"]
     finally:
         await client.close()
+        await watcher.close()
 
 
 async def test_filters_count_against_the_connections_budget(live: Live) -> None:
@@ -139,7 +149,8 @@ async def test_an_event_and_a_close_behind_a_slow_stored_answer_are_not_held_up(
     client = await slow_reader(live.url, "/c/rel", MEMBER)
     try:
         await client.send(["REQ", "slow", {"kinds": [4701]}])
-        await asyncio.sleep(0.3)  # the stored answer waits for the client to read
+        first = await client.recv(30)  # begun; the rest waits for the client to read
+        assert first[:2] == ["EVENT", "slow"], first
         said = claim(MEMBER, "rel", f"said during a slow answer {time.time_ns()}", created_at=now())
         await client.send(["EVENT", said])
         await client.send(["CLOSE", "slow"])
