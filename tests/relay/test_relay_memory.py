@@ -223,6 +223,58 @@ async def test_a_new_req_is_closed_saying_why_while_the_process_is_over_its_budg
         assert relay.memory.used == 0
 
 
+async def test_counts_waiting_their_turn_hold_their_filters_in_the_budget(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A COUNT's filters (5 of 1,000 tag values of 1,024 characters: 5.6 MB) are held while it
+    waits and runs (here, a count that never ends): a second one would take the connection past
+    its 8 MiB and is CLOSED saying so (before, a hundred waited uncounted, 560 MB), and once the
+    first is answered or closed there is room again."""
+    await seed(db_url)
+    release = asyncio.Event()
+    real = None
+
+    async def slow_count(*args: Any, **kwargs: Any) -> int:
+        await release.wait()
+        assert real is not None
+        return int(await real(*args, **kwargs))
+
+    answered: list[list[Any]] = []
+
+    async def reads(text: str) -> None:
+        answered.append(json.loads(text))
+
+    values = [f"{n:04d}" + "v" * 1020 for n in range(1000)]
+    wide = [{"kinds": [4702], f"#{letter}": values[:999]} for letter in "abcde"]
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        real = relay.stored.count
+        monkeypatch.setattr(relay.stored, "count", slow_count)
+        conn = Connection(
+            relay, reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        for n in range(3):
+            await conn.handle(json.dumps(["COUNT", f"c{n}", *wide]))
+        assert conn.budget.used > 5 * 1024 * 1024
+        await until(lambda: sum(m[0] == "CLOSED" for m in answered) == 2)
+        refused = [m for m in answered if m[0] == "CLOSED"]
+        assert [m[1] for m in refused] == ["c1", "c2"], answered
+        assert all(m[2].startswith("invalid: these filters hold") for m in refused)
+        release.set()
+        await until(lambda: any(m[:2] == ["COUNT", "c0"] for m in answered))
+        await until(lambda: not conn.reading.tasks)
+        assert conn.budget.used < 1024 * 1024
+        release.clear()
+        await conn.handle(json.dumps(["COUNT", "c3", *wide]))  # room again
+        assert ("COUNT", "c3") in conn.reading.tasks
+        await conn.close()
+        assert relay.memory.used == 0
+
+
 async def until(condition: Any, seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
