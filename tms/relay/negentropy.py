@@ -8,9 +8,13 @@ closed, as a subscription would be. NEG ids are a namespace of their own: a REQ 
 session may share one.
 
 Bounded: at most `MAX_NEG_SESSIONS` per connection, `MAX_NEG_RECORDS` items in one (NIP-77's
-"blocked: too many records"), each of our messages within `NEG_FRAME_BYTES` (frameSizeLimit),
-each of the client's within `MAX_NEG_MESSAGE_BYTES`. The list is read once per session from an
-index (`tms.ledger.negentropy_items`); building it and answering a message run in a worker
+"blocked: too many records"), each of our messages within `NEG_FRAME_BYTES` (frameSizeLimit), each
+of the client's within `MAX_NEG_MESSAGE_BYTES`. A session's list (about 72 bytes an item) counts
+against the process's memory budget (`tms.relay.budget`) while the session is open: a NEG-OPEN
+whose list would take the process past it is refused ("blocked:", try again), unless the process
+holds nothing else (one session always fits, as one message does). Before, a few hundred sessions
+of two million items each could hold the machine's memory. The list is read once per session from
+an index (`tms.ledger.negentropy_items`); building it and answering a message run in a worker
 thread, so that a large list never holds the event loop.
 """
 
@@ -35,6 +39,10 @@ from tms.types import PubKey, Slug
 
 NOT_OPEN: Final = "closed: no NEG session is open with this id on this connection: NEG-OPEN first"
 CHANGED: Final = "closed: what this key may read changed since NEG-OPEN: NEG-OPEN again"
+MEMORY_FULL: Final = (
+    "blocked: this relay is short of memory for NEG sessions ({size:,} bytes for this one, "
+    "{used:,} of {budget:,} held); try again shortly, or narrow the filter (since, until, kinds)"
+)
 
 
 @dataclass(slots=True)
@@ -42,6 +50,7 @@ class _Session:
     pubkey: PubKey
     slugs: tuple[Slug, ...]
     responder: Responder
+    held: int  # bytes of its list, counted in the process's budget
 
 
 class Negentropy:
@@ -80,7 +89,17 @@ class Negentropy:
         except Exception as exc:  # not the client's doing (the database is away, ...)
             self._err(message.sub_id, failure(exc))
             return
-        session = _Session(scope.pubkey, _slugs(scope), Responder(items, NEG_FRAME_BYTES))
+        size = items.nbytes
+        process = self.outbox.budget.process
+        if process.used > 0 and process.used + size > process.budget:
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, scope.pubkey, self.address)
+            self._err(
+                message.sub_id,
+                MEMORY_FULL.format(size=size, used=process.used, budget=process.budget),
+            )
+            return
+        process.take(size)
+        session = _Session(scope.pubkey, _slugs(scope), Responder(items, NEG_FRAME_BYTES), size)
         self.sessions[message.sub_id] = session
         await self._answer(message.sub_id, session, message.message)
 
@@ -98,7 +117,17 @@ class Negentropy:
         await self._answer(message.sub_id, session, message.message)
 
     def close(self, sub_id: str) -> None:
-        self.sessions.pop(sub_id, None)
+        self._drop(sub_id)
+
+    def close_all(self) -> None:
+        """The connection has closed: every session's list is let go."""
+        for sub_id in list(self.sessions):
+            self._drop(sub_id)
+
+    def _drop(self, sub_id: str) -> None:
+        session = self.sessions.pop(sub_id, None)
+        if session is not None:
+            self.outbox.budget.process.give(session.held)
 
     def failed(self, sub_id: str, said: str) -> None:
         """A message of this session failed on our side: it ends, told so."""
@@ -123,7 +152,7 @@ class Negentropy:
             return None
 
     def _err(self, sub_id: str, reason: str) -> None:
-        self.sessions.pop(sub_id, None)
+        self._drop(sub_id)
         self.outbox.send(neg_err(sub_id, reason))
 
 
