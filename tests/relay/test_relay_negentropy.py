@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from factories import MEMBER, OWNER2, STRANGER, Live, claim, settings
+from factories import MEMBER, OWNER, OWNER2, STRANGER, Live, claim, members, settings
 from relay_client import Client, seed, ws_url
 
 from tms.ledger.access import Access
@@ -270,6 +270,58 @@ async def test_a_sessions_list_counts_against_the_process_memory_budget(db_url: 
         for conn in (a, b):
             await conn.close()
         assert relay.memory.used == 0
+
+
+async def test_a_list_read_across_a_removal_is_not_answered(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The removal commits while a NEG-OPEN's list is read (held open by a hook around the real
+    read), and a claim after it: its id is in the list, and must not go out. The session ends
+    with NEG-ERR `closed:` instead of a NEG-MSG."""
+    from tms.relay import negentropy as relay_negentropy
+
+    await seed(db_url)
+    start = int(time.time()) - 1000
+    real = relay_negentropy.negentropy_items
+    reached, go = asyncio.Event(), asyncio.Event()
+
+    async def held(*args: Any, **kwargs: Any) -> Items:
+        reached.set()
+        await go.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(relay_negentropy, "negentropy_items", held)
+    said: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        said.append(json.loads(text))
+
+    empty = Initiator(items_of([])).initiate().hex()
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        conn = Connection(
+            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        opening = asyncio.create_task(
+            conn.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        )
+        await asyncio.wait_for(reached.wait(), 10)
+        pool = await open_pool(db_url, min_size=1, max_size=1)
+        try:
+            ledger = Ledger(pool)
+            await ledger.publish([members(OWNER, "rel", [], created_at=start)])
+            await ledger.publish([claim(OWNER, "rel", "after the removal", created_at=start + 1)])
+        finally:
+            await pool.close()
+        go.set()
+        await asyncio.wait_for(opening, 10)
+        await until(lambda: len(said) == 2)
+        await conn.close()
+    assert said[1][:2] == ["NEG-ERR", "n"], said
+    assert said[1][2].startswith("closed: what this key may read changed")
 
 
 async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:

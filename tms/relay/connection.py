@@ -84,7 +84,7 @@ class Connection:
             pubkey=pubkey,
         )
         self.publishing = Publishing(relay, self.outbox, slug=slug, address=address)
-        self.negentropy = Negentropy(relay, self.outbox, address=address)  # NIP-77
+        self.negentropy = Negentropy(relay, self.outbox, self.gate, address=address)  # NIP-77
 
     # --- what the hub needs of a connection (`tms.relay.live.Client`) --------------------------
 

@@ -1,11 +1,12 @@
 """A connection's NIP-77 sessions: NEG-OPEN builds the list of what a filter matches and answers
 as the Negentropy responder, NEG-MSG goes on, NEG-CLOSE ends it.
 
-A session reads within the same rule and with the same refusals as a REQ: the connection's
-`scope` (auth-required, restricted, rate-limited) is asked for every NEG-OPEN and NEG-MSG, its
-refusal sent as NEG-ERR, and a session whose key or collections changed since it opened is
-closed, as a subscription would be. NEG ids are a namespace of their own: a REQ and a NEG
-session may share one.
+A session reads within the same rule and with the same refusals as a REQ: the connection's `scope`
+(auth-required, restricted, rate-limited) is asked for every NEG-OPEN and NEG-MSG, its refusal sent
+as NEG-ERR, and a session whose key or collections changed since it opened is closed, as a
+subscription would be; a list read across a removal is not answered (the key's reader is read again
+after the list, through the connection's gate). NEG ids are a namespace of their own: a REQ and a
+NEG session may share one.
 
 Bounded: at most `MAX_NEG_SESSIONS` per connection, `MAX_NEG_RECORDS` items in one (NIP-77's
 "blocked: too many records"), each of our messages within `NEG_FRAME_BYTES` (frameSizeLimit), each
@@ -28,6 +29,7 @@ from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection
 from tms.ledger.negentropy_items import TooMany, negentropy_items
 from tms.nostr.negentropy import NegentropyError, Responder
+from tms.relay.gate import Gate
 from tms.relay.limits import MAX_NEG_RECORDS, MAX_NEG_SESSIONS, NEG_FRAME_BYTES
 from tms.relay.messages import Refused
 from tms.relay.neg_messages import NegMsg, NegOpen, neg_err, neg_msg
@@ -54,10 +56,12 @@ class _Session:
 
 
 class Negentropy:
-    def __init__(self, relay: Relay, outbox: Outbox, *, address: str | None) -> None:
-        """`address`: the client's, for the refusal log."""
+    def __init__(self, relay: Relay, outbox: Outbox, gate: Gate, *, address: str | None) -> None:
+        """`gate`: what the connection's key may read now; `address`: the client's, for the
+        refusal log."""
         self.relay = relay
         self.outbox = outbox
+        self.gate = gate
         self.address = address
         self.sessions: dict[str, _Session] = {}
 
@@ -88,6 +92,15 @@ class Negentropy:
             return
         except Exception as exc:  # not the client's doing (the database is away, ...)
             self._err(message.sub_id, failure(exc))
+            return
+        try:  # after the list's snapshot: it may hold what committed after a removal
+            reader = await self.gate.refresh(self.relay.access.reader)
+        except Exception as exc:
+            self._err(message.sub_id, failure(exc))
+            return
+        readable = set() if reader is None else set(reader.slugs)
+        if not all(slug in readable and self.gate.allows(slug) for slug in _slugs(scope)):
+            self._err(message.sub_id, CHANGED)
             return
         size = items.nbytes
         process = self.outbox.budget.process
