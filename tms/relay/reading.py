@@ -21,7 +21,8 @@ it is open, a COUNT's or a search's while it waits its turn and runs (a hundred 
 of filters each once waited uncounted).
 
 A reconnecting client that asks `since` its last event gets at most `limit` (`MAX_LIMIT`) per
-filter, newest first: after a longer gap it pages back with `until` (NIP-01), as `/docs` says.
+filter, newest as stored first, and `since` compares the signer's `created_at`, not the order
+stored: an exact catch-up is NIP-77's (`tms.relay.negentropy`), as `/docs` says.
 """
 
 from __future__ import annotations
