@@ -324,6 +324,60 @@ async def test_a_list_read_across_a_removal_is_not_answered(
     assert said[1][2].startswith("closed: what this key may read changed")
 
 
+@pytest.mark.parametrize("how", ["NEG-CLOSE", "gone"])
+async def test_a_list_being_read_stops_when_its_session_or_connection_ends(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A NEG-OPEN's list is read as a task of its own (held here by a read that never ends): a
+    NEG-CLOSE or the connection's end cancels it, and the connection goes on meanwhile (a REQ
+    sent behind it is answered)."""
+    from tms.relay import negentropy as relay_negentropy
+
+    await seed(db_url)
+    reached, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def forever(*args: Any, **kwargs: Any) -> Items:
+        reached.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("never")
+
+    monkeypatch.setattr(relay_negentropy, "negentropy_items", forever)
+    said: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        said.append(json.loads(text))
+
+    empty = Initiator(items_of([])).initiate().hex()
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        conn = Connection(
+            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        await asyncio.wait_for(
+            conn.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty])), 10
+        )
+        await asyncio.wait_for(reached.wait(), 10)
+        await conn.handle(json.dumps(["REQ", "s", {"kinds": [4705]}]))
+        await until(lambda: ["EOSE", "s"] in said)
+        if how == "NEG-CLOSE":
+            await conn.handle(json.dumps(["NEG-CLOSE", "n"]))
+        else:
+            await conn.close()
+        await asyncio.wait_for(cancelled.wait(), 10)
+        if how == "NEG-CLOSE":
+            await conn.close()
+        assert relay.memory.used == 0
+    assert not [m for m in said if m[0].startswith("NEG")], said
+
+
 async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():

@@ -116,7 +116,7 @@ class Connection:
         self.reading.leave()
         self.relay.hub.clients.discard(self)
         self.auth.close()
-        self.negentropy.close_all()
+        await self.negentropy.cancel()
         await self.reading.cancel()
         await self.outbox.stop(flush_seconds)
         self.budget.release()

@@ -15,13 +15,16 @@ against the process's memory budget (`tms.relay.budget`) while the session is op
 whose list would take the process past it is refused ("blocked:", try again), unless the process
 holds nothing else (one session always fits, as one message does). Before, a few hundred sessions
 of two million items each could hold the machine's memory. The list is read once per session from
-an index (`tms.ledger.negentropy_items`); building it and answering a message run in a worker
-thread, so that a large list never holds the event loop.
+an index (`tms.ledger.negentropy_items`), as a task of its own that a NEG-CLOSE, a NEG-OPEN
+replacing it or the connection's end cancels (a NEG-MSG waits for its NEG-OPEN's answer); building
+it and answering a message run in a worker thread, so that a large list never holds the event
+loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Final
 
@@ -64,20 +67,35 @@ class Negentropy:
         self.gate = gate
         self.address = address
         self.sessions: dict[str, _Session] = {}
+        self._opening: dict[str, asyncio.Task[None]] = {}  # NEG-OPENs whose list is being read
 
     async def open(self, message: NegOpen, scope_of: ScopeOf) -> None:
         self.close(message.sub_id)  # NIP-77: a NEG-OPEN with an open id replaces it
         scope = await self._scope(message.sub_id, scope_of)
         if scope is None:
             return
-        if len(self.sessions) >= MAX_NEG_SESSIONS:
+        if len(self.sessions) + len(self._opening) >= MAX_NEG_SESSIONS:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, scope.pubkey, self.address)
             self._err(
                 message.sub_id,
-                f"blocked: {len(self.sessions)} NEG sessions are open on this connection, this "
-                f"relay's limit is {MAX_NEG_SESSIONS}: NEG-CLOSE one first",
+                f"blocked: {len(self.sessions) + len(self._opening)} NEG sessions are open on "
+                f"this connection, this relay's limit is {MAX_NEG_SESSIONS}: NEG-CLOSE one first",
             )
             return
+        task = asyncio.create_task(self._build(message, scope), name="tms-relay-neg-open")
+        self._opening[message.sub_id] = task
+        task.add_done_callback(functools.partial(self._opened, message.sub_id))
+
+    def _opened(self, sub_id: str, task: asyncio.Task[None]) -> None:
+        if self._opening.get(sub_id) is task:
+            del self._opening[sub_id]
+        failed = None if task.cancelled() else task.exception()
+        if failed is not None:  # never unanswered
+            self._err(sub_id, failure(failed))
+
+    async def _build(self, message: NegOpen, scope: Scope) -> None:
+        """The session's list, read as a task of its own (a NEG-CLOSE, a NEG-OPEN replacing it
+        or the connection's end cancels it), then the answer to the client's first message."""
         try:
             items = await negentropy_items(
                 self.relay.stored.pool, scope, message.filter, MAX_NEG_RECORDS
@@ -117,6 +135,9 @@ class Negentropy:
         await self._answer(message.sub_id, session, message.message)
 
     async def message(self, message: NegMsg, scope_of: ScopeOf) -> None:
+        opening = self._opening.get(message.sub_id)
+        if opening is not None:  # after its NEG-OPEN's answer, as the client sent them
+            await asyncio.wait({opening})
         session = self.sessions.get(message.sub_id)
         if session is None:
             self._err(message.sub_id, NOT_OPEN)
@@ -130,10 +151,19 @@ class Negentropy:
         await self._answer(message.sub_id, session, message.message)
 
     def close(self, sub_id: str) -> None:
+        opening = self._opening.pop(sub_id, None)
+        if opening is not None:
+            opening.cancel()
         self._drop(sub_id)
 
-    def close_all(self) -> None:
-        """The connection has closed: every session's list is let go."""
+    async def cancel(self) -> None:
+        """The connection has closed: every list still being read stops, every session's list
+        is let go."""
+        opening = list(self._opening.values())
+        self._opening.clear()
+        for task in opening:
+            task.cancel()
+        await asyncio.gather(*opening, return_exceptions=True)
         for sub_id in list(self.sessions):
             self._drop(sub_id)
 
