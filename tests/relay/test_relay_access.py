@@ -327,6 +327,59 @@ async def test_what_waits_to_be_written_when_the_removal_comes_is_not_written(
     assert sent[-1][:2] == ["CLOSED", "s"] and sent[-1][2].startswith("restricted: ")
 
 
+async def test_an_auth_again_as_the_same_key_keeps_its_live_events(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscriber answers a new AUTH as the key it is: what it reads does not lapse while that
+    AUTH's reader is read (held open by a hook), so a claim published meanwhile reaches it
+    (before, the gate was emptied until the read ended, and the claim was dropped)."""
+    person = key(0x7B)
+    T = now() - 500
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        await Ledger(pool).approve([OWNER.pubkey])
+    finally:
+        await pool.close()
+    await publish(db_url, [terms(OWNER)], [members(OWNER, "again", [person.pubkey], created_at=T)])
+    sent: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        sent.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        url = "ws://x/c/again"
+        conn = Connection(relay, send, slug="again", url=url, address=None, pubkey=person.pubkey)
+        await conn.open()
+        await conn.handle(json.dumps(["REQ", "live", {"kinds": [4702], "limit": 0}]))
+        await wait_for(lambda: ["EOSE", "live"] in sent)
+        real = relay.access.reader
+        reading, go = asyncio.Event(), asyncio.Event()
+
+        async def held(pubkey: PubKey) -> Reader:
+            reading.set()
+            await go.wait()
+            return await real(pubkey)
+
+        monkeypatch.setattr(relay.access, "reader", held)
+        challenge = conn.auth.challenge
+        auth = person.sign(22242, "", now(), [["relay", url], ["challenge", challenge]])
+        authing = asyncio.create_task(conn.handle(json.dumps(["AUTH", auth.to_dict()])))
+        await asyncio.wait_for(reading.wait(), 10)
+        said = claim(OWNER, "again", "said during the AUTH", created_at=T + 1)
+        await publish(db_url, [said])
+        await wait_for(lambda: any(m[:1] == ["EVENT"] for m in sent) or authing.done(), 5)
+        go.set()
+        await asyncio.wait_for(authing, 10)
+        await wait_for(lambda: any(m[0] == "OK" for m in sent))
+        await wait_for(lambda: conn.outbox.queued_bytes == 0)
+        await conn.close()
+    assert [m[2]["id"] for m in sent if m[0] == "EVENT"] == [said["id"]], sent
+
+
 async def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():

@@ -106,7 +106,8 @@ class Auth:
                 self.reading.unsubscribe(sub_id)
                 self.outbox.send(messages.closed(sub_id, REAUTHENTICATED))
         self.pubkey = pubkey
-        self.gate.reset(pubkey)
+        if self.gate.pubkey != pubkey:  # the same key again keeps what it reads meanwhile
+            self.gate.reset(pubkey)
         self.relay.hub.clients.add(self.client)  # first: no member list goes unseen
         self.reader = await self.gate.refresh(self.relay.access.reader)
         self.outbox.send(messages.ok(str(event_id), True, ""))
