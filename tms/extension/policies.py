@@ -25,7 +25,7 @@ from prometheus_client import Counter
 from tms.extension.api import Event, Read, ReadFilter, Verdict, WritePolicy, reject
 from tms.metrics import PLUGIN_FAILURES, PLUGIN_READS_REFUSED, PLUGIN_VERDICTS
 from tms.nostr.events import Event as CoreEvent
-from tms.rules.admission import ACCEPTED, Action, Decision, Origin
+from tms.rules.admission import ACCEPTED, Action, Admission, Decision, Origin
 
 log = logging.getLogger("tms.extension")
 
@@ -164,6 +164,11 @@ class WritePolicies:
                     shadow = Decision(Action.SHADOW_REJECT, f"{where}: {message}", judge.name)
             counters[Action.ACCEPT].inc(accepted)
         return shadow or ACCEPTED
+
+
+def as_admission(policies: WritePolicies) -> Admission:
+    """What the ledger holds it as (and mypy's proof that it is one)."""
+    return policies
 
 
 def _where(position: int, event_id: str) -> str:
