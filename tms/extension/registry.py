@@ -67,8 +67,8 @@ class PluginTool:
         args = dict(arguments)
         error = best_match(self.validator.iter_errors(args))
         if error is not None:
-            where = "".join(f"[{part!r}]" for part in error.absolute_path)
-            text = " ".join(f"{where} {error.message}".split())
+            where = ".".join(str(part) for part in error.absolute_path)
+            text = " ".join(f"{where + ': ' if where else ''}{error.message}".split())
             if len(text) > MAX_ERROR_CHARS:
                 text = text[: MAX_ERROR_CHARS - 1] + "…"
             raise ToolError(f"{self.name} args: {text}")
