@@ -105,7 +105,8 @@ PLUGIN_VERDICTS: Final = Counter(
 PLUGIN_FAILURES: Final = Counter(
     "tms_plugin_failures",
     "Plugin calls that failed, by plugin, seam (write_policy, read_filter, after_commit) and "
-    "cause (raised; timeout; exited: the strfry command died or misbehaved)",
+    "cause (raised; timeout; exited, protocol: the strfry command died, or answered out of "
+    "protocol)",
     ["plugin", "seam", "cause"],
 )
 PLUGIN_READS_REFUSED: Final = Counter(
