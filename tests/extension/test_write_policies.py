@@ -5,6 +5,7 @@ with a clear message and counted, never raising into the caller."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -159,6 +160,39 @@ async def test_a_policy_that_hangs_times_out_and_is_counted() -> None:
     assert decision.action is Action.REJECT
     assert decision.message.endswith("write policy 'slow' did not answer within 0.05 s")
     assert failures("slow", "timeout") == before + 1
+
+
+async def test_a_policy_that_swallows_the_timeout_still_times_out() -> None:
+    async def stubborn(event: Event, origin: Origin) -> Verdict:
+        with contextlib.suppress(asyncio.CancelledError):  # noqa: ASYNC  (a badly written one)
+            await asyncio.sleep(30)
+        return ACCEPT
+
+    decision = await runner(("stubborn", stubborn), seconds=0.05).admit(batch("a", "b"), ORIGIN)
+    assert decision.message.endswith("write policy 'stubborn' did not answer within 0.05 s")
+
+
+async def test_slow_calls_each_within_the_timeout_pass() -> None:
+    async def steady(event: Event, origin: Origin) -> Verdict:
+        await asyncio.sleep(0.03)
+        return ACCEPT
+
+    assert await runner(("steady", steady), seconds=0.05).admit(batch(*"abcd"), ORIGIN) is ACCEPTED
+
+
+async def test_the_callers_own_cancellation_is_not_taken_for_a_timeout() -> None:
+    started = asyncio.Event()
+
+    async def slow(event: Event, origin: Origin) -> Verdict:
+        started.set()
+        await asyncio.sleep(30)
+        return ACCEPT
+
+    task = asyncio.ensure_future(runner(("slow", slow), seconds=5).admit(batch("a"), ORIGIN))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 async def test_a_policy_whose_own_timeout_fires_has_failed_not_timed_out() -> None:

@@ -77,47 +77,102 @@ class EventPolicy:
 
     async def judge(self, events: Sequence[Event], origin: Origin) -> list[Verdict]:
         verdicts: list[Verdict] = []
-        for event in events:
-            verdict = await self._one(event, origin)
-            verdicts.append(verdict)
-            if verdict.action is Action.REJECT:
-                break
+        deadline = _Deadline(self._seconds)
+        try:
+            for event in events:
+                deadline.call()
+                try:
+                    verdict = await self._policy(event, origin)
+                except asyncio.CancelledError:
+                    if not deadline.expired():
+                        raise
+                    verdicts.append(self._timeout(event))
+                    break
+                except Exception:
+                    verdicts.append(self._failure(event, exc_info=True))
+                    break
+                if deadline.expired():  # the policy swallowed the cancellation
+                    verdicts.append(self._timeout(event))
+                    break
+                if not isinstance(verdict, Verdict):
+                    log.error(
+                        "plugin %s: its write policy answered %s, not a Verdict (event %s)",
+                        self.name,
+                        type(verdict).__name__,
+                        event.id,
+                    )
+                    verdicts.append(self._failure(event, exc_info=False))
+                    break
+                verdicts.append(verdict)
+                if verdict.action is Action.REJECT:
+                    break
+        finally:
+            deadline.close()
         return verdicts
 
-    async def _one(self, event: Event, origin: Origin) -> Verdict:
-        # asyncio.timeout, not wait_for: no task per call, which a 1,000-event batch would feel.
-        deadline = asyncio.timeout(self._seconds)
-        try:
-            async with deadline:
-                verdict = await self._policy(event, origin)
-        except TimeoutError:
-            if not deadline.expired():
-                return self._failure(event, "raised", exc_info=True)
-            log.warning(
-                "plugin %s: its write policy did not answer within %g s (event %s)",
-                self.name,
-                self._seconds,
-                event.id,
-            )
-            PLUGIN_FAILURES.labels(self.name, "write_policy", "timeout").inc()
-            return reject(timed_out(self.name, self._seconds))
-        except Exception:
-            return self._failure(event, "raised", exc_info=True)
-        if not isinstance(verdict, Verdict):
-            log.error(
-                "plugin %s: its write policy answered %s, not a Verdict (event %s)",
-                self.name,
-                type(verdict).__name__,
-                event.id,
-            )
-            return self._failure(event, "raised", exc_info=False)
-        return verdict
+    def _timeout(self, event: Event) -> Verdict:
+        log.warning(
+            "plugin %s: its write policy did not answer within %g s (event %s)",
+            self.name,
+            self._seconds,
+            event.id,
+        )
+        PLUGIN_FAILURES.labels(self.name, "write_policy", "timeout").inc()
+        return reject(timed_out(self.name, self._seconds))
 
-    def _failure(self, event: Event, cause: str, *, exc_info: bool) -> Verdict:
+    def _failure(self, event: Event, *, exc_info: bool) -> Verdict:
         if exc_info:
             log.exception("plugin %s: its write policy failed (event %s)", self.name, event.id)
-        PLUGIN_FAILURES.labels(self.name, "write_policy", cause).inc()
+        PLUGIN_FAILURES.labels(self.name, "write_policy", "raised").inc()
         return reject(failed(self.name))
+
+
+class _Deadline:
+    """A timeout on each of the calls one task makes one after another: one timer, moved only
+    when it comes due early, since nearly every call ends long before it. A timeout per call
+    (`asyncio.timeout`) costs about 5 µs, a fifth of a microsecond's work for an allow-list;
+    a 1,000-event batch would feel it. When a call is late, the task is cancelled, as
+    `asyncio.timeout` does, and `expired` takes that cancellation back."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._started = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._fired = False
+
+    def call(self) -> None:
+        """A call starts now."""
+        self._started = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._started + self._seconds, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        late = self._started + self._seconds
+        if self._loop.time() < late:  # an earlier call ended in time: wait for this one's
+            self._timer = self._loop.call_at(late, self._due)
+            return
+        self._fired = True
+        self._task.cancel()
+
+    def expired(self) -> bool:
+        """Whether the call just made ran late; if so, the cancellation is taken back (once)
+        and the task goes on, unless something else cancelled it too."""
+        if not self._fired:
+            return False
+        self._fired = False
+        if self._task.uncancel() > 0:
+            raise asyncio.CancelledError
+        return True
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class WritePolicies:
