@@ -164,7 +164,7 @@ async def test_a_policy_that_hangs_times_out_and_is_counted() -> None:
 
 async def test_a_policy_that_swallows_the_timeout_still_times_out() -> None:
     async def stubborn(event: Event, origin: Origin) -> Verdict:
-        with contextlib.suppress(asyncio.CancelledError):  # noqa: ASYNC  (a badly written one)
+        with contextlib.suppress(asyncio.CancelledError):  # a badly written one
             await asyncio.sleep(30)
         return ACCEPT
 
