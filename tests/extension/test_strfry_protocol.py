@@ -15,11 +15,19 @@ from typing import Any
 
 import pytest
 from factories import OWNER, sign
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from tms.extension import Door, Event, Origin
 from tms.extension.policies import WritePolicies
-from tms.extension.strfry import StrfryPolicy, plugin_environment, source_of
+from tms.extension.strfry import (
+    MAX_ANSWER_BYTES,
+    StrfryPolicy,
+    parse_answer,
+    plugin_environment,
+    source_of,
+)
 from tms.nostr.events import Event as CoreEvent
 from tms.rules.admission import ACCEPTED, Action, Decision
 
@@ -201,3 +209,18 @@ async def test_closing_stops_the_command(plugin: Plugin) -> None:
 def test_the_event_view_is_what_strfry_sends() -> None:
     [core] = batch("x")
     assert Event(core).to_dict() == json.loads(core.to_json())
+
+
+@given(st.binary(max_size=MAX_ANSWER_BYTES) | st.text(max_size=500).map(str.encode))
+def test_any_line_a_plugin_writes_is_an_answer_or_skipped(line: bytes) -> None:
+    answer = parse_answer(line)
+    assert answer is None or (isinstance(answer[0], str) and answer[1]["id"] == answer[0])
+
+
+def test_answers_that_are_skipped() -> None:
+    assert parse_answer(b'{"id":"ab","action":"accept"}\n') == (
+        "ab",
+        {"id": "ab", "action": "accept"},
+    )
+    for line in (b"[" * 8000, b'{"id": 1}', b"[]", b"\xff\xfe", b'"text"', b'{"id":"a"'):
+        assert parse_answer(line) is None, line

@@ -312,13 +312,11 @@ class StrfryPolicy:
                 log.warning("strfry: the command %r ended (status %s)", self.command, status)
 
     def _take(self, child: _Child, line: bytes) -> None:
-        try:
-            answer = json.loads(line)
-        except ValueError:
-            log.warning("strfry: skipped a line that is not JSON: %r", line[:200])
+        answer = parse_answer(line)
+        if answer is None:
+            log.warning("strfry: skipped a line that is not a JSON object: %r", line[:200])
             return
-        event_id = answer.get("id") if isinstance(answer, dict) else None
-        if not isinstance(event_id, str) or not child.answer(event_id, answer):
+        if not child.answer(answer[0], answer[1]):
             log.warning("strfry: skipped an answer for no event asked: %r", line[:200])
             return
         self._failures = 0
@@ -357,6 +355,19 @@ class StrfryPolicy:
         if cause == "timeout":
             return reject(timed_out(self.name, self._seconds))
         return reject(failed(self.name))
+
+
+def parse_answer(line: bytes) -> tuple[str, dict[str, Any]] | None:
+    """A line of the plugin's output as an answer, its event id and the object; None for what
+    is not a JSON object with a string `id` (skipped, as strfry skips what it cannot parse).
+    The line is at most `MAX_ANSWER_BYTES`, but it is the plugin's: any bytes at all."""
+    try:
+        answer = json.loads(line)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the parser
+        return None
+    if not isinstance(answer, dict) or not isinstance(answer.get("id"), str):
+        return None
+    return answer["id"], answer
 
 
 def _line(request: dict[str, Any]) -> bytes:
