@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import OWNER, sign
+from factories import OWNER, settings, sign
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from tms.extension import Door, Event, Origin
+from tms.extension.loading import load_extensions
 from tms.extension.policies import WritePolicies
 from tms.extension.strfry import (
     MAX_ANSWER_BYTES,
@@ -224,3 +225,15 @@ def test_answers_that_are_skipped() -> None:
     )
     for line in (b"[" * 8000, b'{"id": 1}', b"[]", b"\xff\xfe", b'"text"', b'{"id":"a"'):
         assert parse_answer(line) is None, line
+
+
+async def test_the_built_in_plugin_as_an_operator_enables_it(tmp_path: Path) -> None:
+    command = Plugin(tmp_path).command
+    config = settings(TMS_PLUGINS="strfry", TMS_STRFRY_COMMAND=command)
+    extensions = load_extensions(config, {"PATH": "/usr/bin:/bin"})
+    async with extensions.running():
+        assert await extensions.admission.admit(batch("fine"), RELAY) is ACCEPTED
+        decision = await extensions.admission.admit(batch("reject:no"), RELAY)
+        assert (decision.action, decision.policy) == (Action.REJECT, "strfry")
+    decision = await extensions.admission.admit(batch("fine"), RELAY)  # stopped with the server
+    assert decision.action is Action.REJECT
