@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from factories import TMS, Live, fresh_database, live_server, request, signed, terms
+from factories import LOG_SIGNER, TMS, Live, fresh_database, live_server, request, signed, terms
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_helpers import Caller, approve
@@ -88,6 +88,8 @@ def _stdio(live: Live, **env: str) -> StdioServerParameters:
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", "/tmp"),
             "TMS_DATABASE_URL": live.database_url,
+            # the server's log key: otherwise stdio makes one in ./tms-data, wherever it runs
+            "TMS_LOG_KEY": LOG_SIGNER.encode(),
             **env,
         },
     )
