@@ -66,9 +66,16 @@ class Runtime:
     def access(self) -> Access:
         return self.services.access
 
-    def tools(self, door: Door = Door.MCP, signer: SecretKey | None = None) -> Tools:
-        """The tools as `door` serves them (MCP over HTTP, or stdio with its `signer`)."""
-        return Tools(self.services, signer=signer, door=door)
+    def tools(
+        self,
+        door: Door = Door.MCP,
+        signer: SecretKey | None = None,
+        *,
+        unsigned_hint: str | None = None,
+    ) -> Tools:
+        """The tools as `door` serves them (MCP over HTTP, or stdio with its `signer` and what
+        a call without a `request` is told, `unsigned_hint`)."""
+        return Tools(self.services, signer=signer, door=door, unsigned_hint=unsigned_hint)
 
 
 @functools.cache

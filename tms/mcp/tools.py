@@ -24,7 +24,7 @@ from typing import Any, Final, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 from typing_extensions import is_typeddict
 
-from tms.errors import TMSError, ToolError
+from tms.errors import RequestError, TMSError, ToolError
 from tms.fetch.client import fetch_url
 from tms.guard import clients
 from tms.ledger.access import Access, ReadableCollection, Reader
@@ -384,7 +384,9 @@ for _tool in (
 class Tools:
     """The tool registry bound to the services, for one door (`Door.MCP` over HTTP,
     `Door.STDIO`). With `signer` (stdio with TMS_NSEC), a call without a `request` is signed
-    with that key, then checked like any other."""
+    with that key, then checked like any other. `unsigned_hint` ends the refusal of a call that
+    carries no `request` (stdio without TMS_NSEC: the agent sees only that refusal, never the
+    server's stderr, so it says what would sign for it)."""
 
     def __init__(
         self,
@@ -393,11 +395,13 @@ class Tools:
         signer: SecretKey | None = None,
         door: Door = Door.MCP,
         tools: Mapping[str, Tool[Any, Any]] = TOOLS,
+        unsigned_hint: str | None = None,
     ) -> None:
         self.services = services
         self.signer = signer
         self.door = door
         self.tools = tools
+        self.unsigned_hint = unsigned_hint
 
     async def call(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The tool's structured result, or a `TMSError` whose message is for the caller (and
@@ -425,7 +429,12 @@ class Tools:
             content = compact_json({"tool": name, "args": dict(arguments)})
             request: object = self.signer.sign(KIND_REQUEST, content, now).to_dict()
         else:
-            request = request_from_arguments(name, arguments)
+            try:
+                request = request_from_arguments(name, arguments)
+            except RequestError as exc:
+                if self.unsigned_hint is None or "request" in arguments:
+                    raise
+                raise RequestError(f"{exc}; {self.unsigned_hint}").refused_as(exc.refusal) from None
         signed = check_request(request, name, now)
         try:  # from here on the key is known: its signature verified
             await self.services.throttle.key(signed.pubkey)

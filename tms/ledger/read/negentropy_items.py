@@ -1,13 +1,14 @@
 """The items of a NIP-77 session: (created_at, id) of the events a filter matches in what a
 reader may read, as `tms.nostr.negentropy.Items`.
 
-Read once per NEG-OPEN from the index that holds exactly those columns (sql/022), one
-collection at a time (on Citus each such query runs on the one worker that holds it, aggregate
-and all), as one value: 40 bytes an item end to end, turned into numpy arrays without a Python
-object per item (a row per item costs seconds a million), so a million items cost about 40 MB
-while read and 40 MB kept. The rule of what a reader sees is the one REQ
-uses (`tms.ledger.read.filters`: the collections' events, and the profiles and terms of their
-people), with the same SQL. A list longer than `cap` is not built: the caller refuses it.
+Read once per NEG-OPEN from the index that holds exactly those columns (sql/022), one collection at
+a time (on Citus each such query runs on the one worker that holds it, aggregate and all), as one
+value: 40 bytes an item end to end, turned into numpy arrays without a Python object per item (a
+row per item costs seconds a million), so a million items cost about 40 MB while read and 72 MB
+kept (`Items.nbytes`, which the relay counts against its memory budget). The rule of what a reader
+sees is the one REQ uses (`tms.ledger.read.filters`: the collections' events, and the profiles and
+terms of their people), with the same SQL. A list longer than `cap` is not built: the caller
+refuses it.
 """
 
 from __future__ import annotations
