@@ -3,10 +3,10 @@ table: nothing else changes, whatever sort of kind it is. A throw-away kind (479
 claim) is registered here, its migration applied the way `migrate` applies every other, and it
 flows through publish (its content model, its reference checked), its typed table, the
 transparency log, export and `verify-export`; a note naming something that is not a claim is
-refused in its entry's words. Three more sorts follow, each with only its entry and its
-migration: a kind of no collection (welcome on a collection's relay, no log entry), a kind that
-adds to each collection's and each claim's counts (new count columns), and a kind never
-stored."""
+refused in its entry's words. More sorts follow, each with only its entry and its migration: a
+kind of no collection (welcome on a collection's relay, no log entry), a kind that adds to each
+collection's and each claim's counts (new count columns), a kind never stored, and a kind
+searched as claims are (its vectors queued, the relay's NIP-50 search finding it)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,16 @@ from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
 from tms.rules.admission import OPERATOR
 from tms.rules.content import CollectionSlug, EventIdField, NonBlank, Strict
-from tms.rules.kinds import KINDS, Kind, Reference, Table, unscoped_kinds
+from tms.rules.kinds import (
+    KINDS,
+    Embedding,
+    Kind,
+    Reference,
+    Table,
+    searchable_kinds,
+    unscoped_kinds,
+)
+from tms.search.search import Search
 from tms.store.database import Migration, load_migrations, migrate
 from tms.tlog.audit import audit
 from tms.tlog.export_lines import read_line
@@ -164,7 +173,7 @@ async def test_its_reference_is_checked_in_its_entry_words(ledger: Ledger, note_
 
 # --- the other sorts: each its entry and its migration alone -------------------------------------
 
-KIND_BADGE, KIND_REVIEW, KIND_PING = 4791, 4792, 4793
+KIND_BADGE, KIND_REVIEW, KIND_PING, KIND_QUESTION = 4791, 4792, 4793, 4794
 
 
 class Badge(Strict):
@@ -178,6 +187,11 @@ class Review(Strict):
 
 
 class Ping(Strict):
+    text: NonBlank
+
+
+class Question(Strict):
+    collection: CollectionSlug
     text: NonBlank
 
 
@@ -207,6 +221,15 @@ REVIEW = Kind(  # counted in its collection's counts and in its claim's
     claim_columns=("reviewed",),
 )
 PING = Kind(KIND_PING, "ping", "pings", Ping, scoped=False, stored=False)  # never stored
+QUESTION = Kind(  # searched by meaning or by keywords, as claims are
+    KIND_QUESTION,
+    "question",
+    "questions",
+    Question,
+    tables=(Table("questions", "id collection pubkey text"),),
+    rows=lambda e, c: [("questions", (e.id, c.collection, e.pubkey, c.text))],
+    embedding=Embedding("questions", "text"),
+)
 
 SORTS_MIGRATION = """
 CREATE TABLE badges (
@@ -225,6 +248,14 @@ CREATE TABLE reviews (
     verdict     text NOT NULL,
     PRIMARY KEY (id, collection)
 );
+CREATE TABLE questions (
+    id          text NOT NULL,
+    seq         bigint NOT NULL,
+    collection  text COLLATE "C" NOT NULL CHECK (length(collection) BETWEEN 1 AND 64),
+    pubkey      text NOT NULL,
+    text        text NOT NULL,
+    PRIMARY KEY (id, collection)
+);
 ALTER TABLE collection_counts ADD COLUMN reviews bigint NOT NULL DEFAULT 0;
 ALTER TABLE claim_counts ADD COLUMN reviewed int NOT NULL DEFAULT 0;
 """
@@ -232,7 +263,7 @@ ALTER TABLE claim_counts ADD COLUMN reviewed int NOT NULL DEFAULT 0;
 
 @pytest.fixture
 def other_sorts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for kind in (BADGE, REVIEW, PING):
+    for kind in (BADGE, REVIEW, PING, QUESTION):
         monkeypatch.setitem(KINDS, kind.number, kind)
     yield
 
@@ -269,3 +300,13 @@ async def test_each_sort_of_kind_needs_its_entry_and_its_migration_only(
     assert (reviews, reviewed) == (1, 1)
     ping = signed(MEMBER, KIND_PING, {"text": "hello"})
     await refused(ledger, [ping], "kind 4793 (ping) events are never stored", position=0)
+    # a searchable kind: queued for its vectors, and found by the relay's NIP-50 search
+    asked = signed(MEMBER, KIND_QUESTION, {"collection": "lab", "text": "Why the 2019 cohort?"})
+    await publish(ledger, asked)
+    assert KIND_QUESTION in searchable_kinds()
+    queued = await ledger.pool.fetchval(
+        "SELECT count(*) FROM embedding_queue WHERE event_id = $1", asked["id"]
+    )
+    search = Search(ledger.pool, None)  # no model: by keyword
+    found = await search.events(await readable(search, "lab"), KIND_QUESTION, "cohort", 10)
+    assert queued == 1 and [event_id for _, event_id in found] == [asked["id"]]

@@ -228,13 +228,15 @@ class Reading:
         search = self.relay.search
         hits: list[tuple[float, str]] = []
         for readable in readables:
-            if KIND_CLAIM in kinds:
-                found = await search.claims(readable, wanted.search, "vector", limit)
-                for item in found["items"]:
-                    hits.append((_score(item), item["id"]))
-            if KIND_CONTRADICTION in kinds:
-                for info in await search.contradictions(readable, wanted.search, limit):
-                    hits.append((_score(info), info["id"]))
+            for kind in sorted(kinds):
+                if kind == KIND_CLAIM:  # the ledger's own searches, for the kinds that have one
+                    found = await search.claims(readable, wanted.search, "vector", limit)
+                    hits.extend((_score(item), item["id"]) for item in found["items"])
+                elif kind == KIND_CONTRADICTION:
+                    for info in await search.contradictions(readable, wanted.search, limit):
+                        hits.append((_score(info), info["id"]))
+                else:  # any other searchable kind, by its entry (`Search.events`)
+                    hits.extend(await search.events(readable, kind, wanted.search, limit))
         hits.sort()
         ranked = [event_id for _, event_id in hits]
         found_events = await self.relay.stored.by_ids(scope, ranked)
