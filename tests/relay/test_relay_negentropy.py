@@ -19,13 +19,14 @@ from factories import MEMBER, OWNER, OWNER2, STRANGER, Live, claim, members, set
 from relay_client import Client, seed, ws_url
 
 from tms.ledger.access import Access
-from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import TooMany, negentropy_items
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.nostr.negentropy import Initiator, Items
 from tms.relay.connection import Connection
 from tms.relay.limits import MAX_NEG_SESSIONS
 from tms.relay.shared import open_relay
+from tms.rules.admission import OPERATOR
 from tms.runtime import open_runtime
 from tms.store.database import open_pool
 
@@ -51,8 +52,10 @@ async def stored(live: Live) -> AsyncIterator[list[dict[str, Any]]]:
             )
             for i in range(CLAIMS)
         ]
-        await ledger.publish(events)
-        await ledger.publish([claim(OWNER2, "other", "not for the member", created_at=start)])
+        await ledger.submit(events, origin=OPERATOR)
+        await ledger.submit(
+            [claim(OWNER2, "other", "not for the member", created_at=start)], origin=OPERATOR
+        )
         yield events
     finally:
         await pool.close()
@@ -230,7 +233,7 @@ async def test_a_sessions_list_counts_against_the_process_memory_budget(db_url: 
     pool = await open_pool(db_url, min_size=1, max_size=1)
     try:
         claims = [claim(MEMBER, "rel", f"listed {n}", created_at=start + n) for n in range(100)]
-        await Ledger(pool).publish(claims)
+        await Ledger(pool).submit(claims, origin=OPERATOR)
     finally:
         await pool.close()
     said: dict[str, list[list[Any]]] = {"a": [], "b": []}
@@ -312,8 +315,10 @@ async def test_a_list_read_across_a_removal_is_not_answered(
         pool = await open_pool(db_url, min_size=1, max_size=1)
         try:
             ledger = Ledger(pool)
-            await ledger.publish([members(OWNER, "rel", [], created_at=start)])
-            await ledger.publish([claim(OWNER, "rel", "after the removal", created_at=start + 1)])
+            await ledger.submit([members(OWNER, "rel", [], created_at=start)], origin=OPERATOR)
+            await ledger.submit(
+                [claim(OWNER, "rel", "after the removal", created_at=start + 1)], origin=OPERATOR
+            )
         finally:
             await pool.close()
         go.set()

@@ -15,10 +15,10 @@ against the process's memory budget (`tms.relay.budget`) while the session is op
 whose list would take the process past it is refused ("blocked:", try again), unless the process
 holds nothing else (one session always fits, as one message does). Before, a few hundred sessions
 of two million items each could hold the machine's memory. The list is read once per session from
-an index (`tms.ledger.negentropy_items`), as a task of its own that a NEG-CLOSE, a NEG-OPEN
-replacing it or the connection's end cancels (a NEG-MSG waits for its NEG-OPEN's answer); building
-it and answering a message run in a worker thread, so that a large list never holds the event
-loop.
+an index (`tms.ledger.read.negentropy_items`), as a task of its own that a NEG-CLOSE, a NEG-OPEN
+replacing it or the connection's end cancels (a NEG-MSG waits for its NEG-OPEN's answer);
+building it and answering a message run in a worker thread, so that a large list never holds the
+event loop.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection
-from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import TooMany, negentropy_items
 from tms.nostr.negentropy import NegentropyError, Responder
 from tms.relay.gate import Gate
 from tms.relay.limits import MAX_NEG_RECORDS, MAX_NEG_SESSIONS, NEG_FRAME_BYTES

@@ -6,8 +6,9 @@ a time (on Citus each such query runs on the one worker that holds it, aggregate
 value: 40 bytes an item end to end, turned into numpy arrays without a Python object per item (a
 row per item costs seconds a million), so a million items cost about 40 MB while read and 72 MB
 kept (`Items.nbytes`, which the relay counts against its memory budget). The rule of what a reader
-sees is the one REQ uses (`tms.ledger.filters`: the collections' events, and the profiles and terms
-of their people), with the same SQL. A list longer than `cap` is not built: the caller refuses it.
+sees is the one REQ uses (`tms.ledger.read.filters`: the collections' events, and the profiles and
+terms of their people), with the same SQL. A list longer than `cap` is not built: the caller
+refuses it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from tms.ledger.filters import Scope, _Query, slugs_of
+from tms.ledger.read.filters import Scope, _Query, slugs_of
 from tms.nostr.filters import Filter
 from tms.nostr.negentropy import ID_SIZE, Items
 from tms.store.database import Pool
