@@ -12,14 +12,17 @@ is one (`Admission`), is asked: it may refuse the batch (`Blocked`), or shadow-r
 is a publish's, `tms.ledger.write.shadows`; nothing is stored; the refusal log records it). Only
 then does the batch join the queue of its lock lanes (`tms.ledger.write.commits`): one transaction
 with the batches waiting for the same collections locks, reads a snapshot, lets
-`tms.rules.publish.judge` decide, writes everything or nothing (`tms.ledger.write.writes`). Vectors
-for search are made after commit, by whatever `AfterPublish` the runtime hands in.
+`tms.rules.publish.judge` decide, writes everything or nothing (`tms.ledger.write.writes`). As it
+commits, a batch that stored at least one event is handed to the plugins' after-commit hooks
+(`CommitHook`), whether or not its caller is still waiting. Vectors for search are made after
+commit, by whatever `AfterPublish` the runtime hands in.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -41,10 +44,11 @@ from tms.errors import (
 from tms.ledger.locks import lock_keys
 from tms.ledger.log.tree import TransparencyLog
 from tms.ledger.write import snapshots, writes
+from tms.ledger.write.commits import Committed as Planned
 from tms.ledger.write.commits import GroupCommitter, Queued, Turn
 from tms.ledger.write.shadows import shadow_result
 from tms.results import PublishResult
-from tms.rules.admission import Action, Admission, Door, Origin
+from tms.rules.admission import Action, Admission, CommitHook, Committed, Door, Origin
 from tms.rules.expected import Expected
 from tms.rules.kinds import embedded_kinds, kind_name
 from tms.rules.publish import (
@@ -139,16 +143,19 @@ class Ledger:
         throttle: KeyBudget | None = None,
         admission: Admission | None = None,
         refusals: RefusalRecorder | None = None,
+        after_commit: CommitHook | None = None,
     ) -> None:
         """`publish_pool`: the connections publishes' transactions run on (default `pool`);
         the runtime gives them their own, with generic plans (`open_pool`). `admission`: the
         operator's write policy (None: every batch the ledger's rules accept is stored);
-        `refusals`: where shadow-rejected batches are noted (None: nowhere)."""
+        `refusals`: where shadow-rejected batches are noted (None: nowhere); `after_commit`:
+        what is told of each batch committed that stored something (None: nothing)."""
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
         self.throttle = throttle  # None: no rate limits (the operator's commands, tests)
         self.admission = admission
         self.refusals = refusals
+        self.after_commit = after_commit
         # The runtime hands in the server's log key; a throwaway one serves tests and the
         # operator's commands, which never publish.
         self.log = TransparencyLog(pool, log or LogSigner.throwaway())
@@ -198,6 +205,8 @@ class Ledger:
             if queued is None:  # shadow-rejected: a publish's answer, nothing stored
                 outcome[0] = "refused"
                 return await self._shadow(batch, origin, wait_for_vectors)
+            if self.after_commit is not None:  # told at commit, whoever still waits for it
+                queued.add_done_callback(functools.partial(_told, self.after_commit, origin))
             result, plan = await self._committed(batch, queued, wait_for_vectors)
         for item in plan.accepted:
             metrics.EVENTS_STORED.labels(kind_name(item.event.kind)).inc()
@@ -393,6 +402,18 @@ _OUTCOMES: Final = {
     Outcome.UNAVAILABLE: "unavailable",
     Outcome.INTERNAL: "error",
 }
+
+
+def _told(hook: CommitHook, origin: Origin, queued: Queued) -> None:
+    """Hand a committed batch to the after-commit hooks, when it stored something (a refused
+    batch, or one whose every event was stored before, is nobody's news)."""
+    if queued.cancelled() or queued.exception() is not None:
+        return
+    planned: Planned = queued.result()
+    plan = planned[0]
+    if plan.accepted:
+        ids = tuple(item.event.id for item in plan.accepted)
+        hook.submit(Committed(ids, tuple(plan.collections), origin))
 
 
 def _held_within(batch: Sequence[Parsed], slug: Slug) -> None:

@@ -31,6 +31,7 @@ from tms.ledger.sessions import Sessions
 from tms.relay.budget import ProcessBudget
 from tms.relay.limits import BIG_LOADS, LIVE_BEHIND_SECONDS
 from tms.relay.live import Hub
+from tms.rules.admission import ReadCheck
 from tms.search.search import Search
 from tms.services import Services
 from tms.store.database import Pool, open_pool
@@ -55,6 +56,7 @@ class Relay:
     memory: ProcessBudget  # every connection's bytes, counted together
     loads: asyncio.Semaphore  # large stored contents read at once (`BIG_LOADS`)
     behind_seconds: float  # a live event unwritten this long: its client is behind
+    read_filter: ReadCheck | None = None  # the plugins' read filters, asked before each read
 
 
 async def open_reads_pool(url: str, connections: int, statement_seconds: float) -> Pool:
@@ -100,6 +102,7 @@ async def open_relay(
             memory=ProcessBudget(memory_bytes),
             loads=asyncio.Semaphore(BIG_LOADS),
             behind_seconds=behind_seconds,
+            read_filter=services.read_filter,
         )
     finally:
         await feed.close()
