@@ -229,9 +229,10 @@ class Ledger:
             return batch, Action.ACCEPT
         decision = await self.admission.admit([item.event for item in batch], origin)
         if decision.action is Action.REJECT:
-            raise Blocked(decision.message or BLOCKED_BY_POLICY).refused_as(
-                Refusal.BLOCKED, batch[0].event.pubkey
-            )
+            blocked = Blocked(decision.message or BLOCKED_BY_POLICY)
+            if decision.event is not None and 0 <= decision.event < len(batch):
+                blocked.located(located_at(decision.event, batch[decision.event].event.id))
+            raise blocked.refused_as(Refusal.BLOCKED, batch[0].event.pubkey)
         return batch, decision.action
 
     async def _shadow(

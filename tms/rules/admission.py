@@ -60,11 +60,15 @@ class Action(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A policy's answer for a batch. `policy` names who decided (the refusal log, metrics)."""
+    """A policy's answer for a batch. `policy` names who decided (the refusal log, metrics);
+    `event`, the position in the batch of the event decided on, which the ledger names before
+    `message` as it names any failing event (`events[3] (ab12…): ...`), and a door that names
+    the event its own way (the relay's OK) leaves out."""
 
     action: Action
     message: str = ""
     policy: str = ""
+    event: int | None = None
 
 
 ACCEPTED: Final = Decision(Action.ACCEPT)
