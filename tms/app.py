@@ -119,9 +119,14 @@ EXCEPTION_HANDLERS: Final = {
 async def _serve_mcp(
     runtime: Runtime, extensions: Extensions, front: McpFront, stop: asyncio.Event
 ) -> None:
-    """Build the MCP server and run its session manager until `stop`."""
+    """Build the MCP server and run its session manager until `stop`. Should it fail to start,
+    `/mcp` answers that the server is starting: the log says why."""
     server = await asyncio.to_thread(importlib.import_module, "tms.mcp.server")
-    built = server.build_server(runtime.tools(), extensions.prompts_served)
+    try:
+        built = server.build_server(runtime.tools(), extensions.prompts_served)
+    except Exception:
+        log.exception("the MCP server could not be built")
+        raise
     endpoint, manager = server.http_endpoint(built)
     async with manager.run():
         front.serve(endpoint)

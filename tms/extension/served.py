@@ -11,9 +11,10 @@ the `Caller` that check made. A plugin's prompt becomes a core `Prompt` with its
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypedDict
 
 from tms.extension.api import Caller
 from tms.extension.registry import PluginPrompt, PluginTool
