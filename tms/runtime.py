@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import asyncpg
 
@@ -35,7 +35,7 @@ from tms.ledger.service import Ledger
 from tms.ledger.write import anchors, claim_keys
 from tms.mcp.tools import TOOLS, Tool, Tools
 from tms.nostr.events import SecretKey
-from tms.rules.admission import Door
+from tms.rules.admission import Admission, CommitHook, Door, ReadCheck
 from tms.search.model import Embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.search import VECTORS_STARTING
@@ -48,14 +48,28 @@ from tms.witness.settings import WitnessSettings
 from tms.witness.state import WitnessService
 from tms.witness.submit import Submitter
 
-if TYPE_CHECKING:
-    from tms.extension.loading import Extensions
-
 log = logging.getLogger(__name__)
 
 PUBLISH_CONNECTIONS: Final = 8  # publish transactions at once (one per group of collections)
 POOL_CLOSE_SECONDS: Final = 10.0
 VECTORS_RETRY_SECONDS: Final = 1.0  # starting vector search, while the database is down
+
+
+class Plugins(Protocol):
+    """What the runtime wires in of the enabled plugins (`tms.extension.loading.Extensions`):
+    each seam None when no plugin fills it, and the tools the doors serve."""
+
+    @property
+    def write_policy(self) -> Admission | None: ...
+
+    @property
+    def reads_check(self) -> ReadCheck | None: ...
+
+    @property
+    def commit_hook(self) -> CommitHook | None: ...
+
+    @property
+    def tools_served(self) -> Mapping[str, Tool[Any, Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +117,7 @@ async def open_runtime(
     database_url: str | None = None,
     *,
     model_first: bool = False,
-    extensions: Extensions | None = None,
+    extensions: Plugins | None = None,
 ) -> AsyncIterator[Runtime]:
     """Everything the doors need, for as long as the block lasts. The database is
     `database_url` when given, else `TMS_DATABASE_URL`, else the embedded PostgreSQL in
