@@ -2,6 +2,7 @@
 
     uv run python bench/negentropy.py                          # 100,000 and 1,000,000 events
     uv run python bench/negentropy.py --sizes 100000 --req-max 100000
+    uv run python bench/negentropy.py --sizes 1000000 --parts end-to-end --runs ten --repeat 3
 
 1. The algorithm alone (tms.nostr.negentropy, in process, both roles, the relay's
    frameSizeLimit and a client's 60,000): from empty, and with 10 events differing (the client
@@ -12,7 +13,9 @@
    client process, raw WebSockets, authenticated by NIP-42, tms.nostr.negentropy's Initiator
    as its NIP-77 side:
    - NIP-77 from empty: reconcile, then fetch the needed events with REQs of 1,000 ids;
-   - NIP-77 with 10 differing: the client holds all but 10; reconcile, fetch those 10;
+   - NIP-77 with 10 differing: the client holds all but 10; reconcile, fetch those 10
+     (`--repeat` sessions in a row: the first after the server started reads the collection's
+     items from the database, the next ones find them kept);
    - plain REQ download of the same events: REQs of `limit` 1,000 paged by `until` (up to
      --req-max events; past that the figure is extrapolated from the pages done, and said so).
    Each: wall time, bytes on the wire (WebSocket payloads both ways), and the server's peak
@@ -214,8 +217,10 @@ async def fill(database_url: str, signer: Signer, n: int) -> list[tuple[int, byt
     return [(T0 + i, raw[i].tobytes()) for i in range(n)]
 
 
-def end_to_end(n: int, req_max: int, tmp: Path) -> None:
-    """`req_max`: events either download fetches at most (past it: extrapolated, and said)."""
+def end_to_end(n: int, req_max: int, tmp: Path, chosen: set[str], repeat: int) -> None:
+    """`req_max`: events either download fetches at most (past it: extrapolated, and said);
+    `chosen`: the runs (empty, ten, req); `repeat`: how many 10-differing sessions, one after
+    the other."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
     server = Server(env, tmp / "server.log")
@@ -235,7 +240,13 @@ def end_to_end(n: int, req_max: int, tmp: Path) -> None:
         url = server.url.replace("http", "ws") + f"/c/{SLUG}"
         items.append((start["created_at"], bytes.fromhex(start["id"])))
         all_but_ten = Items.of(items[:-11] + items[-1:])  # 10 the relay's alone
-        runs = [("NIP-77 from empty", Items.of([])), ("NIP-77, 10 differing", all_but_ten)]
+        runs: list[tuple[str, Items]] = []
+        if "empty" in chosen:
+            runs.append(("NIP-77 from empty", Items.of([])))
+        if "ten" in chosen:
+            # The first session after the server started reads the collection's items from
+            # the database; the next ones (the server keeps them) only what was added since.
+            runs += [(f"NIP-77, 10 differing #{k + 1}", all_but_ten) for k in range(repeat)]
         for name, mine in runs:
             reset_peak(server)
             base = peak(server)
@@ -256,6 +267,8 @@ def end_to_end(n: int, req_max: int, tmp: Path) -> None:
                 f"events fetched, server peak +{(peak(server) - base) / 2**20:,.0f} MB{note}",
                 flush=True,
             )
+        if "req" not in chosen:
+            return
         reset_peak(server)
         base = peak(server)
         started = time.perf_counter()
@@ -299,6 +312,12 @@ def main() -> None:
         "--req-max", type=int, default=200_000, help="events a plain REQ download fetches at most"
     )
     parser.add_argument("--parts", default="algorithm,end-to-end")
+    parser.add_argument(
+        "--runs", default="empty,ten,req", help="end-to-end runs: empty, ten (differing), req"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=2, help="10-differing sessions in a row (the first is cold)"
+    )
     ns = parser.parse_args()
     sizes = [int(s) for s in ns.sizes.split(",")]
     if "algorithm" in ns.parts:
@@ -307,7 +326,7 @@ def main() -> None:
     if "end-to-end" in ns.parts:
         for n in sizes:
             with tempfile.TemporaryDirectory(prefix="tms-bench-neg-") as tmp:
-                end_to_end(n, ns.req_max, Path(tmp))
+                end_to_end(n, ns.req_max, Path(tmp), set(ns.runs.split(",")), ns.repeat)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 client: reconciliation from empty and with differences on both sides, over a collection's relay
 and the root, the same refusals as REQ (auth-required, restricted identical for a missing and a
 forbidden collection), NEG-ERR for an unknown or closed session, a bad message and the session
-cap, and the item list's own cap."""
+cap, and the item list's own cap; a kept list answers every filter exactly as the index does,
+through new events, a budget that keeps nothing and a list past the cap."""
 
 from __future__ import annotations
 
@@ -13,15 +14,15 @@ from typing import Any
 
 import httpx
 import pytest
-from factories import MEMBER, OWNER2, STRANGER, Live, claim
+from factories import MEMBER, OWNER2, STRANGER, Live, claim, evidence, profile
 from relay_client import Client, ws_url
 
 from tms.ledger.access import Access
-from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.negentropy_items import ItemCache, TooMany, negentropy_items
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.nostr.negentropy import Initiator, Items
-from tms.relay.limits import MAX_NEG_SESSIONS
+from tms.relay.limits import MAX_NEG_SESSIONS, NEG_CACHE_BYTES
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -212,5 +213,71 @@ async def test_the_item_list_stops_past_its_cap(live: Live, stored: list[dict[st
         assert {found.id(i).hex() for i in range(len(found))} >= {e["id"] for e in stored}
         with pytest.raises(TooMany):
             await negentropy_items(pool, scope, wanted, CLAIMS - 1)
+    finally:
+        await pool.close()
+
+
+# Last in this module: it publishes into `rel`.
+async def test_a_kept_list_answers_as_the_index_does_through_new_events(
+    live: Live, stored: list[dict[str, Any]]
+) -> None:
+    pool = await open_pool(live.database_url, min_size=1, max_size=2)
+    try:
+        reader = await Access(pool).reader(MEMBER.pubkey)
+        scopes = [reader.collection("rel"), reader]  # a collection's relay, and the root's
+        middle = stored[60]["created_at"]
+        filters = [
+            {},
+            {"kinds": [4702]},
+            {"kinds": [4701]},
+            {"kinds": [0, 4706]},  # the people's profiles and terms only
+            {"kinds": [4702, 4706], "since": middle},
+            {"until": middle},
+            {"since": middle, "until": middle},
+        ]
+        cache = ItemCache(NEG_CACHE_BYTES)
+        nothing_kept = ItemCache(1)
+
+        async def same() -> None:
+            for scope in scopes:
+                for raw in filters:
+                    wanted = parse_filter(raw, max_limit=1000)
+                    read = await negentropy_items(pool, scope, wanted, 10_000)
+                    for kept_by in (cache, nothing_kept):
+                        kept = await negentropy_items(pool, scope, wanted, 10_000, kept_by)
+                        assert kept.blob(0, len(kept)) == read.blob(0, len(read)), raw
+                        assert kept.timestamps.tolist() == read.timestamps.tolist(), raw
+
+        await same()
+        assert "rel" in cache._kept and not nothing_kept._kept
+        # Events committed since: ties on a kept timestamp (ordered by id), older and newer
+        # ones, another kind, and a profile of one of the people.
+        ledger = Ledger(pool)
+        await ledger.publish(
+            [
+                claim(MEMBER, "rel", f"tie {i} {os.urandom(4).hex()}", created_at=middle)
+                for i in range(5)
+            ]
+            + [claim(MEMBER, "rel", f"old {os.urandom(4).hex()}", created_at=middle - 10_000)]
+            + [
+                evidence(
+                    MEMBER, "rel", f"new evidence {os.urandom(4).hex()}", created_at=middle + 9
+                )
+            ]
+            + [profile(MEMBER, "member", created_at=middle + 1)]
+        )
+        await same()
+        kept = cache._kept["rel"]
+        assert len(kept.ts) == CLAIMS + 1 + 7 and 4701 in kept.present  # and its member list
+        # Past the cap: refused as before, and never kept again.
+        wanted = parse_filter({"kinds": [4702]}, max_limit=1000)
+        with pytest.raises(TooMany):
+            await negentropy_items(pool, reader.collection("rel"), wanted, CLAIMS - 1, cache)
+        assert "rel" not in cache._kept and "rel" in cache._too_long
+        narrow = parse_filter({"kinds": [4702], "since": middle + 1}, max_limit=1000)
+        few = await negentropy_items(pool, reader.collection("rel"), narrow, CLAIMS - 1, cache)
+        assert len(few) == len(
+            await negentropy_items(pool, reader.collection("rel"), narrow, CLAIMS)
+        )
     finally:
         await pool.close()

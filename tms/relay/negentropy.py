@@ -9,9 +9,10 @@ session may share one.
 
 Bounded: at most `MAX_NEG_SESSIONS` per connection, `MAX_NEG_RECORDS` items in one (NIP-77's
 "blocked: too many records"), each of our messages within `NEG_FRAME_BYTES` (frameSizeLimit),
-each of the client's within `MAX_NEG_MESSAGE_BYTES`. The list is read once per session from an
-index (`tms.ledger.negentropy_items`); building it and answering a message run in a worker
-thread, so that a large list never holds the event loop.
+each of the client's within `MAX_NEG_MESSAGE_BYTES`. The list is built once per session
+(`tms.ledger.negentropy_items`): from the collection's list this process keeps, brought up to
+date with what was committed since, or read from an index; sealing it and answering a message
+run in a worker thread, so that a large list never holds the event loop.
 """
 
 from __future__ import annotations
@@ -67,7 +68,11 @@ class Negentropy:
             return
         try:
             items = await negentropy_items(
-                self.relay.stored.pool, scope, message.filter, MAX_NEG_RECORDS
+                self.relay.stored.pool,
+                scope,
+                message.filter,
+                MAX_NEG_RECORDS,
+                self.relay.neg_items,
             )
         except TooMany:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, scope.pubkey, self.address)
