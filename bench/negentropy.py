@@ -12,7 +12,8 @@
    no claim rows; NIP-77 and REQ read `events` only), then vacuumed, as a table is in use. One
    client process, raw WebSockets, authenticated by NIP-42, tms.nostr.negentropy's Initiator
    as its NIP-77 side:
-   - NIP-77 from empty: reconcile, then fetch the needed events with REQs of 1,000 ids;
+   - NIP-77 from empty: reconcile, then fetch the needed events with REQs of 100 ids, 8 at
+     once;
    - NIP-77 with 10 differing: the client holds all but 10; reconcile, fetch those 10
      (`--repeat` sessions in a row: the first after the server started reads the collection's
      items from the database, the next ones find them kept);
@@ -48,7 +49,10 @@ from tms.store.database import embedded_url, start_embedded
 SLUG: Final = "bench"
 CLIENT_FRAME: Final = 60_000  # nostr-sdk's and nostr-tools' frameSizeLimit
 T0: Final = 1_700_000_000
-BATCH: Final = 1000  # ids per REQ, the relay's max_limit
+BATCH: Final = 1000  # a plain REQ download's limit, the relay's max_limit
+# A NIP-77 client fetches what it needs by id: REQs of one stored page's worth (100: a REQ of
+# 1,000 ids is answered in 10 pages, each looking all 1,000 up again), several in flight.
+FETCH: Final = {"batch": 100, "in_flight": 8}  # --id-batch, --in-flight
 
 
 # --- 1. the algorithm alone ------------------------------------------------------------------
@@ -159,10 +163,31 @@ async def negentropy(wire: Wire, mine: Items, most: int) -> tuple[int, int, floa
     await wire.send(["NEG-CLOSE", "neg"])
     reconciled = time.perf_counter() - started
     fetched = 0
-    for at in range(0, min(len(need), most), BATCH):
-        ids = [i.hex() for i in need[at : at + BATCH]]
-        fetched += len(await req(wire, "get", {"ids": ids, "limit": len(ids)}))
+    wanted = [i.hex() for i in need[:most]]
+    batch, in_flight = FETCH["batch"], FETCH["in_flight"]
+    for at in range(0, len(wanted), batch * in_flight):
+        fetched += await fetch_ids(wire, wanted[at : at + batch * in_flight], batch)
     return rounds, fetched, reconciled, len(need)
+
+
+async def fetch_ids(wire: Wire, ids: list[str], batch: int) -> int:
+    """The events of these ids: REQs of `batch` ids, all sent at once; how many came."""
+    open_subs = set()
+    for k in range(0, len(ids), batch):
+        sub = f"get{k // batch}"
+        chunk = ids[k : k + batch]
+        await wire.send(["REQ", sub, {"ids": chunk, "limit": len(chunk)}])
+        open_subs.add(sub)
+    got = 0
+    while open_subs:
+        message = await wire.recv()
+        if message[0] == "EVENT":
+            got += 1
+        elif message[0] in ("EOSE", "CLOSED") and message[1] in open_subs:
+            open_subs.discard(message[1])
+            if message[0] == "EOSE":
+                await wire.send(["CLOSE", message[1]])
+    return got
 
 
 async def req_download(wire: Wire, n: int, most: int) -> tuple[int, bool]:
@@ -318,7 +343,10 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=2, help="10-differing sessions in a row (the first is cold)"
     )
+    parser.add_argument("--id-batch", type=int, default=100, help="ids per REQ after NIP-77")
+    parser.add_argument("--in-flight", type=int, default=8, help="those REQs sent at once")
     ns = parser.parse_args()
+    FETCH.update(batch=ns.id_batch, in_flight=ns.in_flight)
     sizes = [int(s) for s in ns.sizes.split(",")]
     if "algorithm" in ns.parts:
         for n in sizes:
