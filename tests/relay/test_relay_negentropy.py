@@ -62,7 +62,7 @@ async def member(live: Live, path: str) -> Client:
 
 
 async def sync(
-    client: Client, sub_id: str, wanted: dict[str, Any], mine: Items
+    client: Client, sub_id: str, wanted: dict[str, Any] | list[dict[str, Any]], mine: Items
 ) -> tuple[set[str], set[str], int]:
     """Run NIP-77 to the end as the initiator: the ids we have, those we need, the rounds."""
     initiator = Initiator(mine, 60_000)
@@ -132,6 +132,22 @@ async def test_a_filter_narrows_the_set(live: Live, stored: list[dict[str, Any]]
             items_of([]),
         )
         assert need == {e["id"] for e in stored if e["created_at"] >= since}
+
+
+async def test_ndk_s_shapes_are_taken_a_trailing_slash_and_a_filter_in_an_array(
+    live: Live, stored: list[dict[str, Any]]
+) -> None:
+    """NDK names every relay with a trailing slash (its URL normalizer) and sends NEG-OPEN's
+    filter in an array: the same relay, and one filter taken; two are refused."""
+    async with await Client.open(ws_url(live.url, "/c/rel/")) as client:
+        ok = await client.auth(MEMBER)  # its AUTH names the URL with the slash
+        assert ok[0] == "OK" and ok[2] is True, ok
+        _, need, _ = await sync(client, "neg", [{"kinds": [4702]}], items_of([]))
+        assert {e["id"] for e in stored} <= need
+        empty = Initiator(items_of([])).initiate().hex()
+        await client.send(["NEG-OPEN", "two", [{"kinds": [4702]}, {"kinds": [4701]}], empty])
+        refused = await client.recv()
+        assert refused[:2] == ["NEG-ERR", "two"] and refused[2].startswith("invalid: "), refused
 
 
 async def test_refusals_are_those_of_req(live: Live, stored: list[dict[str, Any]]) -> None:

@@ -80,6 +80,9 @@ ROUTES: Final[list[BaseRoute]] = [
     # the relay: a WebSocket upgrade on the root or a collection's page (tms.relay)
     WebSocketRoute("/", relay_socket),
     WebSocketRoute("/c/{slug}", relay_socket),
+    # ... and with a trailing slash, as some clients name every relay (NDK's URL normalizer
+    # adds one): the same relay, and its NIP-42 URL the same once normalized
+    WebSocketRoute("/c/{slug}/", relay_socket),
 ]
 
 # What a handler raises, and who answers it (the nearest class in an exception's ancestry).
