@@ -242,10 +242,12 @@ async def fill(database_url: str, signer: Signer, n: int) -> list[tuple[int, byt
     return [(T0 + i, raw[i].tobytes()) for i in range(n)]
 
 
-def end_to_end(n: int, req_max: int, tmp: Path, chosen: set[str], repeat: int) -> None:
+def end_to_end(
+    n: int, req_max: int, tmp: Path, chosen: set[str], repeat: int, alternate: int
+) -> None:
     """`req_max`: events either download fetches at most (past it: extrapolated, and said);
     `chosen`: the runs (empty, ten, req); `repeat`: how many 10-differing sessions, one after
-    the other."""
+    the other; `alternate`: how many times from empty and REQ are run, in turn."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
     server = Server(env, tmp / "server.log")
@@ -265,18 +267,12 @@ def end_to_end(n: int, req_max: int, tmp: Path, chosen: set[str], repeat: int) -
         url = server.url.replace("http", "ws") + f"/c/{SLUG}"
         items.append((start["created_at"], bytes.fromhex(start["id"])))
         all_but_ten = Items.of(items[:-11] + items[-1:])  # 10 the relay's alone
-        runs: list[tuple[str, Items]] = []
-        if "empty" in chosen:
-            runs.append(("NIP-77 from empty", Items.of([])))
-        if "ten" in chosen:
-            # The first session after the server started reads the collection's items from
-            # the database; the next ones (the server keeps them) only what was added since.
-            runs += [(f"NIP-77, 10 differing #{k + 1}", all_but_ten) for k in range(repeat)]
-        for name, mine in runs:
+
+        def nip77(name: str, mine: Items) -> None:
             reset_peak(server)
             base = peak(server)
             started = time.perf_counter()
-            wire = asyncio.run(_with_wire(url, signer, lambda w, m=mine: negentropy(w, m, req_max)))
+            wire = asyncio.run(_with_wire(url, signer, lambda w: negentropy(w, mine, req_max)))
             took = time.perf_counter() - started
             rounds, fetched, reconciled, needed = wire[1]
             rest = (took - reconciled) * needed / fetched if fetched else 0.0
@@ -292,25 +288,39 @@ def end_to_end(n: int, req_max: int, tmp: Path, chosen: set[str], repeat: int) -
                 f"events fetched, server peak +{(peak(server) - base) / 2**20:,.0f} MB{note}",
                 flush=True,
             )
-        if "req" not in chosen:
-            return
-        reset_peak(server)
-        base = peak(server)
-        started = time.perf_counter()
-        wire = asyncio.run(_with_wire(url, signer, lambda w: req_download(w, n, req_max)))
-        took = time.perf_counter() - started
-        got, complete = wire[1]
-        note = (
-            ""
-            if complete
-            else f" (stopped at {got:,}; all {n:,} at this rate: {took * n / got:,.0f} s)"
-        )
-        print(
-            f"2. {n:>9,} events, plain REQ download   : {took:7.2f} s, "
-            f"{wire[0].total / 1000:11,.1f} kB on the wire, {got:,} events, server peak "
-            f"+{(peak(server) - base) / 2**20:,.0f} MB{note}",
-            flush=True,
-        )
+
+        def plain_req() -> None:
+            reset_peak(server)
+            base = peak(server)
+            started = time.perf_counter()
+            wire = asyncio.run(_with_wire(url, signer, lambda w: req_download(w, n, req_max)))
+            took = time.perf_counter() - started
+            got, complete = wire[1]
+            note = (
+                ""
+                if complete
+                else f" (stopped at {got:,}; all {n:,} at this rate: {took * n / got:,.0f} s)"
+            )
+            print(
+                f"2. {n:>9,} events, plain REQ download   : {took:7.2f} s, "
+                f"{wire[0].total / 1000:11,.1f} kB on the wire, {got:,} events, server peak "
+                f"+{(peak(server) - base) / 2**20:,.0f} MB{note}",
+                flush=True,
+            )
+
+        # From empty and the plain REQ download, one after the other (`alternate` times): on
+        # a shared machine, a comparison is only fair between runs close in time.
+        for _ in range(alternate):
+            if "empty" in chosen:
+                nip77("NIP-77 from empty", Items.of([]))
+            if "req" in chosen:
+                plain_req()
+        if "ten" in chosen:
+            # The first session after the server started reads the collection's items from
+            # the database (unless a session from empty did); the next ones (the server keeps
+            # them) only what was added since.
+            for k in range(repeat):
+                nip77(f"NIP-77, 10 differing #{k + 1}", all_but_ten)
     except Exception:
         print(server.log_tail(), file=sys.stderr)
         raise
@@ -343,6 +353,9 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=2, help="10-differing sessions in a row (the first is cold)"
     )
+    parser.add_argument(
+        "--alternate", type=int, default=1, help="from empty and REQ, in turn, this many times"
+    )
     parser.add_argument("--id-batch", type=int, default=100, help="ids per REQ after NIP-77")
     parser.add_argument("--in-flight", type=int, default=8, help="those REQs sent at once")
     ns = parser.parse_args()
@@ -354,7 +367,9 @@ def main() -> None:
     if "end-to-end" in ns.parts:
         for n in sizes:
             with tempfile.TemporaryDirectory(prefix="tms-bench-neg-") as tmp:
-                end_to_end(n, ns.req_max, Path(tmp), set(ns.runs.split(",")), ns.repeat)
+                end_to_end(
+                    n, ns.req_max, Path(tmp), set(ns.runs.split(",")), ns.repeat, ns.alternate
+                )
 
 
 if __name__ == "__main__":
