@@ -15,10 +15,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 from factories import (
     LOG_SIGNER,
+    Live,
     claim,
     free_port,
     fresh_database,
@@ -270,3 +272,39 @@ def test_a_witness_answers_the_protocol_s_statuses(pair: dict[str, object]) -> N
         raw = base64.b64decode(encoded)
         assert name == "b.example/witness" and raw[0] == 0x04 and len(raw) == 33
         assert key_id == hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex()
+
+
+async def _hold_round_lock(database_url: str, slug: str) -> asyncpg.Connection:
+    """What another server's submitter holds while it runs a round for `slug`."""
+    conn = await asyncpg.connect(database_url)
+    await conn.execute(f"SELECT pg_advisory_lock(hashtextextended('tms-witness:' || '{slug}', 0))")
+    return conn
+
+
+def test_one_server_at_a_time_submits_a_collection_s_checkpoints(
+    pair: dict[str, object],
+) -> None:
+    """The round's advisory lock (tms.witness.submit): while another server on A's database
+    holds `lock`'s, A submits nothing of it, and once it is let go, A's next look does: its
+    checkpoint is cosigned within the bound."""
+    a = pair["a"]
+    assert isinstance(a, Live)
+    owner = SecretKey.generate()
+    approve(a.database_url, owner)
+    loop = asyncio.new_event_loop()
+    held = loop.run_until_complete(_hold_round_lock(a.database_url, "lock"))
+    caller = Caller(a)
+    try:
+        caller.publish(terms(owner), claim(owner, "lock", "witnessed once the lock is free"))
+        url = f"{a.url}/c/lock/checkpoint"
+        with httpx.Client(timeout=10) as http:
+            time.sleep(3)  # three of the submitter's looks
+            answer = http.get(url, headers=nip98_auth(owner, _public(url)))
+            assert answer.headers["tms-quorum"] == "not met", answer.headers
+            loop.run_until_complete(held.close())
+            _wait_for_quorum(http, url, owner, 1)
+    finally:
+        caller.close()
+        if not held.is_closed():
+            loop.run_until_complete(held.close())
+        loop.close()
