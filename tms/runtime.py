@@ -65,8 +65,8 @@ class Runtime:
     def access(self) -> Access:
         return self.services.access
 
-    def tools(self, signer: SecretKey | None = None) -> Tools:
-        return Tools(self.services, signer=signer)
+    def tools(self, signer: SecretKey | None = None, *, unsigned_hint: str | None = None) -> Tools:
+        return Tools(self.services, signer=signer, unsigned_hint=unsigned_hint)
 
 
 @functools.cache

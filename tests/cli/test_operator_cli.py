@@ -380,6 +380,19 @@ async def test_migrate_on_plain_postgresql_changes_nothing(db_url: str) -> None:
     assert refused.stdout == b""
 
 
+def test_migrate_help_promises_the_placements_only_on_citus(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 27 item 10: the help said it prints where each table lives, which it does only on
+    a Citus coordinator (the two tests around this one)."""
+    from tms.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["migrate", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Prints each migration applied, and on Citus where each table lives." in said
+
+
 async def test_migrate_on_citus_lists_where_tables_live(db_url: str) -> None:
     """On a distributed ledger, `tms migrate` (with or without `--distribute`, which has
     nothing left to do) says where every table lives."""

@@ -23,6 +23,7 @@ from tms.nostr.filters import parse_filter
 from tms.relay.budget import Budget, ProcessBudget
 from tms.relay.gate import Gate
 from tms.relay.live import Hub, Subscription
+from tms.relay.outbox import Filed
 from tms.types import PubKey
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +39,7 @@ class Recorder:
         self.budget = Budget(ProcessBudget(MiB), MiB)
         self.sent: list[str] = []
 
-    def send_live(self, sub_id: str, event_json: str) -> None:
+    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None:
         self.sent.append(json.loads(event_json)["content"])
 
     def overflowed(self, sub_id: str, why: str) -> None:

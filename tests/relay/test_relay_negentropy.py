@@ -7,22 +7,38 @@ through new events, a budget that keeps nothing and a list past the cap."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
-from factories import MEMBER, OWNER2, STRANGER, Live, claim, evidence, profile
-from relay_client import Client, ws_url
+from factories import (
+    MEMBER,
+    OWNER,
+    OWNER2,
+    STRANGER,
+    Live,
+    claim,
+    evidence,
+    members,
+    profile,
+    settings,
+)
+from relay_client import Client, seed, ws_url
 
 from tms.ledger.access import Access
 from tms.ledger.negentropy_items import ItemCache, TooMany, negentropy_items
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.nostr.negentropy import Initiator, Items
+from tms.relay.connection import Connection
 from tms.relay.limits import MAX_NEG_SESSIONS, NEG_CACHE_BYTES
+from tms.relay.shared import open_relay
+from tms.runtime import open_runtime
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -233,7 +249,7 @@ async def test_the_item_list_stops_past_its_cap(live: Live, stored: list[dict[st
         await pool.close()
 
 
-# Last in this module: it publishes into `rel`.
+# After the tests that read the module's `rel`: it publishes into it.
 async def test_a_kept_list_answers_as_the_index_does_through_new_events(
     live: Live, stored: list[dict[str, Any]]
 ) -> None:
@@ -266,6 +282,10 @@ async def test_a_kept_list_answers_as_the_index_does_through_new_events(
 
         await same()
         assert "rel" in cache._kept and not nothing_kept._kept
+        # the sessions that ask the same of a collection share one sealed list
+        rel, claims = reader.collection("rel"), parse_filter({"kinds": [4702]}, max_limit=1000)
+        shared = await negentropy_items(pool, rel, claims, 10_000, cache)
+        assert await negentropy_items(pool, rel, claims, 10_000, cache) is shared
         # Events committed since: ties on a kept timestamp (ordered by id), older and newer
         # ones, another kind, and a profile of one of the people.
         ledger = Ledger(pool)
@@ -283,6 +303,7 @@ async def test_a_kept_list_answers_as_the_index_does_through_new_events(
             + [profile(MEMBER, "member", created_at=middle + 1)]
         )
         await same()
+        assert await negentropy_items(pool, rel, claims, 10_000, cache) is not shared
         kept = cache._kept["rel"]
         assert len(kept.ts) == CLAIMS + 1 + 7 and 4701 in kept.present  # and its member list
         # Past the cap: refused as before, and never kept again.
@@ -297,3 +318,176 @@ async def test_a_kept_list_answers_as_the_index_does_through_new_events(
         )
     finally:
         await pool.close()
+
+
+async def test_a_sessions_list_counts_against_the_process_memory_budget(db_url: str) -> None:
+    """A relay whose connections may hold 4 KB in all: one session over 100 claims (7 KB of
+    list) is let in on a process that holds nothing else; a second connection's NEG-OPEN of
+    another list (a narrower filter) is then refused `blocked:` saying why, one of the very
+    same list (the collection's kept list, shared) is let in without counting it twice, and the
+    narrower one is let in once the lists are let go."""
+    await seed(db_url)
+    start = int(time.time()) - 1000
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        claims = [claim(MEMBER, "rel", f"listed {n}", created_at=start + n) for n in range(100)]
+        await Ledger(pool).publish(claims)
+    finally:
+        await pool.close()
+    said: dict[str, list[list[Any]]] = {"a": [], "b": []}
+
+    def recorder(name: str) -> Callable[[str], Awaitable[None]]:
+        async def send(text: str) -> None:
+            said[name].append(json.loads(text))
+
+        return send
+
+    empty = Initiator(items_of([])).initiate().hex()
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=4096) as relay,
+    ):
+        a, b = (
+            Connection(
+                relay, recorder(n), slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+            )
+            for n in ("a", "b")
+        )
+        for conn in (a, b):
+            await conn.open()
+        await until(lambda: a.outbox.queued_bytes == b.outbox.queued_bytes == 0)
+        await a.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        await until(lambda: len(said["a"]) == 2)
+        assert said["a"][1][:2] == ["NEG-MSG", "n"], said["a"]
+        assert (one := relay.memory.used) > 4096
+        narrower = {"kinds": [4702], "since": start + 50}
+        await b.handle(json.dumps(["NEG-OPEN", "n", narrower, empty]))
+        await until(lambda: len(said["b"]) == 2)
+        assert said["b"][1][:2] == ["NEG-ERR", "n"], said["b"]
+        assert said["b"][1][2].startswith("blocked: this relay is short of memory for NEG")
+        await b.handle(json.dumps(["NEG-OPEN", "same", {"kinds": [4702]}, empty]))
+        await until(lambda: len(said["b"]) == 3)
+        assert said["b"][2][:2] == ["NEG-MSG", "same"], said["b"]
+        assert relay.memory.used == one  # the same list, held once
+        await a.handle(json.dumps(["NEG-CLOSE", "n"]))
+        assert relay.memory.used == one  # still held by b's session
+        await b.handle(json.dumps(["NEG-CLOSE", "same"]))
+        await b.handle(json.dumps(["NEG-OPEN", "n", narrower, empty]))
+        await until(lambda: len(said["b"]) == 4)
+        assert said["b"][3][:2] == ["NEG-MSG", "n"], said["b"]
+        for conn in (a, b):
+            await conn.close()
+        assert relay.memory.used == 0
+
+
+async def test_a_list_read_across_a_removal_is_not_answered(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The removal commits while a NEG-OPEN's list is read (held open by a hook around the real
+    read), and a claim after it: its id is in the list, and must not go out. The session ends
+    with NEG-ERR `closed:` instead of a NEG-MSG."""
+    from tms.relay import negentropy as relay_negentropy
+
+    await seed(db_url)
+    start = int(time.time()) - 1000
+    real = relay_negentropy.negentropy_items
+    reached, go = asyncio.Event(), asyncio.Event()
+
+    async def held(*args: Any, **kwargs: Any) -> Items:
+        reached.set()
+        await go.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(relay_negentropy, "negentropy_items", held)
+    said: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        said.append(json.loads(text))
+
+    empty = Initiator(items_of([])).initiate().hex()
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        conn = Connection(
+            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        opening = asyncio.create_task(
+            conn.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        )
+        await asyncio.wait_for(reached.wait(), 10)
+        pool = await open_pool(db_url, min_size=1, max_size=1)
+        try:
+            ledger = Ledger(pool)
+            await ledger.publish([members(OWNER, "rel", [], created_at=start)])
+            await ledger.publish([claim(OWNER, "rel", "after the removal", created_at=start + 1)])
+        finally:
+            await pool.close()
+        go.set()
+        await asyncio.wait_for(opening, 10)
+        await until(lambda: len(said) == 2)
+        await conn.close()
+    assert said[1][:2] == ["NEG-ERR", "n"], said
+    assert said[1][2].startswith("closed: what this key may read changed")
+
+
+@pytest.mark.parametrize("how", ["NEG-CLOSE", "gone"])
+async def test_a_list_being_read_stops_when_its_session_or_connection_ends(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A NEG-OPEN's list is read as a task of its own (held here by a read that never ends): a
+    NEG-CLOSE or the connection's end cancels it, and the connection goes on meanwhile (a REQ
+    sent behind it is answered)."""
+    from tms.relay import negentropy as relay_negentropy
+
+    await seed(db_url)
+    reached, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def forever(*args: Any, **kwargs: Any) -> Items:
+        reached.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("never")
+
+    monkeypatch.setattr(relay_negentropy, "negentropy_items", forever)
+    said: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        said.append(json.loads(text))
+
+    empty = Initiator(items_of([])).initiate().hex()
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        conn = Connection(
+            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        await asyncio.wait_for(
+            conn.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty])), 10
+        )
+        await asyncio.wait_for(reached.wait(), 10)
+        await conn.handle(json.dumps(["REQ", "s", {"kinds": [4705]}]))
+        await until(lambda: ["EOSE", "s"] in said)
+        if how == "NEG-CLOSE":
+            await conn.handle(json.dumps(["NEG-CLOSE", "n"]))
+        else:
+            await conn.close()
+        await asyncio.wait_for(cancelled.wait(), 10)
+        if how == "NEG-CLOSE":
+            await conn.close()
+        assert relay.memory.used == 0
+    assert not [m for m in said if m[0].startswith("NEG")], said
+
+
+async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)

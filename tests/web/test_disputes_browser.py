@@ -31,6 +31,14 @@ SUPPORT = link(
     CLAIM["id"],
     "magnesium supplementation improved self-reported sleep quality",
 )
+HEDGE = link(  # a qualification beside the disputed support: both marks on one page
+    ALICE,
+    SLUG,
+    DOC["id"],
+    CLAIM["id"],
+    "self-reported sleep quality",
+    relation="QUALIFIES",
+)
 BOB_TEXT: Final = (
     "The same trial showed no measurable change in total sleep time, measured by actigraphy."
 )
@@ -51,6 +59,7 @@ def world(site: Live) -> None:
                 DOC,
                 CLAIM,
                 SUPPORT,
+                HEDGE,
             ]
         )
 
@@ -114,6 +123,9 @@ def test_a_disputed_link_is_marked_on_the_claim_page_live_and_on_the_evidence_pa
     expect(disputes.locator(".count")).to_have_text("1")
     expect(alice.locator(f"#link-{SUPPORT['id']} .meta .badge.disputed")).to_be_visible()
     expect(alice.locator(".disputes .badge.new")).to_have_count(0)
+    hedge = alice.locator(f"#qualifies #link-{HEDGE['id']}")
+    expect(hedge.locator(".badge.qualifies")).to_have_text("QUALIFIES")
+    expect(hedge.locator(".disputes")).to_have_count(0)  # the dispute marks its own link only
     both_widths(alice, "disputed-link-claim-page")
     href = disputes.locator("a").get_attribute("href")
     assert href is not None and href.startswith(f"/c/{SLUG}/evidence/")
@@ -129,4 +141,7 @@ def test_a_disputed_link_is_marked_on_the_claim_page_live_and_on_the_evidence_pa
     expect(quoted.locator(".disputes a")).to_have_attribute(
         "href", f"/c/{SLUG}/evidence/{href.split('/evidence/')[1]}"
     )
+    # the two quotes overlap: their marks touch as one band, no seam between them
+    marks = alice.locator("#document mark")
+    assert marks.evaluate_all("ms => ms.map(m => m.className)") == ["before", "after"]
     both_widths(alice, "disputed-link-evidence-page")

@@ -169,7 +169,7 @@ def test_a_collection_page_tells_of_new_claims_and_shows_them(
     news = page.locator(".live-news")
     expect(news).to_contain_text("1 new claim since you opened this page")
     expect(counts).to_have_text(f"{before + 1} claims")
-    expect(rival_rebuts).to_have_text("1 rebut")
+    expect(rival_rebuts).to_have_text("1 rebuttal")
     expect(page.locator(f"#evidence [data-id='{note['id']}']")).to_contain_text("Open trial")
     expect(page.locator(f"#evidence [data-id='{note['id']}'] .meta")).to_contain_text(
         "39 characters · quoted by 1 link · Mia Member"

@@ -218,7 +218,7 @@ def test_badges_say_one_support_and_one_qualification(
     item = page.locator(f".claim[data-id='{CLAIM['id']}'] .meta")
     expect(item.locator(".badge.supports")).to_have_text("1 support")
     expect(item.locator(".badge.qualifies")).to_have_text("1 qualification")
-    expect(item.locator(".badge.rebuts")).to_have_text("0 rebuts")
+    expect(item.locator(".badge.rebuts")).to_have_text("0 rebuttals")
     both_widths(page, "collection")
 
 
@@ -331,6 +331,10 @@ def test_a_dispute_names_its_field_and_a_removed_row_takes_its_red_with_it(
     row = page.locator("#rows .row").first
     expect(row.locator(".claim-label-text")).to_have_text(
         "The link this row disputes or backs", timeout=15_000
+    )
+    # the hint beside it says what else the field takes, not that the link may be "new text"
+    expect(row.locator(".claim-label-hint")).to_have_text(
+        "(or, in its place, new claim text or a claim's id)"
     )
     expect(row.locator(".relation")).to_have_value("REBUTS")
     both_widths(page, "submit-dispute", at="#rows")

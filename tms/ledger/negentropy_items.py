@@ -14,16 +14,19 @@ Two ways to the collections' part, one answer:
   collection `seq` grows in commit order, `tms.ledger.feed`, so those are exactly the events
   committed since), merges them in (a few events added to a million cost one copy, not a
   sort), then masks by kind and time. Only the first session of a collection in this process
-  reads the whole list; a million items then cost one copy and a seal (about 0.1 s) a session,
-  not seconds of index scan. Kept lists are bounded together by `NEG_CACHE_BYTES`, least
-  recently used first out; a collection whose list alone is larger, or longer than the cap, is
-  never kept.
+  reads the whole list; a million items then cost a mask and a seal (about 0.1 s), not seconds
+  of index scan, and the sessions that ask one collection for the same kinds (no time bounds:
+  what a sync asks) while nothing changed share one sealed list (`SHARED_LISTS` kinds' lists a
+  collection). Kept lists are bounded together by `NEG_CACHE_BYTES`, least recently used first
+  out; a collection whose list alone is larger, or longer than the cap, is never kept.
 - **Read** (any other filter: ids, authors, tags). From the index that holds exactly those
   columns (sql/022), one collection at a time (on Citus each such query runs on the one worker
   that holds it, aggregate and all), as one value: 40 bytes an item end to end, turned into
   numpy arrays without a Python object per item (a row per item costs seconds a million).
 
-The people's profiles and terms are always read (a few rows, from their own index).
+The people's profiles and terms are always read (a few rows, from their own index). A session's
+list is `Items.nbytes` (about 72 bytes an item), which the relay counts against its memory budget
+once however many sessions share it (`ItemCache.lease`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import numpy.typing as npt
 from tms.ledger.filters import Scope, _Query, slugs_of
 from tms.nostr.filters import Filter
 from tms.nostr.negentropy import ID_SIZE, Items, insertion_points, item_order
+from tms.rules.kinds import unscoped_kinds
 from tms.store.database import Pool
 from tms.types import UNSCOPED, Slug
 
@@ -62,9 +66,11 @@ _SQL_SINCE: Final = f"""
           WHERE collection = $1 AND seq > $2 ORDER BY seq LIMIT $3) AS f"""
 # Past this share of the kept list, new events are sorted in with the rest, not inserted.
 _INSERT_SHARE: Final = 16
+SHARED_LISTS: Final = 3  # sealed lists shared by sessions, per collection (by their kinds)
 
 Ts = npt.NDArray[np.uint64]
 Ids = npt.NDArray[np.uint8]
+Tuple2 = tuple[Ts, Ids]
 
 
 class TooMany(Exception):
@@ -155,12 +161,16 @@ class _Kept:
     ids: Ids
     kinds: npt.NDArray[np.int32]
     present: frozenset[int]  # the kinds among them
-    whole: Items | None = field(default=None)  # all of them, sealed once a session needs it
+    # Sealed lists sessions share, by the kinds they hold (None: all): each with the people's
+    # profiles and terms it was merged with, as bytes, to tell whether they changed since.
+    sealed: OrderedDict[frozenset[int] | None, tuple[bytes, Items]] = field(
+        default_factory=OrderedDict
+    )
 
     @property
     def nbytes(self) -> int:
-        sealed = 0 if self.whole is None else self.whole.own_bytes
-        return self.ts.nbytes + self.ids.nbytes + self.kinds.nbytes + sealed
+        shared = sum(items.nbytes for _, items in self.sealed.values())
+        return self.ts.nbytes + self.ids.nbytes + self.kinds.nbytes + shared
 
 
 class ItemCache:
@@ -172,6 +182,30 @@ class ItemCache:
         self._kept: OrderedDict[Slug, _Kept] = OrderedDict()
         self._locks: dict[Slug, asyncio.Lock] = {}
         self._too_long: set[Slug] = set()  # never kept: a list only grows
+        self._leases: dict[int, tuple[Items, int]] = {}  # sessions' lists: list, holders
+
+    # --- what sessions hold -------------------------------------------------------------------
+
+    def charge(self, items: Items) -> int:
+        """What a session holding `items` adds to the process's memory: its size, unless a
+        session holds the very same list already (sessions of a collection share its kept list,
+        sealed once)."""
+        return 0 if id(items) in self._leases else items.nbytes
+
+    def lease(self, items: Items) -> None:
+        """A session holds `items` from now on."""
+        held = self._leases.get(id(items))
+        self._leases[id(items)] = (items, 1 if held is None else held[1] + 1)
+
+    def release(self, items: Items) -> int:
+        """A session lets `items` go: the bytes the process holds no more (its size, when it
+        was the last session holding it)."""
+        _, holders = self._leases[id(items)]
+        if holders > 1:
+            self._leases[id(items)] = (items, holders - 1)
+            return 0
+        del self._leases[id(items)]
+        return items.nbytes
 
     @staticmethod
     def serves(wanted: Filter) -> bool:
@@ -184,31 +218,62 @@ class ItemCache:
 
     async def items(self, pool: Pool, slugs: list[Slug], wanted: Filter, cap: int) -> Items:
         query = _Query(slugs)
-        parts: list[tuple[Ts, Ids]] = []
+        people: list[tuple[Ts, Ids]] = []
         total = 0
-        for slug in slugs if query._scoped(wanted) else []:
+        for sql, args in _people_queries(slugs, wanted):
+            ts, ids = await _fetch(pool, sql, args, cap + 1)
+            total += len(ts)
+            people.append((ts, ids))
+        if not query._scoped(wanted):
+            if total > cap:
+                raise TooMany(f"more than {cap:,}")
+            return await asyncio.to_thread(_merged, people)
+        if len(slugs) == 1 and wanted.since is None and wanted.until is None:
+            # What a sync of a collection asks: one list for every session that asks the same
+            return await self._shared(pool, slugs[0], wanted, people, cap)
+        parts = list(people)
+        for slug in slugs:
             kept = await self._current(pool, slug, cap)
-            if _selects_all(wanted, kept):
-                whole = await self._whole(slug, kept)
-                total += len(whole)
-                parts.append((whole.timestamps, whole.ids))
-                if len(slugs) == 1 and not query._unscoped(wanted):
-                    if total > cap:
-                        raise TooMany(f"more than {cap:,}")
-                    return whole  # shared by every session, sealed once
-                continue
             ts, ids = await asyncio.to_thread(_masked, kept, wanted)
             total += len(ts)
             if total > cap:
                 raise TooMany(f"more than {cap:,}")
             parts.append((ts, ids))
-        for sql, args in _people_queries(slugs, wanted):
-            ts, ids = await _fetch(pool, sql, args, cap - total + 1)
-            total += len(ts)
-            parts.append((ts, ids))
         if total > cap:
             raise TooMany(f"more than {cap:,}")
         return await asyncio.to_thread(_merged, parts)
+
+    async def _shared(
+        self, pool: Pool, slug: Slug, wanted: Filter, people: list[Tuple2], cap: int
+    ) -> Items:
+        """The collection's events of the filter's kinds and the people's profiles and terms,
+        sealed once and shared by every session that asks for the same while nothing changed
+        (a few kinds' lists kept per collection, the least recently asked first out)."""
+        kept = await self._current(pool, slug, cap)
+        universe = kept.present | unscoped_kinds()
+        key = None if wanted.kinds is None else frozenset(wanted.kinds & universe)
+        if key == universe:
+            key = None  # every kind there is: as no kinds at all
+        mark = b"".join(ts.tobytes() + ids.tobytes() for ts, ids in people)
+        async with self._locks.setdefault(slug, asyncio.Lock()):
+            found = kept.sealed.get(key)
+            if found is not None and found[0] == mark:
+                kept.sealed.move_to_end(key)
+                return found[1]
+            if wanted.kinds is None or kept.present <= wanted.kinds:
+                scoped = (kept.ts, kept.ids)  # all of them: the kept arrays themselves
+            else:
+                scoped = await asyncio.to_thread(_masked, kept, wanted)
+            if len(scoped[0]) + sum(len(ts) for ts, _ in people) > cap:
+                raise TooMany(f"more than {cap:,}")
+            items = await asyncio.to_thread(_merged, [scoped, *people])
+            kept.sealed[key] = (mark, items)
+            kept.sealed.move_to_end(key)
+            while len(kept.sealed) > SHARED_LISTS:
+                kept.sealed.popitem(last=False)
+            if self._kept.get(slug) is kept:
+                self._keep(slug, kept)  # counted again, with what it shares
+            return items
 
     async def _current(self, pool: Pool, slug: Slug, cap: int) -> _Kept:
         """The collection's kept list, brought up to date (read whole the first time)."""
@@ -226,15 +291,6 @@ class ItemCache:
                 raise _NotKept(slug)
             self._keep(slug, kept)
             return kept
-
-    async def _whole(self, slug: Slug, kept: _Kept) -> Items:
-        """Every item of the kept list, sealed once for every session that asks for all."""
-        async with self._locks.setdefault(slug, asyncio.Lock()):
-            if kept.whole is None:
-                kept.whole = await asyncio.to_thread(Items, kept.ts, kept.ids)
-                if self._kept.get(slug) is kept:
-                    self._keep(slug, kept)  # counted again, sealed
-            return kept.whole
 
     def _keep(self, slug: Slug, kept: _Kept) -> None:
         self._kept[slug] = kept
@@ -259,13 +315,6 @@ async def _refresh(pool: Pool, kept: _Kept, slug: Slug, cap: int) -> _Kept:
     if row is None or row["last"] is None:  # nothing committed since
         return kept
     return await asyncio.to_thread(_added, kept, row["last"], row["data"] or b"")
-
-
-def _selects_all(wanted: Filter, kept: _Kept) -> bool:
-    """Whether the filter keeps every item of the list (kinds all named, no time bounds)."""
-    if wanted.since is not None or wanted.until is not None:
-        return False
-    return wanted.kinds is None or kept.present <= wanted.kinds
 
 
 def _masked(kept: _Kept, wanted: Filter) -> tuple[Ts, Ids]:
@@ -299,7 +348,7 @@ def _added(kept: _Kept, last: int, data: bytes) -> _Kept:
     reading the one they were given)."""
     ts, ids, kinds = _kept_rows(data)
     if not len(ts):
-        return _Kept(last, kept.ts, kept.ids, kept.kinds, kept.present, kept.whole)
+        return _Kept(last, kept.ts, kept.ids, kept.kinds, kept.present, kept.sealed)
     present = kept.present | _kinds(kinds)
     if len(ts) * _INSERT_SHARE > len(kept.ts):
         all_ts = np.concatenate([kept.ts, ts])

@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ValidationError
 from typing_extensions import is_typeddict
 
-from tms.errors import TMSError, ToolError
+from tms.errors import RequestError, TMSError, ToolError
 from tms.fetch.client import fetch_url
 from tms.ledger.access import ReadableCollection, Reader
 from tms.mcp import schemas as s
@@ -322,11 +322,20 @@ TOOLS: Final[dict[str, Tool]] = {
 
 class Tools:
     """The tool table bound to the services. With `signer` (stdio with TMS_NSEC), a call
-    without a `request` is signed with that key, then checked like any other."""
+    without a `request` is signed with that key, then checked like any other. `unsigned_hint`
+    ends the refusal of a call that carries no `request` (stdio without TMS_NSEC: the agent
+    sees only that refusal, never the server's stderr, so it says what would sign for it)."""
 
-    def __init__(self, services: Services, *, signer: SecretKey | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        *,
+        signer: SecretKey | None = None,
+        unsigned_hint: str | None = None,
+    ) -> None:
         self.services = services
         self.signer = signer
+        self.unsigned_hint = unsigned_hint
 
     async def call(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The tool's structured result, or a `TMSError` whose message is for the caller (and
@@ -351,7 +360,12 @@ class Tools:
             content = compact_json({"tool": name, "args": dict(arguments)})
             request: object = self.signer.sign(KIND_REQUEST, content, now).to_dict()
         else:
-            request = request_from_arguments(name, arguments)
+            try:
+                request = request_from_arguments(name, arguments)
+            except RequestError as exc:
+                if self.unsigned_hint is None or "request" in arguments:
+                    raise
+                raise RequestError(f"{exc}; {self.unsigned_hint}").refused_as(exc.refusal) from None
         signed = check_request(request, name, now)
         try:  # from here on the key is known: its signature verified
             await self.services.throttle.key(signed.pubkey)

@@ -167,6 +167,12 @@ class Items:
         return len(self.timestamps)
 
     @property
+    def nbytes(self) -> int:
+        """What the set holds in memory: its arrays, the ids' copy as bytes, the prefix sums
+        (about 72 bytes an item)."""
+        return self.timestamps.nbytes + self.ids.nbytes + len(self._blob) + self._prefix.nbytes
+
+    @property
     def own_bytes(self) -> int:
         """What this list holds beyond the arrays it was given sorted (its ids end to end and
         the prefix sums): a kept list's cost of being sealed."""

@@ -16,9 +16,13 @@ answer is sent page by page, each event as it is read (a large content is read o
 turn comes, and no more than `BIG_LOADS` at once in the process; a page's rows count against
 the connection's budget until sent), and only event ids are kept to send none twice. A new REQ
 is refused while the connection or the process is over its memory budget (`tms.relay.budget`).
+The filters a read holds count against the connection's budget too: a live subscription's while
+it is open, a COUNT's or a search's while it waits its turn and runs (a hundred COUNTs of 10 MB
+of filters each once waited uncounted).
 
 A reconnecting client that asks `since` its last event gets at most `limit` (`MAX_LIMIT`) per
-filter, newest first: after a longer gap it pages back with `until` (NIP-01), as `/docs` says.
+filter, newest as stored first, and `since` compares the signer's `created_at`, not the order
+stored: an exact catch-up is NIP-77's (`tms.relay.negentropy`), as `/docs` says.
 """
 
 from __future__ import annotations
@@ -75,11 +79,13 @@ class Reading:
         self._idle = idle
         self.subs: dict[str, Subscription] = {}
         self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (REQ or COUNT, id)
+        self._held: dict[asyncio.Task[None], int] = {}  # bytes of filters each task holds
         self._reads = asyncio.Semaphore(MAX_READS)  # answered at once; the others wait their turn
 
     async def req(self, message: ReqMessage, scope_of: ScopeOf) -> None:
         self.unsubscribe(message.sub_id)  # NIP-01: a REQ with an open id replaces it
         scope = await scope_of(message.sub_id)
+        moves = self.client.gate.moves  # what the key reads, as `scope` says it
         if len(self.subs) >= MAX_SUBSCRIPTIONS:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
             raise Refused(
@@ -105,21 +111,16 @@ class Reading:
         live = [f for f in message.filters if f.search is None]
         slugs = [scope.slug] if isinstance(scope, ReadableCollection) else scope.slugs
         sub = Subscription(self.client, message.sub_id, live, slugs)
-        budget = self.client.budget
-        if budget.used + sub.cost > budget.budget:
-            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
-            raise Refused(
-                message.sub_id,
-                f"invalid: these filters hold {sub.cost:,} bytes, more than this connection's "
-                f"{budget.budget - budget.used:,} left of {budget.budget:,}: CLOSE a "
-                "subscription, or ask for fewer values",
-            )
+        once = sum(f.size for f in message.filters if f.search is not None)  # held till answered
+        self._fits(message.sub_id, sub.cost + once)
         if live:
             await self.relay.hub.add(sub)
             self.subs[message.sub_id] = sub
             if len(self.subs) == 1 and self._idle is not None:
                 self._idle(False)
-        self._start(("REQ", message.sub_id), self._answer(message, scope, sub, bool(live)))
+            if self.client.gate.moves != moves:  # it changed while this one registered, unseen
+                self.client.membership_changed()
+        self._start(("REQ", message.sub_id), self._answer(message, scope, sub, bool(live)), once)
 
     async def _answer(
         self, message: ReqMessage, scope: Scope, sub: Subscription, live: bool
@@ -197,7 +198,8 @@ class Reading:
         filed = UNSCOPED if stored.collection is None else stored.collection
         if self._allowed(filed, scope, readable):  # as it is queued: the gate's say now
             sent.add(stored.event.id)
-            self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()))
+            where = frozenset(_slugs(scope)) if filed == UNSCOPED else filed  # and as written
+            self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()), where)
 
     async def _readable(self, scope: Scope) -> frozenset[Slug]:
         """What the key reads now, read from the database (through the gate)."""
@@ -245,7 +247,9 @@ class Reading:
         if any(f.search is not None for f in message.filters):
             raise Refused(message.sub_id, "invalid: COUNT does not take search (NIP-50)")
         self._may_start(message.sub_id)
-        self._start(("COUNT", message.sub_id), self._count(message, scope))
+        held = sum(f.size for f in message.filters)  # until it is answered
+        self._fits(message.sub_id, held)
+        self._start(("COUNT", message.sub_id), self._count(message, scope), held)
 
     async def _count(self, message: CountMessage, scope: Scope) -> None:
         try:
@@ -272,10 +276,26 @@ class Reading:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
             raise Refused(sub_id, full)
 
-    def _start(self, key: tuple[str, str], work: Coroutine[Any, Any, None]) -> None:
+    def _fits(self, sub_id: str, cost: int) -> None:
+        """`Refused` when filters of `cost` bytes would take the connection past its budget."""
+        budget = self.client.budget
+        if budget.used + cost > budget.budget:
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
+            raise Refused(
+                sub_id,
+                f"invalid: these filters hold {cost:,} bytes, more than this connection's "
+                f"{max(0, budget.budget - budget.used):,} left of {budget.budget:,}: CLOSE a "
+                "subscription, wait for an answer, or ask for fewer values",
+            )
+
+    def _start(self, key: tuple[str, str], work: Coroutine[Any, Any, None], held: int) -> None:
+        """`work` as a task of its own, its filters' `held` bytes counted against the
+        connection's budget until it ends: a REQ or COUNT waiting its turn holds them too."""
         task = asyncio.create_task(self._in_turn(work), name=f"tms-relay-{key[0].lower()}")
         self.tasks[key] = task
-        task.add_done_callback(lambda done: self._finished(key, done))
+        self.client.budget.take(held)
+        self._held[task] = held
+        task.add_done_callback(lambda done: self._finished(key, done, work))
 
     async def _in_turn(self, work: Coroutine[Any, Any, None]) -> None:
         try:
@@ -284,7 +304,14 @@ class Reading:
         finally:
             work.close()  # cancelled before its turn: never started, never warned of
 
-    def _finished(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+    def _let_go(self, task: asyncio.Task[None]) -> None:
+        self.client.budget.give(self._held.pop(task, 0))
+
+    def _finished(
+        self, key: tuple[str, str], task: asyncio.Task[None], work: Coroutine[Any, Any, None]
+    ) -> None:
+        work.close()  # cancelled before `_in_turn` began: never started, never warned of
+        self._let_go(task)
         if self.tasks.get(key) is task:
             del self.tasks[key]
         failed = None if task.cancelled() else task.exception()
@@ -295,6 +322,7 @@ class Reading:
         task = self.tasks.pop(key, None)
         if task is not None:
             task.cancel()
+            self._let_go(task)
 
     def unsubscribe(self, sub_id: str) -> None:
         """CLOSE (or a REQ replacing the id, or a refusal): its work stops, it leaves the hub."""
@@ -317,6 +345,7 @@ class Reading:
         self.tasks.clear()
         for task in tasks:
             task.cancel()
+            self._let_go(task)
         await asyncio.gather(*tasks, return_exceptions=True)
 
 

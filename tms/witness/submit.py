@@ -30,7 +30,7 @@ from tms import metrics
 from tms.errors import LogError, one_line
 from tms.ledger.access import Access
 from tms.ledger.tlog_reads import LogReads
-from tms.store.database import Pool
+from tms.store.database import Pool, application_name
 from tms.tlog.note import split_note
 from tms.tlog.policy import Policy, Witness
 from tms.tlog.witness import SIZE_CONTENT_TYPE, Submission, parse_size
@@ -100,7 +100,8 @@ class Submitter:
             await _close(locks)
             locks.append(
                 await asyncpg.connect(
-                    self.database_url, server_settings={"application_name": "tms-witness"}
+                    self.database_url,
+                    server_settings={"application_name": application_name("witness")},
                 )
             )
         lock = locks[0]
