@@ -215,7 +215,7 @@ def test_healthz_and_publish_are_described_with_every_field() -> None:
     served = re.findall(r'"(\w+)": ', inspect.getsource(api.healthz).rsplit("JSONResponse", 1)[1])
     assert re.findall(r'"(\w+)"', healthz.group(1)) == served == ["ok", "database", "vectors"]
     publish = re.search(
-        r"Ledger.publish\(events\)`.*?returning\s+`\{([^}]*)\}`", read(ARCHITECTURE), re.DOTALL
+        r"Ledger.submit\(events, .*?returning\s+`\{([^}]*)\}`", read(ARCHITECTURE), re.DOTALL
     )
     assert publish is not None
     listed = re.findall(r'"(\w+)"', publish.group(1))
@@ -238,7 +238,7 @@ def test_single_use_is_explained_as_design_keys_it() -> None:
 CONNECTING: Final = {
     "tms/runtime.py": 3,  # the main, export and publish pools
     "tms/relay/shared.py": 1,  # the relay's reads' pool
-    "tms/ledger/feed.py": 1,  # the commit feed's LISTEN connection
+    "tms/ledger/read/feed.py": 1,  # the commit feed's LISTEN connection
     "tms/store/database.py": 4,  # open_pool's create_pool, the embedded database's CREATE
     # DATABASE at start (closed at once), the health check's connection; and the definition
     "tms/witness/submit.py": 1,  # the witness submitter's locks (TMS_WITNESS_POLICY)

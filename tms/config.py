@@ -247,7 +247,7 @@ class Settings:
         """The host this server would name the transparency logs after: `TMS_BASE_URL` without
         its scheme (the public address), else the listen host (`--host`, else `TMS_HOST`). Only
         the first checkpoint a database signs takes it; later ones keep the host recorded then
-        (sql/018, `tms.ledger.tlog`)."""
+        (sql/018, `tms.ledger.log.tree`)."""
         if self.base_url is not None:
             return self.base_url.split("://", 1)[1]
         return self.host

@@ -30,7 +30,7 @@ from factories import (
 from publishing import publish, readable
 
 from tms.cli.database import without_password
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey

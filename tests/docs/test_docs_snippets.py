@@ -34,6 +34,7 @@ from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.mcp.tools import TOOLS
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
 from tms.web import docs
@@ -85,13 +86,14 @@ def live(
         try:
             ledger = Ledger(pool)
             await ledger.approve([owner.pubkey, outsider.pubkey])
-            await ledger.publish(
+            await ledger.submit(
                 [
                     terms(owner),
                     members(owner, "mcas", named),
                     terms(outsider),
                     *(terms(bot) for bot in signers),
-                ]
+                ],
+                origin=OPERATOR,
             )
         finally:
             await pool.close()
@@ -442,7 +444,7 @@ def published(live: Live, events: list[dict[str, object]]) -> None:
     async def publish() -> None:
         pool = await open_pool(live.database_url, min_size=1, max_size=1)
         try:
-            await Ledger(pool).publish(events)
+            await Ledger(pool).submit(events, origin=OPERATOR)
         finally:
             await pool.close()
 

@@ -13,11 +13,11 @@ from factories import OWNER, STRANGER, nip98_auth, nip98_header, settings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from tms.app import create_app
 from tms.extension import Auth, Plugin, Route
 from tms.extension.loading import BUILT_IN, Extensions, Loaded
 from tms.extension.routes import starlette_routes
 from tms.ledger.service import Ledger
-from tms.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 

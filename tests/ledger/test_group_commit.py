@@ -13,6 +13,7 @@ from publishing import open_collection, publish
 
 from tms.errors import PublishError
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 
 pytestmark = pytest.mark.anyio
 
@@ -63,7 +64,7 @@ async def test_two_hundred_concurrent_publishes_are_each_told_the_truth(ledger: 
             expected.append("skip")
     before = await commits(ledger)
     outcomes = await asyncio.gather(
-        *(ledger.publish(list(batch)) for batch in batches), return_exceptions=True
+        *(ledger.submit(list(batch), origin=OPERATOR) for batch in batches), return_exceptions=True
     )
     transactions = await commits(ledger) - before
     for batch, want, outcome in zip(batches, expected, outcomes, strict=True):
@@ -98,10 +99,10 @@ async def test_a_batch_sees_what_the_batches_before_it_in_its_group_stored(
     refused_doc = evidence(STRANGER, "lab", "Text from a stranger.")
     quotes_refused = link(OWNER, "lab", str(refused_doc["id"]), str(first_claim["id"]), "stranger")
     outcomes = await asyncio.gather(
-        ledger.publish([first_doc, first_claim]),
-        ledger.publish([uses_it]),
-        ledger.publish([refused_doc]),
-        ledger.publish([quotes_refused]),
+        ledger.submit([first_doc, first_claim], origin=OPERATOR),
+        ledger.submit([uses_it], origin=OPERATOR),
+        ledger.submit([refused_doc], origin=OPERATOR),
+        ledger.submit([quotes_refused], origin=OPERATOR),
         return_exceptions=True,
     )
     assert outcomes[0]["accepted"] == [first_doc["id"], first_claim["id"]]  # type: ignore[index]
@@ -119,7 +120,7 @@ async def test_member_lists_in_one_group_end_with_the_newest(ledger: Ledger) -> 
         members(OWNER, "lab", [MEMBER.pubkey] if n % 2 else [], created_at=1_790_000_100 + n)
         for n in range(6)
     ]
-    await asyncio.gather(*(ledger.publish([m]) for m in lists))
+    await asyncio.gather(*(ledger.submit([m], origin=OPERATOR) for m in lists))
     current = await ledger.pool.fetchval(
         "SELECT list_id FROM current_member_lists WHERE collection = 'lab'"
     )

@@ -17,7 +17,7 @@ import cluster
 import pytest
 from factories import fresh_database
 
-from tms.ledger.filters import page_sql
+from tms.ledger.read.filters import page_sql
 from tms.nostr.filters import parse_filter
 
 pytestmark = pytest.mark.anyio

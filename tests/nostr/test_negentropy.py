@@ -207,7 +207,7 @@ def test_item_order_sorts_by_timestamp_then_id(pairs: list[tuple[int, bytes]]) -
 def test_insertion_points_keep_a_sorted_list_sorted(
     base: list[tuple[int, bytes]], added: list[tuple[int, bytes]]
 ) -> None:
-    """A few items merged into a kept list (tms.ledger.negentropy_items) by np.insert at these
+    """A few items merged into a kept list (tms.ledger.read.negentropy_items) by np.insert at these
     points: the result is the sorted union, ties on the timestamp ordered by id."""
     base = sorted(base)
     added = sorted(p for p in added if p not in base)

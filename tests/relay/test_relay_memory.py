@@ -32,6 +32,7 @@ from tms.ledger.service import Ledger
 from tms.relay.connection import Connection
 from tms.relay.limits import OUTBOX_BYTES
 from tms.relay.shared import open_relay
+from tms.rules.admission import OPERATOR
 from tms.runtime import open_runtime
 from tms.store.database import open_pool
 
@@ -176,9 +177,11 @@ async def test_a_new_req_is_closed_saying_why_while_the_process_is_over_its_budg
     pool = await open_pool(db_url, min_size=1, max_size=1)
     try:
         await Ledger(pool).approve([OWNER.pubkey])
-        await Ledger(pool).publish([terms(OWNER), members(OWNER, "mem", [], created_at=T)])
+        await Ledger(pool).submit(
+            [terms(OWNER), members(OWNER, "mem", [], created_at=T)], origin=OPERATOR
+        )
         texts = [evidence(OWNER, "mem", f"{n} " + "x" * 300_000, created_at=T) for n in range(8)]
-        await Ledger(pool).publish(texts)
+        await Ledger(pool).submit(texts, origin=OPERATOR)
     finally:
         await pool.close()
     stuck, answered = asyncio.Event(), []

@@ -31,13 +31,14 @@ from factories import (
 from relay_client import Client, seed, ws_url
 
 from tms.ledger.access import Access
-from tms.ledger.negentropy_items import ItemCache, TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import ItemCache, TooMany, negentropy_items
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.nostr.negentropy import Initiator, Items
 from tms.relay.connection import Connection
 from tms.relay.limits import MAX_NEG_SESSIONS, NEG_CACHE_BYTES
 from tms.relay.shared import open_relay
+from tms.rules.admission import OPERATOR
 from tms.runtime import open_runtime
 from tms.store.database import open_pool
 
@@ -63,8 +64,10 @@ async def stored(live: Live) -> AsyncIterator[list[dict[str, Any]]]:
             )
             for i in range(CLAIMS)
         ]
-        await ledger.publish(events)
-        await ledger.publish([claim(OWNER2, "other", "not for the member", created_at=start)])
+        await ledger.submit(events, origin=OPERATOR)
+        await ledger.submit(
+            [claim(OWNER2, "other", "not for the member", created_at=start)], origin=OPERATOR
+        )
         yield events
     finally:
         await pool.close()
@@ -289,7 +292,7 @@ async def test_a_kept_list_answers_as_the_index_does_through_new_events(
         # Events committed since: ties on a kept timestamp (ordered by id), older and newer
         # ones, another kind, and a profile of one of the people.
         ledger = Ledger(pool)
-        await ledger.publish(
+        await ledger.submit(
             [
                 claim(MEMBER, "rel", f"tie {i} {os.urandom(4).hex()}", created_at=middle)
                 for i in range(5)
@@ -300,7 +303,8 @@ async def test_a_kept_list_answers_as_the_index_does_through_new_events(
                     MEMBER, "rel", f"new evidence {os.urandom(4).hex()}", created_at=middle + 9
                 )
             ]
-            + [profile(MEMBER, "member", created_at=middle + 1)]
+            + [profile(MEMBER, "member", created_at=middle + 1)],
+            origin=OPERATOR,
         )
         await same()
         assert await negentropy_items(pool, rel, claims, 10_000, cache) is not shared
@@ -331,7 +335,7 @@ async def test_a_sessions_list_counts_against_the_process_memory_budget(db_url: 
     pool = await open_pool(db_url, min_size=1, max_size=1)
     try:
         claims = [claim(MEMBER, "rel", f"listed {n}", created_at=start + n) for n in range(100)]
-        await Ledger(pool).publish(claims)
+        await Ledger(pool).submit(claims, origin=OPERATOR)
     finally:
         await pool.close()
     said: dict[str, list[list[Any]]] = {"a": [], "b": []}
@@ -420,8 +424,10 @@ async def test_a_list_read_across_a_removal_is_not_answered(
         pool = await open_pool(db_url, min_size=1, max_size=1)
         try:
             ledger = Ledger(pool)
-            await ledger.publish([members(OWNER, "rel", [], created_at=start)])
-            await ledger.publish([claim(OWNER, "rel", "after the removal", created_at=start + 1)])
+            await ledger.submit([members(OWNER, "rel", [], created_at=start)], origin=OPERATOR)
+            await ledger.submit(
+                [claim(OWNER, "rel", "after the removal", created_at=start + 1)], origin=OPERATOR
+            )
         finally:
             await pool.close()
         go.set()

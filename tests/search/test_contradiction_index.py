@@ -96,7 +96,7 @@ async def test_contradiction_search_reads_its_index(db_url: str) -> None:
 
 
 async def explain(conn: asyncpg.Connection, text: str) -> dict[str, Any]:
-    from tms.ledger.records import limited
+    from tms.ledger.read.records import limited
     from tms.search.search import _SQL_CONTRADICTIONS_KEYWORD
 
     sql = limited(_SQL_CONTRADICTIONS_KEYWORD, 10)

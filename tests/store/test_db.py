@@ -10,13 +10,13 @@ import pytest
 from factories import claim, contradiction, evidence, link, members, profile, terms
 from publishing import publish
 
+from tms.errors import is_database_down
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.kinds import KINDS
 from tms.store.database import (
     DatabaseError,
     Migration,
-    is_database_down,
     load_migrations,
     migrate,
     sql_dir,

@@ -14,6 +14,7 @@ from factories import Live, claim, evidence, key, link, members, profile, terms
 from playwright.sync_api import Browser, Page, expect
 
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 
 ALICE: Final = key(0xD1)  # approved owner of the collection
 BOB: Final = key(0xD2)  # a member
@@ -49,7 +50,7 @@ REASON: Final = "Self-reported quality improved, but measured sleep did not: wea
 def world(site: Live) -> None:
     async def seed(ledger: Ledger) -> None:
         await ledger.approve([ALICE.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(ALICE),
                 profile(ALICE, "Alice"),
@@ -60,7 +61,8 @@ def world(site: Live) -> None:
                 CLAIM,
                 SUPPORT,
                 HEDGE,
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, seed)

@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, Page, expect
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.nostr.nip19 import npub_encode
+from tms.rules.admission import OPERATOR
 from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 OWNER: Final = SecretKey(bytes([0xB1]) * 32)  # approved; owns "lab"; a profile with a typo
@@ -44,7 +45,7 @@ SEEDED: dict[str, Any] = {}
 def seed(site: Live) -> None:
     async def work(ledger: Ledger) -> None:
         await ledger.approve([OWNER.pubkey, NEWBIE.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(OWNER),
                 profile(OWNER, "Olvie Ownr", about="human: runs the lab", created_at=STANDING),
@@ -59,7 +60,8 @@ def seed(site: Live) -> None:
                 CLAIM,
                 BACKS,
                 HEDGES,
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, work)
@@ -194,7 +196,9 @@ def test_a_removed_member_s_open_page_says_it_is_no_longer_live(
     expect(page.locator("#live-stopped")).to_have_count(0)
 
     async def remove(ledger: Ledger) -> None:
-        await ledger.publish([members(OWNER, "shared", [], created_at=int(time.time()))])
+        await ledger.submit(
+            [members(OWNER, "shared", [], created_at=int(time.time()))], origin=OPERATOR
+        )
 
     on_ledger(site.database_url, remove)
     stopped = page.locator("#live-stopped")

@@ -30,10 +30,10 @@ def serve(host: str | None, port: int | None) -> int:
     (the embedded PostgreSQL stops with the last process using it)."""
     import uvicorn
 
+    from tms.app import create_app
     from tms.http.protocol import GuardedHttpProtocol
     from tms.http.websocket import uvicorn_options
     from tms.relay.limits import MAX_MESSAGE_BYTES
-    from tms.web.app import create_app
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
     # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
@@ -210,6 +210,7 @@ async def _serve_stdio(settings: Settings, signer: SecretKey | None) -> None:
     from mcp.server.stdio import stdio_server
 
     from tms.mcp.server import build_server
+    from tms.rules.admission import Door
     from tms.runtime import open_runtime
 
     async with (
@@ -217,7 +218,7 @@ async def _serve_stdio(settings: Settings, signer: SecretKey | None) -> None:
         open_runtime(settings, model_first=True) as runtime,
     ):
         hint = None if signer is not None else UNSIGNED_HINT
-        server = build_server(runtime.tools(signer, unsigned_hint=hint))
+        server = build_server(runtime.tools(Door.STDIO, signer, unsigned_hint=hint))
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -21,8 +21,9 @@ from starlette.routing import Route as StarletteRoute
 from tms.extension.api import Auth
 from tms.extension.registry import PluginRoute
 from tms.http.login import request_url
+from tms.http.statuses import Refused
 from tms.nostr import nip98
-from tms.web.door import Refused, door_of, services_of
+from tms.web.door import door_of, services_of
 
 # Who calls: the key `auth` proves, or a refusal raised.
 Authenticate = Callable[[Request, Auth], Awaitable[str]]

@@ -2,7 +2,7 @@
 matched against events.
 
 Pure: the relay parses a REQ or COUNT's filters here, the ledger turns them into SQL
-(`tms.ledger.filters`), and live delivery matches each new event with `Filter.matches`, so a
+(`tms.ledger.read.filters`), and live delivery matches each new event with `Filter.matches`, so a
 filter means one thing everywhere. A filter that cannot be honoured is refused with a message
 saying which field and why (`FilterError`), never silently widened or narrowed.
 

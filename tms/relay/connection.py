@@ -83,7 +83,9 @@ class Connection:
             address=address,
             pubkey=pubkey,
         )
-        self.publishing = Publishing(relay, self.outbox, slug=slug, address=address)
+        self.publishing = Publishing(
+            relay, self.outbox, slug=slug, address=address, pubkey=lambda: self.auth.pubkey
+        )
         self.negentropy = Negentropy(relay, self.outbox, self.gate, address=address)  # NIP-77
 
     # --- what the hub needs of a connection (`tms.relay.live.Client`) --------------------------

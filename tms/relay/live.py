@@ -1,4 +1,4 @@
-"""Live subscriptions: each event the commit feed hands over (`tms.ledger.feed`) goes to every
+"""Live subscriptions: each event the commit feed hands over (`tms.ledger.read.feed`) goes to every
 open subscription on this process whose collections hold it and whose filters match it, once.
 
 A subscription is registered before its stored answer is read, and holds what arrives meanwhile
@@ -11,7 +11,7 @@ answer's to send or not (its filters and `limit` said), never live ones.
 
 A profile or terms event belongs to no collection: it goes to the subscriptions over collections
 whose people (owner, and every key a member list named) include its signer, as the stored
-answer has it (`tms.ledger.filters`).
+answer has it (`tms.ledger.read.filters`).
 
 A member list changes who may read: the hub sees every collection's member lists in that
 collection's commit order, and at once revokes or grants the collection in the gate of every
@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from tms import metrics
-from tms.ledger.filters import Stored, StoredEvents
+from tms.ledger.read.filters import Stored, StoredEvents
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
 from tms.relay.budget import Budget, size_of

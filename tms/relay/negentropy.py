@@ -16,11 +16,11 @@ many sessions share it (`ItemCache.lease`: sessions of one collection share its 
 NEG-OPEN whose list would take the process past it is refused ("blocked:", try again), unless the
 process holds nothing else (one session always fits, as one message does). Before, a few hundred
 sessions of two million items each could hold the machine's memory. The list is built once per
-session (`tms.ledger.negentropy_items`: from the collection's list this process keeps, brought up
-to date with what was committed since, or read from an index), as a task of its own that a
-NEG-CLOSE, a NEG-OPEN replacing it or the connection's end cancels (a NEG-MSG waits for its
-NEG-OPEN's answer); sealing it and answering a message run in a worker thread, so that a large
-list never holds the event loop.
+session (`tms.ledger.read.negentropy_items`: from the collection's list this process keeps,
+brought up to date with what was committed since, or read from an index), as a task of its own
+that a NEG-CLOSE, a NEG-OPEN replacing it or the connection's end cancels (a NEG-MSG waits for
+its NEG-OPEN's answer); sealing it and answering a message run in a worker thread, so that a
+large list never holds the event loop.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection
-from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import TooMany, negentropy_items
 from tms.nostr.negentropy import NegentropyError, Responder
 from tms.relay.gate import Gate
 from tms.relay.limits import MAX_NEG_RECORDS, MAX_NEG_SESSIONS, NEG_FRAME_BYTES

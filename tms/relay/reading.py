@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection, Reader
-from tms.ledger.filters import BIG_BYTES, PAGE, Stored
+from tms.ledger.read.filters import BIG_BYTES, PAGE, Stored
 from tms.nostr.filters import Filter
 from tms.relay import messages
 from tms.relay.budget import size_of
@@ -43,9 +43,9 @@ from tms.relay.messages import CountMessage, Refused, ReqMessage
 from tms.relay.outbox import Outbox
 from tms.relay.prefixes import failure
 from tms.relay.shared import ROUTE, Relay
+from tms.rules.kinds import KINDS, searchable_kinds
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, UNSCOPED, Slug
 
-SEARCHABLE: Final = frozenset({KIND_CLAIM, KIND_CONTRADICTION})
 FEED_WAIT_SECONDS: Final = 10.0
 FEED_NOT_READY: Final = (
     "error: live delivery is not ready (the database is not answering yet); try again shortly"
@@ -93,16 +93,15 @@ class Reading:
                 f"invalid: {len(self.subs)} subscriptions are open on this connection, this "
                 f"relay's max_subscriptions is {MAX_SUBSCRIPTIONS}: CLOSE one first",
             )
+        searchable = searchable_kinds()
         for wanted in message.filters:
             if (
                 wanted.search is not None
                 and wanted.kinds is not None
-                and not wanted.kinds & SEARCHABLE
+                and not wanted.kinds & searchable
             ):
-                raise Refused(
-                    message.sub_id,
-                    "invalid: search covers claims (kind 4702) and contradictions (kind 4704) only",
-                )
+                covered = " and ".join(f"{KINDS[n].plural} (kind {n})" for n in sorted(searchable))
+                raise Refused(message.sub_id, f"invalid: search covers {covered} only")
         self._may_start(message.sub_id)
         try:
             await asyncio.wait_for(self.relay.feed.ready.wait(), FEED_WAIT_SECONDS)
@@ -217,7 +216,7 @@ class Reading:
 
     async def _search(self, scope: Scope, wanted: Filter) -> list[Stored]:
         assert wanted.search is not None
-        kinds = (wanted.kinds or frozenset({KIND_CLAIM})) & SEARCHABLE
+        kinds = (wanted.kinds or frozenset({KIND_CLAIM})) & searchable_kinds()
         limit = min(MAX_SEARCH_RESULTS, DEFAULT_LIMIT if wanted.limit is None else wanted.limit)
         if limit <= 0:
             return []
@@ -229,13 +228,15 @@ class Reading:
         search = self.relay.search
         hits: list[tuple[float, str]] = []
         for readable in readables:
-            if KIND_CLAIM in kinds:
-                found = await search.claims(readable, wanted.search, "vector", limit)
-                for item in found["items"]:
-                    hits.append((_score(item), item["id"]))
-            if KIND_CONTRADICTION in kinds:
-                for info in await search.contradictions(readable, wanted.search, limit):
-                    hits.append((_score(info), info["id"]))
+            for kind in sorted(kinds):
+                if kind == KIND_CLAIM:  # the ledger's own searches, for the kinds that have one
+                    found = await search.claims(readable, wanted.search, "vector", limit)
+                    hits.extend((_score(item), item["id"]) for item in found["items"])
+                elif kind == KIND_CONTRADICTION:
+                    for info in await search.contradictions(readable, wanted.search, limit):
+                        hits.append((_score(info), info["id"]))
+                else:  # any other searchable kind, by its entry (`Search.events`)
+                    hits.extend(await search.events(readable, kind, wanted.search, limit))
         hits.sort()
         ranked = [event_id for _, event_id in hits]
         found_events = await self.relay.stored.by_ids(scope, ranked)

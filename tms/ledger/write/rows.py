@@ -1,38 +1,31 @@
 """What a publish stores, as rows: computed here from the judged `Plan`, once, for both ways of
 writing them, so that a single PostgreSQL and a Citus cluster store the same rows.
 
-A single PostgreSQL inserts them in one statement of data-modifying CTEs (`tms.ledger.writes`);
-a Citus cluster in one plain statement per table, each routed to its collection's shard
-(`tms.ledger.routed`). The kinds' typed rows come from the kinds' registry
-(`tms.rules.kinds.KINDS`); the counts kept beside them (sql/008, sql/009) are added up here.
-Other parts of the ledger that store rows with a publish (the transparency log, the claims'
-keys) hand them to the write as `Rows` too.
+A single PostgreSQL inserts them in one statement of data-modifying CTEs
+(`tms.ledger.write.writes`); a Citus cluster in one plain statement per table, each routed to its
+collection's shard (`tms.ledger.write.routed`). The kinds' typed rows come from the kinds' registry
+(`tms.rules.kinds.KINDS`); the counts kept beside them (sql/008, sql/009) are added up here. Other
+parts of the ledger that store rows with a publish (the transparency log, the claims' keys) hand
+them to the write as `Rows` too.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
-from tms.ledger.anchors import ANCHOR_COLUMNS, anchor_row
-from tms.rules.kinds import KINDS, Columns, Table
+from tms.ledger.statement import Rows
+from tms.ledger.write.anchors import ANCHOR_COLUMNS, anchor_row
+from tms.rules.kinds import (
+    KINDS,
+    Columns,
+    Table,
+    claim_count_columns,
+    collection_count_columns,
+)
 from tms.rules.publish import Plan
 from tms.types import EventId, PubKey, Slug
-
-
-@dataclass(frozen=True, slots=True)
-class Rows:
-    """Rows another part of the ledger stores with a publish's write, in its transaction (the
-    transparency log's, the claims' keys): inserted by the one statement
-    (`tms.ledger.writes.write`) or by a statement of their own on Citus (`tms.ledger.routed`).
-    `suffix` follows the rows (an `ON CONFLICT` clause)."""
-
-    table: str
-    columns: Columns  # (name, SQL type), in the rows' order
-    rows: list[tuple[Any, ...]]
-    suffix: str = ""
 
 
 def typed_rows(plan: Plan) -> dict[Table, list[tuple[Any, ...]]]:
@@ -48,9 +41,9 @@ def typed_rows(plan: Plan) -> dict[Table, list[tuple[Any, ...]]]:
 
 
 # Values that are not the column's bound value as it is: a member list is JSON text in its kind's
-# row (`Kind.rows`). The one statement (tms.ledger.writes) turns it into the column's text[] by
-# SQL over the bound value (`VALUE`, `{}`); a plain INSERT ... VALUES (tms.ledger.routed), where
-# Citus allows no subquery, binds it decoded, as that SQL type (`DECODED`).
+# row (`Kind.rows`). The one statement (tms.ledger.write.writes) turns it into the column's text[]
+# by SQL over the bound value (`VALUE`, `{}`); a plain INSERT ... VALUES (tms.ledger.write.routed),
+# where Citus allows no subquery, binds it decoded, as that SQL type (`DECODED`).
 VALUE: Final = {"members": "ARRAY(SELECT json_array_elements_text({}::json))"}
 DECODED: Final[dict[str, tuple[str, Callable[[Any], Any]]]] = {"members": ("text[]", json.loads)}
 
@@ -104,14 +97,16 @@ _HEAD_REPLACED: Final = """
     SET list_id = EXCLUDED.list_id, created_at = EXCLUDED.created_at"""
 
 
-# A claim_counts row's counted columns (sql/008), in order: what `Kind.claim_counts` names.
-_CLAIM_COUNTS: Final = ("supports", "qualifies", "rebuts", "findings")
-# A claim's counts row: its id, its collection, then its counted columns.
-CountRow = tuple[EventId, Slug, int, int, int, int]
-COUNT_TYPES: Final[Columns] = (
-    *(("claim_id", "text"), ("collection", "text")),
-    *((column, "int") for column in _CLAIM_COUNTS),
-)
+# A claim's counts row: its id, its collection, then each of `claim_count_columns()`.
+CountRow = tuple[Any, ...]
+
+
+def count_types() -> Columns:
+    """A claim's counts row's columns, with their SQL types."""
+    return (
+        *(("claim_id", "text"), ("collection", "text")),
+        *((column, "int") for column in claim_count_columns()),
+    )
 
 
 def claim_counts(plan: Plan) -> tuple[list[CountRow], list[CountRow]]:
@@ -119,6 +114,7 @@ def claim_counts(plan: Plan) -> tuple[list[CountRow], list[CountRow]]:
     batch adds to the claims it names that were stored before (links by relation,
     contradictions as findings: `Kind.claim_counts`). A target that is not a claim (a link, a
     contradiction, evidence) has no row, so adding to it updates nothing."""
+    columns = claim_count_columns()
     counted: dict[EventId, list[Any]] = {}
     new: set[EventId] = set()
     for p in plan.accepted:
@@ -126,49 +122,43 @@ def claim_counts(plan: Plan) -> tuple[list[CountRow], list[CountRow]]:
         if counts is None or p.collection is None:
             continue
         for claim_id, column in counts(p.event.id, p.content):
-            row = counted.setdefault(claim_id, [p.collection, 0, 0, 0, 0])
+            row = counted.setdefault(claim_id, [p.collection, *(0 for _ in columns)])
             if column is None:  # the claim itself: its row is new
                 new.add(claim_id)
             else:
-                row[1 + _CLAIM_COUNTS.index(column)] += 1
+                row[1 + columns.index(column)] += 1
     rows: list[CountRow] = [(claim_id, *rest) for claim_id, rest in counted.items()]
     return [r for r in rows if r[0] in new], [r for r in rows if r[0] not in new]
 
 
-# What a batch adds to claims stored before: {rows} binds COUNT_TYPES' arrays, {slugs} the
-# collections they are in. The update names its collections as a constant array too: Citus
-# then sends it to their shards only (the join to the batch's rows alone would reach every
-# shard).
-SQL_COUNTS_ADDED: Final = """
-    UPDATE claim_counts AS t SET
-        supports = t.supports + u.s, qualifies = t.qualifies + u.q,
-        rebuts = t.rebuts + u.r, findings = t.findings + u.f
-    FROM unnest({rows}) AS u(id, collection, s, q, r, f)
-    WHERE t.collection = ANY({slugs}) AND t.claim_id = u.id AND t.collection = u.collection"""
-
-
-# A collection_counts row's columns (sql/009), in order: what `Kind.counted` names.
-_COLLECTION_COUNTS: Final = ("evidence", "claims", "links", "contradictions")
-_COLLECTION_TYPES: Final[Columns] = (
-    ("collection", "text"),
-    *((column, "bigint") for column in _COLLECTION_COUNTS),
-)
-# The upsert that adds a batch's counts to what a collection's row holds.
-_COLLECTION_COUNTED: Final = """
-    ON CONFLICT (collection) DO UPDATE SET
-        evidence = t.evidence + excluded.evidence,
-        claims = t.claims + excluded.claims,
-        links = t.links + excluded.links,
-        contradictions = t.contradictions + excluded.contradictions"""
+def counts_added_sql(rows: str, slugs: str) -> str:
+    """What a batch adds to claims stored before: `rows` binds `count_types()`' arrays, `slugs`
+    the collections they are in. The update names its collections as a constant array too:
+    Citus then sends it to their shards only (the join to the batch's rows alone would reach
+    every shard)."""
+    columns = claim_count_columns()
+    added = ", ".join(f"{c} = t.{c} + u.{c}" for c in columns)
+    return f"""
+    UPDATE claim_counts AS t SET {added}
+    FROM unnest({rows}) AS u(claim_id, collection, {", ".join(columns)})
+    WHERE t.collection = ANY({slugs}) AND t.claim_id = u.claim_id
+      AND t.collection = u.collection"""
 
 
 def collection_counts(plan: Plan) -> Rows:
-    """What the batch adds to each collection's record counts: one row per collection, and a
-    row for each collection it creates (every collection has one, as the migration made)."""
-    added: dict[Slug, list[int]] = {slug: [0, 0, 0, 0] for slug, *_ in plan.new_collections}
+    """What the batch adds to each collection's record counts (`Kind.counted`): one row per
+    collection, and a row for each collection it creates (every collection has one, as the
+    migration made)."""
+    columns = collection_count_columns()
+    added: dict[Slug, list[int]] = {slug: [0] * len(columns) for slug, *_ in plan.new_collections}
     for p in plan.accepted:
         column = KINDS[p.event.kind].counted
         if column is not None and p.collection is not None:
-            added.setdefault(p.collection, [0, 0, 0, 0])[_COLLECTION_COUNTS.index(column)] += 1
+            added.setdefault(p.collection, [0] * len(columns))[columns.index(column)] += 1
     rows = [(slug, *counts) for slug, counts in added.items()]
-    return Rows("collection_counts AS t", _COLLECTION_TYPES, rows, _COLLECTION_COUNTED)
+    types: Columns = (("collection", "text"), *((column, "bigint") for column in columns))
+    # The upsert that adds a batch's counts to what a collection's row holds.
+    upsert = "ON CONFLICT (collection) DO UPDATE SET " + ", ".join(
+        f"{c} = t.{c} + excluded.{c}" for c in columns
+    )
+    return Rows("collection_counts AS t", types, rows, f"\n    {upsert}")

@@ -1,7 +1,7 @@
 """The items of a NIP-77 session: (created_at, id) of the events a filter matches in what a
 reader may read, as `tms.nostr.negentropy.Items`.
 
-The rule of what a reader sees is the one REQ uses (`tms.ledger.filters`: the collections'
+The rule of what a reader sees is the one REQ uses (`tms.ledger.read.filters`: the collections'
 events, and the profiles and terms of their people), with the same SQL. A list longer than
 `cap` is not built: the caller refuses it.
 
@@ -11,7 +11,7 @@ Two ways to the collections' part, one answer:
   collection asks). This process keeps, per collection, every event's (created_at, id, kind)
   sorted by (created_at, id), and the `seq` up to which it holds them. A session first asks the
   database for the collection's events above that `seq` (the primary key's range: within a
-  collection `seq` grows in commit order, `tms.ledger.feed`, so those are exactly the events
+  collection `seq` grows in commit order, `tms.ledger.read.feed`, so those are exactly the events
   committed since), merges them in (a few events added to a million cost one copy, not a
   sort), then masks by kind and time. Only the first session of a collection in this process
   reads the whole list; a million items then cost a mask and a seal (about 0.1 s), not seconds
@@ -39,7 +39,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from tms.ledger.filters import Scope, _Query, slugs_of
+from tms.ledger.read.filters import Scope, _Query, slugs_of
 from tms.nostr.filters import Filter
 from tms.nostr.negentropy import ID_SIZE, Items, insertion_points, item_order
 from tms.rules.kinds import unscoped_kinds

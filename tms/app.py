@@ -1,36 +1,51 @@
-"""The HTTP front door: a Starlette app over the ledger service, assembled here from its
-route groups, with the one table that turns whatever a handler raises into its answer.
+"""The application, assembled beside the doors rather than inside any of them: the running
+service (`tms.runtime`), the relay's shared state (`tms.relay.shared`), the MCP server over
+`/mcp` (`tms.mcp`), the pages (`tms.web`), the witness (`tms.witness`), and the one HTTP route
+table every door serves, with the handlers that answer whatever a route raises.
 
-Routes (each group's table is its module's `ROUTES`):
+The registries extension code adds to are values here or beside their door, each failing
+start-up loudly on a name taken twice (`tms.registry.Collision`, naming both sides): the route
+table (`ROUTES`, `tms.http.routes.RouteTable`), the MCP tools (`tms.mcp.tools.TOOLS`) and the
+MCP prompts (`tms.mcp.prompts.PROMPTS`). What they hold when `create_app` is called is what the
+app serves.
 
-    tms.web.scrape      GET /metrics: Prometheus' text format, with `Authorization: Bearer
-                        $TMS_METRICS_TOKEN` only (tms.metrics); a 404 without a token
+The route table, in the order Starlette tries it (each group's own table is its module's
+`ROUTES`):
+
     tms.web.api         GET /healthz, /terms, /log-key; GET /c/<slug>/export.jsonl (members:
                         NIP-98 or the login cookie; `?checkpoint=1` ends with the log's
                         checkpoint line), /c/<slug>/checkpoint, /c/<slug>/consistency,
-                        /c/<slug>/tile/<path>; POST /mcp (tms.mcp)
+                        /c/<slug>/tile/<path>
+    tms.mcp.http        POST /mcp: MCP over streamable HTTP
+    tms.web.scrape      GET /metrics: Prometheus' text format, with `Authorization: Bearer
+                        $TMS_METRICS_TOKEN` only (tms.metrics); a 404 without a token
     tms.web.home        GET / (Connect; once logged in, home), GET /login/challenge,
                         POST /login, POST /logout, GET /collections/check (is a slug free?)
-    tms.web.collection  GET /c/<slug> (claims, search, evidence), /c/<slug>/members and
-                        /c/<slug>/members.json (the owner's member list editor and its head)
-    tms.web.reading     GET /c/<slug>/claims/<id>, /c/<slug>/evidence/<id>,
-                        /c/<slug>/claims.json (the "Contradicts…" picker)
     tms.web.submit      GET /submit; POST /publish, /fetch, /c/<slug>/lookup, /quotes/nearest;
                         GET /quotes/normalization.json
     tms.web.dashboard   GET /dashboard
     tms.web.docs        GET /docs, /docs.md: the user guide, for this server
-    tms.relay           WS / and /c/<slug> (NIP-01, 42, 45, 50); a GET of either with
-                        `Accept: application/nostr+json` is its NIP-11 document
+    tms.web.collection  GET /c/<slug> (claims, search, evidence), /c/<slug>/members and
+                        /c/<slug>/members.json (the owner's member list editor and its head)
+    tms.web.reading     GET /c/<slug>/claims/<id>, /c/<slug>/evidence/<id>,
+                        /c/<slug>/claims.json (the "Contradicts…" picker)
+    tms.witness.routes  POST /witness/add-checkpoint, GET /witness/key,
+                        /witness/<origin>/checkpoint (C2SP tlog-witness)
                         GET /static/...: the stylesheet and the pages' scripts
+    tms.relay.endpoint  WS / and /c/<slug> (NIP-01, 42, 45, 50, 77); a GET of either with
+                        `Accept: application/nostr+json` is its NIP-11 document (the pages'
+                        routes answer it, `tms.relay.endpoint.with_info`)
 
-Handlers raise; `tms.web.answers` answers (see `create_app`'s table): a page for a page (one
-404 page for whatever is missing or closed to the key), `{"error": "..."}` for everything else,
-401 with `WWW-Authenticate: Nostr` when credentials do not hold up, 503 when the database is
-down, and a bare 500 (logged, never a traceback on the wire) for anything unforeseen.
+Handlers raise; `tms.web.answers` answers (`EXCEPTION_HANDLERS`), each failure classified once
+(`tms.errors.outcome_of`) and given its status by the HTTP doors' one table
+(`tms.http.statuses`): a page for a page (one 404 page for whatever is missing or closed to the
+key), `{"error": "..."}` for everything else, 401 with `WWW-Authenticate: Nostr` when
+credentials do not hold up, 503 when the database is down, and a bare 500 (logged, never a
+traceback on the wire) for anything unforeseen.
 
 Every answer is counted by door and outcome (`tms.http.metered`, outermost). Every response
-carries the security headers of `tms.web.security` (a Content-Security-Policy
-without inline script, whose only outside origins are the profile relays).
+carries the security headers of `tms.web.security` (a Content-Security-Policy without inline
+script, whose only outside origins are the profile relays).
 """
 
 from __future__ import annotations
@@ -44,56 +59,57 @@ from typing import Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import BaseRoute, Mount, WebSocketRoute
+from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from tms.config import Settings, load_secret
-from tms.errors import TMSError
-from tms.http.bodies import BodyError, Disconnected, MiB
+from tms.errors import TMSError, database_down_types
+from tms.http.bodies import Disconnected, MiB
 from tms.http.gate import Gate
 from tms.http.login import Keyring
 from tms.http.metered import Metered
+from tms.http.routes import RouteTable
+from tms.mcp import http as mcp_http
 from tms.mcp.http import McpFront
-from tms.relay.endpoint import relay_socket
+from tms.relay import endpoint as relay_endpoint
 from tms.relay.shared import open_relay
 from tms.runtime import Runtime, open_runtime
-from tms.store.database import DATABASE_DOWN
 from tms.web import answers, api, collection, dashboard, docs, home, reading, scrape, submit
 from tms.web.door import Door, NeedsLogin
 from tms.web.render import STATIC_DIR, Renderer
 from tms.web.security import SecurityHeaders
 from tms.witness import routes as witness_routes
 
-log = logging.getLogger("tms.web.app")
+log = logging.getLogger("tms.app")
 
-ROUTES: Final[list[BaseRoute]] = [
-    *api.ROUTES,
-    *scrape.ROUTES,
-    *home.ROUTES,
-    *submit.ROUTES,
-    *dashboard.ROUTES,
-    *docs.ROUTES,
-    *collection.ROUTES,
-    *reading.ROUTES,
-    *witness_routes.ROUTES,
-    Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
-    # the relay: a WebSocket upgrade on the root or a collection's page (tms.relay)
-    WebSocketRoute("/", relay_socket),
-    WebSocketRoute("/c/{slug}", relay_socket),
-    # ... and with a trailing slash, as some clients name every relay (NDK's URL normalizer
-    # adds one): the same relay, and its NIP-42 URL the same once normalized
-    WebSocketRoute("/c/{slug}/", relay_socket),
-]
+ROUTES: Final = RouteTable()
+for _group in (
+    api.ROUTES,
+    mcp_http.ROUTES,
+    scrape.ROUTES,
+    home.ROUTES,
+    submit.ROUTES,
+    dashboard.ROUTES,
+    docs.ROUTES,
+    collection.ROUTES,
+    reading.ROUTES,
+    witness_routes.ROUTES,
+    [Mount("/static", StaticFiles(directory=STATIC_DIR), name="static")],
+    relay_endpoint.ROUTES,
+):
+    ROUTES.extend(_group)
 
-# What a handler raises, and who answers it (the nearest class in an exception's ancestry).
+# Every failure goes to `answers.failed`, which classifies it once (`tms.errors.outcome_of`);
+# the driver's classes that may mean the database is down are named so that they are answered
+# where they are caught (a handler for `Exception` runs outermost, and Starlette re-raises after
+# it: a traceback in the log for every request an outage met).
 EXCEPTION_HANDLERS: Final = {
-    TMSError: answers.refused,  # every refusal: its status by its class, noted in the log
-    BodyError: answers.unreadable_body,
-    Disconnected: answers.unreadable_body,
+    TMSError: answers.failed,  # every refusal, a body that cannot be read included
+    Disconnected: answers.hung_up,
     NeedsLogin: answers.to_connect,
     HTTPException: answers.http_error,
-    **dict.fromkeys(DATABASE_DOWN, answers.database_down),
-    Exception: answers.internal_error,
+    **dict.fromkeys(database_down_types(), answers.failed),
+    Exception: answers.failed,
 }
 
 
@@ -151,7 +167,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
                 await front.close()
                 await door.close()
 
-    app = Starlette(routes=ROUTES, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(routes=list(ROUTES), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.state.settings = settings
     app.state.door = door
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)

@@ -38,8 +38,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from tms.errors import LogError
-from tms.ledger.rows import Rows
-from tms.ledger.writes import Statement, hold_locks
+from tms.ledger.locks import hold_locks
+from tms.ledger.statement import Rows, Statement
 from tms.results import CheckpointInfo
 from tms.rules.publish import Parsed
 from tms.store.database import Connection, Pool

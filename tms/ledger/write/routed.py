@@ -1,6 +1,6 @@
-"""The publish's writes on a Citus cluster: what `tms.ledger.writes.write` stores in one statement
-of data-modifying CTEs, stored instead as one plain statement per table, each sent by Citus
-straight to the collection's shard.
+"""The publish's writes on a Citus cluster: what `tms.ledger.write.writes.write` stores in one
+statement of data-modifying CTEs, stored instead as one plain statement per table, each sent by
+Citus straight to the collection's shard.
 
 Citus plans a statement of data-modifying CTEs one CTE at a time, each an INSERT ... SELECT that
 gathers its rows on the coordinator before passing them on: 14 ms of a one-claim publish's 30,
@@ -8,7 +8,7 @@ on the test cluster. A multi-row INSERT ... VALUES (or an UPDATE filtered on the
 routed as it stands: seven such statements took a quarter of that. A single PostgreSQL keeps the
 one statement, which is faster there.
 
-The rows are the same, computed by the same functions (`tms.ledger.rows`: `typed_rows`,
+The rows are the same, computed by the same functions (`tms.ledger.write.rows`: `typed_rows`,
 `claim_counts` and the rest, which read the kinds' registry, `tms.rules.kinds.KINDS`); the seq of
 the batch's events is drawn from the events' own sequence first, in one statement on the
 coordinator, and handed out in batch order, so the ledger's order is the batch's exactly as the
@@ -20,20 +20,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from tms.ledger.rows import (
+from tms.ledger.statement import Rows
+from tms.ledger.write.rows import (
     ANCHOR_TYPES,
-    COUNT_TYPES,
     DECODED,
-    SQL_COUNTS_ADDED,
-    Rows,
     anchor_rows,
     claim_counts,
     collection_counts,
+    count_types,
+    counts_added_sql,
     member_heads,
     membership_changes,
     typed_rows,
 )
-from tms.ledger.writes import Written
+from tms.ledger.write.writes import Written
 from tms.nostr.events import Event, compact_json
 from tms.rules.kinds import Columns, embedded_kinds
 from tms.rules.publish import Plan
@@ -65,8 +65,8 @@ async def write(
     members_before: dict[Slug, set[PubKey]],
     also: Sequence[Rows] = (),
 ) -> Written:
-    """Store `plan` as `tms.ledger.writes.write` does, and the rows `also` holds; return what
-    it stored, by collection (`tms.ledger.writes.notify`)."""
+    """Store `plan` as `tms.ledger.write.writes.write` does, and the rows `also` holds; return what
+    it stored, by collection (`tms.ledger.write.writes.notify`)."""
     accepted = plan.accepted
     seqs = sorted(r[0] for r in await conn.fetch(_SQL_SEQS, len(accepted)))
     seq = {p.event.id: s for p, s in zip(accepted, seqs, strict=True)}
@@ -94,12 +94,13 @@ async def write(
 
     new, added = claim_counts(plan)
     counted = [(claim_id, slug, seq[claim_id], *n) for claim_id, slug, *n in new]
-    await insert(conn, Rows("claim_counts", _NEW_COUNT_COLUMNS, counted))
+    types = count_types()
+    await insert(conn, Rows("claim_counts", (*types[:2], ("seq", "bigint"), *types[2:]), counted))
     for slug in sorted({row[1] for row in added}):  # one collection's claims a statement
         rows = [row for row in added if row[1] == slug]
-        sql = SQL_COUNTS_ADDED.format(
-            rows=", ".join(f"${n + 1}::{t}[]" for n, (_, t) in enumerate(COUNT_TYPES)),
-            slugs=f"${len(COUNT_TYPES) + 1}::text[]",
+        sql = counts_added_sql(
+            ", ".join(f"${n + 1}::{t}[]" for n, (_, t) in enumerate(types)),
+            f"${len(types) + 1}::text[]",
         )
         await conn.execute(sql, *(list(column) for column in zip(*rows, strict=True)), [slug])
     await insert(conn, collection_counts(plan))
@@ -162,10 +163,3 @@ def written_by_seq(plan: Plan, seq: Mapping[EventId, int]) -> Written:
 
 def _event(e: Event) -> tuple[str, str, int, int, str, str, str]:
     return e.id, e.pubkey, e.created_at, e.kind, compact_json(e.tags), e.content, e.sig
-
-
-_NEW_COUNT_COLUMNS: Final[Columns] = (
-    *COUNT_TYPES[:2],
-    ("seq", "bigint"),
-    *COUNT_TYPES[2:],
-)

@@ -6,11 +6,11 @@ In an append-only ledger a duplicate or a junk claim stays forever, so the page 
 - evidence by the sha256 of its exact text (UTF-8; the page hashes it with `crypto.subtle`, so
   a 2,000,000-character text never travels for this) or by its URL, through the indexes of
   sql/013;
-- claims by their key: sha256 of the text as quote matching normalizes it (`claim_key`), the
-  rule people know from quotes ("case, whitespace, curly quotes, dashes... are forgiven"). The
-  keys live in `claim_keys` (sql/013), written by the publish that stores each claim
-  (`key_rows`, written with the rest of its write) and, for claims stored before, by `backfill` at
-  start-up;
+- claims by their key: sha256 of the text as quote matching normalizes it
+  (`tms.rules.quotes.claim_key`), the rule people know from quotes ("case, whitespace, curly
+  quotes, dashes... are forgiven"). The keys live in `claim_keys` (sql/013), written by the
+  publish that stores each claim and, for claims stored before, at start-up
+  (`tms.ledger.write.claim_keys`);
 - references (`tms.rules.references`): a whole id, or the beginning of one, among the claims,
   links and contradictions of the collection, which a link may target.
 
@@ -20,28 +20,19 @@ cut to a few rows of a few hundred characters each.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any, Final, TypedDict
 
 from tms.ledger.access import ReadableCollection
-from tms.ledger.rows import Rows
-from tms.ledger.snapshots import OffLoop
-from tms.rules.kinds import Claim
-from tms.rules.publish import Parsed
-from tms.rules.quotes import normalize
 from tms.rules.references import MIN_LOOKUP_HEX, Reference
 from tms.store.database import Pool
-from tms.types import EventId, Slug
+from tms.types import EventId
 
 log = logging.getLogger(__name__)
 
 SHOWN_CHARS: Final = 300  # of a title, claim, quote or reason in an answer
 SAME_SHOWN: Final = 3  # stored records shown per duplicate found
-INLINE_KEY_CHARS: Final = 20_000  # claim texts hashed on the event loop up to this, in all
-BACKFILL_ROWS: Final = 500  # claims keyed per round of the back-fill
 
 
 class Found(TypedDict):
@@ -60,72 +51,6 @@ class SameEvidence(TypedDict):
     chars: int
     same_text: bool
     same_url: bool
-
-
-def claim_key(text: str) -> bytes:
-    """What two claims share when their texts differ only as quote matching forgives."""
-    return hashlib.sha256(normalize(text).encode("utf-8", "surrogatepass")).digest()
-
-
-def _keys(claims: Sequence[tuple[EventId, Slug, str]]) -> list[tuple[EventId, Slug, bytes]]:
-    return [(claim_id, slug, claim_key(text)) for claim_id, slug, text in claims]
-
-
-async def key_rows(accepted: Sequence[Parsed], run: OffLoop) -> Rows:
-    """Each accepted claim's key, for the publish's write to store. Normalizing is CPU work: a
-    batch holding more than `INLINE_KEY_CHARS` of claim text is keyed off the loop."""
-    claims = [
-        (p.event.id, p.content.collection, p.content.text)
-        for p in accepted
-        if isinstance(p.content, Claim)
-    ]
-    if not claims:
-        keyed = []
-    elif sum(len(text) for _, _, text in claims) <= INLINE_KEY_CHARS:
-        keyed = _keys(claims)
-    else:
-        keyed = await run(_keys, claims)
-    return Rows("claim_keys", _KEY_TYPES, list(keyed), _KEYED)
-
-
-_KEY_TYPES: Final = (("claim_id", "text"), ("collection", "text"), ("key", "bytea"))
-_KEYED: Final = " ON CONFLICT (claim_id, collection) DO NOTHING"
-
-
-_SQL_UNKEYED: Final = f"""
-    SELECT c.id, c.collection, c.text FROM claims c
-    WHERE NOT EXISTS (SELECT 1 FROM claim_keys k
-                      WHERE k.claim_id = c.id AND k.collection = c.collection)
-    ORDER BY c.seq LIMIT {BACKFILL_ROWS}"""
-_SQL_INSERT_KEYS: Final = """
-    INSERT INTO claim_keys (claim_id, collection, key)
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
-    ON CONFLICT (claim_id, collection) DO NOTHING"""
-
-
-async def backfill(pool: Pool) -> int:
-    """Key every stored claim that has no key yet (claims stored before sql/013), a few hundred
-    at a time, off the event loop; returns how many. Once all have keys a start-up costs one
-    anti-join that finds nothing."""
-    written = 0
-    while True:
-        rows = await pool.fetch(_SQL_UNKEYED)
-        if not rows:
-            break
-        keyed = await asyncio.to_thread(
-            _keys, [(r["id"], r["collection"], r["text"]) for r in rows]
-        )
-        del rows
-        await pool.execute(
-            _SQL_INSERT_KEYS,
-            [k[0] for k in keyed],
-            [k[1] for k in keyed],
-            [k[2] for k in keyed],
-        )
-        written += len(keyed)
-    if written:
-        log.info("keyed %d claims stored before claim keys existed", written)
-    return written
 
 
 # --- the look-ups ------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Final
 
 from tms.errors import LogError
 from tms.ledger.access import ReadableCollection
-from tms.ledger.tlog import STRIDE, TransparencyLog
+from tms.ledger.log.cosigned import Cosigned
+from tms.ledger.log.tree import STRIDE, TransparencyLog
 from tms.results import CheckpointInfo, ConsistencyProof, InclusionProof
 from tms.store.database import Connection, Pool
 from tms.tlog import tiles
@@ -31,7 +32,6 @@ from tms.tlog.merkle import (
 )
 from tms.tlog.tiles import Tile
 from tms.types import EventId, Slug
-from tms.witness.cosigned import Cosigned
 
 _SQL_LATEST: Final = """
     SELECT size, root, note FROM tlog_checkpoints WHERE collection = $1
@@ -70,7 +70,7 @@ class LogReads:
         self.cosigned = cosigned or Cosigned(pool, None)
 
     async def witnessed(self, readable: ReadableCollection) -> CheckpointInfo:
-        """The checkpoint a member is shown (`tms.witness.cosigned`): the newest meeting the
+        """The checkpoint a member is shown (`tms.ledger.log.cosigned`): the newest meeting the
         witness policy's quorum, else the newest any witness cosigned, else the latest signed;
         with the cosignatures it carries and whether they make the quorum."""
         latest = await self.checkpoint(readable)

@@ -2,7 +2,7 @@
 fields from the typed tables (never a document's text), a link's anchor, and what disputes each
 claim and each link the proof rests on (`tms.rules.cited`).
 
-Called by `Reads.cited` (`tms.ledger.reads`) with the collection of a `ReadableCollection`;
+Called by `Reads.cited` (`tms.ledger.read.reads`) with the collection of a `ReadableCollection`;
 every statement filters on it, so an id from elsewhere is simply absent and a proof can never
 learn another collection's contents (or that the id exists). The disputes are read as the proof
 is checked, never kept, so a dispute stored since the last check shows.

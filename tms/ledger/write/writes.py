@@ -2,15 +2,15 @@
 the locks, write what the rules accept, and announce what it wrote.
 
 Each step is one statement, so a publish costs few round trips whatever its batch holds: begin,
-lock (one per collection), snapshot (`tms.ledger.snapshots`, with one more per quoted evidence
+lock (one per collection), snapshot (`tms.ledger.write.snapshots`, with one more per quoted evidence
 stored before), write, notify, commit. The locks come in statements of their own, before the
-snapshot's (`tms.ledger.snapshots` says why). What the write stores is computed by
-`tms.ledger.rows`; other parts of the ledger that keep rows per collection (the transparency
+snapshot's (`tms.ledger.write.snapshots` says why). What the write stores is computed by
+`tms.ledger.write.rows`; other parts of the ledger that keep rows per collection (the transparency
 log, the claims' keys) hand theirs in as `Rows`, stored by the same statement rather than in
 round trips of their own.
 
 On a Citus cluster the same steps run with the write as one plain statement per table
-(`tms.ledger.routed`), every statement naming the collections it is about so that Citus sends
+(`tms.ledger.write.routed`), every statement naming the collections it is about so that Citus sends
 it to their worker; what is written is the same rows. Either way, the commit is announced
 afterwards by `notify`, from the `Written` ranges the write returns.
 """
@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
-from tms.ledger.rows import (
+from tms.ledger.statement import Rows, Statement
+from tms.ledger.write.rows import (
     ANCHOR_TYPES,
-    COUNT_TYPES,
-    SQL_COUNTS_ADDED,
     VALUE,
-    Rows,
     anchor_rows,
     claim_counts,
     collection_counts,
+    count_types,
+    counts_added_sql,
     member_heads,
     membership_changes,
     typed_rows,
@@ -47,7 +47,7 @@ from tms.types import KIND_MEMBERS, UNSCOPED, PubKey, Slug
 # only once the transaction commits, never for one that rolls back, and in commit order; and
 # since every collection's events (and all profiles and terms) are written under one lock, each
 # one's `seq` grows in commit order, so the feed can catch up from the last `seq` it saw of
-# each (tms.ledger.feed).
+# each (tms.ledger.read.feed).
 CHANNEL: Final = "tms_events"
 _SQL_NOTIFY: Final = f"SELECT count(pg_notify('{CHANNEL}', n)) FROM unnest($1::text[]) AS n"
 
@@ -55,39 +55,10 @@ _SQL_NOTIFY: Final = f"SELECT count(pg_notify('{CHANNEL}', n)) FROM unnest($1::t
 # seq, whether a member list is among them), what `notify` announces.
 Written = list[tuple[Slug | None, int, int, bool]]
 
-# One key's lock, taken where the key's rows live: the statement filters on the collection, so
-# on Citus it runs on the worker that holds the collection's shard (and the lock with it),
-# whichever node the server talks to; on a single PostgreSQL it is the same advisory lock as
-# ever. The count makes the row that carries the call whether or not the collection has one.
-_SQL_LOCK: Final = """
-    SELECT pg_advisory_xact_lock(hashtextextended($1, 7)), count(*)
-    FROM collection_counts WHERE collection = $1"""
-
-
-def lock_keys(batch: Sequence[Parsed]) -> tuple[str, ...]:
-    """What a batch locks: each collection it names, and one key for all profiles and terms."""
-    return tuple(sorted({p.collection or UNSCOPED for p in batch}))
-
 
 def collections(batch: Sequence[Parsed]) -> list[Slug]:
     """The collections a batch names, sorted (profiles and terms name none)."""
     return sorted({p.collection for p in batch if p.collection is not None})
-
-
-async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
-    """Serialize batches that touch the same collection (or any profile or terms), so that two
-    racing to create one collection end with one owner and a batch sent twice at once is
-    stored once."""
-    await hold_locks(conn, lock_keys(batch))
-
-
-async def hold_locks(conn: Connection, keys: Sequence[str]) -> None:
-    """Take these lock keys (collections' slugs) until the transaction ends: also for work on
-    a collection outside a publish (building its log) that must not interleave with one. One
-    statement per key, in sorted order, so that two batches never wait on each other in a
-    cycle."""
-    for key in sorted(keys):
-        await conn.fetchval(_SQL_LOCK, key)
 
 
 async def write(
@@ -223,54 +194,23 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
     """`claim_counts` as two parts of the write statement: the new claims' rows inserted, with
     their seq from the events just inserted; the stored ones' updated."""
     inserted, added = claim_counts(plan)
+    types = count_types()
     if inserted:
         arrays = statement.arrays(
-            [([v[i] for v in inserted], sql_type) for i, (_, sql_type) in enumerate(COUNT_TYPES)]
+            [([v[i] for v in inserted], sql_type) for i, (_, sql_type) in enumerate(types)]
         )
+        names = [name for name, _ in types[2:]]
+        counted = ", ".join(names)
         statement.parts.append(
             f"""claim_new AS (
-                INSERT INTO claim_counts
-                    (claim_id, collection, seq, supports, qualifies, rebuts, findings)
-                SELECT u.id, u.collection, e.seq, u.s, u.q, u.r, u.f
-                FROM unnest({arrays}) AS u(id, collection, s, q, r, f)
-                JOIN e ON e.id = u.id)"""
+                INSERT INTO claim_counts (claim_id, collection, seq, {counted})
+                SELECT u.claim_id, u.collection, e.seq, {", ".join(f"u.{c}" for c in names)}
+                FROM unnest({arrays}) AS u(claim_id, collection, {counted})
+                JOIN e ON e.id = u.claim_id)"""
         )
     if added:
         arrays = statement.arrays(
-            [([v[i] for v in added], sql_type) for i, (_, sql_type) in enumerate(COUNT_TYPES)]
+            [([v[i] for v in added], sql_type) for i, (_, sql_type) in enumerate(types)]
         )
         slugs = statement.arrays([(sorted({v[1] for v in added}), "text")])
-        statement.parts.append(
-            f"claim_counted AS ({SQL_COUNTS_ADDED.format(rows=arrays, slugs=slugs)})"
-        )
-
-
-class Statement:
-    """One statement of data-modifying CTEs, and the arrays it binds."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.args: list[Any] = []
-        self.result = "SELECT 1"  # the statement's own query, after its CTEs
-
-    def arrays(self, columns: list[tuple[list[Any], str]]) -> str:
-        """Bind each column as an array; the SQL that reads them, for `unnest(...)`."""
-        placeholders = []
-        for values, sql_type in columns:
-            self.args.append(values)
-            placeholders.append(f"${len(self.args)}::{sql_type}[]")
-        return ", ".join(placeholders)
-
-    def insert(self, name: str, rows: Rows) -> None:
-        """A CTE named `name` inserting `rows`."""
-        arrays = self.arrays(
-            [([r[i] for r in rows.rows], sql_type) for i, (_, sql_type) in enumerate(rows.columns)]
-        )
-        names = ", ".join(column for column, _ in rows.columns)
-        self.parts.append(
-            f"{name} AS (INSERT INTO {rows.table} ({names}) "
-            f"SELECT * FROM unnest({arrays}){rows.suffix})"
-        )
-
-    def sql(self) -> str:
-        return "WITH " + ",\n".join(self.parts) + "\n" + self.result
+        statement.parts.append(f"claim_counted AS ({counts_added_sql(arrays, slugs)})")

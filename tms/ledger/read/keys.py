@@ -3,10 +3,12 @@ whether the key signed the current terms, its current profile, the names of a pa
 a collection's current member list with its head (id and created_at), against which a page
 tells whether a newer list stands.
 
-These take a bare key or slug, not a capability: a key's terms and profile are its own, names
-are shown beside records the caller may already read, and a member list is shown to its owner
-only (the members pages ask `Access.owns` first) or reduced to whether a name is taken (the
-create form, for keys approved to create collections).
+A collection's member list is read with a capability (`tms.ledger.access`): a
+`ReadableCollection` (its members read it beside its records) or the owner's `OwnedCollection`
+(the editor's head). The rest take a bare key or slug: a key's terms and profile are its own,
+names are shown beside records the caller may already read, and whether a name is taken
+(`taken_by`) is what the create form asks for keys approved to create collections, which could
+learn the same by publishing into the slug.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from tms.ledger import records
+from tms.ledger.access import ReadableCollection
+from tms.ledger.read import records
 from tms.results import MemberListInfo, ProfileInfo
 from tms.rules.terms import current_terms
 from tms.store.database import Pool
@@ -37,6 +40,7 @@ _SQL_MEMBER_LIST: Final = """
     WHERE c.slug = $1"""
 # When a key was added: the created_at of the first stored member list that named it, in each
 # collection (a key removed and added again is a member since the first time).
+_SQL_OWNER: Final = "SELECT owner FROM collections WHERE slug = $1"
 _SQL_MEMBER_SINCE: Final = """
     SELECT DISTINCT ON (collection) collection, created_at FROM member_lists
     WHERE collection = ANY($2::text[]) AND $1 = ANY(members)
@@ -72,6 +76,11 @@ class Keys:
         async with self.pool.acquire() as conn:
             return await records.authors(conn, pubkeys)
 
+    async def taken_by(self, slug: Slug) -> PubKey | None:
+        """Who owns the collection of this name (None: the name is free)."""
+        owner: PubKey | None = await self.pool.fetchval(_SQL_OWNER, slug)
+        return owner
+
     async def member_since(self, pubkey: PubKey, slugs: Iterable[Slug]) -> dict[Slug, int]:
         """When the key was added to each of `slugs` (the created_at of the first member list
         naming it): the home page's "Member since", which the collection's own creation time
@@ -79,10 +88,10 @@ class Keys:
         rows = await self.pool.fetch(_SQL_MEMBER_SINCE, pubkey, list(slugs))
         return {row["collection"]: row["created_at"] for row in rows}
 
-    async def member_list(self, slug: Slug) -> MemberListInfo | None:
+    async def member_list(self, readable: ReadableCollection) -> MemberListInfo | None:
         """The current list in the order it was signed, with its head; None for no such
         collection. Without a list yet, `members` is empty and the head null."""
-        row = await self.pool.fetchrow(_SQL_MEMBER_LIST, slug)
+        row = await self.pool.fetchrow(_SQL_MEMBER_LIST, readable.slug)
         if row is None:
             return None
         signed = row["signed"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import Final, Literal
 
-from tms.ledger import records
 from tms.ledger.access import Reader
+from tms.ledger.read import records
 from tms.results import (
     Activity,
     ActivityBucket,

@@ -2,14 +2,14 @@
 one-off back-fill of the links stored before there were anchors, or before anchors kept their
 context.
 
-A new link's anchor is written by the publish that stores it (its row made by `tms.ledger.rows`),
-computed in the same pass that finds its quote. Links stored earlier get theirs at start-up:
-`backfill` reads the evidence they quote one document at a time, anchors every quote of it off the
-event loop, and inserts the rows; an anchor stored before its context was (sql/012) gets its context
-from the same read. A link whose anchor is whole is never looked at again, so once every link has
-one a start-up costs two anti-joins. Two servers starting at once may both compute an anchor; the
-first insert wins and the other is dropped (`ON CONFLICT DO NOTHING`), and a context is only ever
-written where there is none.
+A new link's anchor is written by the publish that stores it (its row made by
+`tms.ledger.write.rows`), computed in the same pass that finds its quote. Links stored earlier get
+theirs at start-up: `backfill` reads the evidence they quote one document at a time, anchors every
+quote of it off the event loop, and inserts the rows; an anchor stored before its context was
+(sql/012) gets its context from the same read. A link whose anchor is whole is never looked at
+again, so once every link has one a start-up costs two anti-joins. Two servers starting at once may
+both compute an anchor; the first insert wins and the other is dropped (`ON CONFLICT DO NOTHING`),
+and a context is only ever written where there is none.
 """
 
 from __future__ import annotations

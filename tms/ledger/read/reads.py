@@ -6,11 +6,10 @@ what it holds, so no query can return another collection's rows whatever ids it 
 Searching by text is `tms.search`'s job.
 
 Each method's SQL sits in the method, but for what a proof's tree prints of the events it cites
-(`tms.ledger.cited`); results come out in SPEC's shapes through `tms.ledger.records`. Every
-listing reads a page, never the whole collection: list_claims' count sorts read the top of an
-index over counts kept as links are stored (sql/008). What the reading pages show (texts cut,
-quotes in their stored context, never an evidence text read whole) is read by
-`tms.ledger.excerpts`.
+(`tms.ledger.read.cited`); results come out in SPEC's shapes through `tms.ledger.read.records`.
+Every listing reads a page, never the whole collection: list_claims' count sorts read the top of an
+index over counts kept as links are stored (sql/008). What the reading pages show (texts cut, quotes
+in their stored context, never an evidence text read whole) is read by `tms.ledger.read.excerpts`.
 """
 
 from __future__ import annotations
@@ -19,18 +18,18 @@ import json
 from collections.abc import Collection
 from typing import Any, Final
 
-from tms.ledger import disputes, excerpts, records
 from tms.ledger.access import ReadableCollection, Reader
-from tms.ledger.cited import cited_events
-from tms.ledger.disputes import Disputes
-from tms.ledger.excerpts import (
+from tms.ledger.read import disputes, excerpts, records
+from tms.ledger.read.cited import cited_events
+from tms.ledger.read.disputes import Disputes
+from tms.ledger.read.excerpts import (
     EvidenceWindow,
     NamedClaim,
     QuoteContext,
     ShownContradiction,
     ShownLink,
 )
-from tms.ledger.records import limited, page_size
+from tms.ledger.read.records import limited, page_size
 from tms.results import (
     ClaimSummary,
     CollectionInfo,
@@ -147,7 +146,7 @@ class Reads:
     ) -> dict[EventId, Cited]:
         """What a proof's tree prints of the cited events in the readable collection: kinds
         and short fields from the typed tables, never a document's text; a link's anchor; and
-        what disputes each claim in this collection (`tms.ledger.cited`). An id from elsewhere
+        what disputes each claim in this collection (`tms.ledger.read.cited`). An id from elsewhere
         is simply absent, so a proof can never learn another collection's contents (or that
         the id exists)."""
         if not ids:
@@ -325,7 +324,7 @@ class Reads:
             rows = await conn.fetch(sql, readable.slug)
             return await records.contradictions(conn, readable.slug, rows)
 
-    # --- what the reading pages show: every text cut (tms.ledger.excerpts) -----------------
+    # --- what the reading pages show: every text cut (tms.ledger.read.excerpts) -----------------
 
     async def shown_links(
         self,
@@ -344,7 +343,7 @@ class Reads:
     async def link_disputes(
         self, readable: ReadableCollection, link_ids: list[EventId]
     ) -> dict[EventId, Disputes]:
-        """The REBUTS links aimed at each of the links a page shows (`tms.ledger.disputes`)."""
+        """The REBUTS links aimed at each of the links a page shows (`tms.ledger.read.disputes`)."""
         async with self.pool.acquire() as conn:
             return await disputes.link_disputes(conn, readable.slug, link_ids)
 

@@ -1,4 +1,4 @@
-"""What a publish reads in its transaction, under its locks (`tms.ledger.writes.lock`), for the
+"""What a publish reads in its transaction, under its locks (`tms.ledger.locks.lock`), for the
 rules to judge it against: the ledger as the batch finds it (`snapshot`), and where each quote
 of the batch's links sits in its evidence (`quotes`).
 
@@ -17,7 +17,8 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
-from tms.ledger.writes import collections, lock_keys
+from tms.ledger.locks import lock_keys
+from tms.ledger.write.writes import collections
 from tms.rules.anchors import Verdict
 from tms.rules.publish import (
     Parsed,

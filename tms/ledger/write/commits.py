@@ -19,19 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tms.errors import PublishError
-from tms.ledger import lookups, routed, snapshots, writes
-from tms.ledger.snapshots import OffLoop
-from tms.ledger.tlog import STATE_SQL, TransparencyLog
+from tms.errors import PublishError, is_database_down
+from tms.ledger.locks import lock, lock_keys
+from tms.ledger.log.tree import STATE_SQL, TransparencyLog
+from tms.ledger.write import claim_keys, routed, snapshots, writes
+from tms.ledger.write.snapshots import OffLoop
 from tms.results import CheckpointInfo
 from tms.rules.expected import Expected, check_expected
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
 from tms.store import citus
-from tms.store.database import Pool, is_database_down
+from tms.store.database import Pool
 from tms.types import Slug
 
 MAX_GROUP_BATCHES: Final = 64
@@ -40,6 +41,49 @@ MAX_GROUP_EVENTS: Final = 2000  # a group stops growing here (one batch may be 1
 
 # A batch's plan, with the checkpoints its transaction signed (its group's: they cover it).
 Committed = tuple[Plan, dict[Slug, CheckpointInfo]]
+Queued = asyncio.Future[Committed]  # a batch in its lane's queue, until it is committed or not
+
+
+class Turn:
+    """One client's batches, taken in the order it sent them (a relay connection's EVENTs,
+    which it does not wait to be answered before sending the next).
+
+    Each batch's checks (`Ledger.submit`) begin once the batch before it has joined its lane's
+    queue or failed, so they join their queues in the order they were sent and are judged in
+    that order, usually committed together (a link may follow its evidence). A batch for other
+    lanes than the one before it first waits until the batches queued before it are committed:
+    what it may depend on is stored before it is judged."""
+
+    def __init__(self) -> None:
+        self._last: asyncio.Future[None] | None = None  # done once the last batch has queued
+        self._lanes: tuple[str, ...] = ()
+        self._queued: set[Queued] = set()  # this client's batches queued, not yet committed
+
+    @contextlib.asynccontextmanager
+    async def next(self) -> AsyncIterator[None]:
+        """A batch's turn: entered once the batch before it has queued or failed."""
+        before = self._last
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last = mine
+        try:
+            if before is not None:
+                await asyncio.shield(before)  # a batch that gives up never cancels its elder
+            yield
+        finally:
+            mine.set_result(None)
+            if self._last is mine:
+                self._last = None
+
+    async def join(self, lanes: tuple[str, ...], enqueue: Callable[[], Queued]) -> Queued:
+        """Queue a batch for `lanes` (inside `next`), after the batches queued before it for
+        other lanes are committed."""
+        if lanes != self._lanes and self._queued:
+            await asyncio.wait(set(self._queued))
+        self._lanes = lanes
+        queued = enqueue()
+        self._queued.add(queued)
+        queued.add_done_callback(self._queued.discard)
+        return queued
 
 
 @dataclass(slots=True)
@@ -61,13 +105,14 @@ class GroupCommitter:
         self.run = quotes_off_loop
         self.log = log
         self._lanes: dict[tuple[str, ...], _Lane] = {}
-        self._routed: bool | None = None  # writes one statement per table (tms.ledger.routed)
+        self._routed: bool | None = None  # writes one statement per table (tms.ledger.write.routed)
 
-    async def commit(self, batch: list[Parsed], expected: Expected | None = None) -> Committed:
-        """The batch judged and, if it passes, committed; or its `PublishError` (or the
-        database's error). `expected`: the collections' state the batch was made against,
-        checked under their locks before the rules judge it."""
-        keys = writes.lock_keys(batch)
+    def enqueue(self, batch: list[Parsed], expected: Expected | None = None) -> Queued:
+        """The batch in its lane's queue, now: what it becomes, once judged and (if it passes)
+        committed, or its `PublishError` (or the database's error). `expected`: the
+        collections' state the batch was made against, checked under their locks before the
+        rules judge it. Batches enqueued in an order are judged in that order."""
+        keys = lock_keys(batch)
         lane = self._lanes.setdefault(keys, _Lane())
         waiting = _Waiting(batch, asyncio.get_running_loop().create_future(), expected)
         # A caller that goes away does not stop its batch: its answer is just not read.
@@ -75,7 +120,7 @@ class GroupCommitter:
         lane.waiting.append(waiting)
         if lane.task is None:
             lane.task = asyncio.create_task(self._drain(keys, lane), name="tms-commit")
-        return await asyncio.shield(waiting.done)
+        return waiting.done
 
     async def _drain(self, keys: tuple[str, ...], lane: _Lane) -> None:
         try:
@@ -109,7 +154,7 @@ class GroupCommitter:
         everything = [item for waiting in group for item in waiting.batch]
         outcomes: list[Plan | Exception] = []
         async with self.pool.acquire() as conn, conn.transaction():
-            await writes.lock(conn, everything)
+            await lock(conn, everything)
             snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL})
             snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
             members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
@@ -130,13 +175,13 @@ class GroupCommitter:
             signed: dict[Slug, CheckpointInfo] = {}
             if merged.accepted:
                 log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
-                keys = await lookups.key_rows(merged.accepted, self.run)  # sql/013
+                keys = await claim_keys.key_rows(merged.accepted, self.run)  # sql/013
                 if self._routed is None:  # learnt once: whether the ledger is on Citus
                     self._routed = await citus.is_distributed(conn)
                 write = routed.write if self._routed else writes.write
                 written = await write(conn, merged, members_before, [*log_rows.rows(), keys])
                 # Announced in the same transaction, whichever way it wrote: delivered at
-                # commit (the relay's live subscriptions, tms.ledger.feed).
+                # commit (the relay's live subscriptions, tms.ledger.read.feed).
                 await writes.notify(conn, written)
                 signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]

@@ -1,19 +1,18 @@
 """The commit feed: every event committed through any door of any server process on this
 database, handed over once, in commit order, after its transaction commits.
 
-Each publish notifies `tms.ledger.writes.CHANNEL`, in its transaction after its write, with, per
-collection it wrote (null for profiles and terms), the first and last `seq` it gave them and a
-`lists` flag, true when a member list is among them (`tms.ledger.writes.notify`): a collection
-nobody here listens to is fetched only then, and only its member lists, since a new list
-changes who may read it (a connection's key may gain the collection). PostgreSQL delivers a
-notification only when its transaction commits, never for one that rolls back, and delivers
-them in commit order. The feed listens on a connection of its own and fetches the events each
-names.
+Each publish notifies `tms.ledger.write.writes.CHANNEL`, in its transaction after its write, with,
+per collection it wrote (null for profiles and terms), the first and last `seq` it gave them and a
+`lists` flag, true when a member list is among them (`tms.ledger.write.writes.notify`): a collection
+nobody here listens to is fetched only then, and only its member lists, since a new list changes who
+may read it (a connection's key may gain the collection). PostgreSQL delivers a notification only
+when its transaction commits, never for one that rolls back, and delivers them in commit order. The
+feed listens on a connection of its own and fetches the events each names.
 
 Why `seq` can be caught up from: the global `seq` is not commit order (a transaction may take a
 lower `seq` and commit after one that took a higher), but every collection's events are written
 under that collection's lock, and all profiles and terms under one lock of their own
-(`tms.ledger.writes.lock_keys`), so *within* a collection (and within the unscoped events) `seq`
+(`tms.ledger.locks.lock_keys`), so *within* a collection (and within the unscoped events) `seq`
 grows in commit order. The feed keeps, for each, the last `seq` it handed over (`seen`): a
 notification at or below it is one already handed over, and after the listening connection is
 lost and made again, each collection's events above it are exactly what was missed. The
@@ -37,10 +36,10 @@ from typing import Any, Final
 
 import asyncpg
 
-from tms.errors import one_line
-from tms.ledger.filters import BIG_BYTES, Stored, StoredEvents
-from tms.ledger.writes import CHANNEL
-from tms.store.database import Pool, application_name, is_database_down
+from tms.errors import is_database_down, one_line
+from tms.ledger.read.filters import BIG_BYTES, Stored, StoredEvents
+from tms.ledger.write.writes import CHANNEL
+from tms.store.database import Pool, application_name
 from tms.store.outage import Outage
 from tms.types import KIND_MEMBERS, UNSCOPED, Slug
 

@@ -3,7 +3,7 @@ was read, for the page's live part (`tms/web/static/live.js`) to tell the events
 the page was rendered from those it shows already.
 
 A relay's stored answer is newest first in the ledger's own order (`seq`, which grows in commit
-order within a collection: `tms.ledger.feed`), so the events it sends before this one are
+order within a collection: `tms.ledger.read.feed`), so the events it sends before this one are
 exactly those committed since. `created_at` could not say it: it is the signer's claim.
 
 The look-up reads at most the collection's `WINDOW` newest events, whatever the collection holds:

@@ -24,8 +24,8 @@ from typing import Final
 
 import asyncpg
 
-from tms.ledger import records
-from tms.ledger.records import page_size
+from tms.ledger.read import records
+from tms.ledger.read.records import page_size
 from tms.store.database import Connection
 from tms.types import EventId, PubKey, Slug
 

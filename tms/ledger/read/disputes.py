@@ -4,7 +4,7 @@ A link is disputed by publishing a REBUTS link whose `to` is its id (SPEC: "To d
 ..., publish a link whose `to` is that event's id"). Wherever a link is shown, its disputes are
 shown with it: the claim page and the evidence page mark it (`disputes`), `get_links` lists
 their ids (`disputed_by`), and `check_proof` names the cited links that are disputed
-(`tms.ledger.cited`). A SUPPORTS link aimed at a link backs it and marks nothing.
+(`tms.ledger.read.cited`). A SUPPORTS link aimed at a link backs it and marks nothing.
 
 One statement for a whole page of links, each link's look-up walking its own entries of the
 `(collection, to_id)` index and reading at most `MAX_LINK_DISPUTES` + 1 of them (the one more
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from tms.ledger import records
-from tms.ledger.excerpts import REASON_CHARS, TITLE_CHARS, Cut
+from tms.ledger.read import records
+from tms.ledger.read.excerpts import REASON_CHARS, TITLE_CHARS, Cut
 from tms.store.database import Connection
 from tms.types import EventId, PubKey, Slug
 
