@@ -240,11 +240,11 @@ def test_tools_and_prompts_colliding_with_another_plugins() -> None:
 
 
 def test_a_route_declared_twice() -> None:
-    routes = [Route("/x/{id}", handler, ("GET", "POST")), Route("/x/{other}/", handler, ("POST",))]
+    routes = [Route("/x/{id}", handler, ("GET", "POST")), Route("/x/{other}", handler, ("POST",))]
     extensions = assemble(Plugin("a", routes=routes))
     message = collides(lambda: extensions.route_table(RouteTable()))
     assert message == (
-        "route 'POST /plugins/a/x/{other}/' of plugin 'a' collides with route "
+        "route 'POST /plugins/a/x/{other}' of plugin 'a' collides with route "
         "'GET,POST /plugins/a/x/{id}' of plugin 'a'"
     )
     # the same path in two plugins is two paths: each plugin has its prefix

@@ -70,8 +70,9 @@ def describe(route: BaseRoute) -> str:
 
 def same_path(path: str) -> str:
     """A path as collisions compare it: parameters alike whatever their names and converters
-    (`/c/{slug}` and `/c/{name:path}` both match `/c/x`), no trailing slash."""
-    return _PARAMETER.sub("{}", path).rstrip("/") or "/"
+    (`/c/{slug}` and `/c/{name:path}` both match `/c/x`). A trailing slash makes another path,
+    as Starlette matches it (`/c/{slug}/` is the relay's route for clients that add one)."""
+    return _PARAMETER.sub("{}", path)
 
 
 def _same_requests(a: BaseRoute, b: BaseRoute) -> bool:
