@@ -229,10 +229,11 @@ class Ledger:
             return batch, Action.ACCEPT
         decision = await self.admission.admit([item.event for item in batch], origin)
         if decision.action is Action.REJECT:
-            blocked = Blocked(decision.message or BLOCKED_BY_POLICY)
+            blocked, signer = Blocked(decision.message or BLOCKED_BY_POLICY), batch[0].event
             if decision.event is not None and 0 <= decision.event < len(batch):
-                blocked.located(located_at(decision.event, batch[decision.event].event.id))
-            raise blocked.refused_as(Refusal.BLOCKED, batch[0].event.pubkey)
+                signer = batch[decision.event].event
+                blocked.located(located_at(decision.event, signer.id))
+            raise blocked.refused_as(Refusal.BLOCKED, signer.pubkey)
         return batch, decision.action
 
     async def _shadow(
