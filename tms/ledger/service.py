@@ -192,7 +192,7 @@ class Ledger:
                 queued = (
                     None
                     if action is Action.SHADOW_REJECT
-                    else self._commits.enqueue(batch, expected)
+                    else self._enqueue(batch, expected, origin)
                 )
             else:
                 async with turn.next():
@@ -200,17 +200,23 @@ class Ledger:
                     queued = None
                     if action is not Action.SHADOW_REJECT:
                         queued = await turn.join(
-                            lock_keys(batch), lambda: self._commits.enqueue(batch, expected)
+                            lock_keys(batch), lambda: self._enqueue(batch, expected, origin)
                         )
             if queued is None:  # shadow-rejected: a publish's answer, nothing stored
                 outcome[0] = "refused"
                 return await self._shadow(batch, origin, wait_for_vectors)
-            if self.after_commit is not None:  # told at commit, whoever still waits for it
-                queued.add_done_callback(functools.partial(_told, self.after_commit, origin))
             result, plan = await self._committed(batch, queued, wait_for_vectors)
         for item in plan.accepted:
             metrics.EVENTS_STORED.labels(kind_name(item.event.kind)).inc()
         return result
+
+    def _enqueue(self, batch: list[Parsed], expected: Expected | None, origin: Origin) -> Queued:
+        """The batch in its lanes' queue; once it commits, told to the after-commit hooks, whoever
+        still waits for its answer (a client gone meanwhile does not stop either)."""
+        queued = self._commits.enqueue(batch, expected)
+        if self.after_commit is not None:
+            queued.add_done_callback(functools.partial(_told, self.after_commit, origin))
+        return queued
 
     async def _admit(
         self, events: object, origin: Origin, within: Slug | None, now: int | None
