@@ -65,7 +65,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from tms.config import Settings, load_secret
-from tms.errors import TMSError, database_down_types
+from tms.errors import TMSError, database_down_types, one_line
 from tms.extension.loading import Extensions, load_extensions
 from tms.http.bodies import Disconnected, MiB
 from tms.http.gate import Gate
@@ -119,13 +119,14 @@ EXCEPTION_HANDLERS: Final = {
 async def _serve_mcp(
     runtime: Runtime, extensions: Extensions, front: McpFront, stop: asyncio.Event
 ) -> None:
-    """Build the MCP server and run its session manager until `stop`. Should it fail to start,
-    `/mcp` answers that the server is starting: the log says why."""
-    server = await asyncio.to_thread(importlib.import_module, "tms.mcp.server")
+    """Build the MCP server and run its session manager until `stop`. Should it fail to be
+    built, `/mcp` answers 503 saying so in one line, and the log holds the traceback."""
     try:
+        server = await asyncio.to_thread(importlib.import_module, "tms.mcp.server")
         built = server.build_server(runtime.tools(), extensions.prompts_served)
-    except Exception:
+    except Exception as exc:
         log.exception("the MCP server could not be built")
+        front.failed(one_line(exc, 200))
         raise
     endpoint, manager = server.http_endpoint(built)
     async with manager.run():
