@@ -41,6 +41,7 @@ from typing import Any, Final
 
 import asyncpg
 import httpx
+from profiling import CpuClock, PgPerf, Spy
 from serving import Server, Signer, call, free_port
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -51,6 +52,10 @@ from tms.store.database import embedded_url, start_embedded
 WINDOW: Final = 16  # un-acknowledged events per connection
 COMPETITOR: Final = "nostr-relay==1.14"
 VENV: Final = Path.home() / ".cache" / "tms-bench" / "nostr-relay-1.14"
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -387,7 +392,11 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                 },
             )
         tms_url = server.url.replace("http", "ws") + "/c/bench"
-        runs = ((16, ns.events, WINDOW), (1, ns.events // 4, WINDOW), (1, ns.events // 8, 1))
+        sizes = {(16, 16): ns.events, (1, 16): ns.events // 4, (1, 1): ns.events // 8}
+        runs = []
+        for run_name in ns.runs.split(","):
+            c, w = (int(x) for x in run_name.split("x"))
+            runs.append((c, sizes.get((c, w), ns.events // 4), w))
         for connections, count, window in runs if competitor is not None else ():
             assert competitor is not None
             events = [
@@ -398,13 +407,26 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                 for n in range(count)
             ]
             figures = []
-            for name, url in (("nostr-relay", competitor.url), ("TMS", tms_url)):
-                rate, acks, accepted = asyncio.run(write_run(url, events, connections, window))
+            sides = (
+                ("nostr-relay", competitor.url, competitor.proc.pid, tmp / "none"),
+                ("TMS", tms_url, server.pid, tmp / "data"),
+            )
+            for name, url, pid, data in sides:
+                clock = CpuClock(pid, data)
+                spied = perfed = native = None
+                if ns.profile is not None and name == "TMS":
+                    spied = ns.profile / f"relay-c{connections}-w{window}.txt"
+                    perfed = ns.profile / f"relay-c{connections}-w{window}.perf"
+                    native = ns.profile / f"relay-c{connections}-w{window}-server.perf"
+                with Spy(pid, spied), PgPerf(data, perfed), PgPerf(data, native, pid):
+                    clock.restart()
+                    rate, acks, accepted = asyncio.run(write_run(url, events, connections, window))
+                    cpu = clock.per(len(events))
                 figures.append(rate)
                 print(
                     f"1. C={connections:<2} window {window:<2} {name:<11}: {rate:,.0f} events/s, "
                     f"ack p50 {ms(acks, 0.5)}, p99 {ms(acks, 0.99)}, "
-                    f"{accepted:,} of {len(events):,} accepted",
+                    f"{accepted:,} of {len(events):,} accepted, load {load()}\n   {cpu}",
                     flush=True,
                 )
             target = (
@@ -445,6 +467,15 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=1000, help="idle connections (1,000)")
     parser.add_argument(
         "--parts", default="writes,fanout,memory", help="which parts to run (all three)"
+    )
+    parser.add_argument(
+        "--runs", default="16x16,1x16,1x1", help="the write runs, CxWINDOW (16x16,1x16,1x1)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="record the server with py-spy during each TMS write run, into this directory",
     )
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-bench-relay-") as tmp:
