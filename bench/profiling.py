@@ -75,19 +75,23 @@ class Reading:
 
 
 class CpuClock:
-    """CPU seconds of the server (with its children), its PostgreSQL (every process under the
+    """CPU seconds of the server (or with its children), its PostgreSQL (every process under the
     postmaster: backends that lived through the interval are counted whole, those that ended
     within it through the postmaster's waited-for children) and this process."""
 
-    def __init__(self, server_pid: int, data_dir: Path) -> None:
+    def __init__(self, server_pid: int, data_dir: Path, *, with_children: bool = False) -> None:
+        """`with_children`: the server's child processes count as the server (nostr-relay's
+        gunicorn worker); TMS's are its extraction workers, idle here, whose start-up would
+        be counted."""
         self.server_pid = server_pid
         self.data_dir = data_dir
+        self.with_children = with_children
         self._start = self.read()
 
     def read(self) -> Reading:
-        server = cpu_seconds(self.server_pid) + sum(
-            cpu_seconds(pid) for pid in children(self.server_pid)
-        )
+        server = cpu_seconds(self.server_pid)
+        if self.with_children:
+            server += sum(cpu_seconds(pid) for pid in children(self.server_pid))
         master = postmaster(self.data_dir)
         postgres = 0.0
         if master is not None:

@@ -375,7 +375,7 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
     parts = set(ns.parts.split(","))
     server = Server(env, tmp / "server.log")
     server.start()
-    competitor = NostrRelay(tmp) if "writes" in parts else None
+    competitor = NostrRelay(tmp) if "writes" in parts and not ns.tms_only else None
     signer = Signer()
     try:
         server.approve(signer.key.pubkey)
@@ -397,8 +397,7 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
         for run_name in ns.runs.split(","):
             c, w = (int(x) for x in run_name.split("x"))
             runs.append((c, sizes.get((c, w), ns.events // 4), w))
-        for connections, count, window in runs if competitor is not None else ():
-            assert competitor is not None
+        for connections, count, window in runs if "writes" in parts else ():
             events = [
                 signer.sign(
                     4702,
@@ -407,12 +406,11 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                 for n in range(count)
             ]
             figures = []
-            sides = (
-                ("nostr-relay", competitor.url, competitor.proc.pid, tmp / "none"),
-                ("TMS", tms_url, server.pid, tmp / "data"),
-            )
+            sides = [("TMS", tms_url, server.pid, tmp / "data")]
+            if not ns.tms_only:
+                sides.insert(0, ("nostr-relay", competitor.url, competitor.proc.pid, tmp / "none"))
             for name, url, pid, data in sides:
-                clock = CpuClock(pid, data)
+                clock = CpuClock(pid, data, with_children=name != "TMS")
                 spied = perfed = native = None
                 if ns.profile is not None and name == "TMS":
                     spied = ns.profile / f"relay-c{connections}-w{window}.txt"
@@ -430,9 +428,12 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                     flush=True,
                 )
             target = (
-                "   (target >= 2x)" if connections == 16 else "   (target: TMS ack p50 <= 2 ms)"
+                "   (target >= 7x and >= 6,000 events/s)"
+                if connections == 16
+                else "   (target: TMS ack p50 <= nostr-relay's)"
             )
-            print(f"   TMS / nostr-relay = {figures[1] / figures[0]:.2f}x{target}", flush=True)
+            if len(figures) == 2:
+                print(f"   TMS / nostr-relay = {figures[1] / figures[0]:.2f}x{target}", flush=True)
         if "fanout" in parts:
             database_url = asyncio.run(_database_url(tmp / "data"))
             fanning = fan_out(server, signer, database_url, ns.subscribers, ns.fanout, ns.procs)
@@ -470,6 +471,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--runs", default="16x16,1x16,1x1", help="the write runs, CxWINDOW (16x16,1x16,1x1)"
+    )
+    parser.add_argument(
+        "--tms-only", action="store_true", help="writes: TMS alone, without nostr-relay"
     )
     parser.add_argument(
         "--profile",
