@@ -5,6 +5,7 @@ cannot be used is one line and exit 1 rather than a traceback from inside the se
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import os
 import signal
@@ -20,6 +21,10 @@ from tms.nostr.events import SecretKey
 if TYPE_CHECKING:
     from tms.http.protocol import ConnectionLimits
 
+# The cyclic garbage collector's youngest generation is collected after this many allocations
+# (Python's default: 700). A publish allocates a few hundred containers that die young by
+# reference counting; at the default, collections took a tenth of the server's CPU under load.
+GC_YOUNG_THRESHOLD = 20_000
 SHUTDOWN_GRACE_SECONDS = 30  # in-flight requests (a long export) get this long to finish
 FILES_BESIDES_CONNECTIONS = 200  # database connections, workers, logs, the model's files
 
@@ -54,6 +59,8 @@ def serve(host: str | None, port: int | None) -> int:
         print(f"tms: {exc}", file=sys.stderr)
         return 1
     limits = _connection_limits(settings)
+    app = create_app(settings)
+    quiet_collector()
     origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     public = f" (public URL {settings.base_url})" if settings.base_url else ""
     print(f"tms: serving on {origin}{public}", flush=True)
@@ -62,7 +69,7 @@ def serve(host: str | None, port: int | None) -> int:
         where = f"[{where}]" if ":" in where else where
         print(f"tms: metrics on http://{where}:{settings.metrics_port}/metrics", flush=True)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=host,
         port=port,
         lifespan="on",
@@ -72,6 +79,17 @@ def serve(host: str | None, port: int | None) -> int:
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0
+
+
+def quiet_collector() -> None:
+    """Keep the cyclic garbage collector off what lives as long as the process: every object
+    made by the imports and the app so far is moved out of its generations (`gc.freeze`), so
+    that no full collection walks them again, and young collections come less often. Memory
+    freed by reference counting, nearly all of it, is unaffected."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def origin_warning(base_url: str | None, host: str) -> str | None:
