@@ -31,7 +31,7 @@ from tms.results import CheckpointInfo
 from tms.rules.expected import Expected, check_expected
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
 from tms.store import citus
-from tms.store.database import Pool, is_database_down
+from tms.store.database import Connection, Pool, is_database_down
 from tms.types import Slug
 
 MAX_GROUP_BATCHES: Final = 64
@@ -107,38 +107,49 @@ class GroupCommitter:
 
     async def _transaction(self, group: Sequence[_Waiting]) -> list[Committed | Exception]:
         everything = [item for waiting in group for item in waiting.batch]
+        async with self.pool.acquire() as conn:
+            if self._routed is None:  # learnt once: whether the ledger is on Citus
+                self._routed = await citus.is_distributed(conn)
+            keys = writes.lock_keys(everything)
+            async with writes.locked_transaction(conn, keys, routed=self._routed):
+                return await self._judged_and_written(conn, group, everything)
+
+    async def _judged_and_written(
+        self, conn: Connection, group: Sequence[_Waiting], everything: list[Parsed]
+    ) -> list[Committed | Exception]:
+        """In the transaction, under the locks: read, judge each batch, write all that passed."""
         outcomes: list[Plan | Exception] = []
-        async with self.pool.acquire() as conn, conn.transaction():
-            await writes.lock(conn, everything)
-            snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL})
-            snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
-            members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
-            passed: list[Plan] = []
-            for waiting in group:
-                trial = snapshot if len(group) == 1 else snapshot.copy()
-                try:
-                    if waiting.expected:
-                        check_expected(waiting.batch, trial, waiting.expected)
-                    plan = judge(waiting.batch, trial)
-                except PublishError as exc:
-                    outcomes.append(exc)
-                    continue
-                snapshot = _stored(trial, plan)
-                outcomes.append(plan)
-                passed.append(plan)
-            merged = _merge(passed)
-            signed: dict[Slug, CheckpointInfo] = {}
-            if merged.accepted:
-                log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
-                keys = await lookups.key_rows(merged.accepted, self.run)  # sql/013
-                if self._routed is None:  # learnt once: whether the ledger is on Citus
-                    self._routed = await citus.is_distributed(conn)
-                write = routed.write if self._routed else writes.write
-                written = await write(conn, merged, members_before, [*log_rows.rows(), keys])
-                # Announced in the same transaction, whichever way it wrote: delivered at
-                # commit (the relay's live subscriptions, tms.ledger.feed).
+        snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL})
+        snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
+        members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
+        passed: list[Plan] = []
+        for waiting in group:
+            trial = snapshot if len(group) == 1 else snapshot.copy()
+            try:
+                if waiting.expected:
+                    check_expected(waiting.batch, trial, waiting.expected)
+                plan = judge(waiting.batch, trial)
+            except PublishError as exc:
+                outcomes.append(exc)
+                continue
+            snapshot = _stored(trial, plan)
+            outcomes.append(plan)
+            passed.append(plan)
+        merged = _merge(passed)
+        signed: dict[Slug, CheckpointInfo] = {}
+        if merged.accepted:
+            log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
+            keys = await lookups.key_rows(merged.accepted, self.run)  # sql/013
+            # Announced in the same transaction, whichever way it wrote: delivered at commit
+            # (the relay's live subscriptions, tms.ledger.feed). The one statement of a single
+            # PostgreSQL announces what it wrote itself.
+            also = [*log_rows.rows(), keys]
+            if self._routed:
+                written = await routed.write(conn, merged, members_before, also)
                 await writes.notify(conn, written)
-                signed = log_rows.checkpoints()
+            else:
+                await writes.write(conn, merged, members_before, also, announce=True)
+            signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
 
 

@@ -17,8 +17,10 @@ afterwards by `notify`, from the `Written` ranges the write returns.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 from tms.ledger.rows import (
@@ -64,6 +66,14 @@ _SQL_LOCK: Final = """
     FROM collection_counts WHERE collection = $1"""
 
 
+# A single PostgreSQL's publish transaction begins with its locks, in the one message: `BEGIN`
+# and a lock per key, so that a publish costs a round trip less. The keys are bound as literals
+# (a message of several statements takes no parameters): slugs and UNSCOPED only, checked.
+_SQL_BEGIN: Final = "BEGIN"
+_SQL_LOCK_LITERAL: Final = "SELECT pg_advisory_xact_lock(hashtextextended('{key}', 7))"
+_LOCK_KEY: Final = re.compile(r"[a-z0-9~_.-]{1,64}")
+
+
 def lock_keys(batch: Sequence[Parsed]) -> tuple[str, ...]:
     """What a batch locks: each collection it names, and one key for all profiles and terms."""
     return tuple(sorted({p.collection or UNSCOPED for p in batch}))
@@ -90,18 +100,47 @@ async def hold_locks(conn: Connection, keys: Sequence[str]) -> None:
         await conn.fetchval(_SQL_LOCK, key)
 
 
+@contextlib.asynccontextmanager
+async def locked_transaction(
+    conn: Connection, keys: Sequence[str], *, routed: bool
+) -> AsyncIterator[None]:
+    """A transaction holding these lock keys (`hold_locks`) from its first statement, committed
+    when the block ends and rolled back when it raises. On a single PostgreSQL, `BEGIN` and the
+    locks go in one message; on Citus (`routed`), the locks are statements of their own, each
+    routed to its collection's worker."""
+    if routed or not all(_LOCK_KEY.fullmatch(key) for key in keys):
+        async with conn.transaction():
+            await hold_locks(conn, keys)
+            yield
+        return
+    locks = [_SQL_LOCK_LITERAL.format(key=key) for key in sorted(keys)]
+    await conn.execute(";\n".join([_SQL_BEGIN, *locks]))
+    try:
+        yield
+    except BaseException:
+        try:
+            await conn.execute("ROLLBACK")
+        except BaseException:  # the connection is broken, or still busy: never reuse it
+            conn.terminate()
+        raise
+    await conn.execute("COMMIT")
+
+
 async def write(
     conn: Connection,
     plan: Plan,
     members_before: dict[Slug, set[PubKey]],
     also: Sequence[Rows] = (),
+    *,
+    announce: bool = False,
 ) -> Written:
     """Insert the accepted events, their typed rows, their links' anchors, their places in the
     embedding queue, the collections they create, the member lists they make current and the
     rows `also` holds, in one statement: each part a data-modifying CTE over arrays (`unnest`),
     the typed rows joined to the events' new `seq`. `members_before`: each collection's
     members when the batch began, so that only the keys a new list adds or drops are
-    written. Returns what it stored, by collection (`notify`)."""
+    written. Returns what it stored, by collection (`notify`); with `announce`, the statement
+    has announced it already, as `notify` would (a round trip less)."""
     statement = Statement()
     events = [p.event for p in plan.accepted]
     e = statement.arrays(
@@ -171,7 +210,7 @@ async def write(
     for n, extra in enumerate(also):
         if extra.rows:
             statement.insert(f"also_{n}", extra)
-    statement.result = _SQL_WRITTEN
+    statement.result = _SQL_ANNOUNCED if announce else _SQL_WRITTEN
     rows = await conn.fetch(statement.sql(), *statement.args)
     return [
         (None if r["collection"] == UNSCOPED else r["collection"], r["lo"], r["hi"], r["lists"])
@@ -183,6 +222,14 @@ async def write(
 _SQL_WRITTEN: Final = f"""
     SELECT collection, min(seq) AS lo, max(seq) AS hi, bool_or(kind = {KIND_MEMBERS}) AS lists
     FROM e GROUP BY collection ORDER BY lo"""
+
+
+# The same, each row announced as `notify` announces it (pg_notify in the writing transaction:
+# delivered at commit), in the order of first seq.
+_SQL_ANNOUNCED: Final = f"""
+    SELECT w.*, pg_notify('{CHANNEL}', json_build_array(
+        nullif(w.collection, '{UNSCOPED}'), w.lo, w.hi, w.lists)::text) AS announced
+    FROM ({_SQL_WRITTEN}) AS w"""
 
 
 async def notify(conn: Connection, written: Written) -> None:
