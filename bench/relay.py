@@ -111,6 +111,16 @@ async def write_run(
     return len(events) / (time.perf_counter() - started), acks, accepted
 
 
+async def counted_write_run(
+    database_url: str, url: str, events: list[dict[str, Any]], connections: int, window: int
+) -> tuple[float, list[float], int, int]:
+    """`write_run`, and how many transactions committed the events (a notification each)."""
+    async with Commits(database_url) as commits:
+        rate, acks, accepted = await write_run(url, events, connections, window)
+        await asyncio.sleep(0.2)
+    return rate, acks, accepted, len(commits.ranges)
+
+
 # --- nostr-relay ---------------------------------------------------------------------------------
 
 
@@ -392,6 +402,7 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                 },
             )
         tms_url = server.url.replace("http", "ws") + "/c/bench"
+        database_url = asyncio.run(_database_url(tmp / "data"))
         sizes = {(16, 16): ns.events, (1, 16): ns.events // 4, (1, 1): ns.events // 8}
         runs = []
         for run_name in ns.runs.split(","):
@@ -418,8 +429,18 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                     native = ns.profile / f"relay-c{connections}-w{window}-server.perf"
                 with Spy(pid, spied), PgPerf(data, perfed), PgPerf(data, native, pid):
                     clock.restart()
-                    rate, acks, accepted = asyncio.run(write_run(url, events, connections, window))
+                    if name == "TMS":
+                        rate, acks, accepted, commits = asyncio.run(
+                            counted_write_run(database_url, url, events, connections, window)
+                        )
+                    else:
+                        rate, acks, accepted = asyncio.run(
+                            write_run(url, events, connections, window)
+                        )
+                        commits = 0
                     cpu = clock.per(len(events))
+                if commits:
+                    cpu += f"; {len(events) / commits:.1f} events per transaction"
                 figures.append(rate)
                 print(
                     f"1. C={connections:<2} window {window:<2} {name:<11}: {rate:,.0f} events/s, "
@@ -435,7 +456,6 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
             if len(figures) == 2:
                 print(f"   TMS / nostr-relay = {figures[1] / figures[0]:.2f}x{target}", flush=True)
         if "fanout" in parts:
-            database_url = asyncio.run(_database_url(tmp / "data"))
             fanning = fan_out(server, signer, database_url, ns.subscribers, ns.fanout, ns.procs)
             asyncio.run(fanning)
         if "memory" in parts:
