@@ -5,8 +5,8 @@ Publishes to one collection are serialized by its lock, so each used to wait for
 it to take the lock, read, write and commit in turn. Here they wait in a queue instead (one per
 set of lock keys, a "lane"), and the lane's task takes everything waiting into one transaction:
 one lock, one snapshot of what all the batches touch, every batch judged in arrival order
-against the state the ones before it left (on a copy, `Snapshot.copy`, so that a refused batch
-leaves nothing behind), one write for all that passed, one commit. Each caller still gets its
+against the state the ones before it left (a refused batch leaves nothing behind: `judge`
+takes back what it changed), one write for all that passed, one commit. Each caller still gets its
 own answer: its batch accepted whole, or its own refusal; the others are not touched by it. An
 acknowledged event is committed: no caller hears "accepted" before the commit.
 
@@ -34,7 +34,7 @@ from tms.store import citus
 from tms.store.database import Connection, Pool, is_database_down
 from tms.types import Slug
 
-MAX_GROUP_BATCHES: Final = 64
+MAX_GROUP_BATCHES: Final = 1000
 MAX_GROUP_EVENTS: Final = 2000  # a group stops growing here (one batch may be 1,000 alone)
 
 
@@ -75,7 +75,9 @@ class GroupCommitter:
         lane.waiting.append(waiting)
         if lane.task is None:
             lane.task = asyncio.create_task(self._drain(keys, lane), name="tms-commit")
-        return await asyncio.shield(waiting.done)
+        # Awaited as it is: a caller cancelled cancels its future, which the lane then skips
+        # (`_settle`), its batch committed or refused all the same.
+        return await waiting.done
 
     async def _drain(self, keys: tuple[str, ...], lane: _Lane) -> None:
         try:
@@ -122,20 +124,8 @@ class GroupCommitter:
         snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL})
         snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
         members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
-        passed: list[Plan] = []
-        for waiting in group:
-            trial = snapshot if len(group) == 1 else snapshot.copy()
-            try:
-                if waiting.expected:
-                    check_expected(waiting.batch, trial, waiting.expected)
-                plan = judge(waiting.batch, trial)
-            except PublishError as exc:
-                outcomes.append(exc)
-                continue
-            snapshot = _stored(trial, plan)
-            outcomes.append(plan)
-            passed.append(plan)
-        merged = _merge(passed)
+        passed = _judged(group, snapshot, outcomes)
+        merged = _merge([plan for _, plan in passed])
         signed: dict[Slug, CheckpointInfo] = {}
         if merged.accepted:
             log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
@@ -151,6 +141,28 @@ class GroupCommitter:
                 await writes.write(conn, merged, members_before, also, announce=True)
             signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
+
+
+def _judged(
+    group: Sequence[_Waiting], snapshot: Snapshot, outcomes: list[Plan | Exception]
+) -> list[tuple[_Waiting, Plan]]:
+    """Each batch of the group judged in order against the state the ones before it that
+    passed left, its plan or its refusal appended to `outcomes`; the batches that passed, with
+    their plans. All on the one snapshot: `judge` leaves it as it was when it refuses a batch,
+    so the cost of a group grows with its events, not with the square of its batches."""
+    passed: list[tuple[_Waiting, Plan]] = []
+    for waiting in group:
+        try:
+            if waiting.expected:
+                check_expected(waiting.batch, snapshot, waiting.expected)
+            plan = judge(waiting.batch, snapshot)
+        except PublishError as exc:
+            outcomes.append(exc)
+            continue
+        _stored(snapshot, plan)
+        outcomes.append(plan)
+        passed.append((waiting, plan))
+    return passed
 
 
 def _take(waiting: list[_Waiting]) -> list[_Waiting]:

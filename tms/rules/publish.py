@@ -11,9 +11,11 @@ collection gets exactly the message of a reference to nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from tms.errors import InvalidEvent, PublishError, QuoteNotFound, Refusal
 from tms.nostr.events import Event
@@ -118,25 +120,6 @@ class Snapshot:
     quotes: dict[EventId, Verdict] = field(default_factory=dict)
     evidence_texts: dict[EventId, str] = field(default_factory=dict)  # stored, quoted evidence
 
-    def copy(self) -> Snapshot:
-        """A copy to judge one batch of a group on, so that a refused batch leaves nothing
-        behind: every container is copied (and the sets inside `belongs_to` and `members`,
-        which the judge adds to); what they hold is immutable. `copy.deepcopy` did the same
-        at fifty times the cost, per batch of the group."""
-        return Snapshot(
-            stored_ids=set(self.stored_ids),
-            approved=set(self.approved),
-            terms_signed=set(self.terms_signed),
-            belongs_to={key: set(slugs) for key, slugs in self.belongs_to.items()},
-            owners=dict(self.owners),
-            members={slug: set(keys) for slug, keys in self.members.items()},
-            heads=dict(self.heads),
-            profiles=dict(self.profiles),
-            refs=dict(self.refs),
-            quotes=dict(self.quotes),
-            evidence_texts=dict(self.evidence_texts),
-        )
-
 
 @dataclass(slots=True)
 class Plan:
@@ -206,8 +189,13 @@ def with_nearest(refusal: QuoteNotFound, text: str) -> QuoteNotFound:
 class _Judge:
     def __init__(self, snapshot: Snapshot) -> None:
         self.s = snapshot
+        # How to take back each change made to the snapshot so far, should the batch be
+        # refused: a refused batch leaves the snapshot as it found it.
+        self._undo: list[Callable[[], object]] = []
         self.plan = Plan()
-        self.refs = dict(snapshot.refs)
+        # The batch's own events are added in front (a refused batch leaves the snapshot's as
+        # they were), without copying the snapshot's: a group's grows with every batch.
+        self.refs: ChainMap[EventId, Ref] = ChainMap({}, snapshot.refs)
         self.texts: dict[EventId, str] = {}  # the batch's own evidence, as the judge reaches it
         self.prepared: dict[EventId, PreparedText] = {}
         terms = current_terms()
@@ -215,6 +203,14 @@ class _Judge:
         self.replaceable: dict[tuple[Slug | PubKey, bool], EventId] = {}  # current, per name
 
     def judge(self, batch: Sequence[Parsed]) -> Plan:
+        try:
+            return self._judge(batch)
+        except BaseException:
+            for undo in reversed(self._undo):
+                undo()
+            raise
+
+    def _judge(self, batch: Sequence[Parsed]) -> Plan:
         seen: set[EventId] = set()
         for position, item in enumerate(batch):
             event_id = item.event.id
@@ -290,7 +286,7 @@ class _Judge:
                     "these are not the current terms: sign the current terms first "
                     f"(version {self.terms[0]}, sha256 {self.terms[1]}; see GET /terms)"
                 )
-            s.terms_signed.add(signer)
+            self._add(s.terms_signed, signer)
         elif signer not in s.terms_signed:
             raise PublishError(
                 f"pubkey {signer} must sign the current terms first (kind 4706, version "
@@ -303,8 +299,8 @@ class _Judge:
             return
         self._may_write_in(item)
         if s.owners.get(slug) is None:  # an approved key names a new collection: it creates it
-            s.owners[slug] = signer
-            s.belongs_to.setdefault(signer, set()).add(slug)
+            self._put(s.owners, slug, signer)
+            self._belong(signer, slug)
             self.plan.new_collections.append((slug, signer, event.id))
         for reference in KINDS[event.kind].references:
             for cited in reference.ids(content):
@@ -363,7 +359,7 @@ class _Judge:
         key = (event.created_at, event.id)
         head = self.s.profiles.get(event.pubkey)
         if head is None or newer(key, head):
-            self.s.profiles[event.pubkey] = key
+            self._put(self.s.profiles, event.pubkey, key)
             self.replaceable[(event.pubkey, False)] = event.id
 
     def _members(self, slug: Slug, event: Event, members: Members) -> None:
@@ -374,12 +370,37 @@ class _Judge:
             old, new = self.s.members.get(slug, set()), set(members.members)
             owner = self.s.owners[slug]
             for pubkey in old - new - {owner}:
-                self.s.belongs_to.get(pubkey, set()).discard(slug)
+                slugs = self.s.belongs_to.get(pubkey)
+                if slugs is not None and slug in slugs:
+                    slugs.discard(slug)
+                    self._undo.append(functools.partial(slugs.add, slug))
             for pubkey in new - old:
-                self.s.belongs_to.setdefault(pubkey, set()).add(slug)
-            self.s.heads[slug] = key
-            self.s.members[slug] = new
+                self._belong(pubkey, slug)
+            self._put(self.s.heads, slug, key)
+            self._put(self.s.members, slug, new)
             self.plan.member_lists[slug] = (event.created_at, event.id, list(members.members))
+
+    # --- changes to the snapshot, each recorded with its undoing ------------------------------
+
+    def _add(self, values: set[Any], value: Any) -> None:
+        if value not in values:
+            values.add(value)
+            self._undo.append(functools.partial(values.discard, value))
+
+    def _put(self, mapping: dict[Any, Any], key: Any, value: Any) -> None:
+        if key in mapping:
+            self._undo.append(functools.partial(mapping.__setitem__, key, mapping[key]))
+        else:
+            self._undo.append(functools.partial(mapping.pop, key, None))
+        mapping[key] = value
+
+    def _belong(self, pubkey: PubKey, slug: Slug) -> None:
+        """`pubkey` belongs to `slug` (`Snapshot.belongs_to`)."""
+        slugs = self.s.belongs_to.get(pubkey)
+        if slugs is None:
+            self._put(self.s.belongs_to, pubkey, {slug})
+        else:
+            self._add(slugs, slug)
 
 
 def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError:
@@ -397,5 +418,7 @@ def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError
 
 
 def judge(batch: Sequence[Parsed], snapshot: Snapshot) -> Plan:
-    """Decide the whole batch against `snapshot` (which it updates as the batch goes)."""
+    """Decide the whole batch against `snapshot`, which it updates as the batch goes: a batch
+    that passes leaves it as later batches must find it (terms signed, collections created,
+    member lists and profiles made current); a refused one leaves it as it was."""
     return _Judge(snapshot).judge(batch)
