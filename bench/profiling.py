@@ -135,7 +135,8 @@ class Spy:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [
-                *(binary, "record", "--nonblocking", "--format", "raw", "--rate", str(self.rate)),
+                *(binary, "record", "--nonblocking", "--gil", "--format", "raw"),
+                *("--rate", str(self.rate)),
                 *("--output", str(self.path), "--pid", str(self.pid)),
             ],
             stdout=subprocess.DEVNULL,
