@@ -3,16 +3,17 @@ judged together in the next one.
 
 Publishes to one collection are serialized by its lock, so each used to wait for the ones before
 it to take the lock, read, write and commit in turn. Here they wait in a queue instead (one per
-set of lock keys, a "lane"), and the lane's task takes everything waiting into one transaction:
-one lock, one snapshot of what all the batches touch, every batch judged in arrival order
-against the state the ones before it left (a refused batch leaves nothing behind: `judge`
-takes back what it changed), one write for all that passed, one commit. Each caller still gets its
-own answer: its batch accepted whole, or its own refusal; the others are not touched by it. An
-acknowledged event is committed: no caller hears "accepted" before the commit.
+set of lock keys, a "lane"), and the lane's task takes everything waiting at once: one lock,
+one snapshot of what all the batches touch, every batch judged in arrival order against the
+state the ones before it left (a refused batch leaves nothing behind: `judge` takes back what it
+changed), one write for all that passed, committed as one (`tms.ledger.writes` says how). Each
+caller still gets its own answer: its batch accepted whole, or its own refusal; the others are
+not touched by it. An acknowledged event is committed: no caller hears "accepted" before the
+commit.
 
-Should the group's transaction fail for any reason but a lost database, its batches are tried
-again one by one, each in a transaction of its own, so that an error rolls back only the batch
-that causes it.
+Should the group's write fail for any reason but a lost database, its batches are tried again
+one by one, each written on its own, so that an error rolls back only the batch that causes
+it.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class GroupCommitter:
 
     async def _commit_group(self, group: list[_Waiting]) -> None:
         try:
-            outcomes = await self._transaction(group)
+            outcomes = await self._transaction(group, settle=True)
         except Exception as exc:
             if len(group) == 1 or is_database_down(exc):
                 for waiting in group:
@@ -107,21 +108,39 @@ class GroupCommitter:
         for waiting, outcome in zip(group, outcomes, strict=True):
             _settle(waiting, outcome)
 
-    async def _transaction(self, group: Sequence[_Waiting]) -> list[Committed | Exception]:
+    async def _transaction(
+        self, group: Sequence[_Waiting], *, settle: bool = False
+    ) -> list[Committed | Exception]:
+        """The group locked, judged and written (`tms.ledger.writes`): on a single PostgreSQL,
+        the locks and the snapshot in one round trip and the write in one more, which commits
+        on its own; with `settle`, each caller gets its answer then, before the locks are let
+        go. On Citus, or while the log's origin may have to be recorded, in one transaction."""
         everything = [item for waiting in group for item in waiting.batch]
         async with self.pool.acquire() as conn:
             if self._routed is None:  # learnt once: whether the ledger is on Citus
                 self._routed = await citus.is_distributed(conn)
             keys = writes.lock_keys(everything)
-            async with writes.locked_transaction(conn, keys, routed=self._routed):
-                return await self._judged_and_written(conn, group, everything)
+            if self._routed or self.log.records_origin:
+                async with writes.locked_transaction(conn, keys, routed=self._routed):
+                    return await self._judged_and_written(conn, group, everything, None)
+            async with writes.session_locks(conn):
+                outcomes = await self._judged_and_written(conn, group, everything, keys)
+                if settle:  # committed: answered now, the locks let go after
+                    for waiting, outcome in zip(group, outcomes, strict=True):
+                        _settle(waiting, outcome)
+                return outcomes
 
     async def _judged_and_written(
-        self, conn: Connection, group: Sequence[_Waiting], everything: list[Parsed]
+        self,
+        conn: Connection,
+        group: Sequence[_Waiting],
+        everything: list[Parsed],
+        lock: Sequence[str] | None,
     ) -> list[Committed | Exception]:
-        """In the transaction, under the locks: read, judge each batch, write all that passed."""
+        """Under the locks (taken with the snapshot when `lock` names them): read, judge each
+        batch, write all that passed."""
         outcomes: list[Plan | Exception] = []
-        snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL})
+        snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL}, lock=lock)
         snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
         members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
         passed = _judged(group, snapshot, outcomes)

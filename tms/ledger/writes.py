@@ -1,22 +1,30 @@
-"""What a publish does in the database around the rules' judgment, inside its transaction: take
-the locks, write what the rules accept, and announce what it wrote.
+"""What a publish does in the database around the rules' judgment: take the locks, write what
+the rules accept, and announce what it wrote.
 
-Each step is one statement, so a publish costs few round trips whatever its batch holds: begin,
-lock (one per collection), snapshot (`tms.ledger.snapshots`, with one more per quoted evidence
-stored before), write, notify, commit. The locks come in statements of their own, before the
-snapshot's (`tms.ledger.snapshots` says why). What the write stores is computed by
-`tms.ledger.rows`; other parts of the ledger that keep rows per collection (the transparency
-log, the claims' keys) hand theirs in as `Rows`, stored by the same statement rather than in
-round trips of their own.
+Each step is one statement, so a publish costs few round trips whatever its batch holds. On a
+single PostgreSQL, two before its answer: the locks and the snapshot in one
+(`tms.ledger.snapshots.snapshot` with `lock`: session-level advisory locks taken by a function
+whose next statement reads with a fresh snapshot), then the write, one statement that commits
+on its own (atomic as any statement, durable when it returns, announcing what it stored in
+it), with one more per quoted evidence stored before; the locks are let go after the answer
+(`session_locks`). The lock keys are the same as a transaction's (`hold_locks`), so publishes
+and the log's building wait for each other whichever kind they take. What the write stores is
+computed by `tms.ledger.rows`; other parts of the ledger that keep rows per collection (the
+transparency log, the claims' keys) hand theirs in as `Rows`, stored by the same statement
+rather than in round trips of their own.
 
-On a Citus cluster the same steps run with the write as one plain statement per table
-(`tms.ledger.routed`), every statement naming the collections it is about so that Citus sends
-it to their worker; what is written is the same rows. Either way, the commit is announced
-afterwards by `notify`, from the `Written` ranges the write returns.
+A publish that may record the log's origin (`TransparencyLog.records_origin`) runs as one
+transaction instead (`locked_transaction`: BEGIN with the locks, snapshot, write, COMMIT), so
+that the origin is recorded only with the checkpoint it names. So does a publish on a Citus
+cluster, with the write as one plain statement per table (`tms.ledger.routed`), every statement
+naming the collections it is about so that Citus sends it to their worker; what is written is
+the same rows, and the commit is announced by `notify`, from the `Written` ranges the write
+returns.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -124,6 +132,26 @@ async def locked_transaction(
             conn.terminate()
         raise
     await conn.execute("COMMIT")
+
+
+@contextlib.asynccontextmanager
+async def session_locks(conn: Connection) -> AsyncIterator[None]:
+    """Every session-level advisory lock `conn` takes in the block (the snapshot's, with
+    `lock`) let go when it ends, whatever happened; a connection that cannot be told so is
+    closed, which lets them go as surely, so that none is ever left holding one."""
+    try:
+        yield
+    finally:
+        try:
+            await conn.execute(_SQL_UNLOCK)
+        except asyncio.CancelledError:
+            conn.terminate()
+            raise
+        except Exception:  # the block's outcome stands (a write committed stays committed)
+            conn.terminate()
+
+
+_SQL_UNLOCK: Final = "SELECT pg_advisory_unlock_all()"
 
 
 async def write(
