@@ -15,8 +15,11 @@ ENV UV_COMPILE_BYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first, so this layer is rebuilt only when pyproject.toml or uv.lock change.
+# Dependencies first, so this layer is rebuilt only when pyproject.toml or uv.lock change. The
+# example plugins come too: uv reads every path source the lock names, the dev group's included,
+# even when it installs none of them (--no-dev).
 COPY pyproject.toml uv.lock README.md ./
+COPY examples ./examples
 RUN uv sync --locked --no-dev --no-install-project
 
 # Then the project itself (installed editable: the sql/ migrations stay beside the package).

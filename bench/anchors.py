@@ -12,7 +12,7 @@ anchors it (offsets, context, occurrences) and writes the anchors beside the lin
    passage (issue 11's hint; the target for the hint alone is 50 ms, see bench/core.py).
 
 Run it on a checkout before issue 11 for the cost anchoring adds: the script uses nothing newer
-than `Ledger.publish`.
+than `Ledger.submit`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from tms.config import Settings
 from tms.errors import PublishError
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store import database
 
@@ -71,7 +72,7 @@ class Bench:
     async def timed(self, batch: list[dict[str, Any]]) -> float:
         started = time.perf_counter()
         try:
-            await self.ledger.publish(batch)
+            await self.ledger.submit(batch, origin=OPERATOR)
         except PublishError as exc:
             if "quote not found" not in str(exc):
                 raise
@@ -96,7 +97,7 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
         bench = Bench(ledger, key, text, seed=5)
         terms = current_terms()
         agreed = bench.sign(4706, {"version": terms["version"], "sha256": terms["sha256"]})
-        await ledger.publish([agreed, bench.evidence, bench.claim])
+        await ledger.submit([agreed, bench.evidence, bench.claim], origin=OPERATOR)
         print(
             f"links quoting one stored {len(text):,}-character evidence, {ns.batches} batches each"
         )

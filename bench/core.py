@@ -234,7 +234,7 @@ def nearest_passages(chars: int, per_length: int) -> None:
 
 
 def proofs(steps: int, runs: int) -> None:
-    # What the ledger reads of each cited claim for the checker (tms.ledger.cited).
+    # What the ledger reads of each cited claim for the checker (tms.ledger.read.cited).
     claims = [(hashlib.sha256(f"claim {i}".encode()).hexdigest(), f"Claim {i}.") for i in range(10)]
     events = {claim_id: Cited(KIND_CLAIM, text=text) for claim_id, text in claims}
     chain = [{"id": "s0", "say": "Start.", "from": [claims[0][0]]}]

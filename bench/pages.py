@@ -46,6 +46,7 @@ from serving import Server
 from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store import database
 from tms.web.reading import EVIDENCE_PAGE_CHARS
@@ -105,13 +106,13 @@ async def build(url: str, author: Author, cases: list[Case], ns: argparse.Namesp
         await ledger.approve([author.key.pubkey])
         terms = current_terms()
         agreed = author.sign(4706, {"version": terms["version"], "sha256": terms["sha256"]})
-        await ledger.publish([agreed])
+        await ledger.submit([agreed], origin=OPERATOR)
         for case in cases:
             started = time.perf_counter()
             make = plain_text if case.name == "plain" else hostile_text
             claim = author.sign(4702, {"collection": case.slug, "text": f"A {case.name} claim."})
             small = author.sign(4702, {"collection": case.slug, "text": "A warm-up claim."})
-            await ledger.publish([claim, small])
+            await ledger.submit([claim, small], origin=OPERATOR)
             case.claim_id, case.warm_up_id = claim["id"], small["id"]
             for n in range(ns.links):
                 text = make(ns.chars, seed=n + (0 if case.name == "plain" else 10_000))
@@ -146,7 +147,7 @@ async def build(url: str, author: Author, cases: list[Case], ns: argparse.Namesp
                         )
                     )
                     case.evidence_id, case.evidence_chars = doc["id"], len(text)
-                await ledger.publish(batch)
+                await ledger.submit(batch, origin=OPERATOR)
             print(
                 f"  built {case.name}: {ns.links} texts of {ns.chars:,} characters "
                 f"in {time.perf_counter() - started:.0f} s",

@@ -34,16 +34,16 @@ import uvicorn
 import uvloop
 from serving import UNLIMITED
 
-import tms.ledger.commits as commits
+import tms.ledger.log.tree as tlog
 import tms.ledger.service as service
-import tms.ledger.snapshots as snapshots
-import tms.ledger.tlog as tlog
-import tms.ledger.writes as writes
+import tms.ledger.write.commits as commits
+import tms.ledger.write.snapshots as snapshots
+import tms.ledger.write.writes as writes
 import tms.mcp.http as mcp_http
+from tms.app import create_app
 from tms.config import Settings
 from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
 from tms.store import database
-from tms.web.app import create_app
 
 LABELS: list[str] = []  # in the order they were instrumented: outer stages first
 SPENT: collections.Counter[str] = collections.Counter()
@@ -130,13 +130,13 @@ def explain(after: int) -> None:
 
 def instrument() -> None:
     timed(mcp_http.McpFront, "__call__", REQUEST)
-    timed(service.Ledger, "publish", "Ledger.publish")
+    timed(service.Ledger, "submit", "Ledger.submit")
     timed(service, "_parse_off_loop", "  parse and verify")
-    timed(commits.GroupCommitter, "commit", "  group commit (queue + transaction)")
+    timed(service.Ledger, "_committed", "  group commit (queue + transaction)")
     timed(asyncpg.transaction.Transaction, "start", "    begin (Citus)")
     timed(writes, "hold_locks", "    lock (Citus)")
-    timed(asyncpg.connection.Connection, "execute", "    begin with the locks; commit")
-    timed(snapshots, "snapshot", "    snapshot (with the log's state)")
+    timed(asyncpg.connection.Connection, "execute", "    unlock (or begin and commit)")
+    timed(snapshots, "snapshot", "    locks and snapshot (with the log's state)")
     timed(snapshots, "quotes", "    quotes")
     timed(commits, "judge", "    judge")
     timed(tlog.TransparencyLog, "prepare", "    the log: hash and sign")

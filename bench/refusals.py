@@ -28,8 +28,8 @@ from typing import Final
 from serving import tms_command
 
 from tms.errors import Refusal
+from tms.guard.refusal_store import RefusalStore
 from tms.guard.refusals import RefusalLog
-from tms.ledger.refusals import RefusalStore
 from tms.store.database import embedded_url, open_pool, start_embedded
 
 FLOODER: Final = "198.51.100.7"

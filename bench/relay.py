@@ -13,7 +13,7 @@ signed events, same client code.
    missed one or got one twice. The subscribers run in client processes of their own
    (`--procs`, 4), so that what is measured is the server, not one Python process reading 100
    sockets on the server's cores. An event's commit is when PostgreSQL notifies a listener of
-   this bench's own on the channel the server's feed listens to (`tms.ledger.writes.CHANNEL`:
+   this bench's own on the channel the server's feed listens to (`tms.ledger.write.writes.CHANNEL`:
    sent at commit); arrival times are `time.monotonic()`, the same clock in every process.
    Also printed: latency from the acknowledgement and from sending.
 3. Memory: 1,000 idle authenticated connections with one subscription each (target <= 200 MB).
@@ -45,7 +45,7 @@ from profiling import CpuClock, PgPerf, Spy
 from serving import Server, Signer, call, free_port
 from websockets.asyncio.client import ClientConnection, connect
 
-from tms.ledger.writes import CHANNEL
+from tms.ledger.write.writes import CHANNEL
 from tms.nostr.events import SecretKey
 from tms.store.database import embedded_url, start_embedded
 
@@ -232,7 +232,7 @@ async def subscriber_main(url: str, count: int, events: int) -> None:
 
 class Commits:
     """When each bench event committed, as PostgreSQL tells a listener of its own (the channel
-    the server's commit feed listens to: `tms.ledger.writes.CHANNEL`, a notification per
+    the server's commit feed listens to: `tms.ledger.write.writes.CHANNEL`, a notification per
     transaction and collection, sent at commit)."""
 
     def __init__(self, database_url: str) -> None:

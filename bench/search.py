@@ -725,7 +725,7 @@ def breakdown(db: Database, keyword_texts: Sequence[str], vector_texts: Sequence
     settings = Settings.from_env({"TMS_DATA_DIR": "/nonexistent"})
     embedder = Embedder.load(settings.embedding)
     search = Search(db.pool, None)
-    collection = Access(db.pool).for_operator(COLLECTION)  # the bench reads as the operator
+    collection = Access(db.pool).unsafe_for_operator(COLLECTION)  # the bench reads as the operator
 
     def embed(text: str) -> list[float]:
         return embedder.embed([text])[0]

@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from tms.config import Settings
-from tms.ledger import lookups
 from tms.ledger.access import Access
-from tms.ledger.lookups import Lookups, claim_key
-from tms.ledger.rows import Rows
+from tms.ledger.read.lookups import Lookups
 from tms.ledger.service import Ledger
+from tms.ledger.statement import Rows
+from tms.ledger.write import claim_keys
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
+from tms.rules.quotes import claim_key
 from tms.rules.references import Reference
 from tms.rules.terms import current_terms
 from tms.store import database
@@ -84,20 +86,21 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
         me = Signer()
         await ledger.approve([me.key.pubkey])
         terms = current_terms()
-        await ledger.publish(
-            [me.sign(4706, {"version": terms["version"], "sha256": terms["sha256"]})]
+        await ledger.submit(
+            [me.sign(4706, {"version": terms["version"], "sha256": terms["sha256"]})],
+            origin=OPERATOR,
         )
         rng = random.Random(19)
         texts = [document(rng, ns.chars) for _ in range(ns.documents)]
         for i, text in enumerate(texts):
             content = {"collection": SLUG, "text": text, "url": f"https://example.org/{i}"}
-            await ledger.publish([me.sign(4701, content)])
+            await ledger.submit([me.sign(4701, content)], origin=OPERATOR)
         claims = [f"Claim {i}: {' '.join(rng.choices(WORDS, k=12))}." for i in range(ns.claims)]
         for start in range(0, len(claims), 1000):
             batch = [
                 me.sign(4702, {"collection": SLUG, "text": c}) for c in claims[start : start + 1000]
             ]
-            await ledger.publish(batch)
+            await ledger.submit(batch, origin=OPERATOR)
         print(
             f"a collection of {ns.documents} evidence texts of {ns.chars:,} characters and "
             f"{ns.claims:,} claims; {ns.runs} runs each\n"
@@ -105,7 +108,9 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
 
         async def one_evidence() -> None:
             text = document(rng, ns.chars)
-            await ledger.publish([me.sign(4701, {"collection": SLUG, "text": text})])
+            await ledger.submit(
+                [me.sign(4701, {"collection": SLUG, "text": text})], origin=OPERATOR
+            )
 
         def claim_batch() -> Callable[[], Awaitable[Any]]:
             async def publish() -> None:
@@ -113,7 +118,7 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
                     me.sign(4702, {"collection": SLUG, "text": f"New claim {me.serial} {i}."})
                     for i in range(1000)
                 ]
-                await ledger.publish(batch)
+                await ledger.submit(batch, origin=OPERATOR)
 
             return publish
 
@@ -125,14 +130,14 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
         await pool.execute(
             "CREATE INDEX evidence_text_sha256 ON evidence (collection, tms_text_sha256(text))"
         )
-        real = lookups.key_rows
+        real = claim_keys.key_rows
 
         async def no_keys(*args: Any) -> Rows:
             return Rows("claim_keys", (), [])
 
-        lookups.key_rows = no_keys  # type: ignore[assignment]  # what the commit calls
+        claim_keys.key_rows = no_keys  # type: ignore[assignment]  # what the commit calls
         unkeyed = await timed(ns.runs, claim_batch())
-        lookups.key_rows = real
+        claim_keys.key_rows = real
         print(f"   one {ns.chars:,}-char evidence, text sha256 indexed: {spread(with_index)}")
         print(f"   the same without the index:                   {spread(without_index)}")
         print(f"   1,000 claims, each claim's key written:          {spread(keyed)}")
@@ -140,7 +145,7 @@ async def run(ns: argparse.Namespace, tmp: Path) -> None:
 
         print("2. look-ups before signing")
         found = Lookups(pool)
-        lab = Access(pool).for_operator(SLUG)
+        lab = Access(pool).unsafe_for_operator(SLUG)
         digest = hashlib.sha256(texts[-1].encode()).digest()
         keys = [claim_key(c.upper()) for c in rng.sample(claims, 20)]
         some = await pool.fetchval("SELECT id FROM claims WHERE collection = $1 LIMIT 1", SLUG)

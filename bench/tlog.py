@@ -1,7 +1,7 @@
 """The transparency log's costs: `uv run python bench/tlog.py`.
 
 On an embedded PostgreSQL in a fresh temporary directory, through the ledger service itself
-(`Ledger.publish`, `LogReads`), so that the figures are the log's and not HTTP's:
+(`Ledger.submit`, `LogReads`), so that the figures are the log's and not HTTP's:
 
 1. publish overhead: 1,000-claim batches published one after another into two collections of
    one database, alternately with the log (the server as it is) and without it (the publish
@@ -38,10 +38,11 @@ from typing import Any, Final
 from serving import tms_command
 
 from tms.ledger.access import Access
+from tms.ledger.log.reads import LogReads
+from tms.ledger.log.tree import LogRows
 from tms.ledger.service import Ledger
-from tms.ledger.tlog import LogRows
-from tms.ledger.tlog_reads import LogReads
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
 from tms.tlog.export_lines import checkpoint_line
@@ -71,7 +72,9 @@ def terms(key: SecretKey) -> dict[str, Any]:
 async def overhead(ledger: Ledger, batches: int) -> None:
     key = SecretKey.generate()
     await ledger.approve([key.pubkey])
-    await ledger.publish([terms(key), *claims(key, "with", 1, 0), *claims(key, "without", 1, 0)])
+    await ledger.submit(
+        [terms(key), *claims(key, "with", 1, 0), *claims(key, "without", 1, 0)], origin=OPERATOR
+    )
     hook = ledger.log.prepare
     hook_times: list[float] = []
 
@@ -90,7 +93,7 @@ async def overhead(ledger: Ledger, batches: int) -> None:
             batch = claims(key, slug, BATCH, 1 + n * BATCH)
             ledger.log.prepare = timed if slug == "with" else nothing  # type: ignore[method-assign]
             started = time.perf_counter()
-            await ledger.publish(batch)
+            await ledger.submit(batch, origin=OPERATOR)
             times[slug].append(time.perf_counter() - started)
     ledger.log.prepare = hook  # type: ignore[method-assign]
     with_log, without = (statistics.median(times[s][1:]) for s in ("with", "without"))
@@ -114,7 +117,7 @@ async def proofs(ledger: Ledger, entries: int, samples: int) -> None:
             await ledger.log.extend(conn, accepted)  # type: ignore[arg-type]
     grown = time.perf_counter() - started
     reads = LogReads(ledger.pool, ledger.log)
-    big = Access(ledger.pool).for_operator("big")  # the bench reads as the operator
+    big = Access(ledger.pool).unsafe_for_operator("big")  # the bench reads as the operator
     await reads.inclusion(big, ids[0])  # warm: plans, caches
     inclusion = []
     for event_id in rng.sample(ids, samples):

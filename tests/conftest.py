@@ -22,11 +22,17 @@ import cluster
 import psutil
 import pytest
 from factories import admin, create_database, drop_database
+from hypothesis import settings
 
 from tms.ledger.service import Ledger
 from tms.store.database import migrate, open_pool, with_database
 
 TEMPLATE = f"tms_template_{os.getpid()}"
+
+# A property test checks what holds, never how fast (benchmarks do that): on a loaded 2-core
+# machine one example may take 300 ms, which hypothesis' default deadline calls a failure.
+settings.register_profile("tms", deadline=None)
+settings.load_profile("tms")
 
 
 @pytest.fixture(scope="session")

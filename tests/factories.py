@@ -351,10 +351,10 @@ def live_server(
     those of `config`), in a thread of its own, on a port the OS picks, until the block ends."""
     import uvicorn  # here: the pure tests need neither it nor the app
 
+    from tms.app import create_app
     from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
     from tms.http.websocket import uvicorn_options
     from tms.relay.limits import MAX_MESSAGE_BYTES
-    from tms.web.app import create_app
 
     config = config or settings()
     server = uvicorn.Server(

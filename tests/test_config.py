@@ -92,3 +92,33 @@ def test_the_connection_and_export_limits_are_read_and_checked() -> None:
     ):
         with pytest.raises(ConfigError, match=name):
             Settings.from_env({name: value})
+
+
+def test_the_plugin_settings() -> None:
+    defaults = Settings.from_env({})
+    assert defaults.plugins == () and defaults.strfry_command is None
+    assert (defaults.plugin_seconds, defaults.hook_seconds, defaults.hook_queue) == (5, 30, 1000)
+    assert defaults.strfry_seconds == 10
+    tuned = Settings.from_env(
+        {
+            "TMS_PLUGINS": " notify, allowlist ,strfry,",
+            "TMS_STRFRY_COMMAND": " ./policy.js ",
+            "TMS_PLUGIN_TIMEOUT_SECONDS": "0.5",
+            "TMS_HOOK_QUEUE": "10",
+        }
+    )
+    assert tuned.plugins == ("notify", "allowlist", "strfry")
+    assert (tuned.strfry_command, tuned.plugin_seconds, tuned.hook_queue) == (
+        "./policy.js",
+        0.5,
+        10,
+    )
+    for bad, message in [
+        ({"TMS_PLUGINS": "a,a"}, "TMS_PLUGINS names the plugin 'a' twice"),
+        ({"TMS_PLUGINS": "Notify"}, "TMS_PLUGINS must be comma-separated plugin names"),
+        ({"TMS_STRFRY_COMMAND": "cat"}, "TMS_STRFRY_COMMAND is set but TMS_PLUGINS does not name"),
+        ({"TMS_HOOK_QUEUE": "0"}, "TMS_HOOK_QUEUE must be a whole number from 1"),
+        ({"TMS_STRFRY_TIMEOUT_SECONDS": "x"}, "TMS_STRFRY_TIMEOUT_SECONDS must be seconds"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            Settings.from_env(bad)

@@ -215,7 +215,7 @@ def test_healthz_and_publish_are_described_with_every_field() -> None:
     served = re.findall(r'"(\w+)": ', inspect.getsource(api.healthz).rsplit("JSONResponse", 1)[1])
     assert re.findall(r'"(\w+)"', healthz.group(1)) == served == ["ok", "database", "vectors"]
     publish = re.search(
-        r"Ledger.publish\(events\)`.*?returning\s+`\{([^}]*)\}`", read(ARCHITECTURE), re.DOTALL
+        r"Ledger.submit\(events, .*?returning\s+`\{([^}]*)\}`", read(ARCHITECTURE), re.DOTALL
     )
     assert publish is not None
     listed = re.findall(r'"(\w+)"', publish.group(1))
@@ -229,3 +229,70 @@ def test_single_use_is_explained_as_design_keys_it() -> None:
     architecture = flat(read(ARCHITECTURE))
     assert "single use is keyed on the signature, not the id" in architecture
     assert "request's signature in the database" in architecture
+
+
+# --- the database connections a server holds ---------------------------------------------------
+
+# Every place a server process opens database connections (the operator's commands, in tms/cli,
+# open their own, one command at a time), and what each is: a new one changes the count below.
+CONNECTING: Final = {
+    "tms/runtime.py": 3,  # the main, export and publish pools
+    "tms/relay/shared.py": 1,  # the relay's reads' pool
+    "tms/ledger/read/feed.py": 1,  # the commit feed's LISTEN connection
+    "tms/store/database.py": 4,  # open_pool's create_pool, the embedded database's CREATE
+    # DATABASE at start (closed at once), the health check's connection; and the definition
+    "tms/witness/submit.py": 1,  # the witness submitter's locks (TMS_WITNESS_POLICY)
+}
+OPENS: Final = re.compile(r"\bopen_pool\(|\basyncpg\.connect\(|\bcreate_pool\(")
+
+
+def test_the_connection_count_is_counted_from_the_code() -> None:
+    """Issue 27 item 10: operating.md said 22 connections a process, up to 84, counted by hand;
+    a pool added since (the relay's reads) moved both. The count here is the code's: the places
+    that connect, the pools' sizes, and the bounds the settings allow."""
+    from tms.config import DEFAULT_EXPORTS, DEFAULT_RELAY_CONNECTIONS, Settings
+    from tms.errors import ConfigError
+    from tms.runtime import PUBLISH_CONNECTIONS
+    from tms.store.database import open_pool
+
+    found = {
+        str(path.relative_to(ROOT)): len(OPENS.findall(path.read_text("utf-8")))
+        for path in sorted((ROOT / "tms").rglob("*.py"))
+        if "cli" not in path.relative_to(ROOT).parts
+    }
+    assert {path: n for path, n in found.items() if n} == CONNECTING
+
+    def most(variable: str) -> int:
+        """The largest value `variable` may take, found by asking the settings."""
+        top = 1
+        while top < 10_000:
+            try:
+                Settings.from_env({variable: str(top + 1)})
+            except ConfigError:
+                return top
+            top += 1
+        raise AssertionError(f"{variable} has no upper bound")
+
+    main_pool = inspect.signature(open_pool).parameters["max_size"].default
+    singles = 2  # the health check and the commit feed
+    default = (
+        main_pool + PUBLISH_CONNECTIONS + DEFAULT_EXPORTS + DEFAULT_RELAY_CONNECTIONS + singles
+    )
+    largest = (
+        main_pool
+        + PUBLISH_CONNECTIONS
+        + most("TMS_MAX_EXPORTS")
+        + most("TMS_RELAY_CONNECTIONS")
+        + singles
+        + 1  # the witness submitter's
+    )
+    said = flat(read(OPERATING))
+    assert (
+        f"Each server process holds up to {default} connections by default: {main_pool} in its "
+        f"main pool, {PUBLISH_CONNECTIONS} for publishes, `TMS_MAX_EXPORTS` for exports "
+        f"({DEFAULT_EXPORTS} by default, at most {most('TMS_MAX_EXPORTS')}), "
+        f"`TMS_RELAY_CONNECTIONS` for the relay's reads ({DEFAULT_RELAY_CONNECTIONS} by default, "
+        f"at most {most('TMS_RELAY_CONNECTIONS')}), one for health checks and one the relay's "
+        "commit feed listens on"
+    ) in said
+    assert f"when `TMS_WITNESS_POLICY` is set; so up to {largest}." in said

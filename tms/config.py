@@ -39,6 +39,12 @@ MAX_THREADS: Final = 4  # default cap: more threads help little on a model this 
 DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
 DEFAULT_RELAY_CONNECTIONS: Final = 4  # the relay's reads' own pool (TMS_RELAY_CONNECTIONS)
 DEFAULT_RELAY_STATEMENT_SECONDS: Final = 10.0  # its statement_timeout (TMS_RELAY_STATEMENT_SECONDS)
+DEFAULT_PLUGIN_SECONDS: Final = 5.0  # a policy's or filter's call (TMS_PLUGIN_TIMEOUT_SECONDS)
+DEFAULT_HOOK_SECONDS: Final = 30.0  # an after-commit hook's call (TMS_HOOK_TIMEOUT_SECONDS)
+DEFAULT_HOOK_QUEUE: Final = 1000  # batches waiting for each hook (TMS_HOOK_QUEUE)
+DEFAULT_STRFRY_SECONDS: Final = 10.0  # strfry's own writePolicy.timeoutSeconds
+STRFRY: Final = "strfry"  # the built-in plugin that runs TMS_STRFRY_COMMAND (tms.extension)
+_PLUGIN_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
 MIN_METRICS_TOKEN_CHARS: Final = 24
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
@@ -124,6 +130,12 @@ class Settings:
     witness_policy: str | None = None  # TMS_WITNESS_POLICY: a tlog-policy file (tms.witness)
     witness_logs: str | None = None  # TMS_WITNESS_LOGS: the logs this server witnesses
     witness_key: str | None = None  # TMS_WITNESS_KEY; None: generated into data_dir if needed
+    plugins: tuple[str, ...] = ()  # TMS_PLUGINS: the plugins enabled, in the order asked
+    plugin_seconds: float = DEFAULT_PLUGIN_SECONDS  # TMS_PLUGIN_TIMEOUT_SECONDS
+    hook_seconds: float = DEFAULT_HOOK_SECONDS  # TMS_HOOK_TIMEOUT_SECONDS
+    hook_queue: int = DEFAULT_HOOK_QUEUE  # TMS_HOOK_QUEUE
+    strfry_command: str | None = None  # TMS_STRFRY_COMMAND: run by the plugin `strfry`
+    strfry_seconds: float = DEFAULT_STRFRY_SECONDS  # TMS_STRFRY_TIMEOUT_SECONDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -140,6 +152,13 @@ class Settings:
             raise ConfigError(f"TMS_BASE_URL must start with http:// or https://, got {base_url!r}")
         embed_wait = _number(env, "TMS_EMBED_WAIT", 10, 0, 600, "seconds")
         max_connections = int(_number(env, "TMS_MAX_CONNECTIONS", 10_000, 10, 1_000_000, ""))
+        plugins = _plugins(env)
+        strfry_command = env.get("TMS_STRFRY_COMMAND", "").strip() or None
+        if strfry_command is not None and STRFRY not in plugins:
+            raise ConfigError(
+                f"TMS_STRFRY_COMMAND is set but TMS_PLUGINS does not name '{STRFRY}': add it "
+                "to run the command as a write policy, or unset TMS_STRFRY_COMMAND"
+            )
         return cls(
             database_url=env.get("TMS_DATABASE_URL", "").strip() or None,
             data_dir=Path(env.get("TMS_DATA_DIR", "").strip() or "tms-data").resolve(),
@@ -194,6 +213,18 @@ class Settings:
             witness_policy=env.get("TMS_WITNESS_POLICY", "").strip() or None,
             witness_logs=env.get("TMS_WITNESS_LOGS", "").strip() or None,
             witness_key=env.get("TMS_WITNESS_KEY", "").strip() or None,
+            plugins=plugins,
+            plugin_seconds=_number(
+                env, "TMS_PLUGIN_TIMEOUT_SECONDS", DEFAULT_PLUGIN_SECONDS, 0.01, 600, "seconds"
+            ),
+            hook_seconds=_number(
+                env, "TMS_HOOK_TIMEOUT_SECONDS", DEFAULT_HOOK_SECONDS, 0.01, 3600, "seconds"
+            ),
+            hook_queue=int(_number(env, "TMS_HOOK_QUEUE", DEFAULT_HOOK_QUEUE, 1, 1_000_000, "")),
+            strfry_command=strfry_command,
+            strfry_seconds=_number(
+                env, "TMS_STRFRY_TIMEOUT_SECONDS", DEFAULT_STRFRY_SECONDS, 0.01, 600, "seconds"
+            ),
         )
 
     def serving(self, host: str | None, port: int | None) -> Settings:
@@ -216,7 +247,7 @@ class Settings:
         """The host this server would name the transparency logs after: `TMS_BASE_URL` without
         its scheme (the public address), else the listen host (`--host`, else `TMS_HOST`). Only
         the first checkpoint a database signs takes it; later ones keep the host recorded then
-        (sql/018, `tms.ledger.tlog`)."""
+        (sql/018, `tms.ledger.log.tree`)."""
         if self.base_url is not None:
             return self.base_url.split("://", 1)[1]
         return self.host
@@ -321,6 +352,25 @@ def _metrics_port(env: Mapping[str, str], public: int) -> int | None:
     if port == public:
         raise ConfigError(f"TMS_METRICS_PORT must not be TMS_PORT ({public}): metrics are private")
     return port
+
+
+def _plugins(env: Mapping[str, str]) -> tuple[str, ...]:
+    """`TMS_PLUGINS`: comma-separated plugin names, each once. Their order is the order their
+    write policies and read filters are asked in (tms.extension)."""
+    names: list[str] = []
+    for item in env.get("TMS_PLUGINS", "").split(","):
+        name = item.strip()
+        if not name:
+            continue
+        if not _PLUGIN_NAME.fullmatch(name):
+            raise ConfigError(
+                f"TMS_PLUGINS must be comma-separated plugin names (a lowercase letter, then up "
+                f"to 39 lowercase letters, digits, '-' or '_'), got {name!r:.60}"
+            )
+        if name in names:
+            raise ConfigError(f"TMS_PLUGINS names the plugin '{name}' twice")
+        names.append(name)
+    return tuple(names)
 
 
 def _relays(env: Mapping[str, str]) -> tuple[str, ...]:

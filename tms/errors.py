@@ -17,8 +17,10 @@ the caller's key once its signature has verified. Neither is ever shown to anyon
 
 from __future__ import annotations
 
+import functools
+import re
 from enum import StrEnum
-from typing import Self
+from typing import Final, Self
 
 
 def one_line(exc: BaseException, limit: int | None = None) -> str:
@@ -94,7 +96,24 @@ class InvalidKey(TMSError):
 
 
 class PublishError(TMSError):
-    """A batch refused as a whole. The message names the failing event when there is one."""
+    """A batch refused as a whole. The message names the failing event when there is one:
+    `where` it sits in the batch (`events[3] (ab12…)`) before SPEC's words (`alone`), so that a
+    door that names the event its own way (the relay's OK) says the words alone."""
+
+    where: str | None = None
+
+    def located(self, where: str) -> Self:
+        """This refusal, its message prefixed with where the failing event sits in the batch."""
+        alone = self.alone
+        self.where = where
+        self.args = (f"{where}: {alone}",)
+        return self
+
+    @property
+    def alone(self) -> str:
+        """The message without where the event sits."""
+        text = str(self)
+        return text if self.where is None else text[len(self.where) + 2 :]
 
 
 class QuoteNotFound(PublishError):
@@ -108,9 +127,13 @@ class QuoteNotFound(PublishError):
         self.quote = quote
         self.hinted = hinted
 
-    def located(self, where: str) -> QuoteNotFound:
-        """The same refusal, its message prefixed with where the event sits in the batch."""
-        return QuoteNotFound(f"{where}: {self}", self.evidence_id, self.quote, hinted=self.hinted)
+    def with_hint(self, hint: str) -> QuoteNotFound:
+        """The same refusal (where it sits, how the refusal log files it) with the nearest
+        passage added."""
+        hinted = QuoteNotFound(f"{self.alone}; {hint}", self.evidence_id, self.quote, hinted=True)
+        if self.where is not None:
+            hinted.located(self.where)
+        return hinted.refused_as(self.refusal, self.pubkey)
 
 
 class Blocked(PublishError):
@@ -150,7 +173,15 @@ class NotAReader(AccessDenied):
 
 
 class NotAUser(AccessDenied):
-    """A key that is neither approved nor a member of any collection."""
+    """A key that is neither approved nor a member of any collection (the relay says
+    `blocked:`)."""
+
+
+class UnknownSigner(PublishError):
+    """A batch refused because a signer is neither approved nor a member of any collection: the
+    publish rules' `NotAUser`, refused as a batch is (the relay says `blocked:` for both)."""
+
+    refusal = Refusal.NOT_MEMBER
 
 
 # --- what the server could not do --------------------------------------------------------------
@@ -190,8 +221,10 @@ class ConfigError(TMSError):
     refusal = None
 
 
-# What every door says when the database cannot be used (tms.store.database.is_database_down).
-DATABASE_UNAVAILABLE = "database unavailable, try again shortly"
+# What every door says when the database cannot be used (`Outcome.UNAVAILABLE`).
+DATABASE_UNAVAILABLE: Final = "database unavailable, try again shortly"
+# What every door says of a failure that is a bug (`Outcome.INTERNAL`): the log has the details.
+INTERNAL_ERROR: Final = "internal error"
 
 
 class DatabaseError(TMSError):
@@ -203,3 +236,93 @@ class DatabaseError(TMSError):
 class LogError(TMSError):
     """A transparency-log checkpoint, key, proof, tile or export that does not hold up: a note
     whose signature fails, a key in the wrong format, a tree size the log never had."""
+
+
+# --- the one classifier ------------------------------------------------------------------------
+
+
+class Outcome(StrEnum):
+    """What a failure is, for every door: its answer, its metrics' label, whether the log wants
+    its traceback."""
+
+    REFUSED = "refused"  # a `TMSError`: the caller is told `str(error)`, in SPEC's words
+    UNAVAILABLE = "unavailable"  # the database cannot be used right now: `DATABASE_UNAVAILABLE`
+    INTERNAL = "internal"  # anything else, a bug: `INTERNAL_ERROR`, the traceback to the log
+
+
+def outcome_of(exc: BaseException) -> Outcome:
+    """The one classification of a failure. A `DatabaseError` (the database cannot be reached,
+    or is in no state this version can use) is unavailable although it is a `TMSError`."""
+    if isinstance(exc, DatabaseError) or is_database_down(exc):
+        return Outcome.UNAVAILABLE
+    if isinstance(exc, TMSError):
+        return Outcome.REFUSED
+    return Outcome.INTERNAL
+
+
+def told(exc: BaseException) -> str:
+    """What a client is told of a failure, by its outcome: a refusal's own words (encodable,
+    `sendable`), `DATABASE_UNAVAILABLE` or `INTERNAL_ERROR`; never an exception's details."""
+    outcome = outcome_of(exc)
+    if outcome is Outcome.REFUSED:
+        return sendable(str(exc))
+    return DATABASE_UNAVAILABLE if outcome is Outcome.UNAVAILABLE else INTERNAL_ERROR
+
+
+# A Citus coordinator relays a connection to a worker lost mid-statement (a worker restarting,
+# say) as an internal error carrying libpq's or its own words for it, rather than a connection
+# error (which it does use when a worker cannot be reached at all). Lost at the commit, the
+# outcome is unknown, as with any database lost then: a publish sent again is safe (what was
+# stored is skipped). The one place a message's text is read: the driver's, never a door's.
+_WORKER_LOST: Final = re.compile(
+    "server closed the connection unexpectedly|could not receive data from server"
+    "|no connection to the server|SSL SYSCALL error|connection not open"
+    "|failure on connection marked as essential|could not establish any connections to the node"
+    "|could not commit transaction for shard"
+)
+
+
+def is_database_down(exc: BaseException) -> bool:
+    """Whether an exception means the database cannot be used right now, rather than a bug:
+    one of `database_down_types()` (and none of asyncpg's errors that are our own mistakes), or
+    a Citus worker lost mid-statement."""
+    down, not_down, internal = _driver_errors()
+    if isinstance(exc, internal) and _WORKER_LOST.search(str(exc)):
+        return True
+    return isinstance(exc, down) and not isinstance(exc, not_down)
+
+
+def database_down_types() -> tuple[type[Exception], ...]:
+    """The exception classes that may mean the database is down (what a door that dispatches
+    on classes, such as Starlette's exception handlers, registers: it then asks
+    `is_database_down`)."""
+    return _driver_errors()[0]
+
+
+@functools.cache
+def _driver_errors() -> tuple[
+    tuple[type[Exception], ...], tuple[type[Exception], ...], type[Exception]
+]:
+    """asyncpg's classes, imported when a failure is first classified rather than with this
+    module, which the pure packages import: they never touch the driver."""
+    import asyncpg
+
+    down: tuple[type[Exception], ...] = (
+        DatabaseError,
+        OSError,  # includes ConnectionRefusedError and TimeoutError
+        asyncpg.PostgresConnectionError,  # includes ConnectionDoesNotExistError
+        asyncpg.CannotConnectNowError,
+        asyncpg.AdminShutdownError,
+        asyncpg.TooManyConnectionsError,
+        asyncpg.ObjectNotInPrerequisiteStateError,  # e.g. a database not accepting connections
+        asyncpg.exceptions.InternalClientError,  # a pooled connection the server terminated
+        asyncpg.InterfaceError,  # "connection is closed", at a transaction's end among others
+    )
+    # The InterfaceErrors that are our own mistakes (bad arguments to a query), not an outage.
+    not_down: tuple[type[Exception], ...] = (
+        asyncpg.exceptions.DataError,
+        asyncpg.exceptions.ClientConfigurationError,
+        asyncpg.exceptions.UnsupportedClientFeatureError,
+        asyncpg.exceptions.UnsupportedServerFeatureError,
+    )
+    return down, not_down, asyncpg.InternalServerError

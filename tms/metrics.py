@@ -94,6 +94,35 @@ WITNESSED: Final = Counter(
     "add-checkpoint calls this server answered as a witness, by HTTP status",
     ["status"],
 )
+# The plugins (tms.extension): labelled by plugin name, made at zero when the plugins load
+# (`tms.extension.loading`), since only then is it known which are enabled.
+PLUGIN_VERDICTS: Final = Counter(
+    "tms_plugin_verdicts",
+    "Write policies' verdicts on events, by plugin and action (accept, reject, shadow_reject); "
+    "a policy that failed counts as a reject here and in tms_plugin_failures",
+    ["plugin", "action"],
+)
+PLUGIN_FAILURES: Final = Counter(
+    "tms_plugin_failures",
+    "Plugin calls that failed, by plugin, seam (write_policy, read_filter, after_commit) and "
+    "cause (raised; timeout; exited, protocol: the strfry command died, or answered out of "
+    "protocol)",
+    ["plugin", "seam", "cause"],
+)
+PLUGIN_READS_REFUSED: Final = Counter(
+    "tms_plugin_reads_refused", "Reads a plugin's read filter refused, by plugin", ["plugin"]
+)
+PLUGIN_HOOK_BATCHES: Final = Counter(
+    "tms_plugin_hook_batches",
+    "Committed batches and the after-commit hooks, by plugin and outcome (done; failed: raised "
+    "or timed out; dropped: the hook's queue was full, or still held at shutdown)",
+    ["plugin", "outcome"],
+)
+STRFRY_STARTS: Final = Counter(
+    "tms_strfry_starts",
+    "Times the strfry write-policy command was started: the first, and each restart after it "
+    "exited, hung or answered out of protocol",
+)
 
 # Every series exists from the start, at zero, so that rates and alerts have a baseline.
 for _door in DOORS:

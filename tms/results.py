@@ -323,7 +323,8 @@ class ProofResult(TypedDict):
     ]
 
 
-# --- what the pages read beside the tools' results (tms.ledger.keys, tms.ledger.stats) ---------
+# --- what the pages read beside the tools' results (tms.ledger.read.keys, tms.ledger.read.stats)
+# ---------
 
 
 class ProfileInfo(TypedDict):

@@ -20,18 +20,19 @@ import asyncpg
 
 from tms import metrics
 from tms.config import EmbeddingConfig, Settings, load_log_key
-from tms.errors import EmbeddingError, one_line
+from tms.errors import EmbeddingError, is_database_down, one_line
 from tms.fetch import pool as fetch_pool
 from tms.guard.exports import Exports
 from tms.guard.rates import Throttle
+from tms.guard.refusal_store import RefusalStore
 from tms.guard.refusals import RefusalLog
-from tms.ledger import anchors, lookups
 from tms.ledger.access import Access
-from tms.ledger.export import Exporter
-from tms.ledger.refusals import RefusalStore
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
+from tms.ledger.write import anchors, claim_keys
 from tms.mcp.tools import Tools
 from tms.nostr.events import SecretKey
+from tms.rules.admission import Door
 from tms.search.model import Embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.search import VECTORS_STARTING
@@ -65,8 +66,16 @@ class Runtime:
     def access(self) -> Access:
         return self.services.access
 
-    def tools(self, signer: SecretKey | None = None) -> Tools:
-        return Tools(self.services, signer=signer)
+    def tools(
+        self,
+        door: Door = Door.MCP,
+        signer: SecretKey | None = None,
+        *,
+        unsigned_hint: str | None = None,
+    ) -> Tools:
+        """The tools as `door` serves them (MCP over HTTP, or stdio with its `signer` and what
+        a call without a `request` is told, `unsigned_hint`)."""
+        return Tools(self.services, signer=signer, door=door, unsigned_hint=unsigned_hint)
 
 
 @functools.cache
@@ -152,7 +161,7 @@ async def open_runtime(
             stack.push_async_callback(submitter.close)
         # Collections stored before the transparency log existed get their trees in the
         # background: a publish or read that reaches one first builds it there, under the
-        # collection's lock, so nothing waits for the whole back-fill (tms.ledger.tlog).
+        # collection's lock, so nothing waits for the whole back-fill (tms.ledger.log.tree).
         building_logs = asyncio.create_task(_backfill_logs(services), name="tms-tlog")
         stack.push_async_callback(_cancel, building_logs)
         if settings.embedding.enabled:
@@ -211,7 +220,7 @@ async def _start_vectors(settings: Settings, services: Services, starting: Start
                 await vectors.start()
                 break
             except Exception as exc:
-                if not database.is_database_down(exc):
+                if not is_database_down(exc):
                     raise
                 services.outage.failed("vector search, starting", exc)
                 await asyncio.sleep(VECTORS_RETRY_SECONDS)
@@ -240,7 +249,7 @@ async def _backfill_logs(services: Services) -> None:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # each collection's log is built when first needed instead
-        if database.is_database_down(exc):
+        if is_database_down(exc):
             services.outage.failed("building the transparency logs", exc)
         else:
             log.error("building the transparency logs failed: %s", one_line(exc))
@@ -257,12 +266,12 @@ async def _stop_vectors(loading: asyncio.Task[None], services: Services) -> None
 
 
 async def _anchor_stored_links(pool: asyncpg.Pool, outage: Outage) -> None:
-    """The one-off back-fill of anchors (tms.ledger.anchors); a failure is logged, never
+    """The one-off back-fill of anchors (tms.ledger.write.anchors); a failure is logged, never
     raised: the links stay without anchors until the next start-up tries again."""
     try:
         await _told("link anchors", "rows", anchors.backfill(pool))
     except Exception as exc:
-        if database.is_database_down(exc):
+        if is_database_down(exc):
             outage.failed("anchoring the stored links (the next start-up tries again)", exc)
             return
         log.warning(
@@ -271,10 +280,10 @@ async def _anchor_stored_links(pool: asyncpg.Pool, outage: Outage) -> None:
 
 
 async def _key_stored_claims(pool: asyncpg.Pool) -> None:
-    """The one-off back-fill of claim keys (tms.ledger.lookups); a failure is logged, never
+    """The one-off back-fill of claim keys (tms.ledger.read.lookups); a failure is logged, never
     raised: the next start-up tries again."""
     try:
-        await _told("claim keys", "claims", lookups.backfill(pool))
+        await _told("claim keys", "claims", claim_keys.backfill(pool))
     except Exception as exc:
         log.warning(
             "keying the stored claims failed: %s; the next start-up tries again", one_line(exc)

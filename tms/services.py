@@ -11,21 +11,22 @@ from dataclasses import dataclass, field
 from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
 from tms.ledger.access import Access
-from tms.ledger.keys import Keys
-from tms.ledger.lookups import Lookups
-from tms.ledger.reads import Reads
+from tms.ledger.log.cosigned import Cosigned
+from tms.ledger.log.reads import LogReads
+from tms.ledger.read.keys import Keys
+from tms.ledger.read.lookups import Lookups
+from tms.ledger.read.reads import Reads
+from tms.ledger.read.stats import Stats
 from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
-from tms.ledger.stats import Stats
-from tms.ledger.tlog_reads import LogReads
+from tms.rules.admission import Admission
 from tms.search.search import Search
 from tms.search.vectors import Vectors
 from tms.store.database import Pool
 from tms.store.outage import Outage
 from tms.tlog.note import LogSigner
 from tms.tlog.policy import Policy
-from tms.witness.cosigned import Cosigned
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,16 +61,25 @@ class Services:
         refusals: RefusalLog | None = None,
         outage: Outage | None = None,
         witnesses: Policy | None = None,
+        admission: Admission | None = None,
     ) -> Services:
         """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); `log`:
         the server's checkpoint key (None: a throwaway one, for tests); `publish_pool`:
         publishes' own connections (None: `pool`'s); no `throttle`: no rate limits; no
         `refusals`: refusals are not written anywhere; no `outage`: one of its own, logging
         without a probe; `witnesses`: the witness policy whose quorum checkpoints are shown
-        against (None: no witnesses)."""
+        against (None: no witnesses); `admission`: the operator's write policy, asked on the
+        ledger's one path (None: none)."""
         throttle = throttle or Throttle()
+        refusals = refusals or RefusalLog(None)
         ledger = Ledger(
-            pool, vectors=vectors, log=log, publish_pool=publish_pool, throttle=throttle
+            pool,
+            vectors=vectors,
+            log=log,
+            publish_pool=publish_pool,
+            throttle=throttle,
+            admission=admission,
+            refusals=refusals,
         )
         return cls(
             ledger=ledger,
@@ -84,6 +94,6 @@ class Services:
             lookups=Lookups(pool),
             fetch_allow=fetch_allow,
             throttle=throttle,
-            refusals=refusals or RefusalLog(None),
+            refusals=refusals,
             outage=outage or Outage(),
         )

@@ -34,21 +34,23 @@ from factories import (
 )
 from publishing import join, open_collection, publish
 
-from tms.ledger import writes
+from tms.errors import is_database_down
 from tms.ledger.access import Access
-from tms.ledger.export import Exporter
-from tms.ledger.filters import StoredEvents
-from tms.ledger.lookups import Lookups, claim_key
-from tms.ledger.reads import CLAIM_SORTS, Reads
+from tms.ledger.locks import hold_locks
+from tms.ledger.log.reads import LogReads
+from tms.ledger.read.export import Exporter
+from tms.ledger.read.filters import StoredEvents
+from tms.ledger.read.lookups import Lookups
+from tms.ledger.read.reads import CLAIM_SORTS, Reads
+from tms.ledger.read.stats import Stats
 from tms.ledger.service import Ledger
-from tms.ledger.stats import Stats
-from tms.ledger.tlog_reads import LogReads
 from tms.nostr.filters import parse_filter
+from tms.rules.quotes import claim_key
 from tms.rules.references import Reference
 from tms.search.pgvector import ensure_vector_index
 from tms.search.search import Search
 from tms.store import citus
-from tms.store.database import is_database_down, open_pool
+from tms.store.database import open_pool
 
 pytestmark = [
     pytest.mark.anyio,
@@ -280,14 +282,14 @@ async def test_a_collections_publish_and_reads_each_stay_on_its_worker(
     got = await reads.get_event(reader, c1["id"])
     assert got is not None and got["collection"] == "lab"
     assert len(await reads.list_collections(reader)) == 1
-    # the reading pages (tms.ledger.excerpts)
+    # the reading pages (tms.ledger.read.excerpts)
     shown = await reads.shown_links(lab, to_id=c1["id"], limit=10)
     assert len(shown) == 1
     assert set(await reads.quote_contexts(lab, [s.id for s in shown])) == {shown[0].id}
     assert len(await reads.shown_contradictions(lab, c1["id"], 10)) == 1
     assert len(await reads.claim_choices(lab, "", c2["id"], 10)) == 1
     assert (await reads.evidence_window(lab, doc["id"], 0, 20)) is not None
-    # the submit page's look-ups (tms.ledger.lookups)
+    # the submit page's look-ups (tms.ledger.read.lookups)
     lookups = Lookups(routed_pool)
     same = await lookups.evidence(lab, hashlib.sha256(DOC.encode()).digest(), None)
     assert [e["id"] for e in same] == [doc["id"]]
@@ -320,7 +322,7 @@ async def test_a_collections_publish_and_reads_each_stay_on_its_worker(
     lines = [line async for line in Exporter(routed_pool).lines(lab, checkpoint=True)]
     assert len(lines) == 10  # 2 terms, the 7 events of lab, the checkpoint
     async with routed_pool.acquire() as conn, conn.transaction():
-        await writes.hold_locks(conn, ["lab"])
+        await hold_locks(conn, ["lab"])
 
 
 # --- locks on their workers ----------------------------------------------------------------------
@@ -339,7 +341,7 @@ async def test_a_publish_does_not_wait_for_another_workers_collection(
     holder = await asyncpg.connect(db_url)
     try:
         async with holder.transaction():
-            await writes.hold_locks(holder, [a])
+            await hold_locks(holder, [a])
             worker = await asyncpg.connect(await worker_url(db_url, port_a))
             try:  # the lock is on a's worker, held by the coordinator's connection to it
                 held = await worker.fetchval(

@@ -13,7 +13,7 @@ import pytest
 from factories import MEMBER, OWNER, TMS, claim, environment, evidence, link
 from publishing import join, open_collection, publish, readable
 
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 
 pytestmark = pytest.mark.anyio

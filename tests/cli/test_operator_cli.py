@@ -30,7 +30,7 @@ from factories import (
 from publishing import publish, readable
 
 from tms.cli.database import without_password
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
@@ -378,6 +378,19 @@ async def test_migrate_on_plain_postgresql_changes_nothing(db_url: str) -> None:
         "this database"
     ]
     assert refused.stdout == b""
+
+
+def test_migrate_help_promises_the_placements_only_on_citus(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 27 item 10: the help said it prints where each table lives, which it does only on
+    a Citus coordinator (the two tests around this one)."""
+    from tms.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["migrate", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Prints each migration applied, and on Citus where each table lives." in said
 
 
 async def test_migrate_on_citus_lists_where_tables_live(db_url: str) -> None:

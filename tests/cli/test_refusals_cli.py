@@ -11,7 +11,7 @@ import pytest
 from factories import TMS, environment
 
 from tms.cli.notation import since_when
-from tms.ledger.refusals import Record, RefusalStore
+from tms.guard.refusal_store import Record, RefusalStore
 from tms.nostr import nip19
 from tms.store.database import open_pool
 

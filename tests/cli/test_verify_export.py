@@ -27,7 +27,7 @@ from factories import (
 from publishing import join, open_collection, publish, readable
 
 from tms.cli.verify_export import run
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.tlog.audit import NO_CHECKPOINT, Report, audit
 from tms.tlog.export_lines import checkpoint_line, read_line

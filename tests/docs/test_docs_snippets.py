@@ -24,6 +24,7 @@ from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.mcp.tools import TOOLS
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
 from tms.web import docs
@@ -75,13 +76,14 @@ def live(
         try:
             ledger = Ledger(pool)
             await ledger.approve([owner.pubkey, outsider.pubkey])
-            await ledger.publish(
+            await ledger.submit(
                 [
                     terms(owner),
                     members(owner, "mcas", named),
                     terms(outsider),
                     *(terms(bot) for bot in signers),
-                ]
+                ],
+                origin=OPERATOR,
             )
         finally:
             await pool.close()

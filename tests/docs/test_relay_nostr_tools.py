@@ -30,6 +30,7 @@ from factories import (
 )
 
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 RUN_SECONDS = 120
@@ -42,13 +43,14 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
         try:
             ledger = Ledger(pool)
             await ledger.approve([OWNER.pubkey])
-            await ledger.publish(
+            await ledger.submit(
                 [
                     terms(OWNER),
                     members(OWNER, "rel", [MEMBER.pubkey, MEMBER2.pubkey]),
                     terms(MEMBER),
                     terms(MEMBER2),
-                ]
+                ],
+                origin=OPERATOR,
             )
         finally:
             await pool.close()

@@ -45,6 +45,7 @@ from fetch_site import Handler, Site
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 # What SPEC's snippets say, and what the tests put in its place.
@@ -176,12 +177,13 @@ async def _seed(database_url: str, owner: SecretKey, bots: list[SecretKey]) -> N
     try:
         ledger = Ledger(pool)
         await ledger.approve([owner.pubkey, *(bot.pubkey for bot in bots)])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(owner),
                 profile(owner, "owner", about="a person"),
                 members(owner, "mcas", [bot.pubkey for bot in bots]),
-            ]
+            ],
+            origin=OPERATOR,
         )
     finally:
         await pool.close()

@@ -12,12 +12,11 @@ import asyncpg
 import pytest
 from factories import admin, allow_connections
 
-from tms.errors import PublishError, Refusal
+from tms.errors import PublishError, Refusal, is_database_down
 from tms.guard import clients
+from tms.guard.refusal_store import Record, RefusalStore
 from tms.guard.refusals import QUEUE, RefusalLog
-from tms.ledger.refusals import Record, RefusalStore
 from tms.store.database import (
-    is_database_down,
     load_migrations,
     migrate,
     open_pool,

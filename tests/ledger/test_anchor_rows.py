@@ -12,9 +12,10 @@ import pytest
 from factories import NOW, OWNER, claim, evidence, link, settings
 from publishing import open_collection, publish, readable, reader_of, refused
 
-from tms.ledger.anchors import backfill
-from tms.ledger.reads import Reads
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
+from tms.ledger.write.anchors import backfill
+from tms.rules.admission import OPERATOR
 from tms.rules.quotes import normalize
 from tms.runtime import open_runtime
 
@@ -93,7 +94,8 @@ async def test_batches_committed_together_keep_their_anchors(ledger: Ledger) -> 
         link(OWNER, "lab", doc["id"], c["id"], "reduced diamine oxidase ACTIVITIES"),
     ]
     outcomes = await asyncio.gather(
-        *(ledger.publish([e], now=NOW) for e in [*good, *bad]), return_exceptions=True
+        *(ledger.submit([e], now=NOW, origin=OPERATOR) for e in [*good, *bad]),
+        return_exceptions=True,
     )
     assert all(isinstance(o, dict) for o in outcomes[: len(good)]), outcomes
     assert '"\ufb01rst thought to result"' in str(outcomes[-2])

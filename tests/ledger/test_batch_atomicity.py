@@ -34,6 +34,7 @@ from publishing import counts
 
 from tms.errors import PublishError
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 
 pytestmark = pytest.mark.anyio
 
@@ -136,8 +137,10 @@ async def test_one_bad_event_anywhere_stores_nothing(
     spoiled = [*batch[:position], bad, *batch[position + 1 :]]
     before = await counts(ledger)
     with pytest.raises(PublishError) as refused:
-        await ledger.publish(spoiled, now=NOW)
+        await ledger.submit(spoiled, now=NOW, origin=OPERATOR)
     assert str(refused.value).startswith(f"events[{position}] ("), (how, str(refused.value))
     assert await counts(ledger) == before, how
-    result = await ledger.publish(batch, now=NOW)  # the same batch, unspoiled, goes in whole
+    result = await ledger.submit(
+        batch, now=NOW, origin=OPERATOR
+    )  # the same batch, unspoiled, goes in whole
     assert len(result["accepted"]) + len(result["skipped"]) == len(batch)

@@ -12,8 +12,8 @@ from factories import OWNER, OWNER2, T0, EventDict, claim, contradiction, eviden
 from proof_events import cited
 from publishing import open_collection, publish, readable
 
-from tms.ledger.cited import disputes
-from tms.ledger.reads import Reads
+from tms.ledger.read.cited import disputes
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event
 from tms.results import ContestedClaim, ProofResult

@@ -1,4 +1,4 @@
-"""What the reading pages read (tms.ledger.excerpts): quotes in their stored context, links,
+"""What the reading pages read (tms.ledger.read.excerpts): quotes in their stored context, links,
 contradictions, the picker's claims and a window of evidence, every text cut in SQL; and, over
 a role that cannot read any evidence text, that the claim page's reads never need one."""
 
@@ -13,11 +13,11 @@ from publishing import join, open_collection, publish, readable
 from text_blind import drop_role, make_text_blind_role
 
 from tms.errors import NotAReader
-from tms.ledger import excerpts
-from tms.ledger.anchors import backfill
-from tms.ledger.excerpts import CLAIM_CHARS, QUOTE_CHARS, REASON_CHARS, Cut
-from tms.ledger.reads import Reads
+from tms.ledger.read import excerpts
+from tms.ledger.read.excerpts import CLAIM_CHARS, QUOTE_CHARS, REASON_CHARS, Cut
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
+from tms.ledger.write.anchors import backfill
 from tms.rules.anchors import CONTEXT_WINDOW_CHARS
 from tms.store.database import open_pool
 

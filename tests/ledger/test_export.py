@@ -37,7 +37,7 @@ from factories import (
 from publishing import publish, readable
 
 from tms.ledger.access import Access
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event as EnvelopeEvent
 from tms.rules.publish import MAX_BATCH

@@ -1,5 +1,5 @@
-"""The commit feed (tms.ledger.feed): what committed is handed over once, after its commit, never
-what rolled back; and after the listening connection is lost, each collection's events above
+"""The commit feed (tms.ledger.read.feed): what committed is handed over once, after its commit,
+never what rolled back; and after the listening connection is lost, each collection's events above
 the last `seq` handed over are caught up, even one with a *lower* global `seq` that committed
 *later* than another collection's (why the feed keeps a position per collection)."""
 
@@ -14,10 +14,10 @@ import pytest
 from factories import NOW, OWNER, claim, members, terms
 from publishing import publish
 
-from tms.ledger.feed import APPLICATION_NAME, CommitFeed
-from tms.ledger.filters import Stored
+from tms.ledger.read.feed import APPLICATION_NAME, CommitFeed
+from tms.ledger.read.filters import Stored
 from tms.ledger.service import Ledger
-from tms.ledger.writes import CHANNEL
+from tms.ledger.write.writes import CHANNEL
 
 pytestmark = pytest.mark.anyio
 

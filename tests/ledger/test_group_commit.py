@@ -13,8 +13,9 @@ from factories import MEMBER, OWNER, STRANGER, claim, evidence, link, members
 from publishing import open_collection, publish
 
 from tms.errors import PublishError
+from tms.ledger.locks import hold_locks
 from tms.ledger.service import Ledger
-from tms.ledger.writes import hold_locks
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -66,7 +67,7 @@ async def test_two_hundred_concurrent_publishes_are_each_told_the_truth(ledger: 
             expected.append("skip")
     before = await commits(ledger)
     outcomes = await asyncio.gather(
-        *(ledger.publish(list(batch)) for batch in batches), return_exceptions=True
+        *(ledger.submit(list(batch), origin=OPERATOR) for batch in batches), return_exceptions=True
     )
     transactions = await commits(ledger) - before
     for batch, want, outcome in zip(batches, expected, outcomes, strict=True):
@@ -101,10 +102,10 @@ async def test_a_batch_sees_what_the_batches_before_it_in_its_group_stored(
     refused_doc = evidence(STRANGER, "lab", "Text from a stranger.")
     quotes_refused = link(OWNER, "lab", str(refused_doc["id"]), str(first_claim["id"]), "stranger")
     outcomes = await asyncio.gather(
-        ledger.publish([first_doc, first_claim]),
-        ledger.publish([uses_it]),
-        ledger.publish([refused_doc]),
-        ledger.publish([quotes_refused]),
+        ledger.submit([first_doc, first_claim], origin=OPERATOR),
+        ledger.submit([uses_it], origin=OPERATOR),
+        ledger.submit([refused_doc], origin=OPERATOR),
+        ledger.submit([quotes_refused], origin=OPERATOR),
         return_exceptions=True,
     )
     assert outcomes[0]["accepted"] == [first_doc["id"], first_claim["id"]]  # type: ignore[index]
@@ -122,7 +123,7 @@ async def test_member_lists_in_one_group_end_with_the_newest(ledger: Ledger) -> 
         members(OWNER, "lab", [MEMBER.pubkey] if n % 2 else [], created_at=1_790_000_100 + n)
         for n in range(6)
     ]
-    await asyncio.gather(*(ledger.publish([m]) for m in lists))
+    await asyncio.gather(*(ledger.submit([m], origin=OPERATOR) for m in lists))
     current = await ledger.pool.fetchval(
         "SELECT list_id FROM current_member_lists WHERE collection = 'lab'"
     )
@@ -146,7 +147,7 @@ async def test_two_servers_publishing_to_one_collection_take_turns(
     ledger: Ledger, db_url: str
 ) -> None:
     """Two servers (two pools) publish to one collection at once, each group locking, reading,
-    writing and letting go outside a transaction (tms.ledger.writes): every event is stored
+    writing and letting go outside a transaction (tms.ledger.write.writes): every event is stored
     once, each collection's log holds every one of them in seq order, and no lock is left held
     once they are done, refusals included."""
     await open_collection(ledger, OWNER, "lab")
@@ -156,8 +157,11 @@ async def test_two_servers_publishing_to_one_collection_take_turns(
         events = [claim(OWNER, "lab", f"Claim {n} from server {n % 2}.") for n in range(120)]
         strangers = [claim(STRANGER, "lab", f"Refused {n}.") for n in range(10)]
         outcomes = await asyncio.gather(
-            *((ledger if n % 2 else second).publish([e]) for n, e in enumerate(events)),
-            *(second.publish([e]) for e in strangers),
+            *(
+                (ledger if n % 2 else second).submit([e], origin=OPERATOR)
+                for n, e in enumerate(events)
+            ),
+            *(second.submit([e], origin=OPERATOR) for e in strangers),
             return_exceptions=True,
         )
     finally:
@@ -188,7 +192,7 @@ async def test_a_publish_reads_what_the_lock_holder_wrote_before_letting_go(
     columns = ("id", "pubkey", "created_at", "kind", "tags", "content", "sig")
     async with ledger.pool.acquire() as conn, conn.transaction():
         await hold_locks(conn, ["lab"])
-        waiting = asyncio.create_task(ledger.publish([event]))
+        waiting = asyncio.create_task(ledger.submit([event], origin=OPERATOR))
         await asyncio.sleep(0.5)
         assert not waiting.done()
         await conn.execute(

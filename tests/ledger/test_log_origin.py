@@ -45,9 +45,9 @@ async def test_the_first_signed_checkpoint_records_the_origin_and_later_ones_kee
 
         # Later, TMS_BASE_URL set: the origin stays, and the start says so, naming both.
         later = Ledger(pool, log=signer("tms.example.org"))
-        with caplog.at_level(logging.WARNING, logger="tms.ledger.tlog"):
+        with caplog.at_level(logging.WARNING, logger="tms.ledger.log.tree"):
             assert await later.log.check_origin() == "127.0.0.1"
-        [warning] = [r.getMessage() for r in caplog.records if r.name == "tms.ledger.tlog"]
+        [warning] = [r.getMessage() for r in caplog.records if r.name == "tms.ledger.log.tree"]
         assert "recorded in the database is 127.0.0.1/c/<slug>" in warning
         assert "configured for tms.example.org/c/<slug>" in warning
         result = await publish(later, claim(OWNER, "lab", "Still named as before."))

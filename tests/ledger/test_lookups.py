@@ -11,10 +11,10 @@ import pytest
 from factories import OWNER, OWNER2, claim, contradiction, evidence, link
 from publishing import open_collection, publish, readable
 
-from tms.ledger import lookups
-from tms.ledger.lookups import Lookups, claim_key
+from tms.ledger.read.lookups import Lookups
 from tms.ledger.service import Ledger
-from tms.rules.quotes import normalize
+from tms.ledger.write import claim_keys
+from tms.rules.quotes import claim_key, normalize
 from tms.rules.references import Reference
 
 pytestmark = pytest.mark.anyio
@@ -117,7 +117,7 @@ async def test_a_claim_key_is_sha256_of_the_normalized_text() -> None:
 
 async def test_every_published_claim_gets_its_key_long_ones_too(ledger: Ledger) -> None:
     await open_collection(ledger, OWNER, "mine")
-    long_text = "A long claim. " * (lookups.INLINE_KEY_CHARS // 10)  # keyed off the loop
+    long_text = "A long claim. " * (claim_keys.INLINE_KEY_CHARS // 10)  # keyed off the loop
     short, long = claim(OWNER, "mine", "Short."), claim(OWNER, "mine", long_text)
     await publish(ledger, short, long)
     rows = await ledger.pool.fetch("SELECT claim_id, collection, key FROM claim_keys")
@@ -141,13 +141,13 @@ async def test_claims_stored_before_keys_existed_are_back_filled(ledger: Ledger)
         )
         == {}
     )
-    assert await lookups.backfill(ledger.pool) == 3
+    assert await claim_keys.backfill(ledger.pool) == 3
     after = {
         r["claim_id"]: bytes(r["key"])
         for r in await ledger.pool.fetch("SELECT claim_id, key FROM claim_keys")
     }
     assert after == before
-    assert await lookups.backfill(ledger.pool) == 0
+    assert await claim_keys.backfill(ledger.pool) == 0
     found = await Lookups(ledger.pool).claims(
         await readable(ledger, "mine"), [claim_key("The road is long.")]
     )

@@ -1,8 +1,12 @@
 """A new kind is one entry in `tms.rules.kinds.KINDS` plus the migration that makes its typed
-table: nothing else changes. A throw-away kind (4790, a note about a claim) is registered here,
-its migration applied the way `migrate` applies every other, and it flows through publish
-(its content model, its reference checked), its typed table, the transparency log, export and
-`verify-export`; a note naming something that is not a claim is refused in its entry's words."""
+table: nothing else changes, whatever sort of kind it is. A throw-away kind (4790, a note about a
+claim) is registered here, its migration applied the way `migrate` applies every other, and it
+flows through publish (its content model, its reference checked), its typed table, the
+transparency log, export and `verify-export`; a note naming something that is not a claim is
+refused in its entry's words. More sorts follow, each with only its entry and its migration: a
+kind of no collection (welcome on a collection's relay, no log entry), a kind that adds to each
+collection's and each claim's counts (new count columns), a kind never stored, and a kind
+searched as claims are (its vectors queued, the relay's NIP-50 search finding it)."""
 
 from __future__ import annotations
 
@@ -16,15 +20,25 @@ from factories import MEMBER, OWNER, claim, evidence, signed
 from publishing import join, open_collection, publish, readable, reader_of, refused
 
 from tms.cli.verify_export import run
-from tms.ledger.export import Exporter
-from tms.ledger.reads import Reads
+from tms.ledger.read.export import Exporter
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 from tms.rules.content import CollectionSlug, EventIdField, NonBlank, Strict
-from tms.rules.kinds import KINDS, Kind, Reference, Table
+from tms.rules.kinds import (
+    KINDS,
+    Embedding,
+    Kind,
+    Reference,
+    Table,
+    searchable_kinds,
+    unscoped_kinds,
+)
+from tms.search.search import Search
 from tms.store.database import Migration, load_migrations, migrate
 from tms.tlog.audit import audit
 from tms.tlog.export_lines import read_line
-from tms.types import KIND_CLAIM
+from tms.types import KIND_CLAIM, UNSCOPED
 
 pytestmark = pytest.mark.anyio
 
@@ -155,3 +169,144 @@ async def test_its_reference_is_checked_in_its_entry_words(ledger: Ledger, note_
     await refused(
         ledger, [missing], f"about {'0' * 64} does not exist in collection 'lab'", position=0
     )
+
+
+# --- the other sorts: each its entry and its migration alone -------------------------------------
+
+KIND_BADGE, KIND_REVIEW, KIND_PING, KIND_QUESTION = 4791, 4792, 4793, 4794
+
+
+class Badge(Strict):
+    label: NonBlank
+
+
+class Review(Strict):
+    collection: CollectionSlug
+    about: EventIdField
+    verdict: NonBlank
+
+
+class Ping(Strict):
+    text: NonBlank
+
+
+class Question(Strict):
+    collection: CollectionSlug
+    text: NonBlank
+
+
+BADGE = Kind(  # of no collection, as profiles and terms are
+    KIND_BADGE,
+    "badge",
+    "badges",
+    Badge,
+    scoped=False,
+    tables=(Table("badges", "id pubkey label"),),
+    rows=lambda e, c: [("badges", (e.id, e.pubkey, c.label))],
+)
+REVIEW = Kind(  # counted in its collection's counts and in its claim's
+    KIND_REVIEW,
+    "review",
+    "reviews",
+    Review,
+    references=(
+        Reference(
+            "about", "about", frozenset({KIND_CLAIM}), "about must be a claim; {id} is {a_kind}"
+        ),
+    ),
+    tables=(Table("reviews", "id collection pubkey about verdict"),),
+    rows=lambda e, c: [("reviews", (e.id, c.collection, e.pubkey, c.about, c.verdict))],
+    counted="reviews",
+    claim_counts=lambda event_id, c: [(c.about, "reviewed")],
+    claim_columns=("reviewed",),
+)
+PING = Kind(KIND_PING, "ping", "pings", Ping, scoped=False, stored=False)  # never stored
+QUESTION = Kind(  # searched by meaning or by keywords, as claims are
+    KIND_QUESTION,
+    "question",
+    "questions",
+    Question,
+    tables=(Table("questions", "id collection pubkey text"),),
+    rows=lambda e, c: [("questions", (e.id, c.collection, e.pubkey, c.text))],
+    embedding=Embedding("questions", "text"),
+)
+
+SORTS_MIGRATION = """
+CREATE TABLE badges (
+    id      text NOT NULL,
+    seq     bigint NOT NULL,
+    pubkey  text NOT NULL,
+    label   text NOT NULL,
+    PRIMARY KEY (id)
+);
+CREATE TABLE reviews (
+    id          text NOT NULL,
+    seq         bigint NOT NULL,
+    collection  text COLLATE "C" NOT NULL CHECK (length(collection) BETWEEN 1 AND 64),
+    pubkey      text NOT NULL,
+    about       text NOT NULL,
+    verdict     text NOT NULL,
+    PRIMARY KEY (id, collection)
+);
+CREATE TABLE questions (
+    id          text NOT NULL,
+    seq         bigint NOT NULL,
+    collection  text COLLATE "C" NOT NULL CHECK (length(collection) BETWEEN 1 AND 64),
+    pubkey      text NOT NULL,
+    text        text NOT NULL,
+    PRIMARY KEY (id, collection)
+);
+ALTER TABLE collection_counts ADD COLUMN reviews bigint NOT NULL DEFAULT 0;
+ALTER TABLE claim_counts ADD COLUMN reviewed int NOT NULL DEFAULT 0;
+"""
+
+
+@pytest.fixture
+def other_sorts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for kind in (BADGE, REVIEW, PING, QUESTION):
+        monkeypatch.setitem(KINDS, kind.number, kind)
+    yield
+
+
+async def test_each_sort_of_kind_needs_its_entry_and_its_migration_only(
+    ledger: Ledger, other_sorts: None
+) -> None:
+    async with ledger.pool.acquire() as conn:
+        await migrate(conn, [*load_migrations(), Migration(991, "991_sorts.sql", SORTS_MIGRATION)])
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await join(ledger, MEMBER)
+    premise = claim(MEMBER, "lab", "DAO explains HIT.")
+    review = signed(
+        MEMBER, KIND_REVIEW, {"collection": "lab", "about": premise["id"], "verdict": "sound"}
+    )
+    badge = signed(MEMBER, KIND_BADGE, {"label": "reviewer"})
+    # on a collection's relay, a kind of no collection is welcome as profiles and terms are
+    result = await ledger.submit([premise, review, badge], origin=OPERATOR, within="lab")
+    assert result["accepted"] == [premise["id"], review["id"], badge["id"]]
+    assert KIND_BADGE in unscoped_kinds()
+    async with ledger.pool.acquire() as conn:
+        filed = await conn.fetchval("SELECT collection FROM events WHERE id = $1", badge["id"])
+        entries = await conn.fetchval(
+            "SELECT count(*) FROM tlog_leaves WHERE event_id = ANY($1::bytea[])",
+            [bytes.fromhex(e["id"]) for e in (premise, review, badge)],
+        )
+        reviews = await conn.fetchval(
+            "SELECT reviews FROM collection_counts WHERE collection = 'lab'"
+        )
+        reviewed = await conn.fetchval(
+            "SELECT reviewed FROM claim_counts WHERE claim_id = $1", premise["id"]
+        )
+    assert filed == UNSCOPED and entries == 2  # the badge is no log's entry
+    assert (reviews, reviewed) == (1, 1)
+    ping = signed(MEMBER, KIND_PING, {"text": "hello"})
+    await refused(ledger, [ping], "kind 4793 (ping) events are never stored", position=0)
+    # a searchable kind: queued for its vectors, and found by the relay's NIP-50 search
+    asked = signed(MEMBER, KIND_QUESTION, {"collection": "lab", "text": "Why the 2019 cohort?"})
+    await publish(ledger, asked)
+    assert KIND_QUESTION in searchable_kinds()
+    queued = await ledger.pool.fetchval(
+        "SELECT count(*) FROM embedding_queue WHERE event_id = $1", asked["id"]
+    )
+    search = Search(ledger.pool, None)  # no model: by keyword
+    found = await search.events(await readable(search, "lab"), KIND_QUESTION, "cohort", 10)
+    assert queued == 1 and [event_id for _, event_id in found] == [asked["id"]]

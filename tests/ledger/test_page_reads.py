@@ -9,11 +9,12 @@ import pytest
 from factories import claim, evidence, members, profile, terms
 from publishing import publish, reader_of
 
-from tms.ledger.access import Access
-from tms.ledger.keys import Keys
+from tms.errors import NotAReader
+from tms.ledger.access import Access, OwnedCollection
+from tms.ledger.read.keys import Keys
+from tms.ledger.read.stats import Stats, _bucket_starts, _unit
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
-from tms.ledger.stats import Stats, _bucket_starts, _unit
 from tms.nostr.events import SecretKey
 
 pytestmark = pytest.mark.anyio
@@ -38,15 +39,27 @@ async def test_keys_terms_profile_and_member_list(ledger: Ledger) -> None:
     found = await keys.profile(owner.pubkey)
     assert found is not None and (found["id"], found["name"]) == (newer["id"], "Newer")
     assert await keys.names([owner.pubkey, member.pubkey]) == {owner.pubkey: "Newer"}
-    listed = await keys.member_list("c")
-    assert listed is not None
-    assert (listed["owner"], listed["members"], listed["list_created_at"]) == (
-        owner.pubkey,
-        [member.pubkey],
-        1500,
-    )
-    assert await keys.member_list("nothing") is None
+    # a member reads the list with its reader's capability, the owner with its own
+    for readable in (
+        await access.collection(member.pubkey, "c"),
+        await access.owned(owner.pubkey, "c"),
+    ):
+        listed = await keys.member_list(readable)
+        assert listed is not None
+        assert (listed["owner"], listed["members"], listed["list_created_at"]) == (
+            owner.pubkey,
+            [member.pubkey],
+            1500,
+        )
+    assert await keys.taken_by("c") == owner.pubkey and await keys.taken_by("nothing") is None
     assert await access.owns(owner.pubkey, "c") and not await access.owns(member.pubkey, "c")
+    # the owner's capability is the access check's answer: a member, or a missing collection,
+    # get the same refusal as any collection closed to them
+    for pubkey, slug in ((member.pubkey, "c"), (owner.pubkey, "nothing")):
+        with pytest.raises(NotAReader, match="or no such collection"):
+            await access.owned(pubkey, slug)
+    with pytest.raises(TypeError, match=r"only tms\.ledger\.access makes a OwnedCollection"):
+        OwnedCollection(owner.pubkey, "c")
 
 
 async def test_a_member_is_one_since_the_first_list_that_named_them(ledger: Ledger) -> None:

@@ -44,10 +44,11 @@ from junk import junk_strategies
 from publishing import LEDGER_TABLES, counts, join, open_collection, publish, refused
 
 from tms.ledger.access import Access
+from tms.ledger.log.tree import STATE_SQL
 from tms.ledger.service import Ledger
-from tms.ledger.snapshots import quotes
-from tms.ledger.snapshots import snapshot as read_snapshot
-from tms.ledger.tlog import STATE_SQL
+from tms.ledger.write.snapshots import quotes
+from tms.ledger.write.snapshots import snapshot as read_snapshot
+from tms.rules.admission import OPERATOR
 from tms.rules.anchors import Anchor
 from tms.rules.publish import MAX_BATCH, PublishError, Ref, Snapshot, parse_events
 
@@ -621,7 +622,9 @@ async def test_racing_creators_end_with_one_owner(ledger: Ledger) -> None:
         a = [terms(OWNER)] + [claim(OWNER, slug, f"a {i}") for i in range(40)]
         b = [terms(OWNER2)] + [claim(OWNER2, slug, f"b {i}") for i in range(40)]
         results = await asyncio.gather(
-            ledger.publish(a, now=NOW), ledger.publish(b, now=NOW), return_exceptions=True
+            ledger.submit(a, now=NOW, origin=OPERATOR),
+            ledger.submit(b, now=NOW, origin=OPERATOR),
+            return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
         assert len(errors) == 1, results
@@ -650,7 +653,8 @@ async def test_same_batch_sent_twice_at_once_is_stored_once(ledger: Ledger) -> N
             c = claim(OWNER, slug, f"claim {i}")
             batch += [c, link(OWNER, slug, doc["id"], c["id"], "DAO")]
         first, second = await asyncio.gather(
-            ledger.publish(batch, now=NOW), ledger.publish(batch, now=NOW)
+            ledger.submit(batch, now=NOW, origin=OPERATOR),
+            ledger.submit(batch, now=NOW, origin=OPERATOR),
         )
         new = [e["id"] for e in batch if round_ == 0 or e["kind"] != 4706]
         outcomes = sorted(
@@ -808,7 +812,7 @@ async def test_publish_raises_only_publish_error(ledger: Ledger, raw: object) ->
     await publish(ledger, *SETUP)
     before = await counts(ledger)
     try:
-        result = await ledger.publish(raw, now=NOW)
+        result = await ledger.submit(raw, now=NOW, origin=OPERATOR)
     except PublishError as exc:
         assert str(exc).startswith("events"), exc
         assert await counts(ledger) == before

@@ -1,4 +1,4 @@
-"""A page's expectations (`Ledger.publish(..., expected=...)`) against the real PostgreSQL: a
+"""A page's expectations (`Ledger.submit(..., expected=...)`) against the real PostgreSQL: a
 batch made against a state that is gone stores nothing and leaves the member list standing,
 also when the change lands in the same group commit just before it.
 
@@ -15,6 +15,7 @@ from publishing import counts, join, open_collection
 
 from tms.errors import PublishError
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 
 pytestmark = pytest.mark.anyio
 
@@ -40,11 +41,11 @@ async def test_a_stale_create_form_never_empties_an_existing_list(ledger: Ledger
     before = await counts(ledger)
     stale = members(OWNER, "lab", [], created_at=T0 + 60)
     with pytest.raises(PublishError, match="you already own collection 'lab'"):
-        await ledger.publish([stale], now=NOW, expected={"lab": None})
+        await ledger.submit([stale], now=NOW, expected={"lab": None}, origin=OPERATOR)
     assert await counts(ledger) == before
     assert await current_list(ledger, "lab") == [MEMBER.pubkey]
     # Without the expectation the same event replaces the list: what a bot may still do.
-    await ledger.publish([stale], now=NOW)
+    await ledger.submit([stale], now=NOW, origin=OPERATOR)
     assert await current_list(ledger, "lab") == []
 
 
@@ -53,9 +54,11 @@ async def test_another_approved_key_hears_the_name_is_taken(ledger: Ledger) -> N
     await ledger.approve([APPROVED.pubkey])
     await join(ledger, APPROVED)
     with pytest.raises(PublishError, match="the name 'lab' is taken"):
-        await ledger.publish([members(APPROVED, "lab", [])], now=NOW, expected={"lab": None})
-    created = await ledger.publish(
-        [members(APPROVED, "lab2", [])], now=NOW, expected={"lab2": None}
+        await ledger.submit(
+            [members(APPROVED, "lab", [])], now=NOW, expected={"lab": None}, origin=OPERATOR
+        )
+    created = await ledger.submit(
+        [members(APPROVED, "lab2", [])], now=NOW, expected={"lab2": None}, origin=OPERATOR
     )
     assert created["collections"] == ["lab2"]
 
@@ -67,9 +70,9 @@ async def test_a_member_learns_nothing_from_an_expectation(ledger: Ledger) -> No
     await join(ledger, MEMBER)
     batch = [members(MEMBER, "lab", [])]
     with pytest.raises(PublishError) as plain:
-        await ledger.publish(batch, now=NOW)
+        await ledger.submit(batch, now=NOW, origin=OPERATOR)
     with pytest.raises(PublishError) as expecting:
-        await ledger.publish(batch, now=NOW, expected={"lab": None})
+        await ledger.submit(batch, now=NOW, expected={"lab": None}, origin=OPERATOR)
     assert str(expecting.value) == str(plain.value)
     assert "taken" not in str(expecting.value) and "already own" not in str(expecting.value)
 
@@ -78,13 +81,13 @@ async def test_a_members_page_saves_only_over_the_list_it_showed(ledger: Ledger)
     await open_collection(ledger, OWNER, "lab", [MEMBER])
     shown = await head(ledger, "lab")
     elsewhere = members(OWNER, "lab", [MEMBER.pubkey, MEMBER2.pubkey], created_at=T0 + 10)
-    await ledger.publish([elsewhere], now=NOW)
+    await ledger.submit([elsewhere], now=NOW, origin=OPERATOR)
     stale = members(OWNER, "lab", [], created_at=T0 + 20)
     with pytest.raises(PublishError, match="changed since this page was loaded"):
-        await ledger.publish([stale], now=NOW, expected={"lab": shown})
+        await ledger.submit([stale], now=NOW, expected={"lab": shown}, origin=OPERATOR)
     assert await current_list(ledger, "lab") == [MEMBER.pubkey, MEMBER2.pubkey]
     fresh = members(OWNER, "lab", [MEMBER2.pubkey], created_at=T0 + 30)
-    await ledger.publish([fresh], now=NOW, expected={"lab": elsewhere["id"]})
+    await ledger.submit([fresh], now=NOW, expected={"lab": elsewhere["id"]}, origin=OPERATOR)
     assert await current_list(ledger, "lab") == [MEMBER2.pubkey]
 
 
@@ -96,8 +99,8 @@ async def test_two_saves_from_one_view_in_one_group_commit_store_one(ledger: Led
     first = members(OWNER, "lab", [MEMBER2.pubkey], created_at=T0 + 10)
     second = members(OWNER, "lab", [], created_at=T0 + 20)
     results = await asyncio.gather(
-        ledger.publish([first], now=NOW, expected={"lab": shown}),
-        ledger.publish([second], now=NOW, expected={"lab": shown}),
+        ledger.submit([first], now=NOW, expected={"lab": shown}, origin=OPERATOR),
+        ledger.submit([second], now=NOW, expected={"lab": shown}, origin=OPERATOR),
         return_exceptions=True,
     )
     assert isinstance(results[0], dict)
@@ -110,8 +113,8 @@ async def test_the_page_that_creates_a_collection_may_send_its_batch_again(
     ledger: Ledger,
 ) -> None:
     await ledger.approve([OWNER.pubkey])
-    await ledger.publish([terms(OWNER)], now=NOW)
+    await ledger.submit([terms(OWNER)], now=NOW, origin=OPERATOR)
     created = members(OWNER, "lab", [])
-    await ledger.publish([created], now=NOW, expected={"lab": None})
-    again = await ledger.publish([created], now=NOW, expected={"lab": None})
+    await ledger.submit([created], now=NOW, expected={"lab": None}, origin=OPERATOR)
+    again = await ledger.submit([created], now=NOW, expected={"lab": None}, origin=OPERATOR)
     assert again["skipped"] == [created["id"]]

@@ -36,7 +36,7 @@ from factories import (
 )
 from publishing import join, open_collection, publish, readable, reader_of
 
-from tms.ledger.reads import Reads
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
 from tms.search.pgvector import (
     ensure_vector_index,

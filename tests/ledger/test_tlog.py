@@ -19,8 +19,8 @@ from factories import CITUS_TRIGGERS, MEMBER, OWNER, OWNER2, claim, evidence, li
 from publishing import counts, join, open_collection, publish, readable, without_log
 
 from tms.errors import LogError
+from tms.ledger.log.reads import LogReads
 from tms.ledger.service import Ledger
-from tms.ledger.tlog_reads import LogReads
 from tms.tlog import tiles
 from tms.tlog.note import open_checkpoint
 

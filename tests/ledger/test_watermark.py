@@ -1,4 +1,4 @@
-"""Where a page's view of a collection ends (`tms.ledger.watermark`), on real PostgreSQL: the
+"""Where a page's view of a collection ends (`tms.ledger.read.watermark`), on real PostgreSQL: the
 newest event of the kinds asked, in the ledger's order (never by `created_at`), "none yet" for a
 collection without them, and "unknown" when they are not among its newest events."""
 
@@ -8,7 +8,7 @@ import pytest
 from factories import claim, evidence, link, members, terms
 from publishing import publish, reader_of
 
-from tms.ledger import watermark
+from tms.ledger.read import watermark
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import Caller, approve
 
-from tms.ledger.writes import hold_locks
+from tms.ledger.locks import hold_locks
 from tms.nostr.events import SecretKey
 
 KINDS = (0, 4701, 4702, 4703, 4704, 4705, 4706)

@@ -35,6 +35,7 @@ from mcp_helpers import Caller
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 SLUG: Final = "lab"
@@ -67,7 +68,7 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
             ledger = Ledger(pool)
             await ledger.approve([OWNER.pubkey, OTHER.pubkey])
             now = int(time.time())
-            await ledger.publish(
+            await ledger.submit(
                 [
                     terms(OWNER),
                     members(OWNER, SLUG, [MEMBER.pubkey, REMOVED.pubkey], created_at=now - 60),
@@ -75,7 +76,8 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
                     terms(OTHER),
                     members(OTHER, "side", [UNAPPROVED.pubkey, REMOVED.pubkey]),
                     members(OWNER, SLUG, [MEMBER.pubkey], created_at=now),  # REMOVED leaves
-                ]
+                ],
+                origin=OPERATOR,
             )
         finally:
             await pool.close()

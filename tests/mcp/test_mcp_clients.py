@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from factories import TMS, Live, fresh_database, live_server, request, signed, terms
+from factories import LOG_SIGNER, TMS, Live, fresh_database, live_server, request, signed, terms
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_helpers import Caller, approve
@@ -73,6 +73,7 @@ async def test_the_sdk_client_over_streamable_http(live: Live, owner: SecretKey)
         refused = await client.call_tool("list_collections", {})
         assert refused.is_error
         assert "needs a signed `request`" in refused.content[0].text
+        assert "TMS_NSEC" not in refused.content[0].text  # over HTTP, no server signs for you
         prompts = await client.list_prompts()
         assert {p.name for p in prompts.prompts} == {"claims_pass", "briefing"}
         prompt = await client.get_prompt("briefing", {"collection": SLUG})
@@ -87,6 +88,8 @@ def _stdio(live: Live, **env: str) -> StdioServerParameters:
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", "/tmp"),
             "TMS_DATABASE_URL": live.database_url,
+            # the server's log key: otherwise stdio makes one in ./tms-data, wherever it runs
+            "TMS_LOG_KEY": LOG_SIGNER.encode(),
             **env,
         },
     )
@@ -139,6 +142,25 @@ async def test_stdio_without_a_key_needs_signed_requests(live: Live, owner: Secr
         refused = await client.call_tool("list_claims", {"collection": SLUG})
         assert refused.is_error
         assert "pass the arguments inside its signed content" in refused.content[0].text
+        # The agent sees the refusal, not the server's stderr: it names TMS_NSEC (issue 27).
+        assert refused.content[0].text.endswith(
+            "; or have `tms stdio` sign calls for you: start it with TMS_NSEC set to the "
+            "agent's nsec or 64 hex characters (`uv run tms-sign keygen` makes one), then pass "
+            "the arguments directly"
+        )
+        bare = await client.call_tool("list_collections", {})
+        assert bare.is_error
+        assert "needs a signed `request`" in bare.content[0].text
+        assert "start it with TMS_NSEC set" in bare.content[0].text
+        # A call that signs its own request is told nothing of TMS_NSEC when that fails.
+        stale = await client.call_tool(
+            "list_claims", {"request": request(owner, "list_claims", collection=SLUG)}
+        )
+        assert not stale.is_error
+        wrong = await client.call_tool(
+            "list_claims", {"request": request(owner, "list_collections")}
+        )
+        assert wrong.is_error and "TMS_NSEC" not in wrong.content[0].text
         ok = await client.call_tool(
             "list_claims", {"request": request(owner, "list_claims", collection=SLUG)}
         )

@@ -48,7 +48,7 @@ def test_a_kept_checkpoint_still_verifies_after_tms_base_url_is_set(
 
         public = settings(TMS_EMBED="off", TMS_BASE_URL="https://tms.example.org")
         with (
-            caplog.at_level(logging.WARNING, logger="tms.ledger.tlog"),
+            caplog.at_level(logging.WARNING, logger="tms.ledger.log.tree"),
             live_server(database, public) as live,
         ):
             caller = Caller(live)
@@ -61,7 +61,7 @@ def test_a_kept_checkpoint_still_verifies_after_tms_base_url_is_set(
             assert "127.0.0.1/c/mcas" in guide and "tms.example.org/c/mcas" not in guide
             deadline = time.monotonic() + 30
             while not (
-                said := [r.getMessage() for r in caplog.records if r.name == "tms.ledger.tlog"]
+                said := [r.getMessage() for r in caplog.records if r.name == "tms.ledger.log.tree"]
             ):
                 assert time.monotonic() < deadline, "no warning about the origin at start"
                 time.sleep(0.05)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 from factories import (
@@ -30,6 +31,7 @@ from mcp_helpers import Caller, approve
 from tms.cli.verify_export import run as verify_export
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.store.database import application_name
 from tms.tlog.cosignature import CosignerKey
 from tms.tlog.merkle import consistency_ranges, leaf_hash, nodes_for, proof_hashes, root_of
 from tms.tlog.note import Checkpoint, NoteSigner, split_note
@@ -50,6 +52,20 @@ def _proof(old: int, new: int) -> tuple[bytes, ...]:
     ranges = consistency_ranges(old, new)
     hashes = {(lv, i): root_of(leaves[i << lv : (i + 1) << lv]) for lv, i in nodes_for(ranges)}
     return tuple(proof_hashes(ranges, hashes))
+
+
+def _application_names(database_url: str) -> set[str]:
+    async def read() -> set[str]:
+        conn = await asyncpg.connect(database_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+            )
+            return {row["application_name"] for row in rows}
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
 
 
 def _note(n: int, salt: int = 0) -> str:
@@ -183,6 +199,9 @@ def test_two_servers_witness_each_other_and_a_member_demands_the_quorum(
             assert key_b.strip() == pair["witness_b"].verifier().encode()  # type: ignore[attr-defined]
             result = caller.tool(owner, "get_checkpoint", collection="lab")
             assert result["quorum"] is True and result["witnessed_by"] == ["B"]
+            # the submitter's lock connection names its release, as every connection does: an
+            # upgrade's check for older servers (tms.store.database) sees it
+            assert application_name("witness") in _application_names(a.database_url)  # type: ignore[attr-defined]
             # the export's checkpoint line carries the cosignature: verify-export demands it
             export_url = f"{a.url}/c/lab/export.jsonl?checkpoint=1"  # type: ignore[attr-defined]
             exported = http.get(export_url, headers=nip98_auth(owner, _public(export_url))).text

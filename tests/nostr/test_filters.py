@@ -108,4 +108,16 @@ def test_any_accepted_filter_holds_at_most_max_values_and_a_bounded_size(
         return
     held = sum(len(values) for values in parsed.tags.values())
     assert held <= MAX_VALUES
-    assert parsed.size <= 512 + MAX_VALUES * (VALUE_OVERHEAD + MAX_TAG_VALUE_CHARS)
+    assert parsed.size <= 512 + MAX_VALUES * (VALUE_OVERHEAD + 4 * MAX_TAG_VALUE_CHARS)
+    assert parsed.size >= sum(
+        len(value.encode("utf-8", "surrogatepass")) for values in raw.values() for value in values
+    )
+
+
+def test_a_filters_size_counts_bytes_not_characters() -> None:
+    """A budget counts bytes: 1,024 characters of a tag value may hold 4 KB."""
+    ascii_ = parse_filter({"#t": ["a" * MAX_TAG_VALUE_CHARS]}, max_limit=10)
+    wide = parse_filter({"#t": ["\U0001f600" * MAX_TAG_VALUE_CHARS]}, max_limit=10)
+    assert wide.size - ascii_.size == 3 * MAX_TAG_VALUE_CHARS
+    search = parse_filter({"search": "\u00e9" * 1000}, max_limit=10)
+    assert search.size >= 2000

@@ -14,6 +14,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 WAIT_SECONDS: Final = 10.0
@@ -97,14 +98,15 @@ async def seed(url: str) -> None:
     try:
         ledger = Ledger(pool)
         await ledger.approve([OWNER.pubkey, OWNER2.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(OWNER),
                 terms(OWNER2),
                 members(OWNER, "rel", [MEMBER.pubkey]),
                 terms(MEMBER),
                 members(OWNER2, "other", []),
-            ]
+            ],
+            origin=OPERATOR,
         )
     finally:
         await pool.close()
@@ -140,6 +142,6 @@ async def publish(database_url: str, *batches: list[dict[str, Any]]) -> None:
     try:
         ledger = Ledger(pool)
         for batch in batches:
-            await ledger.publish(batch)
+            await ledger.submit(batch, origin=OPERATOR)
     finally:
         await pool.close()

@@ -17,12 +17,14 @@ from factories import MEMBER, OWNER, claim, members, terms
 
 from tms.http.bodies import MiB
 from tms.ledger.access import Access
-from tms.ledger.filters import StoredEvents
+from tms.ledger.read.filters import StoredEvents
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.relay.budget import Budget, ProcessBudget
 from tms.relay.gate import Gate
 from tms.relay.live import Hub, Subscription
+from tms.relay.outbox import Filed
+from tms.rules.admission import OPERATOR
 from tms.types import PubKey
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +40,7 @@ class Recorder:
         self.budget = Budget(ProcessBudget(MiB), MiB)
         self.sent: list[str] = []
 
-    def send_live(self, sub_id: str, event_json: str) -> None:
+    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None:
         self.sent.append(json.loads(event_json)["content"])
 
     def overflowed(self, sub_id: str, why: str) -> None:
@@ -51,9 +53,11 @@ class Recorder:
 async def test_events_committed_before_the_req_are_never_sent_live(ledger: Ledger) -> None:
     T = int(time.time())
     await ledger.approve([OWNER.pubkey])
-    await ledger.publish([terms(OWNER), members(OWNER, "hub", [MEMBER.pubkey], created_at=T - 4)])
+    await ledger.submit(
+        [terms(OWNER), members(OWNER, "hub", [MEMBER.pubkey], created_at=T - 4)], origin=OPERATOR
+    )
     before = claim(OWNER, "hub", "said before the REQ", created_at=T - 3)
-    await ledger.publish([before])
+    await ledger.submit([before], origin=OPERATOR)
 
     stored = StoredEvents(ledger.pool)
     hub = Hub(stored)
@@ -61,14 +65,14 @@ async def test_events_committed_before_the_req_are_never_sent_live(ledger: Ledge
     sub = Subscription(client, "s", [parse_filter({"kinds": [4702]}, max_limit=10)], ["hub"])
     await hub.add(sub)
     during = claim(OWNER, "hub", "said while the stored answer is read", created_at=T - 2)
-    await ledger.publish([during])
+    await ledger.submit([during], origin=OPERATOR)
 
     scope = await Access(ledger.pool).collection(MEMBER.pubkey, "hub")
     late = await stored.by_ids(scope, [before["id"], during["id"]])
     hub.deliver(late)  # the feed, behind: what committed before the REQ, then after it
     sub.flush(set())  # a `limit: 0` answer: nothing stored was sent
     after = claim(OWNER, "hub", "said after the stored answer", created_at=T - 1)
-    await ledger.publish([after])
+    await ledger.submit([after], origin=OPERATOR)
     hub.deliver(await stored.by_ids(scope, [before["id"], after["id"]]))  # later still
 
     assert [json.loads(text)["text"] for text in client.sent] == [

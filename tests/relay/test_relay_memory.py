@@ -8,15 +8,33 @@ a CLOSE stops it (item 5, issue 29)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from factories import MEMBER, OWNER, Live, claim, evidence, fresh_database, live_server, settings
+from factories import (
+    MEMBER,
+    OWNER,
+    Live,
+    claim,
+    evidence,
+    fresh_database,
+    live_server,
+    members,
+    settings,
+    terms,
+)
 from relay_client import Client, publish, seed, slow_reader, ws_url
 
+from tms.ledger.service import Ledger
+from tms.relay.connection import Connection
 from tms.relay.limits import OUTBOX_BYTES
+from tms.relay.shared import open_relay
+from tms.rules.admission import OPERATOR
+from tms.runtime import open_runtime
+from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
 
@@ -83,12 +101,21 @@ async def read_until(client: Client, done: Any, seconds: float = 10.0) -> list[l
 
 
 async def test_new_events_behind_a_slow_stored_answer_are_capped_in_bytes(live: Live) -> None:
+    """The new events reach the relay's hub while the stored answer is in flight, every time:
+    its first event has been read (the subscription is registered, the answer begun), it is far
+    larger than what the relay queues and the sockets hold, and the client reads on only once
+    a prompt subscriber has been handed all the new events."""
     client = await slow_reader(live.url, "/c/rel", MEMBER)
+    watcher = await member(live)
     try:
+        _, end = await watcher.req("new", {"kinds": [4701], "limit": 0})
+        assert end == ["EOSE", "new"]
         await client.send(["REQ", "slow", {"kinds": [4701]}])
-        await asyncio.sleep(0.5)  # the stored answer waits for the client to read
+        first = await client.recv(30)  # begun; the rest waits for the client to read
+        assert first[:2] == ["EVENT", "slow"], first
         new = [evidence(MEMBER, "rel", f"new {n} {time.time_ns()} {LARGE}") for n in range(5)]
         await publish(live.database_url, *[[event] for event in new])
+        assert [(await watcher.recv(30))[2]["id"] for _ in new] == [e["id"] for e in new]
         got = await read_until(client, lambda m: m[0] in ("CLOSED", "EOSE") and m[1] == "slow")
         end = got[-1]
         assert end[:2] == ["CLOSED", "slow"], [m[0] for m in got]
@@ -98,6 +125,7 @@ async def test_new_events_behind_a_slow_stored_answer_are_capped_in_bytes(live: 
         assert again == ["EOSE", "again"]
     finally:
         await client.close()
+        await watcher.close()
 
 
 async def test_filters_count_against_the_connections_budget(live: Live) -> None:
@@ -122,7 +150,8 @@ async def test_an_event_and_a_close_behind_a_slow_stored_answer_are_not_held_up(
     client = await slow_reader(live.url, "/c/rel", MEMBER)
     try:
         await client.send(["REQ", "slow", {"kinds": [4701]}])
-        await asyncio.sleep(0.3)  # the stored answer waits for the client to read
+        first = await client.recv(30)  # begun; the rest waits for the client to read
+        assert first[:2] == ["EVENT", "slow"], first
         said = claim(MEMBER, "rel", f"said during a slow answer {time.time_ns()}", created_at=now())
         await client.send(["EVENT", said])
         await client.send(["CLOSE", "slow"])
@@ -134,3 +163,123 @@ async def test_an_event_and_a_close_behind_a_slow_stored_answer_are_not_held_up(
         assert end == ["EOSE", "after"]
     finally:
         await client.close()
+
+
+async def test_a_new_req_is_closed_saying_why_while_the_process_is_over_its_budget(
+    db_url: str,
+) -> None:
+    """A relay whose connections may hold 1 MiB in all: one client that reads nothing fills it
+    with its stored answer (evidence of 300 KB each, read one at a time as room allows: the
+    fourth passes the last check and takes it over), and another connection's REQ is then
+    CLOSED with `error:` saying whose memory is short, rather than adding to it. Once the first
+    has gone, the same REQ is answered."""
+    T = int(time.time()) - 100
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        await Ledger(pool).approve([OWNER.pubkey])
+        await Ledger(pool).submit(
+            [terms(OWNER), members(OWNER, "mem", [], created_at=T)], origin=OPERATOR
+        )
+        texts = [evidence(OWNER, "mem", f"{n} " + "x" * 300_000, created_at=T) for n in range(8)]
+        await Ledger(pool).submit(texts, origin=OPERATOR)
+    finally:
+        await pool.close()
+    stuck, answered = asyncio.Event(), []
+
+    async def never_reads(text: str) -> None:
+        if text.startswith('["EVENT"'):
+            stuck.set()
+            await asyncio.Event().wait()
+
+    async def reads(text: str) -> None:
+        answered.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=1024 * 1024) as relay,
+    ):
+        await relay.feed.ready.wait()
+        hog = Connection(
+            relay, never_reads, slug="mem", url="ws://x/", address=None, pubkey=OWNER.pubkey
+        )
+        other = Connection(
+            relay, reads, slug="mem", url="ws://x/", address=None, pubkey=OWNER.pubkey
+        )
+        for conn in (hog, other):
+            await conn.open()
+        await hog.handle(json.dumps(["REQ", "all", {"kinds": [4701]}]))
+        await asyncio.wait_for(stuck.wait(), 10)
+        deadline = time.monotonic() + 10
+        while not relay.memory.full:
+            assert time.monotonic() < deadline, relay.memory.used
+            await asyncio.sleep(0.01)
+        await other.handle(json.dumps(["REQ", "one", {"kinds": [4701], "limit": 1}]))
+        await until(lambda: any(m[:2] == ["CLOSED", "one"] for m in answered))
+        closed = next(m for m in answered if m[:2] == ["CLOSED", "one"])
+        assert closed[2].startswith("error: this relay is short of memory"), closed
+        assert "held for every connection" in closed[2]
+        await hog.close()
+        assert relay.memory.used < 1024 * 1024
+        await other.handle(json.dumps(["REQ", "two", {"kinds": [4701], "limit": 1}]))
+        await until(lambda: ["EOSE", "two"] in answered)
+        await other.close()
+        assert relay.memory.used == 0
+
+
+async def test_counts_waiting_their_turn_hold_their_filters_in_the_budget(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A COUNT's filters (5 of 1,000 tag values of 1,024 characters: 5.6 MB) are held while it
+    waits and runs (here, a count that never ends): a second one would take the connection past
+    its 8 MiB and is CLOSED saying so (before, a hundred waited uncounted, 560 MB), and once the
+    first is answered or closed there is room again."""
+    await seed(db_url)
+    release = asyncio.Event()
+    real = None
+
+    async def slow_count(*args: Any, **kwargs: Any) -> int:
+        await release.wait()
+        assert real is not None
+        return int(await real(*args, **kwargs))
+
+    answered: list[list[Any]] = []
+
+    async def reads(text: str) -> None:
+        answered.append(json.loads(text))
+
+    values = [f"{n:04d}" + "v" * 1020 for n in range(1000)]
+    wide = [{"kinds": [4702], f"#{letter}": values[:999]} for letter in "abcde"]
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        real = relay.stored.count
+        monkeypatch.setattr(relay.stored, "count", slow_count)
+        conn = Connection(
+            relay, reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        for n in range(3):
+            await conn.handle(json.dumps(["COUNT", f"c{n}", *wide]))
+        assert conn.budget.used > 5 * 1024 * 1024
+        await until(lambda: sum(m[0] == "CLOSED" for m in answered) == 2)
+        refused = [m for m in answered if m[0] == "CLOSED"]
+        assert [m[1] for m in refused] == ["c1", "c2"], answered
+        assert all(m[2].startswith("invalid: these filters hold") for m in refused)
+        release.set()
+        await until(lambda: any(m[:2] == ["COUNT", "c0"] for m in answered))
+        await until(lambda: not conn.reading.tasks)
+        assert conn.budget.used < 1024 * 1024
+        release.clear()
+        await conn.handle(json.dumps(["COUNT", "c3", *wide]))  # room again
+        assert ("COUNT", "c3") in conn.reading.tasks
+        await conn.close()
+        assert relay.memory.used == 0
+
+
+async def until(condition: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)

@@ -6,22 +6,28 @@ cap, and the item list's own cap."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
-from factories import MEMBER, OWNER2, STRANGER, Live, claim
-from relay_client import Client, ws_url
+from factories import MEMBER, OWNER, OWNER2, STRANGER, Live, claim, members, settings
+from relay_client import Client, seed, ws_url
 
 from tms.ledger.access import Access
-from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import TooMany, negentropy_items
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.nostr.negentropy import Initiator, Items
+from tms.relay.connection import Connection
 from tms.relay.limits import MAX_NEG_SESSIONS
+from tms.relay.shared import open_relay
+from tms.rules.admission import OPERATOR
+from tms.runtime import open_runtime
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -46,8 +52,10 @@ async def stored(live: Live) -> AsyncIterator[list[dict[str, Any]]]:
             )
             for i in range(CLAIMS)
         ]
-        await ledger.publish(events)
-        await ledger.publish([claim(OWNER2, "other", "not for the member", created_at=start)])
+        await ledger.submit(events, origin=OPERATOR)
+        await ledger.submit(
+            [claim(OWNER2, "other", "not for the member", created_at=start)], origin=OPERATOR
+        )
         yield events
     finally:
         await pool.close()
@@ -214,3 +222,169 @@ async def test_the_item_list_stops_past_its_cap(live: Live, stored: list[dict[st
             await negentropy_items(pool, scope, wanted, CLAIMS - 1)
     finally:
         await pool.close()
+
+
+async def test_a_sessions_list_counts_against_the_process_memory_budget(db_url: str) -> None:
+    """A relay whose connections may hold 4 KB in all: one session over 100 claims (7 KB of
+    list) is let in on a process that holds nothing else, a second connection's NEG-OPEN is
+    then refused `blocked:` saying why, and is let in once the first session closed."""
+    await seed(db_url)
+    start = int(time.time()) - 1000
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        claims = [claim(MEMBER, "rel", f"listed {n}", created_at=start + n) for n in range(100)]
+        await Ledger(pool).submit(claims, origin=OPERATOR)
+    finally:
+        await pool.close()
+    said: dict[str, list[list[Any]]] = {"a": [], "b": []}
+
+    def recorder(name: str) -> Callable[[str], Awaitable[None]]:
+        async def send(text: str) -> None:
+            said[name].append(json.loads(text))
+
+        return send
+
+    empty = Initiator(items_of([])).initiate().hex()
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=4096) as relay,
+    ):
+        a, b = (
+            Connection(
+                relay, recorder(n), slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+            )
+            for n in ("a", "b")
+        )
+        for conn in (a, b):
+            await conn.open()
+        await until(lambda: a.outbox.queued_bytes == b.outbox.queued_bytes == 0)
+        await a.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        await until(lambda: len(said["a"]) == 2)
+        assert said["a"][1][:2] == ["NEG-MSG", "n"], said["a"]
+        assert relay.memory.used > 4096
+        await b.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        await until(lambda: len(said["b"]) == 2)
+        assert said["b"][1][:2] == ["NEG-ERR", "n"], said["b"]
+        assert said["b"][1][2].startswith("blocked: this relay is short of memory for NEG")
+        await a.handle(json.dumps(["NEG-CLOSE", "n"]))
+        await b.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        await until(lambda: len(said["b"]) == 3)
+        assert said["b"][2][:2] == ["NEG-MSG", "n"], said["b"]
+        for conn in (a, b):
+            await conn.close()
+        assert relay.memory.used == 0
+
+
+async def test_a_list_read_across_a_removal_is_not_answered(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The removal commits while a NEG-OPEN's list is read (held open by a hook around the real
+    read), and a claim after it: its id is in the list, and must not go out. The session ends
+    with NEG-ERR `closed:` instead of a NEG-MSG."""
+    from tms.relay import negentropy as relay_negentropy
+
+    await seed(db_url)
+    start = int(time.time()) - 1000
+    real = relay_negentropy.negentropy_items
+    reached, go = asyncio.Event(), asyncio.Event()
+
+    async def held(*args: Any, **kwargs: Any) -> Items:
+        reached.set()
+        await go.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(relay_negentropy, "negentropy_items", held)
+    said: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        said.append(json.loads(text))
+
+    empty = Initiator(items_of([])).initiate().hex()
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        conn = Connection(
+            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        opening = asyncio.create_task(
+            conn.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        )
+        await asyncio.wait_for(reached.wait(), 10)
+        pool = await open_pool(db_url, min_size=1, max_size=1)
+        try:
+            ledger = Ledger(pool)
+            await ledger.submit([members(OWNER, "rel", [], created_at=start)], origin=OPERATOR)
+            await ledger.submit(
+                [claim(OWNER, "rel", "after the removal", created_at=start + 1)], origin=OPERATOR
+            )
+        finally:
+            await pool.close()
+        go.set()
+        await asyncio.wait_for(opening, 10)
+        await until(lambda: len(said) == 2)
+        await conn.close()
+    assert said[1][:2] == ["NEG-ERR", "n"], said
+    assert said[1][2].startswith("closed: what this key may read changed")
+
+
+@pytest.mark.parametrize("how", ["NEG-CLOSE", "gone"])
+async def test_a_list_being_read_stops_when_its_session_or_connection_ends(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A NEG-OPEN's list is read as a task of its own (held here by a read that never ends): a
+    NEG-CLOSE or the connection's end cancels it, and the connection goes on meanwhile (a REQ
+    sent behind it is answered)."""
+    from tms.relay import negentropy as relay_negentropy
+
+    await seed(db_url)
+    reached, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def forever(*args: Any, **kwargs: Any) -> Items:
+        reached.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("never")
+
+    monkeypatch.setattr(relay_negentropy, "negentropy_items", forever)
+    said: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        said.append(json.loads(text))
+
+    empty = Initiator(items_of([])).initiate().hex()
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        conn = Connection(
+            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        await asyncio.wait_for(
+            conn.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty])), 10
+        )
+        await asyncio.wait_for(reached.wait(), 10)
+        await conn.handle(json.dumps(["REQ", "s", {"kinds": [4705]}]))
+        await until(lambda: ["EOSE", "s"] in said)
+        if how == "NEG-CLOSE":
+            await conn.handle(json.dumps(["NEG-CLOSE", "n"]))
+        else:
+            await conn.close()
+        await asyncio.wait_for(cancelled.wait(), 10)
+        if how == "NEG-CLOSE":
+            await conn.close()
+        assert relay.memory.used == 0
+    assert not [m for m in said if m[0].startswith("NEG")], said
+
+
+async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)

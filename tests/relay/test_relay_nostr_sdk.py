@@ -20,6 +20,7 @@ from factories import MEMBER, Live, claim
 from relay_client import Client, ws_url
 
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -88,7 +89,7 @@ async def stored_ids(live: Live, path: str = "/c/rel") -> set[str]:
 async def test_sync_down_from_empty_then_ten_new_then_up(
     live: Live, ledger: Ledger, tmp_path: Path
 ) -> None:
-    await ledger.publish(claims(CLAIMS, "first"))
+    await ledger.submit(claims(CLAIMS, "first"), origin=OPERATOR)
     url = ws_url(live.url, "/c/rel")
     client, database = await client_of(tmp_path, url)
     try:
@@ -103,7 +104,7 @@ async def test_sync_down_from_empty_then_ten_new_then_up(
         assert {i.to_hex() for i in first.report.received} == relay_has - before
 
         ten = claims(10, "ten more")
-        await ledger.publish(ten)
+        await ledger.submit(ten, origin=OPERATOR)
         again = await client.sync(kinds(4702), opts=down)
         assert not again.failed, again.failed
         assert {i.to_hex() for i in again.report.received} == {e["id"] for e in ten}

@@ -30,7 +30,7 @@ from factories import (
 )
 from relay_client import Client, seed, ws_url
 
-from tms.ledger.feed import APPLICATION_NAME
+from tms.ledger.read.feed import APPLICATION_NAME
 
 pytestmark = pytest.mark.anyio
 HEADERS = {"Accept": "application/json, text/event-stream"}

@@ -26,6 +26,7 @@ from relay_client import Client, ws_url
 
 from tms.ledger.service import Ledger
 from tms.relay.limits import MAX_FILTERS, MAX_LIMIT, MAX_MESSAGE_BYTES, MAX_SUBSCRIPTIONS
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -218,7 +219,7 @@ async def test_a_big_batch_reaches_every_subscriber_whole_in_order(live: Live) -
         ]
         pool = await open_pool(live.database_url, min_size=1, max_size=1)
         try:
-            await Ledger(pool).publish(batch)
+            await Ledger(pool).submit(batch, origin=OPERATOR)
         finally:
             await pool.close()
         for reader in readers:

@@ -6,13 +6,19 @@ by its size (items 5 and 12)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import asyncpg
 import pytest
 from factories import MEMBER, Live, fresh_database, live_server, settings
 from relay_client import Client, seed, ws_url
+
+from tms.relay.connection import Connection
+from tms.relay.shared import open_relay
+from tms.runtime import open_runtime
 
 pytestmark = pytest.mark.anyio
 
@@ -143,3 +149,72 @@ async def test_a_big_req_spends_more_of_the_budget_than_a_small_one(metered: Liv
         assert end[0] == "CLOSED" and end[2].startswith("rate-limited: "), end
         _, end = await client.req("after", {"kinds": [4705]})
         assert end == ["EOSE", "after"]
+
+
+@pytest.mark.parametrize("how", ["CLOSE", "replaced", "gone"])
+async def test_a_read_stops_when_its_client_closes_it_replaces_it_or_leaves(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A REQ's stored answer and a COUNT wait on reads that never end (hooks around the real
+    ones): a CLOSE, a REQ with the same id, or the connection's end cancels what is running,
+    and the relay's budgets hold nothing of it after."""
+    await seed(db_url)
+    started: list[str] = []
+    cancelled: list[str] = []
+
+    def forever(what: str) -> Callable[..., Awaitable[Any]]:
+        async def hooked(*args: Any, **kwargs: Any) -> Any:
+            started.append(what)
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(what)
+                raise
+
+        return hooked
+
+    sent: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        sent.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        rows = relay.stored.rows
+        monkeypatch.setattr(relay.stored, "rows", forever("rows"))
+        monkeypatch.setattr(relay.stored, "count", forever("count"))
+        conn = Connection(
+            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        await conn.handle(json.dumps(["REQ", "s", {"kinds": [4702]}]))
+        await conn.handle(json.dumps(["COUNT", "c", {"kinds": [4702]}]))
+        deadline = time.monotonic() + DEADLINE
+        while sorted(started) != ["count", "rows"]:
+            assert time.monotonic() < deadline, started
+            await asyncio.sleep(0.01)
+        if how == "CLOSE":
+            await conn.handle(json.dumps(["CLOSE", "s"]))
+            expected = ["rows"]
+        elif how == "replaced":
+            monkeypatch.setattr(relay.stored, "rows", rows)
+            await conn.handle(json.dumps(["REQ", "s", {"kinds": [4705]}]))
+            expected = ["rows"]
+        else:
+            await conn.close()
+            expected = ["count", "rows"]
+        while sorted(cancelled) != expected:
+            assert time.monotonic() < deadline, cancelled
+            await asyncio.sleep(0.01)
+        if how == "replaced":  # the new one is answered
+            while ["EOSE", "s"] not in sent:
+                assert time.monotonic() < deadline, sent
+                await asyncio.sleep(0.01)
+        if how != "gone":
+            assert ("COUNT", "c") in conn.reading.tasks  # the other read goes on
+            await conn.close()
+        assert not conn.reading.tasks
+        assert relay.memory.used == 0

@@ -976,7 +976,7 @@ def test_a_surrogate_pair_escape_is_fine() -> None:
 @settings(max_examples=300, deadline=None)
 @given(junk_strategies(ids(STORED)))
 def test_junk_raises_only_publish_error(raw: object) -> None:
-    """Parsed and judged as `Ledger.publish` does: a PublishError naming the batch or one of its
+    """Parsed and judged as `Ledger.submit` does: a PublishError naming the batch or one of its
     events, or a plan that accounts for every event."""
     try:
         plan = judge(parse_events(check_batch_shape(raw), NOW), world())

@@ -16,6 +16,7 @@ from publishing import open_collection
 from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.mcp.tools import Tools
+from tms.rules.admission import OPERATOR
 from tms.runtime import load_embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.vectors import Vectors
@@ -76,7 +77,7 @@ async def test_publish_embeds_its_batch_and_reports_how_many(pool: Pool) -> None
         ledger = Ledger(pool, vectors=vectors)
         await open_collection(ledger, OWNER, SLUG)
         claims = _claims(3)
-        result = await ledger.publish(claims)
+        result = await ledger.submit(claims, origin=OPERATOR)
         assert result["embedded"] == 3 and "embedding_error" not in result
         stored = await _stored(pool)
         assert {c["id"]: stored[c["id"]] for c in claims} == dict.fromkeys(
@@ -92,7 +93,7 @@ async def test_what_the_budget_leaves_is_caught_up_in_the_background(pool: Pool)
     try:
         ledger = Ledger(pool, vectors=vectors)
         await open_collection(ledger, OWNER, SLUG)
-        result = await ledger.publish(_claims(100))
+        result = await ledger.submit(_claims(100), origin=OPERATOR)
         assert result["embedded"] == 0
         stored = await _eventually(pool, 100)
         assert len(stored) == 100
@@ -103,7 +104,7 @@ async def test_what_the_budget_leaves_is_caught_up_in_the_background(pool: Pool)
 async def test_vectors_missing_at_start_up_are_caught_up(pool: Pool) -> None:
     ledger = Ledger(pool)  # embedding off: events are queued, nothing embeds them
     await open_collection(ledger, OWNER, SLUG)
-    assert (await ledger.publish(_claims(5)))["embedded"] == 0
+    assert (await ledger.submit(_claims(5), origin=OPERATOR))["embedded"] == 0
     assert await pool.fetchval("SELECT count(*) FROM embedding_queue") == 5
     vectors = await _vectors(pool)
     try:
@@ -116,7 +117,7 @@ async def test_a_changed_model_is_re_embedded_by_the_catch_up(pool: Pool) -> Non
     vectors = await _vectors(pool)
     ledger = Ledger(pool, vectors=vectors)
     await open_collection(ledger, OWNER, SLUG)
-    await ledger.publish(_claims(4))
+    await ledger.submit(_claims(4), origin=OPERATOR)
     await vectors.close()
     # as if these vectors came from an earlier model (embeddings are not ledger: may change)
     await pool.execute("UPDATE embeddings SET model = 'old/model'")
@@ -136,12 +137,12 @@ async def test_a_failed_embedding_is_reported_and_caught_up_later(pool: Pool) ->
         # the database refuses vectors for a while: a real failure on the embedding path
         await pool.execute("ALTER TABLE embeddings ADD CONSTRAINT refuse CHECK (false) NOT VALID")
         claims = _claims(2)
-        result = await ledger.publish(claims)
+        result = await ledger.submit(claims, origin=OPERATOR)
         assert "embedded" not in result
         assert result["embedding_error"].startswith("embedding failed (")
         assert result["accepted"] == [c["id"] for c in claims], "the events are stored anyway"
         await pool.execute("ALTER TABLE embeddings DROP CONSTRAINT refuse")
-        await ledger.publish(_claims(1))  # a later publish wakes the catch-up
+        await ledger.submit(_claims(1), origin=OPERATOR)  # a later publish wakes the catch-up
         assert len(await _eventually(pool, 3)) == 3
     finally:
         await vectors.close()
@@ -151,7 +152,7 @@ async def test_with_embedding_off_search_is_keyword_with_a_note(pool: Pool) -> N
     ledger = Ledger(pool)
     await open_collection(ledger, OWNER, SLUG)
     dao = claim(OWNER, SLUG, "Reduced DAO activity.")
-    await ledger.publish([dao])
+    await ledger.submit([dao], origin=OPERATOR)
     tools = Tools(Services.over(pool, None), signer=OWNER)
     result = await tools.call("search_claims", {"collection": SLUG, "text": "DAO"})
     assert result["method"] == "keyword"
@@ -162,7 +163,7 @@ async def test_with_embedding_off_search_is_keyword_with_a_note(pool: Pool) -> N
 async def test_claims_still_waiting_are_named_in_the_note(pool: Pool) -> None:
     ledger = Ledger(pool)
     await open_collection(ledger, OWNER, SLUG)
-    await ledger.publish(_claims(2))  # queued, not embedded
+    await ledger.submit(_claims(2), origin=OPERATOR)  # queued, not embedded
     embedder = load_embedder(Settings.from_env({}).embedding)
     await ensure_vector_index(pool, embedder.model_id, embedder.dims)
     vectors = Vectors(pool, embedder, wait_seconds=10)  # not started: nothing catches up

@@ -10,15 +10,16 @@ import pytest
 from factories import claim, contradiction, evidence, link, members, profile, terms
 from publishing import publish
 
+from tms.errors import is_database_down
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.kinds import KINDS
 from tms.store.database import (
     DatabaseError,
     Migration,
-    is_database_down,
     load_migrations,
     migrate,
+    sql_dir,
     with_database,
 )
 
@@ -83,6 +84,16 @@ def test_migration_files_are_numbered_once_each(tmp_path: Path) -> None:
     (tmp_path / "2_b.sql").write_text("SELECT 1;")
     with pytest.raises(DatabaseError, match=r"NNN_name\.sql"):
         load_migrations(tmp_path)
+
+
+def test_every_gap_in_the_numbers_is_explained() -> None:
+    """A missing number is one another branch held (`load_migrations` allows it); sql/README.md
+    says so for each, so that nobody takes a gap for a lost migration (issue 27 item 11)."""
+    versions = {m.version for m in load_migrations()}
+    gaps = [n for n in range(1, max(versions)) if n not in versions]
+    said = (sql_dir() / "README.md").read_text("utf-8")
+    assert [n for n in gaps if f"`{n:03d}`" not in said] == []
+    assert all(f"sql/{n:03d}*" in said for n in gaps)
 
 
 def test_with_database_keeps_the_socket_directory() -> None:

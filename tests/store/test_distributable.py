@@ -13,10 +13,10 @@ import pytest
 from factories import OWNER, admin, claim, drop_database, evidence, profile, terms
 from publishing import publish, readable
 
-from tms.ledger.export import Exporter
-from tms.ledger.lookups import claim_key
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import compact_json
+from tms.rules.quotes import claim_key
 from tms.store import citus
 from tms.store.database import DatabaseError, load_migrations, migrate, open_pool, with_database
 from tms.types import UNSCOPED

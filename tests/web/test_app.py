@@ -25,14 +25,14 @@ from factories import (
 )
 from publishing import publish, readable
 
+from tms.app import create_app
 from tms.ledger.access import Access
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
 from tms.rules.kinds import validate_content
 from tms.rules.terms import current_terms
 from tms.search.search import VECTORS_OFF, VECTORS_STARTING
-from tms.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 

@@ -24,6 +24,7 @@ from factories import (
 from playwright.sync_api import Browser, Page, expect
 
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 
 OWNER: Final = key(0xB1)  # approved; terms and profile signed
 MEMBER: Final = key(0xB2)  # a member; terms signed
@@ -65,7 +66,7 @@ EARLIER = contradiction(
 def world(site: Live) -> None:
     async def seed(ledger: Ledger) -> None:
         await ledger.approve([OWNER.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(OWNER),
                 profile(OWNER, "Olive Owner", about="human"),
@@ -80,7 +81,8 @@ def world(site: Live) -> None:
                 REBUT,
                 QUALIFY,
                 EARLIER,
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, seed)

@@ -14,6 +14,7 @@ from factories import Live, claim, evidence, key, link, members, profile, terms
 from playwright.sync_api import Browser, Page, expect
 
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 
 ALICE: Final = key(0xD1)  # approved owner of the collection
 BOB: Final = key(0xD2)  # a member
@@ -31,6 +32,14 @@ SUPPORT = link(
     CLAIM["id"],
     "magnesium supplementation improved self-reported sleep quality",
 )
+HEDGE = link(  # a qualification beside the disputed support: both marks on one page
+    ALICE,
+    SLUG,
+    DOC["id"],
+    CLAIM["id"],
+    "self-reported sleep quality",
+    relation="QUALIFIES",
+)
 BOB_TEXT: Final = (
     "The same trial showed no measurable change in total sleep time, measured by actigraphy."
 )
@@ -41,7 +50,7 @@ REASON: Final = "Self-reported quality improved, but measured sleep did not: wea
 def world(site: Live) -> None:
     async def seed(ledger: Ledger) -> None:
         await ledger.approve([ALICE.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(ALICE),
                 profile(ALICE, "Alice"),
@@ -51,7 +60,9 @@ def world(site: Live) -> None:
                 DOC,
                 CLAIM,
                 SUPPORT,
-            ]
+                HEDGE,
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, seed)
@@ -114,6 +125,9 @@ def test_a_disputed_link_is_marked_on_the_claim_page_live_and_on_the_evidence_pa
     expect(disputes.locator(".count")).to_have_text("1")
     expect(alice.locator(f"#link-{SUPPORT['id']} .meta .badge.disputed")).to_be_visible()
     expect(alice.locator(".disputes .badge.new")).to_have_count(0)
+    hedge = alice.locator(f"#qualifies #link-{HEDGE['id']}")
+    expect(hedge.locator(".badge.qualifies")).to_have_text("QUALIFIES")
+    expect(hedge.locator(".disputes")).to_have_count(0)  # the dispute marks its own link only
     both_widths(alice, "disputed-link-claim-page")
     href = disputes.locator("a").get_attribute("href")
     assert href is not None and href.startswith(f"/c/{SLUG}/evidence/")
@@ -129,4 +143,7 @@ def test_a_disputed_link_is_marked_on_the_claim_page_live_and_on_the_evidence_pa
     expect(quoted.locator(".disputes a")).to_have_attribute(
         "href", f"/c/{SLUG}/evidence/{href.split('/evidence/')[1]}"
     )
+    # the two quotes overlap: their marks touch as one band, no seam between them
+    marks = alice.locator("#document mark")
+    assert marks.evaluate_all("ms => ms.map(m => m.className)") == ["before", "after"]
     both_widths(alice, "disputed-link-evidence-page")

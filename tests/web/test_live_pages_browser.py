@@ -29,6 +29,7 @@ from mcp import Client
 from playwright.sync_api import Browser, Page, WebSocketRoute, expect
 
 from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
 
 OWNER: Final = key(0xC1)  # approved; terms and profile signed
 MEMBER: Final = key(0xC2)  # a member; terms and profile signed
@@ -47,7 +48,7 @@ HOSTILE: Final = "<img src=x id=injected> & <b>not bold</b>"
 def world(site: Live) -> None:
     async def seed(ledger: Ledger) -> None:
         await ledger.approve([OWNER.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(OWNER),
                 profile(OWNER, "Olive Owner", about="human"),
@@ -58,7 +59,8 @@ def world(site: Live) -> None:
                 CLAIM,
                 RIVAL,
                 SUPPORT,
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, seed)
@@ -169,7 +171,7 @@ def test_a_collection_page_tells_of_new_claims_and_shows_them(
     news = page.locator(".live-news")
     expect(news).to_contain_text("1 new claim since you opened this page")
     expect(counts).to_have_text(f"{before + 1} claims")
-    expect(rival_rebuts).to_have_text("1 rebut")
+    expect(rival_rebuts).to_have_text("1 rebuttal")
     expect(page.locator(f"#evidence [data-id='{note['id']}']")).to_contain_text("Open trial")
     expect(page.locator(f"#evidence [data-id='{note['id']}'] .meta")).to_contain_text(
         "39 characters · quoted by 1 link · Mia Member"

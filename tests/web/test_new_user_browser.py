@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, Page, expect
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.nostr.nip19 import npub_encode
+from tms.rules.admission import OPERATOR
 from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 OWNER: Final = SecretKey(bytes([0xB1]) * 32)  # approved; owns "lab"; a profile with a typo
@@ -44,7 +45,7 @@ SEEDED: dict[str, Any] = {}
 def seed(site: Live) -> None:
     async def work(ledger: Ledger) -> None:
         await ledger.approve([OWNER.pubkey, NEWBIE.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(OWNER),
                 profile(OWNER, "Olvie Ownr", about="human: runs the lab", created_at=STANDING),
@@ -59,7 +60,8 @@ def seed(site: Live) -> None:
                 CLAIM,
                 BACKS,
                 HEDGES,
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, work)
@@ -194,7 +196,9 @@ def test_a_removed_member_s_open_page_says_it_is_no_longer_live(
     expect(page.locator("#live-stopped")).to_have_count(0)
 
     async def remove(ledger: Ledger) -> None:
-        await ledger.publish([members(OWNER, "shared", [], created_at=int(time.time()))])
+        await ledger.submit(
+            [members(OWNER, "shared", [], created_at=int(time.time()))], origin=OPERATOR
+        )
 
     on_ledger(site.database_url, remove)
     stopped = page.locator("#live-stopped")
@@ -218,7 +222,7 @@ def test_badges_say_one_support_and_one_qualification(
     item = page.locator(f".claim[data-id='{CLAIM['id']}'] .meta")
     expect(item.locator(".badge.supports")).to_have_text("1 support")
     expect(item.locator(".badge.qualifies")).to_have_text("1 qualification")
-    expect(item.locator(".badge.rebuts")).to_have_text("0 rebuts")
+    expect(item.locator(".badge.rebuts")).to_have_text("0 rebuttals")
     both_widths(page, "collection")
 
 
@@ -331,6 +335,10 @@ def test_a_dispute_names_its_field_and_a_removed_row_takes_its_red_with_it(
     row = page.locator("#rows .row").first
     expect(row.locator(".claim-label-text")).to_have_text(
         "The link this row disputes or backs", timeout=15_000
+    )
+    # the hint beside it says what else the field takes, not that the link may be "new text"
+    expect(row.locator(".claim-label-hint")).to_have_text(
+        "(or, in its place, new claim text or a claim's id)"
     )
     expect(row.locator(".relation")).to_have_value("REBUTS")
     both_widths(page, "submit-dispute", at="#rows")

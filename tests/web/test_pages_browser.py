@@ -24,6 +24,7 @@ from playwright.sync_api import Browser, Page, expect
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event, SecretKey
 from tms.nostr.nip19 import npub_encode
+from tms.rules.admission import OPERATOR
 from tms.rules.kinds import validate_content
 
 OWNER: Final = SecretKey(bytes([0x71]) * 32)  # approved; signs the terms in the browser
@@ -43,7 +44,7 @@ PAGE_TEXT: Final = (
 def approvals(site: Live) -> None:
     async def seed(ledger: Ledger) -> None:
         await ledger.approve([OWNER.pubkey, PROFILED.pubkey])
-        await ledger.publish([terms(PROFILED)])
+        await ledger.submit([terms(PROFILED)], origin=OPERATOR)
 
     on_ledger(site.database_url, seed)
 
@@ -216,7 +217,7 @@ def test_a_member_list_that_would_lose_is_shown_not_silently_ignored(
     later = members(OWNER, SLUG, [MEMBER.pubkey], created_at=2_000_000_000 + 600)
 
     async def save(ledger: Ledger) -> None:
-        await ledger.publish([later], now=2_000_000_000)
+        await ledger.submit([later], now=2_000_000_000, origin=OPERATOR)
 
     on_ledger(site.database_url, save)
     page.click("#save-members")

@@ -35,6 +35,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.quotes import CHARACTER_MAP, normalize
 from tms.rules.spans import QuoteIndex
 from tms.web.security import content_security_policy
@@ -71,7 +72,7 @@ def world(site: Live) -> dict[str, str]:
 
     async def seed(ledger: Ledger) -> None:
         await ledger.approve([OWNER.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(OWNER),
                 profile(OWNER, PAYLOAD, about=PAYLOAD),
@@ -81,7 +82,8 @@ def world(site: Live) -> dict[str, str]:
                 second,
                 quote,
                 clash,
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, seed)

@@ -27,9 +27,10 @@ from factories import (
     terms,
 )
 
-from tms.ledger.anchors import backfill
 from tms.ledger.service import Ledger
+from tms.ledger.write.anchors import backfill
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 OWNER = SecretKey(bytes([0x91]) * 32)
@@ -48,7 +49,7 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
         try:
             ledger = Ledger(pool)
             await ledger.approve([OWNER.pubkey, OTHER.pubkey])
-            await ledger.publish(
+            await ledger.submit(
                 [
                     terms(OWNER),
                     members(OWNER, "mcas", [MEMBER.pubkey]),
@@ -58,7 +59,8 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
                     QUOTED,
                     terms(OTHER),
                     claim(OTHER, "other", "Elsewhere."),
-                ]
+                ],
+                origin=OPERATOR,
             )
         finally:
             await pool.close()
@@ -258,7 +260,7 @@ def test_each_quote_on_the_evidence_page_says_what_it_points_at_and_links_only_t
         pool = await open_pool(live.database_url, min_size=1, max_size=2)
         try:
             batch = [other_claim, disputed, second_doc, on_link, on_contradiction, on_evidence]
-            await Ledger(pool).publish(batch)
+            await Ledger(pool).submit(batch, origin=OPERATOR)
         finally:
             await pool.close()
 

@@ -41,6 +41,7 @@ from playwright.sync_api import Browser, Page, expect
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.nostr.nip19 import npub_encode
+from tms.rules.admission import OPERATOR
 from tms.web.render import Renderer
 
 OWNER: Final = SecretKey(bytes([0xA1]) * 32)  # approved, terms and profile signed, owns "lab"
@@ -84,7 +85,7 @@ def seed(site: Live) -> None:
 
     async def work(ledger: Ledger) -> None:
         await ledger.approve([OWNER.pubkey, RIVAL.pubkey, NEWCOMER.pubkey, PAT.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(OWNER),
                 profile(OWNER, "Olive Owner"),
@@ -100,7 +101,8 @@ def seed(site: Live) -> None:
                 terms(PAT),
                 terms(ODD),
                 profile(ODD, "Odd\nname # with a hash"),
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, work)
@@ -218,7 +220,7 @@ def test_only_approved_keys_hear_whether_a_name_is_taken(site: Live) -> None:
         assert theirs == {"slug": SLUG, "exists": True, "yours": False}
 
     async def add_ada(ledger: Ledger) -> None:
-        await ledger.publish([members(OWNER, "ada-only", [ADA.pubkey])])
+        await ledger.submit([members(OWNER, "ada-only", [ADA.pubkey])], origin=OPERATOR)
 
     on_ledger(site.database_url, add_ada)
     with http_session(site, ADA) as member:  # a member, not approved: told nothing
@@ -461,7 +463,7 @@ def test_a_taken_name_is_refused_before_anything_is_signed(
     expect(rpage.locator("#slug-check")).to_have_text("rivals is free.")
 
     async def create(ledger: Ledger) -> None:
-        await ledger.publish([members(RIVAL, "rivals", [ADA.pubkey])])
+        await ledger.submit([members(RIVAL, "rivals", [ADA.pubkey])], origin=OPERATOR)
 
     on_ledger(site.database_url, create)
     rpage.click("#create-button")
@@ -483,7 +485,7 @@ def test_a_name_taken_while_the_extension_asks_is_refused_by_the_server(
 
     def elsewhere() -> None:
         async def create(ledger: Ledger) -> None:
-            await ledger.publish([members(RIVAL, "race", [ADA.pubkey])])
+            await ledger.submit([members(RIVAL, "race", [ADA.pubkey])], origin=OPERATOR)
 
         on_ledger(site.database_url, create)
 
@@ -583,7 +585,9 @@ def test_a_refused_member_list_changes_nothing_and_says_so(
     def elsewhere() -> None:
         async def save(ledger: Ledger) -> None:
             keys = [*before, STRANGER.pubkey]
-            await ledger.publish([members(OWNER, SLUG, keys, created_at=int(time.time()) - 1)])
+            await ledger.submit(
+                [members(OWNER, SLUG, keys, created_at=int(time.time()) - 1)], origin=OPERATOR
+            )
 
         on_ledger(site.database_url, save)
 

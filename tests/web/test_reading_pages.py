@@ -33,9 +33,10 @@ from factories import (
 )
 from text_blind import drop_role, make_text_blind_role
 
-from tms.ledger.excerpts import QUOTE_CHARS
+from tms.ledger.read.excerpts import QUOTE_CHARS
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.rules.anchors import CONTEXT_WINDOW_CHARS
 from tms.store.database import open_pool
 from tms.web.reading import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
@@ -93,7 +94,7 @@ def servers(pg_server_url: str, template_url: str) -> Iterator[Servers]:
         try:
             ledger = Ledger(pool)
             await ledger.approve([OWNER.pubkey, OTHER.pubkey])
-            await ledger.publish(
+            await ledger.submit(
                 [
                     terms(OWNER),
                     members(OWNER, SLUG, [MEMBER.pubkey]),
@@ -110,7 +111,8 @@ def servers(pg_server_url: str, template_url: str) -> Iterator[Servers]:
                     ELSEWHERE,
                     CROWDED,
                     *CROWD,
-                ]
+                ],
+                origin=OPERATOR,
             )
         finally:
             await pool.close()

@@ -33,6 +33,7 @@ from websockets.frames import Frame, Opcode
 from tms.http.protocol import ConnectionLimits
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -49,8 +50,9 @@ async def seed(url: str) -> None:
     try:
         ledger = Ledger(pool)
         await ledger.approve([OWNER.pubkey])
-        await ledger.publish(
-            [sign_terms(OWNER), members(OWNER, "rel", [MEMBER.pubkey]), sign_terms(MEMBER)]
+        await ledger.submit(
+            [sign_terms(OWNER), members(OWNER, "rel", [MEMBER.pubkey]), sign_terms(MEMBER)],
+            origin=OPERATOR,
         )
     finally:
         await pool.close()

@@ -23,6 +23,7 @@ from playwright.sync_api import Browser, Page, expect
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
+from tms.rules.admission import OPERATOR
 
 OWNER: Final = SecretKey(bytes([0xB1]) * 32)
 MEMBER: Final = SecretKey(bytes([0xB2]) * 32)
@@ -54,14 +55,15 @@ def other_text(tag: str) -> str:
 def seeded(site: Live) -> None:
     async def seed(ledger: Ledger) -> None:
         await ledger.approve([OWNER.pubkey])
-        await ledger.publish(
+        await ledger.submit(
             [
                 terms(OWNER),
                 profile(OWNER, "Olive Owner"),
                 members(OWNER, SLUG, [MEMBER.pubkey]),
                 terms(MEMBER),
                 *(DOC, LOW, QUOTED, CHILDREN, BOTH),
-            ]
+            ],
+            origin=OPERATOR,
         )
 
     on_ledger(site.database_url, seed)

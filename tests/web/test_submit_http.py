@@ -30,11 +30,11 @@ from factories import (
 )
 from fetch_site import Handler, Site
 
-from tms.ledger.lookups import claim_key
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
-from tms.rules.quotes import normalize
+from tms.rules.admission import OPERATOR
+from tms.rules.quotes import claim_key, normalize
 from tms.store.database import open_pool
 from tms.web.submit_checks import Texts
 
@@ -60,7 +60,7 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
         try:
             ledger = Ledger(pool)
             await ledger.approve([OWNER.pubkey, OTHER.pubkey])
-            await ledger.publish(
+            await ledger.submit(
                 [
                     terms(OWNER),
                     members(OWNER, "mcas", [MEMBER.pubkey]),
@@ -68,7 +68,8 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
                     terms(MEMBER),
                     terms(OTHER),
                     claim(OTHER, "other", "The road is long."),
-                ]
+                ],
+                origin=OPERATOR,
             )
         finally:
             await pool.close()
@@ -346,7 +347,7 @@ def test_sending_texts_for_hints_spends_the_fetch_budget(
         try:
             ledger = Ledger(pool)
             await ledger.approve([OWNER.pubkey])
-            await ledger.publish([terms(OWNER)])
+            await ledger.submit([terms(OWNER)], origin=OPERATOR)
         finally:
             await pool.close()
 

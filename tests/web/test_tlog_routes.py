@@ -16,12 +16,12 @@ import rfc6962 as rfc
 from factories import LOG_SIGNER, nip98_auth, settings, signed, terms
 from publishing import publish, without_log
 
+from tms.app import create_app
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.tlog.audit import audit
 from tms.tlog.export_lines import read_line
 from tms.tlog.note import LogSigner, NoteVerifier, open_checkpoint
-from tms.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 

@@ -23,6 +23,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidMessage
 from websockets.frames import Frame, Opcode
 
+from tms.http import websocket as websocket_module
 from tms.http.protocol import ConnectionLimits, GuardedHttpProtocol
 from tms.http.websocket import MAX_FRAGMENTS, WRITE_HIGH_BYTES, uvicorn_options
 
@@ -167,3 +168,55 @@ def test_a_message_in_too_many_fragments_is_closed_saying_why(server: str) -> No
     code = int.from_bytes(answer[2:4], "big")
     assert answer[0] == 0x88 and code == 1009, answer[:80]  # a close frame: message too big
     assert b"fragments" in answer
+
+
+@pytest.fixture(scope="module")
+def patient() -> Iterator[str]:
+    """An echo server that gives a message 30 s to end, at any rate: only the bytes decide."""
+    limits = ConnectionLimits(body_seconds=30, rate_seconds=30, body_min_rate=0, max_connections=50)
+    app = Starlette(routes=[WebSocketRoute("/echo", echoes)])
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        http=GuardedHttpProtocol.with_limits(limits),
+        **uvicorn_options(limits, MiB),
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"ws://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_unfinished_messages_are_capped_in_bytes_across_sockets(
+    patient: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All sockets' unfinished messages together hold at most `PARTIAL_BYTES` (1 MiB here):
+    two sockets each send part of a 1,000,000-byte message; past the cap, the one holding the
+    most is closed saying why, and the other ends its message and gets its echo."""
+    monkeypatch.setattr(websocket_module, "PARTIAL_BYTES", MiB)
+    payload = b"x" * 1_000_000
+    frame = Frame(Opcode.TEXT, payload).serialize(mask=True, extensions=[])
+    big, small = upgraded(patient), upgraded(patient)
+    with big, small:
+        big.sendall(frame[:700_000])  # under the cap
+        small.sendall(frame[:500_000])  # 1,200,000 in all: over it, the big one the most
+        answer = b""
+        while len(answer) < 4 and (chunk := big.recv(4096)):
+            answer += chunk
+        assert answer[0] == 0x88, answer[:80]  # a close frame
+        assert int.from_bytes(answer[2:4], "big") == 1008
+        assert b"unfinished messages held 1 MiB" in answer
+        small.sendall(frame[500_000:])
+        echoed = b""
+        while len(echoed) < len(payload) + 4:
+            chunk = small.recv(1 << 20)
+            assert chunk, "closed"
+            echoed += chunk
+        assert echoed.endswith(payload)

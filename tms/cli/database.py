@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tms.config import Settings
-from tms.errors import DATABASE_UNAVAILABLE, TMSError, one_line
+from tms.errors import Outcome, TMSError, one_line, outcome_of, told
 
 if TYPE_CHECKING:
     from tms.ledger.service import Ledger
@@ -120,9 +120,8 @@ async def open_ledger() -> AsyncIterator[Ledger]:
 def run_on_database(command: Coroutine[Any, Any, int], *, create: bool = False) -> int:
     """Run an operator command, once it has said which database it opens (and refused to make
     a new embedded one unless `create`); a refusal or a database that cannot be used is one
-    line on stderr and exit 1, in the words every other door uses."""
-    from tms.store.database import is_database_down
-
+    line on stderr and exit 1, in the words every other door uses (the CLI's wire table from
+    `tms.errors.outcome_of`: the operator also reads why the database could not be used)."""
     try:
         try:
             settings = Settings.from_env()
@@ -133,10 +132,12 @@ def run_on_database(command: Coroutine[Any, Any, int], *, create: bool = False) 
             command.close()
             return 1
         return asyncio.run(command)
-    except TMSError as exc:
-        print(f"tms: {exc}", file=sys.stderr)
     except Exception as exc:
-        if not is_database_down(exc):  # lost mid-command: one line; anything else is a bug
+        outcome = outcome_of(exc)
+        if outcome is Outcome.INTERNAL:  # a bug: its traceback
             raise
-        print(f"tms: {DATABASE_UNAVAILABLE} ({one_line(exc, 300)})", file=sys.stderr)
+        if outcome is Outcome.REFUSED or isinstance(exc, TMSError):  # its own words
+            print(f"tms: {exc}", file=sys.stderr)
+        else:  # lost mid-command: one line
+            print(f"tms: {told(exc)} ({one_line(exc, 300)})", file=sys.stderr)
     return 1

@@ -14,7 +14,7 @@ from tms.types import PubKey
 
 
 async def refusals(since: datetime, pubkey: PubKey | None, limit: int) -> int:
-    from tms.ledger.refusals import RefusalStore
+    from tms.guard.refusal_store import RefusalStore
 
     settings = Settings.from_env()
     _, pool = await open_pool(settings, max_size=1)

@@ -11,7 +11,7 @@ import os
 import signal
 import socket
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from tms.cli.database import announce, usable_database
 from tms.config import Settings
@@ -35,10 +35,10 @@ def serve(host: str | None, port: int | None) -> int:
     (the embedded PostgreSQL stops with the last process using it)."""
     import uvicorn
 
+    from tms.app import create_app
     from tms.http.protocol import GuardedHttpProtocol
     from tms.http.websocket import uvicorn_options
     from tms.relay.limits import MAX_MESSAGE_BYTES
-    from tms.web.app import create_app
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
     # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
@@ -201,6 +201,14 @@ def stdio(*, create: bool = False) -> int:
     return 0
 
 
+# What a call refused for want of a `request` says over stdio when no key signs for the agent:
+# the agent reads the refusal, not the server's stderr, so the refusal names the way out.
+UNSIGNED_HINT: Final = (
+    "or have `tms stdio` sign calls for you: start it with TMS_NSEC set to the agent's nsec "
+    "or 64 hex characters (`uv run tms-sign keygen` makes one), then pass the arguments directly"
+)
+
+
 def _signing_notice(signer: SecretKey | None) -> str:
     """Said on stderr as `tms stdio` starts (an MCP client shows it in its server log): whose
     key signs the calls, or that none does and what to set. Without it, an agent's first call
@@ -220,13 +228,15 @@ async def _serve_stdio(settings: Settings, signer: SecretKey | None) -> None:
     from mcp.server.stdio import stdio_server
 
     from tms.mcp.server import build_server
+    from tms.rules.admission import Door
     from tms.runtime import open_runtime
 
     async with (
         stdio_server() as (read_stream, write_stream),
         open_runtime(settings, model_first=True) as runtime,
     ):
-        server = build_server(runtime.tools(signer))
+        hint = None if signer is not None else UNSIGNED_HINT
+        server = build_server(runtime.tools(Door.STDIO, signer, unsigned_hint=hint))
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -4,7 +4,7 @@ request is noted here, and written to the database by a task of its own.
 Recording sits on the refusal's path, so it must never slow it down or change it: `record` only
 adds to bounded queues in memory and cannot raise; the writer task takes them every
 `FLUSH_SECONDS` (sooner when they fill) and writes them in one transaction
-(`tms.ledger.refusals`). Each kind waits in a queue of its own, and rate-limit refusals, which
+(`tms.guard.refusal_store`). Each kind waits in a queue of its own, and rate-limit refusals, which
 come in floods, are added up as they come (one entry per minute, tool, address and key), so a
 flood of one kind never pushes another kind's records out. When a queue is full its oldest
 entry gives way; when the database is down, the queues wait for it (still bounded). What never
@@ -25,11 +25,10 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Final
 
-from tms.errors import Refusal, TMSError, one_line
+from tms.errors import Refusal, TMSError, is_database_down, one_line
 from tms.guard import clients
-from tms.ledger.refusals import COUNTED, Record, RefusalStore, minute_of
+from tms.guard.refusal_store import COUNTED, Record, RefusalStore, minute_of
 from tms.metrics import REFUSALS
-from tms.store.database import is_database_down
 from tms.store.outage import Outage
 
 DEFAULT_KEEP: Final = 100_000  # records the log keeps (TMS_REFUSALS_KEEP)

@@ -31,6 +31,7 @@ from typing import IO, Final, TypeVar
 
 from starlette.types import Receive, Scope
 
+from tms.errors import Refusal, TMSError
 from tms.orphans import exit_with_parent
 
 MiB: Final = 1024 * 1024
@@ -48,12 +49,15 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-class BodyError(Exception):
-    """A body refused while it was read; the message is for the client."""
+class BodyError(TMSError):
+    """A body refused while it was read; the message is for the client. Its HTTP status is in
+    the HTTP doors' one table (`tms.http.statuses`)."""
 
 
 class TooLarge(BodyError):
     """Over the size limit, or too large or complex for a worker to inspect (413)."""
+
+    refusal = Refusal.TOO_LARGE
 
 
 class TooComplex(BodyError):
@@ -61,10 +65,15 @@ class TooComplex(BodyError):
 
 
 class Busy(BodyError):
-    """Every slot for big bodies stayed taken (503, with Retry-After)."""
+    """Every slot for big bodies stayed taken (503, with Retry-After): the server's state, no
+    refusal of the caller."""
 
-    def __init__(self) -> None:
-        super().__init__("the server is reading other large requests; try again shortly")
+    refusal = None
+
+    def __init__(
+        self, message: str = "the server is reading other large requests; try again shortly"
+    ) -> None:
+        super().__init__(message)
 
 
 class Disconnected(Exception):

@@ -24,6 +24,7 @@ from tms.errors import RateLimited, Refusal
 from tms.guard import clients
 from tms.guard.clients import Network
 from tms.http.bodies import content_length, discard
+from tms.http.statuses import answer
 
 UNLIMITED: Final = ("/healthz", "/static/")
 DISCARD_BYTES: Final = 1024 * 1024  # of a refused request's body, read so the client hears us
@@ -93,13 +94,14 @@ async def _refuse(exc: RateLimited, scope: Scope, receive: Receive, send: Send) 
         name == b"transfer-encoding" for name, _ in scope["headers"]
     )
     await discard(receive, more, DISCARD_BYTES, DISCARD_SECONDS)
-    headers = {"Retry-After": str(exc.retry_after), "Cache-Control": "no-store"}
+    said = answer(exc)  # the HTTP doors' one table: 429, Retry-After
+    headers = {**said.headers, "Cache-Control": "no-store"}
     if scope["path"] == "/mcp":
         body: dict[str, object] = {
             "jsonrpc": "2.0",
             "id": None,
-            "error": {"code": TOO_MANY, "message": str(exc)},
+            "error": {"code": TOO_MANY, "message": said.message},
         }
     else:
-        body = {"error": str(exc)}
-    await JSONResponse(body, 429, headers=headers)(scope, receive, send)
+        body = {"error": said.message}
+    await JSONResponse(body, said.status, headers=headers)(scope, receive, send)

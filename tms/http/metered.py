@@ -15,8 +15,8 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tms import errors
 from tms.metrics import REQUESTS, outcome_of
-from tms.store.database import is_database_down
 
 _LOG: Final = re.compile(r"/c/[^/]+(/[^/]+)*/(checkpoint|consistency|tile/.*)")
 _EXPORT: Final = re.compile(r"/c/.+/export\.jsonl")
@@ -64,9 +64,13 @@ class Metered:
             await self.app(scope, receive, counted)
         except Exception as exc:
             # Answered outside this middleware, by Starlette's outermost one and the app's
-            # handler for anything unforeseen (tms.web.app): a 503 or a bare 500.
+            # handler for anything unforeseen (tms.app): a 503 or a bare 500.
             if outcome == "gone":
-                outcome = "unavailable" if is_database_down(exc) else "error"
+                outcome = (
+                    "unavailable"
+                    if errors.outcome_of(exc) is errors.Outcome.UNAVAILABLE
+                    else "error"
+                )
             raise
         finally:
             REQUESTS.labels(door_of(scope), outcome).inc()

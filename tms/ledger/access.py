@@ -2,16 +2,18 @@
 
 The rule "a collection's owner or a key on its current member list may read it" lives in the
 `readers` view (sql/003_access.sql), which this module asks for the doors (the publish snapshot,
-`tms.ledger.snapshots`, reads it too, to judge writes). Reading is done with a capability only this
-module makes: a `Reader` (a key and the collections it may read, as checked when it was made) or
-a `ReadableCollection` (a key and one collection it may read). The read services take one of
+`tms.ledger.write.snapshots`, reads it too, to judge writes). Reading is done with a capability only
+this module makes: a `Reader` (a key and the collections it may read, as checked when it was made),
+a `ReadableCollection` (a key and one collection it may read), or an `OwnedCollection` (a key and a
+collection it owns: what the owner's member list editor reads with). The read services take one of
 them instead of a key or a slug, and filter their SQL by what it holds, so a door that forgets to
-ask has nothing to pass them: where the door's code is typed, mypy refuses it, and nothing leaks
-at run time. Two places it does not reach: an MCP handler is typed
-`Callable[[Services, Any, Any], ...]`, so mypy does not check what `Tools.call` hands it (the
-tool's `reads` declares it, and tests/mcp/test_isolation.py calls every read tool as each kind
-of outsider); and a collection's member list (`Keys.member_list`: the members page, the create
-check) is read by slug after a yes/no question (`owns`, `may_create`), not through a capability.
+ask has nothing to pass them: where the door's code is typed, mypy refuses it, and nothing leaks at
+run time. An MCP tool is generic over what it reads (`tms.mcp.tools.Tool`), so its declared `reads`
+and its handler's parameter are checked together.
+
+The one way to read without asking is named for what it is: `Access.unsafe_for_operator`, for
+the operator's commands and the server's own background work (submitting checkpoints to
+witnesses), which run with the database's credentials anyway and answer no caller.
 
 A collection the caller may not read and one that does not exist get the same answer, the same
 message and the same number of round trips, so no door can become an oracle for which slugs or
@@ -71,6 +73,12 @@ class ReadableCollection(_Minted):
 
 
 @dataclass(frozen=True, slots=True)
+class OwnedCollection(ReadableCollection):
+    """A key, and one collection it owns (`Access.owned`): its owner reads it, and is who edits
+    its member list."""
+
+
+@dataclass(frozen=True, slots=True)
 class Reader(_Minted):
     """A key, and the collections it may read, in slug order (`Access.reader`). Held by a
     long-lived connection, it says what was true when it was made: make a new one when
@@ -106,9 +114,18 @@ class Access:
             raise not_a_reader(slug).refused_as(Refusal.NOT_MEMBER, pubkey)
         return ReadableCollection(pubkey, slug, _MINTED)
 
-    def for_operator(self, slug: Slug) -> ReadableCollection:
-        """Any collection, for the operator's own commands (`tms export`), which run with the
-        database's credentials and so could read it anyway; no key is named."""
+    async def owned(self, pubkey: PubKey, slug: Slug) -> OwnedCollection:
+        """The collection if the key owns it; else `NotAReader`, the same refusal as for one it
+        may not read or that does not exist."""
+        if not await self.owns(pubkey, slug):
+            raise not_a_reader(slug).refused_as(Refusal.NOT_MEMBER, pubkey)
+        return OwnedCollection(pubkey, slug, _MINTED)
+
+    def unsafe_for_operator(self, slug: Slug) -> ReadableCollection:
+        """UNSAFE: any collection, asking no one. For the operator's own commands (`tms
+        export`) and the server's background work on every collection (witnesses), which run
+        with the database's credentials and so could read it anyway; no key is named. Never
+        for what a caller asks."""
         if not SLUG_PATTERN.fullmatch(slug):
             raise not_a_reader(slug)
         return ReadableCollection("", slug, _MINTED)
@@ -120,7 +137,8 @@ class Access:
         return bool(await self.pool.fetchval(_SQL_CAN_READ, slug, pubkey))
 
     async def owns(self, pubkey: PubKey, slug: Slug) -> bool:
-        """The collection's owner: who changes its members (the publish rules say so again)."""
+        """The collection's owner: who changes its members (the publish rules say so again).
+        To read as the owner, take `owned`'s capability."""
         if not SLUG_PATTERN.fullmatch(slug):
             return False
         return bool(await self.pool.fetchval(_SQL_OWNS, slug, pubkey))

@@ -1,11 +1,18 @@
-"""The ledger service: the one place where batches are made permanent.
+"""The ledger service: the one place where batches are made permanent, and the one path every
+door takes to it.
 
-Every door publishes through this service, so each rule is written once: the pages and MCP
-through `Ledger.publish`, the relay through its two halves, `check` and then `commit` (so that a
-connection's events are judged in the order they came without one waiting for the last). A batch
-is checked (envelopes, signatures, schemas), then committed in one transaction with the batches
-waiting for the same collections (`tms.ledger.commits`): lock, read a snapshot, let
-`tms.rules.publish.judge` decide, write everything or nothing (`tms.ledger.writes`). Vectors
+Every door submits through `Ledger.submit`, naming itself and its caller (`tms.rules.admission.
+Origin`): the pages' POST /publish, MCP's `publish` over HTTP and over stdio, and the relay's EVENT,
+which passes `within` (the collection its URL names) and its connection's `Turn` (its events judged
+in the order they came, without one waiting for the last to be answered). A batch is checked first:
+envelopes, signatures and content schemas, each content parsed once (off the event loop for big
+batches), its collections read from the kinds' registry (`KINDS`), `within` held, and its signers'
+rate limits spent (here and nowhere else on the path). Then the operator's write policy, when there
+is one (`Admission`), is asked: it may refuse the batch (`Blocked`), or shadow-reject it (the answer
+is a publish's, `tms.ledger.write.shadows`; nothing is stored; the refusal log records it). Only
+then does the batch join the queue of its lock lanes (`tms.ledger.write.commits`): one transaction
+with the batches waiting for the same collections locks, reads a snapshot, lets
+`tms.rules.publish.judge` decide, writes everything or nothing (`tms.ledger.write.writes`). Vectors
 for search are made after commit, by whatever `AfterPublish` the runtime hands in.
 """
 
@@ -21,11 +28,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, NamedTuple, Protocol
 
 from tms import metrics
-from tms.errors import QuoteNotFound, TMSError, one_line
-from tms.ledger import snapshots, writes
-from tms.ledger.commits import GroupCommitter
-from tms.ledger.tlog import TransparencyLog
+from tms.errors import (
+    Blocked,
+    Outcome,
+    PublishError,
+    QuoteNotFound,
+    Refusal,
+    one_line,
+    outcome_of,
+    shown,
+)
+from tms.ledger.locks import lock_keys
+from tms.ledger.log.tree import TransparencyLog
+from tms.ledger.write import snapshots, writes
+from tms.ledger.write.commits import GroupCommitter, Queued, Turn
+from tms.ledger.write.shadows import shadow_result
 from tms.results import PublishResult
+from tms.rules.admission import Action, Admission, Door, Origin
 from tms.rules.expected import Expected
 from tms.rules.kinds import embedded_kinds, kind_name
 from tms.rules.publish import (
@@ -33,10 +52,11 @@ from tms.rules.publish import (
     Plan,
     batch_texts,
     check_batch_shape,
+    located_at,
     parse_events,
     with_nearest,
 )
-from tms.store.database import Pool, is_database_down
+from tms.store.database import Pool
 from tms.tlog.note import LogSigner
 from tms.types import EventId, PubKey, Slug
 
@@ -49,6 +69,16 @@ PARALLEL_FROM: Final = 64  # smaller batches are verified in one thread
 # less than handing the work to a thread and back; the content is parsed too, hence its cap.
 INLINE_EVENTS: Final = 4
 INLINE_CHARS: Final = 20_000
+# What a write policy's refusal says when the policy gave no words of its own.
+BLOCKED_BY_POLICY: Final = "refused by this server's write policy"
+# How the refusal log names each door's publish (as the doors name their own refusals).
+PUBLISH_ROUTES: Final = {
+    Door.WEB: "page publish",
+    Door.MCP: "publish",
+    Door.STDIO: "publish",
+    Door.RELAY: "relay",
+    Door.CLI: "cli",
+}
 
 
 class CollectionSummary(NamedTuple):
@@ -77,6 +107,27 @@ class KeyBudget(Protocol):
     async def keys(self, pubkeys: Sequence[PubKey]) -> None: ...
 
 
+class RefusalRecorder(Protocol):
+    """Where a shadow-rejected batch is noted (tms.guard.refusals): the client is told it was
+    stored, so no door ever sees a refusal to note."""
+
+    def record(
+        self, kind: Refusal, tool: str, pubkey: str | None = None, address: str | None = None
+    ) -> None: ...
+
+
+class WrongCollection(PublishError):
+    """An event sent to a collection's relay for another collection (`Ledger.submit`'s
+    `within`): it goes to that collection's relay, or to the root."""
+
+    def __init__(self, here: Slug, elsewhere: Slug) -> None:
+        here, elsewhere = shown(here), shown(elsewhere)
+        super().__init__(
+            f"this relay is collection '{here}'; an event of collection '{elsewhere}' goes to "
+            f"that collection's relay, /c/{elsewhere}, or to /"
+        )
+
+
 class Ledger:
     def __init__(
         self,
@@ -86,77 +137,115 @@ class Ledger:
         log: LogSigner | None = None,
         publish_pool: Pool | None = None,
         throttle: KeyBudget | None = None,
+        admission: Admission | None = None,
+        refusals: RefusalRecorder | None = None,
     ) -> None:
         """`publish_pool`: the connections publishes' transactions run on (default `pool`);
-        the runtime gives them their own, with generic plans (`open_pool`)."""
+        the runtime gives them their own, with generic plans (`open_pool`). `admission`: the
+        operator's write policy (None: every batch the ledger's rules accept is stored);
+        `refusals`: where shadow-rejected batches are noted (None: nowhere)."""
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
         self.throttle = throttle  # None: no rate limits (the operator's commands, tests)
+        self.admission = admission
+        self.refusals = refusals
         # The runtime hands in the server's log key; a throwaway one serves tests and the
         # operator's commands, which never publish.
         self.log = TransparencyLog(pool, log or LogSigner.throwaway())
         self._commits = GroupCommitter(publish_pool or pool, _off_loop(_QUOTES), self.log)
         self._embedding: set[asyncio.Task[tuple[int, str | None]]] = set()  # not waited for
 
-    # --- publishing ------------------------------------------------------------------------
+    # --- the one path ------------------------------------------------------------------------
 
-    async def publish(
+    async def submit(
         self,
         events: object,
         *,
-        now: int | None = None,
+        origin: Origin,
+        within: Slug | None = None,
         expected: Expected | None = None,
+        turn: Turn | None = None,
         wait_for_vectors: bool = True,
+        now: int | None = None,
     ) -> PublishResult:
-        """Store a batch of signed events, all or nothing (SPEC "Publishing"): `check`, then
-        `commit`. `expected`: what the page that signed it saw of its collections
-        (`tms.rules.expected`); a batch made against a state that is gone is refused. Timed
-        from here to the answer, for the operator (`tms.metrics`)."""
-        started = time.perf_counter()
-        batch = await self.check(events, now=now)
-        return await self.commit(batch, wait_for_vectors, expected=expected, started=started)
-
-    async def check(self, events: object, *, now: int | None = None) -> list[Parsed]:
-        """A batch's envelopes, signatures and content schemas checked, and its signers' rate
-        limits spent: what `commit` takes. A batch refused here is counted as a publish refused
-        (`tms.metrics`); one that passes is counted by `commit`."""
+        """Store a batch of signed events, all or nothing (SPEC "Publishing"), from whichever
+        door `origin` names. `within`: the one collection the batch may name (a collection's
+        relay; profiles and terms belong to none and are welcome anywhere). `expected`: what the
+        page that signed it saw of its collections (`tms.rules.expected`); a batch made against
+        a state that is gone is refused. `turn`: the client's batches in the order it sent them
+        (`Turn`). Without `wait_for_vectors` (the relay, whose OK means "committed") the answer
+        comes at commit, its claims are embedded meanwhile, and it says `embedded: 0`. Timed
+        from here to the answer and counted by outcome and by the kinds it stores
+        (`tms.metrics`)."""
         started = time.perf_counter()
         size = len(events) if isinstance(events, list) else None
-        with _metered(started, size, failures_only=True):
-            now = int(time.time()) if now is None else now
-            batch = await _parse_off_loop(check_batch_shape(events), now)
-            if self.throttle is not None:
-                # Only now, with every signature verified: a forged event spends nobody's budget.
-                await self.throttle.keys([item.event.pubkey for item in batch])
-        return batch
-
-    async def commit(
-        self,
-        batch: list[Parsed],
-        wait_for_vectors: bool = True,
-        *,
-        expected: Expected | None = None,
-        started: float | None = None,
-    ) -> PublishResult:
-        """Judge a checked batch and store it if it passes. The batch takes its place among the
-        batches waiting for its collections before this coroutine first waits, so batches whose
-        `commit`s start in order (tasks created in order) are judged in that order: the relay
-        lets a connection's events follow each other without waiting for each. Without
-        `wait_for_vectors` (the relay, whose OK means "committed") the answer comes at commit,
-        its claims are embedded meanwhile, and it says `embedded: 0`. Timed from `started`
-        (`time.perf_counter()`; default now) to the answer, counted by outcome and by the
-        kinds it stores (`tms.metrics`)."""
-        with _metered(time.perf_counter() if started is None else started, len(batch)):
-            result, plan = await self._commit(batch, wait_for_vectors, expected)
+        with _metered(started, size) as outcome:
+            if turn is None:
+                batch, action = await self._admit(events, origin, within, now)
+                queued = (
+                    None
+                    if action is Action.SHADOW_REJECT
+                    else self._commits.enqueue(batch, expected)
+                )
+            else:
+                async with turn.next():
+                    batch, action = await self._admit(events, origin, within, now)
+                    queued = None
+                    if action is not Action.SHADOW_REJECT:
+                        queued = await turn.join(
+                            lock_keys(batch), lambda: self._commits.enqueue(batch, expected)
+                        )
+            if queued is None:  # shadow-rejected: a publish's answer, nothing stored
+                outcome[0] = "refused"
+                return await self._shadow(batch, origin, wait_for_vectors)
+            result, plan = await self._committed(batch, queued, wait_for_vectors)
         for item in plan.accepted:
             metrics.EVENTS_STORED.labels(kind_name(item.event.kind)).inc()
         return result
 
-    async def _commit(
-        self, batch: list[Parsed], wait_for_vectors: bool, expected: Expected | None
+    async def _admit(
+        self, events: object, origin: Origin, within: Slug | None, now: int | None
+    ) -> tuple[list[Parsed], Action]:
+        """The batch checked (envelopes, signatures, schemas, `within`), its signers' rate
+        limits spent, and the write policy's answer: a refusal raises, a shadow-rejection is
+        returned."""
+        now = int(time.time()) if now is None else now
+        batch = await _parse_off_loop(check_batch_shape(events), now)
+        if within is not None:
+            _held_within(batch, within)
+        if self.throttle is not None:
+            # Only now, with every signature verified: a forged event spends nobody's budget.
+            await self.throttle.keys([item.event.pubkey for item in batch])
+        if self.admission is None:
+            return batch, Action.ACCEPT
+        decision = await self.admission.admit([item.event for item in batch], origin)
+        if decision.action is Action.REJECT:
+            raise Blocked(decision.message or BLOCKED_BY_POLICY).refused_as(
+                Refusal.BLOCKED, batch[0].event.pubkey
+            )
+        return batch, decision.action
+
+    async def _shadow(
+        self, batch: list[Parsed], origin: Origin, wait_for_vectors: bool
+    ) -> PublishResult:
+        if self.refusals is not None:
+            self.refusals.record(
+                Refusal.SHADOW_REJECTED,
+                PUBLISH_ROUTES[origin.door],
+                batch[0].event.pubkey,
+                origin.address,
+            )
+        waits = wait_for_vectors and self.vectors is not None
+        return await shadow_result(
+            self.pool, batch, embedded_kinds(at_publish=True) if waits else ()
+        )
+
+    async def _committed(
+        self, batch: list[Parsed], queued: Queued, wait_for_vectors: bool
     ) -> tuple[PublishResult, Plan]:
+        """The queued batch's answer once its group has committed (or refused it)."""
         try:
-            plan, checkpoints = await self._commits.commit(batch, expected)
+            plan, checkpoints = await asyncio.shield(queued)
         except QuoteNotFound as refusal:
             if refusal.hinted:
                 raise
@@ -193,7 +282,7 @@ class Ledger:
         if text is None:
             return refusal
         hinted: QuoteNotFound = await _off_loop(_QUOTES)(with_nearest, refusal, text)
-        return hinted.refused_as(refusal.refusal, refusal.pubkey)
+        return hinted
 
     async def _embed(self, plan: Plan) -> tuple[int, str | None]:
         """Vectors for the claims and contradictions just committed (what search reads), within
@@ -275,27 +364,47 @@ _QUOTES: Final = ThreadPoolExecutor(QUOTE_THREADS, thread_name_prefix="tms-quote
 
 
 @contextlib.contextmanager
-def _metered(started: float, events: int | None, *, failures_only: bool = False) -> Iterator[None]:
+def _metered(started: float, events: int | None) -> Iterator[list[str | None]]:
     """A publish's time to its answer (from `started`) and its batch size, by outcome:
-    accepted, refused (a `TMSError`: a rule, a schema, a rate limit), unavailable (the database
-    lost) or error. `failures_only`: record nothing when the block succeeds (what follows it
-    does). A caller cancelled (gone) is not a publish answered: nothing is recorded."""
-    outcome: str | None = None
+    accepted, refused (a `TMSError`: a rule, a schema, a rate limit, a write policy; or a
+    shadow-rejection, which the block says by setting the outcome it is handed), unavailable
+    (the database lost) or error (`tms.errors.outcome_of`). A caller cancelled (gone) is not a
+    publish answered: nothing is recorded."""
+    outcome: list[str | None] = [None]
     try:
-        yield
-    except TMSError:
-        outcome = "refused"
-        raise
+        yield outcome
     except Exception as exc:
-        outcome = "unavailable" if is_database_down(exc) else "error"
+        outcome[0] = _OUTCOMES[outcome_of(exc)]
+        raise
+    except BaseException:
+        outcome[0] = None
         raise
     else:
-        outcome = None if failures_only else "accepted"
+        outcome[0] = outcome[0] or "accepted"
     finally:
-        if outcome is not None:
-            metrics.PUBLISH_SECONDS.labels(outcome).observe(time.perf_counter() - started)
+        if outcome[0] is not None:
+            metrics.PUBLISH_SECONDS.labels(outcome[0]).observe(time.perf_counter() - started)
             if events is not None:
                 metrics.PUBLISH_EVENTS.observe(events)
+
+
+_OUTCOMES: Final = {
+    Outcome.REFUSED: "refused",
+    Outcome.UNAVAILABLE: "unavailable",
+    Outcome.INTERNAL: "error",
+}
+
+
+def _held_within(batch: Sequence[Parsed], slug: Slug) -> None:
+    """Every event of a collection's relay names that collection (or none: profiles, terms)."""
+    for position, item in enumerate(batch):
+        elsewhere = item.collection
+        if elsewhere is not None and elsewhere != slug:
+            raise (
+                WrongCollection(slug, elsewhere)
+                .located(located_at(position, item.event.id))
+                .refused_as(Refusal.INVALID, item.event.pubkey)
+            )
 
 
 def _off_loop(pool: ThreadPoolExecutor) -> Callable[..., Awaitable[Any]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tms.errors import Refusal
@@ -35,12 +36,12 @@ from tms.http.bodies import (
     SMALL_BODY,
     BodyError,
     BodyReader,
-    Busy,
     Disconnected,
     MiB,
     TooComplex,
     TooLarge,
 )
+from tms.http.statuses import answer
 from tms.mcp.envelope import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -49,7 +50,7 @@ from tms.mcp.envelope import (
     inspect_file,
 )
 
-__all__ = ["MAX_BODY", "SMALL_BODY", "McpFront"]
+__all__ = ["MAX_BODY", "ROUTES", "SMALL_BODY", "McpFront"]
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +91,11 @@ class McpFront:
                     body = await asyncio.to_thread(body.read_bytes)
                 else:
                     summary = inspect(body)
-            except TooComplex as exc:
-                self.refusals.record(Refusal.INVALID, "mcp")
-                await _error(400, PARSE_ERROR, str(exc))(scope, receive, send)
-                return
-            except BodyError as exc:
-                status, headers = _STATUS[type(exc)]
-                if isinstance(exc, TooLarge):  # Busy is the server's state, no one's refusal
-                    self.refusals.record(Refusal.TOO_LARGE, "mcp")
-                await _error(status, INVALID_REQUEST, str(exc), headers=headers)(
+            except BodyError as exc:  # its status from the HTTP doors' one table
+                self.refusals.refused(exc, "mcp")  # Busy is the server's state: not filed
+                said = answer(exc)
+                code = PARSE_ERROR if isinstance(exc, TooComplex) else INVALID_REQUEST
+                await _error(said.status, code, said.message, headers=said.headers)(
                     scope, receive, send
                 )
                 return
@@ -123,12 +120,6 @@ class McpFront:
 
     async def close(self) -> None:
         await self._bodies.close()
-
-
-_STATUS: Final[dict[type[BodyError], tuple[int, dict[str, str] | None]]] = {
-    TooLarge: (413, None),
-    Busy: (503, {"Retry-After": "5"}),
-}
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -158,3 +149,14 @@ def _error(
         "error": {"code": code, "message": message},
     }
     return JSONResponse(body, status, headers={**PRIVATE, **(headers or {})})
+
+
+class _Endpoint:
+    """`/mcp`: the app's `McpFront` (`state.mcp`), built by the lifespan. An instance, so that
+    the route passes it every method (it answers the ones it does not serve itself)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await scope["app"].state.mcp(scope, receive, send)
+
+
+ROUTES: Final = [Route("/mcp", _Endpoint(), name="mcp")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any, Final
 
 import mcp_types as types
@@ -20,13 +21,12 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tms.errors import DATABASE_UNAVAILABLE, TMSError, sendable
+from tms.errors import Outcome, outcome_of, sendable, told
 from tms.mcp.http import MAX_BODY
-from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS
+from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS, Prompt
 from tms.mcp.schemas import output_schema
 from tms.mcp.tools import TOOLS, Tool, Tools
 from tms.metrics import TOOL_CALLS, TOOL_OUTCOMES
-from tms.store.database import is_database_down
 
 log = logging.getLogger("tms.mcp")
 
@@ -39,10 +39,11 @@ INSTRUCTIONS: Final = (
 )
 
 
-def build_server(tools: Tools) -> Server[Any]:
-    """The low-level MCP server for these bound tools. With a signer (stdio and TMS_NSEC), the
-    schemas offer the tool's arguments directly and `request` becomes optional."""
-    listed = [_listing(tool, direct=tools.signer is not None) for tool in TOOLS.values()]
+def build_server(tools: Tools, prompts: Mapping[str, Prompt] = PROMPTS) -> Server[Any]:
+    """The low-level MCP server for these bound tools (their registry, as it stands now) and
+    these prompts. With a signer (stdio and TMS_NSEC), the schemas offer the tool's arguments
+    directly and `request` becomes optional."""
+    listed = [_listing(tool, direct=tools.signer is not None) for tool in tools.tools.values()]
 
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
@@ -52,17 +53,15 @@ def build_server(tools: Tools) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
             result = await tools.call(params.name, params.arguments or {})
-        except TMSError as exc:
-            _count(params.name, "refused")
-            return _error(str(exc))
-        except Exception as exc:
-            if is_database_down(exc):
-                _count(params.name, "unavailable")
+        except Exception as exc:  # classified once (tms.errors); said as this door says it
+            outcome = outcome_of(exc)
+            _count(params.name, OUTCOME_LABELS[outcome])
+            if outcome is Outcome.UNAVAILABLE:
                 tools.services.outage.failed(f"the tool {params.name}", exc)
-                return _error(DATABASE_UNAVAILABLE)
-            _count(params.name, "error")
-            log.exception("tool %s failed", params.name)  # a bug: details for the log only
-            return _error("internal error; the server's log has the details")
+            elif outcome is Outcome.INTERNAL:  # a bug: details for the log only
+                log.error("tool %s failed", params.name, exc_info=exc)
+                return _error(f"{told(exc)}; the server's log has the details")
+            return _error(told(exc))
         _count(params.name, "ok")
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
         return types.CallToolResult(
@@ -83,12 +82,12 @@ def build_server(tools: Tools) -> Server[Any]:
                         )
                     ],
                 )
-                for name, (description, _) in PROMPTS.items()
+                for name, (description, _) in prompts.items()
             ]
         )
 
     async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        entry = PROMPTS.get(params.name)
+        entry = prompts.get(params.name)
         if entry is None:
             raise MCPError(
                 types.INVALID_PARAMS,
@@ -144,7 +143,7 @@ def http_endpoint(server: Server[Any]) -> tuple[ASGIApp, StreamableHTTPSessionMa
     return endpoint, manager
 
 
-def _listing(tool: Tool, *, direct: bool) -> types.Tool:
+def _listing(tool: Tool[Any, BaseModel], *, direct: bool) -> types.Tool:
     return types.Tool(
         name=tool.name,
         description=tool.description,
@@ -153,7 +152,7 @@ def _listing(tool: Tool, *, direct: bool) -> types.Tool:
     )
 
 
-def _input_schema(tool: Tool, *, direct: bool) -> dict[str, Any]:
+def _input_schema(tool: Tool[Any, BaseModel], *, direct: bool) -> dict[str, Any]:
     if not tool.signed:
         return tool.args.model_json_schema(by_alias=True)
     request = {
@@ -188,6 +187,15 @@ def _describe_args(model: type[BaseModel]) -> str:
         wanted = "required" if field.is_required() else "optional"
         parts.append(f"`{field.alias or name}` ({wanted}) {field.description or ''}".strip())
     return "; ".join(parts)
+
+
+# The MCP door's wire table: a failure's outcome as `tms_tool_calls_total` counts it (the tool
+# error itself says `tms.errors.told`, an internal error pointing to the server's log).
+OUTCOME_LABELS: Final = {
+    Outcome.REFUSED: "refused",
+    Outcome.UNAVAILABLE: "unavailable",
+    Outcome.INTERNAL: "error",
+}
 
 
 def _count(name: str, outcome: str) -> None:

@@ -28,13 +28,12 @@ from typing import Any, Final
 
 from tms.errors import LogError
 from tms.nostr.events import Event
+from tms.rules.kinds import unscoped_kinds
 from tms.tlog.merkle import CompactRange, leaf_hash
 from tms.tlog.note import Checkpoint
-from tms.types import KIND_PROFILE, KIND_TERMS
 
 COPY: Final = "copy.jsonl"
 STATE: Final = "state.json"
-UNSCOPED: Final = frozenset({KIND_PROFILE, KIND_TERMS})
 
 
 class MirrorMismatch(LogError):
@@ -87,7 +86,7 @@ class Copy:
                 event = Event.from_json(line)
                 copy.events[event.id] = line
                 copy.stamps[event.id] = event.created_at
-                if event.kind not in UNSCOPED:
+                if event.kind not in unscoped_kinds():
                     copy.entries.append(event.id)
                     copy.authors.add(event.pubkey)
                     copy.tree.append([leaf_hash(bytes.fromhex(event.id))])
@@ -158,7 +157,7 @@ class Copy:
         self.entries.extend(entries[held:])
         self.tree = tree
         written = (self.state.written if self.state is not None else ()) + tuple(
-            event_id for event_id, _ in lines if events[event_id].kind in UNSCOPED
+            event_id for event_id, _ in lines if events[event_id].kind in unscoped_kinds()
         )
         self._keep(
             State(
@@ -180,7 +179,7 @@ class Copy:
         """The new entries' lines, in log order, each author's profile and terms not yet in
         the copy placed before the entry they precede (or before the author's first)."""
         waiting = sorted(
-            (e for e in events.values() if e.kind in UNSCOPED and e.id not in self.events),
+            (e for e in events.values() if e.kind in unscoped_kinds() and e.id not in self.events),
             key=lambda e: (e.created_at, e.id),
         )
         by_author: dict[str, list[Event]] = {}

@@ -2,7 +2,7 @@
 matched against events.
 
 Pure: the relay parses a REQ or COUNT's filters here, the ledger turns them into SQL
-(`tms.ledger.filters`), and live delivery matches each new event with `Filter.matches`, so a
+(`tms.ledger.read.filters`), and live delivery matches each new event with `Filter.matches`, so a
 filter means one thing everywhere. A filter that cannot be honoured is refused with a message
 saying which field and why (`FilterError`), never silently widened or narrowed.
 
@@ -70,11 +70,13 @@ class Filter:
 
     @property
     def size(self) -> int:
-        """Bytes it holds in memory, about: what a subscription costs while it is open."""
-        total = 512 + len(self.search or "")
+        """Bytes it holds in memory, about: what a subscription costs while it is open. Text
+        counts by its UTF-8 bytes, never its characters: 1,024 characters of a tag value may
+        be 4 KB (Python holds such a string in 4 bytes a character too)."""
+        total = 512 + _bytes(self.search or "")
         for values in (self.ids, self.authors, self.kinds, *self.tags.values()):
             for value in values or ():
-                total += VALUE_OVERHEAD + (len(value) if isinstance(value, str) else 8)
+                total += VALUE_OVERHEAD + (_bytes(value) if isinstance(value, str) else 8)
         return total
 
     @property
@@ -85,6 +87,10 @@ class Filter:
         if any(values is not None and not values for values in lists):
             return True
         return self.since is not None and self.until is not None and self.since > self.until
+
+
+def _bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def parse_filter(obj: object, *, max_limit: int) -> Filter:

@@ -166,6 +166,12 @@ class Items:
     def __len__(self) -> int:
         return len(self.timestamps)
 
+    @property
+    def nbytes(self) -> int:
+        """What the set holds in memory: its arrays, the ids' copy as bytes, the prefix sums
+        (about 72 bytes an item)."""
+        return self.timestamps.nbytes + self.ids.nbytes + len(self._blob) + self._prefix.nbytes
+
     def id(self, i: int) -> bytes:
         return self._blob[i * ID_SIZE : (i + 1) * ID_SIZE]
 

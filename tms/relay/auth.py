@@ -71,6 +71,7 @@ class Auth:
         self.pubkey = pubkey
         self.reader: Reader | None = None
         self.gate: Gate = client.gate
+        self.gate.moved = self._moved
         self._refresh: asyncio.Task[None] | None = None
         self._stale = False  # a member list changed since the last refresh began
 
@@ -105,7 +106,8 @@ class Auth:
                 self.reading.unsubscribe(sub_id)
                 self.outbox.send(messages.closed(sub_id, REAUTHENTICATED))
         self.pubkey = pubkey
-        self.gate.reset(pubkey)
+        if self.gate.pubkey != pubkey:  # the same key again keeps what it reads meanwhile
+            self.gate.reset(pubkey)
         self.relay.hub.clients.add(self.client)  # first: no member list goes unseen
         self.reader = await self.gate.refresh(self.relay.access.reader)
         self.outbox.send(messages.ok(str(event_id), True, ""))
@@ -136,6 +138,13 @@ class Auth:
             self._refused(Refusal.NOT_MEMBER, self.pubkey)
             raise Refused(sub_id, f"restricted: {self._reads_nothing()}")
         return self.reader
+
+    def _moved(self) -> None:
+        """A reader read changed what the key reads before the hub did (the feed behind): the
+        subscriptions follow it as they follow the hub. Without one, nothing to follow (an
+        AUTH's first reader)."""
+        if self.reading.subs:
+            self.membership_changed()
 
     def membership_changed(self) -> None:
         self._stale = True

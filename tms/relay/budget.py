@@ -3,7 +3,9 @@ counts into.
 
 A connection counts what it makes the process hold for it: messages queued and not yet written
 (`tms.relay.outbox`), and new events held for a subscription while its stored answer is read
-(`tms.relay.live`). Over its own budget or the process's, a connection is refused new REQs
+(`tms.relay.live`), and the filters of its open reads (`tms.relay.reading`); a NIP-77 session's
+list counts in the process's alone (`tms.relay.negentropy`: one list may be larger than a
+connection's budget). Over its own budget or the process's, a connection is refused new REQs
 (`CLOSED` saying why) and its stored answers wait for room; the process's budget is what lets
 a thousand small connections not add up to the machine's memory, when each one's budget alone
 would.

@@ -39,7 +39,7 @@ from tms.relay.messages import (
 )
 from tms.relay.neg_messages import NegClose, NegMsg, NegOpen, NegRefused
 from tms.relay.negentropy import Negentropy
-from tms.relay.outbox import Outbox
+from tms.relay.outbox import Filed, Outbox
 from tms.relay.prefixes import failure, reason
 from tms.relay.publishing import Publishing
 from tms.relay.reading import Reading
@@ -71,7 +71,7 @@ class Connection:
         self.last_active = time.monotonic()
         self.gate = Gate()
         self.budget = Budget(relay.memory, OUTBOX_BYTES)
-        self.outbox = Outbox(send, send_many, self.budget, relay.behind_seconds)
+        self.outbox = Outbox(send, send_many, self.budget, relay.behind_seconds, self.gate)
         self.reading = Reading(relay, self.outbox, self, address=address, idle=idle)
         self.auth = Auth(
             relay,
@@ -83,8 +83,10 @@ class Connection:
             address=address,
             pubkey=pubkey,
         )
-        self.publishing = Publishing(relay, self.outbox, slug=slug, address=address)
-        self.negentropy = Negentropy(relay, self.outbox, address=address)  # NIP-77
+        self.publishing = Publishing(
+            relay, self.outbox, slug=slug, address=address, pubkey=lambda: self.auth.pubkey
+        )
+        self.negentropy = Negentropy(relay, self.outbox, self.gate, address=address)  # NIP-77
 
     # --- what the hub needs of a connection (`tms.relay.live.Client`) --------------------------
 
@@ -92,8 +94,8 @@ class Connection:
     def pubkey(self) -> PubKey | None:
         return self.auth.pubkey
 
-    def send_live(self, sub_id: str, event_json: str) -> None:
-        self.outbox.send_live(sub_id, event_json)
+    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None:
+        self.outbox.send_live(sub_id, event_json, filed)
 
     def overflowed(self, sub_id: str, why: str) -> None:
         """A subscription held more than the connection's budget: it ends, not the others."""
@@ -116,6 +118,7 @@ class Connection:
         self.reading.leave()
         self.relay.hub.clients.discard(self)
         self.auth.close()
+        await self.negentropy.cancel()
         await self.reading.cancel()
         await self.outbox.stop(flush_seconds)
         self.budget.release()

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tms import metrics
@@ -229,3 +230,10 @@ async def _cookie_key(websocket: WebSocket, settings: Settings, relay: Relay) ->
         if pubkey is not None and await relay.access.may_use(pubkey):
             return pubkey
     return None
+
+
+# The relay: a WebSocket upgrade on the root or a collection's page (`tms.app`'s route table).
+ROUTES: Final = [
+    WebSocketRoute("/", relay_socket),
+    WebSocketRoute("/c/{slug}", relay_socket),
+]

@@ -1,4 +1,4 @@
-"""Live subscriptions: each event the commit feed hands over (`tms.ledger.feed`) goes to every
+"""Live subscriptions: each event the commit feed hands over (`tms.ledger.read.feed`) goes to every
 open subscription on this process whose collections hold it and whose filters match it, once.
 
 A subscription is registered before its stored answer is read, and holds what arrives meanwhile
@@ -11,7 +11,7 @@ answer's to send or not (its filters and `limit` said), never live ones.
 
 A profile or terms event belongs to no collection: it goes to the subscriptions over collections
 whose people (owner, and every key a member list named) include its signer, as the stored
-answer has it (`tms.ledger.filters`).
+answer has it (`tms.ledger.read.filters`).
 
 A member list changes who may read: the hub sees every collection's member lists in that
 collection's commit order, and at once revokes or grants the collection in the gate of every
@@ -32,11 +32,12 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from tms import metrics
-from tms.ledger.filters import Stored, StoredEvents
+from tms.ledger.read.filters import Stored, StoredEvents
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
 from tms.relay.budget import Budget, size_of
 from tms.relay.gate import Gate
+from tms.relay.outbox import Filed
 from tms.types import KIND_MEMBERS, PubKey, Slug
 
 
@@ -52,7 +53,7 @@ class Client(Protocol):
     @property
     def budget(self) -> Budget: ...
 
-    def send_live(self, sub_id: str, event_json: str) -> None: ...
+    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None: ...
 
     def overflowed(self, sub_id: str, why: str) -> None: ...
 
@@ -81,6 +82,11 @@ class Subscription:
         """Committed after the subscription began (a collection it gained since: any)."""
         return stored.seq > self.floors.get(stored.collection, 0)
 
+    def filed(self, stored: Stored) -> Filed:
+        """Where the gate looks for it: its collection, or (a profile or terms) this
+        subscription's collections."""
+        return self.slugs if stored.collection is None else stored.collection
+
     def readable(self, stored: Stored) -> bool:
         """The key may read it now (its connection's gate), as it is queued."""
         gate = self.client.gate
@@ -91,7 +97,7 @@ class Subscription:
     def offer(self, stored: Stored, event_json: str) -> None:
         if self.buffer is None:
             if self.new(stored) and self.readable(stored):
-                self.client.send_live(self.sub_id, event_json)
+                self.client.send_live(self.sub_id, event_json, self.filed(stored))
             return
         size = size_of(event_json)
         budget = self.client.budget
@@ -114,7 +120,7 @@ class Subscription:
         self.drop()
         for stored, event_json in held:
             if stored.event.id not in sent and self.new(stored) and self.readable(stored):
-                self.client.send_live(self.sub_id, event_json)
+                self.client.send_live(self.sub_id, event_json, self.filed(stored))
 
     def drop(self) -> None:
         """Let go of what the buffer holds (flushed, or the subscription ends)."""

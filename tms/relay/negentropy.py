@@ -1,29 +1,38 @@
 """A connection's NIP-77 sessions: NEG-OPEN builds the list of what a filter matches and answers
 as the Negentropy responder, NEG-MSG goes on, NEG-CLOSE ends it.
 
-A session reads within the same rule and with the same refusals as a REQ: the connection's
-`scope` (auth-required, restricted, rate-limited) is asked for every NEG-OPEN and NEG-MSG, its
-refusal sent as NEG-ERR, and a session whose key or collections changed since it opened is
-closed, as a subscription would be. NEG ids are a namespace of their own: a REQ and a NEG
-session may share one.
+A session reads within the same rule and with the same refusals as a REQ: the connection's `scope`
+(auth-required, restricted, rate-limited) is asked for every NEG-OPEN and NEG-MSG, its refusal sent
+as NEG-ERR, and a session whose key or collections changed since it opened is closed, as a
+subscription would be; a list read across a removal is not answered (the key's reader is read again
+after the list, through the connection's gate). NEG ids are a namespace of their own: a REQ and a
+NEG session may share one.
 
 Bounded: at most `MAX_NEG_SESSIONS` per connection, `MAX_NEG_RECORDS` items in one (NIP-77's
-"blocked: too many records"), each of our messages within `NEG_FRAME_BYTES` (frameSizeLimit),
-each of the client's within `MAX_NEG_MESSAGE_BYTES`. The list is read once per session from an
-index (`tms.ledger.negentropy_items`); building it and answering a message run in a worker
-thread, so that a large list never holds the event loop.
+"blocked: too many records"), each of our messages within `NEG_FRAME_BYTES` (frameSizeLimit), each
+of the client's within `MAX_NEG_MESSAGE_BYTES`. A session's list (about 72 bytes an item) counts
+against the process's memory budget (`tms.relay.budget`) while the session is open: a NEG-OPEN
+whose list would take the process past it is refused ("blocked:", try again), unless the process
+holds nothing else (one session always fits, as one message does). Before, a few hundred sessions
+of two million items each could hold the machine's memory. The list is read once per session from
+an index (`tms.ledger.read.negentropy_items`), as a task of its own that a NEG-CLOSE, a NEG-OPEN
+replacing it or the connection's end cancels (a NEG-MSG waits for its NEG-OPEN's answer);
+building it and answering a message run in a worker thread, so that a large list never holds the
+event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection
-from tms.ledger.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import TooMany, negentropy_items
 from tms.nostr.negentropy import NegentropyError, Responder
+from tms.relay.gate import Gate
 from tms.relay.limits import MAX_NEG_RECORDS, MAX_NEG_SESSIONS, NEG_FRAME_BYTES
 from tms.relay.messages import Refused
 from tms.relay.neg_messages import NegMsg, NegOpen, neg_err, neg_msg
@@ -35,6 +44,10 @@ from tms.types import PubKey, Slug
 
 NOT_OPEN: Final = "closed: no NEG session is open with this id on this connection: NEG-OPEN first"
 CHANGED: Final = "closed: what this key may read changed since NEG-OPEN: NEG-OPEN again"
+MEMORY_FULL: Final = (
+    "blocked: this relay is short of memory for NEG sessions ({size:,} bytes for this one, "
+    "{used:,} of {budget:,} held); try again shortly, or narrow the filter (since, until, kinds)"
+)
 
 
 @dataclass(slots=True)
@@ -42,29 +55,47 @@ class _Session:
     pubkey: PubKey
     slugs: tuple[Slug, ...]
     responder: Responder
+    held: int  # bytes of its list, counted in the process's budget
 
 
 class Negentropy:
-    def __init__(self, relay: Relay, outbox: Outbox, *, address: str | None) -> None:
-        """`address`: the client's, for the refusal log."""
+    def __init__(self, relay: Relay, outbox: Outbox, gate: Gate, *, address: str | None) -> None:
+        """`gate`: what the connection's key may read now; `address`: the client's, for the
+        refusal log."""
         self.relay = relay
         self.outbox = outbox
+        self.gate = gate
         self.address = address
         self.sessions: dict[str, _Session] = {}
+        self._opening: dict[str, asyncio.Task[None]] = {}  # NEG-OPENs whose list is being read
 
     async def open(self, message: NegOpen, scope_of: ScopeOf) -> None:
         self.close(message.sub_id)  # NIP-77: a NEG-OPEN with an open id replaces it
         scope = await self._scope(message.sub_id, scope_of)
         if scope is None:
             return
-        if len(self.sessions) >= MAX_NEG_SESSIONS:
+        if len(self.sessions) + len(self._opening) >= MAX_NEG_SESSIONS:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, scope.pubkey, self.address)
             self._err(
                 message.sub_id,
-                f"blocked: {len(self.sessions)} NEG sessions are open on this connection, this "
-                f"relay's limit is {MAX_NEG_SESSIONS}: NEG-CLOSE one first",
+                f"blocked: {len(self.sessions) + len(self._opening)} NEG sessions are open on "
+                f"this connection, this relay's limit is {MAX_NEG_SESSIONS}: NEG-CLOSE one first",
             )
             return
+        task = asyncio.create_task(self._build(message, scope), name="tms-relay-neg-open")
+        self._opening[message.sub_id] = task
+        task.add_done_callback(functools.partial(self._opened, message.sub_id))
+
+    def _opened(self, sub_id: str, task: asyncio.Task[None]) -> None:
+        if self._opening.get(sub_id) is task:
+            del self._opening[sub_id]
+        failed = None if task.cancelled() else task.exception()
+        if failed is not None:  # never unanswered
+            self._err(sub_id, failure(failed))
+
+    async def _build(self, message: NegOpen, scope: Scope) -> None:
+        """The session's list, read as a task of its own (a NEG-CLOSE, a NEG-OPEN replacing it
+        or the connection's end cancels it), then the answer to the client's first message."""
         try:
             items = await negentropy_items(
                 self.relay.stored.pool, scope, message.filter, MAX_NEG_RECORDS
@@ -80,11 +111,33 @@ class Negentropy:
         except Exception as exc:  # not the client's doing (the database is away, ...)
             self._err(message.sub_id, failure(exc))
             return
-        session = _Session(scope.pubkey, _slugs(scope), Responder(items, NEG_FRAME_BYTES))
+        try:  # after the list's snapshot: it may hold what committed after a removal
+            reader = await self.gate.refresh(self.relay.access.reader)
+        except Exception as exc:
+            self._err(message.sub_id, failure(exc))
+            return
+        readable = set() if reader is None else set(reader.slugs)
+        if not all(slug in readable and self.gate.allows(slug) for slug in _slugs(scope)):
+            self._err(message.sub_id, CHANGED)
+            return
+        size = items.nbytes
+        process = self.outbox.budget.process
+        if process.used > 0 and process.used + size > process.budget:
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, scope.pubkey, self.address)
+            self._err(
+                message.sub_id,
+                MEMORY_FULL.format(size=size, used=process.used, budget=process.budget),
+            )
+            return
+        process.take(size)
+        session = _Session(scope.pubkey, _slugs(scope), Responder(items, NEG_FRAME_BYTES), size)
         self.sessions[message.sub_id] = session
         await self._answer(message.sub_id, session, message.message)
 
     async def message(self, message: NegMsg, scope_of: ScopeOf) -> None:
+        opening = self._opening.get(message.sub_id)
+        if opening is not None:  # after its NEG-OPEN's answer, as the client sent them
+            await asyncio.wait({opening})
         session = self.sessions.get(message.sub_id)
         if session is None:
             self._err(message.sub_id, NOT_OPEN)
@@ -98,7 +151,26 @@ class Negentropy:
         await self._answer(message.sub_id, session, message.message)
 
     def close(self, sub_id: str) -> None:
-        self.sessions.pop(sub_id, None)
+        opening = self._opening.pop(sub_id, None)
+        if opening is not None:
+            opening.cancel()
+        self._drop(sub_id)
+
+    async def cancel(self) -> None:
+        """The connection has closed: every list still being read stops, every session's list
+        is let go."""
+        opening = list(self._opening.values())
+        self._opening.clear()
+        for task in opening:
+            task.cancel()
+        await asyncio.gather(*opening, return_exceptions=True)
+        for sub_id in list(self.sessions):
+            self._drop(sub_id)
+
+    def _drop(self, sub_id: str) -> None:
+        session = self.sessions.pop(sub_id, None)
+        if session is not None:
+            self.outbox.budget.process.give(session.held)
 
     def failed(self, sub_id: str, said: str) -> None:
         """A message of this session failed on our side: it ends, told so."""
@@ -123,7 +195,7 @@ class Negentropy:
             return None
 
     def _err(self, sub_id: str, reason: str) -> None:
-        self.sessions.pop(sub_id, None)
+        self._drop(sub_id)
         self.outbox.send(neg_err(sub_id, reason))
 
 

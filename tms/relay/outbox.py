@@ -19,6 +19,12 @@ Three kinds of message, three rules:
 - anything else (OK, EOSE, CLOSED, NOTICE) is small and is queued at once, up to
   `OUTBOX_MESSAGES` messages or the connection's budget.
 
+An event is queued with where it is filed (its collection; for a profile or terms, the
+collections whose people it belongs to), and is written only if the connection's gate
+(`tms.relay.gate`) still allows it when its turn comes: the gate is judged as the event is
+queued and again as it is written, so that what a slow client left queued before a removal is
+dropped, not sent after it.
+
 A client that is behind is told so in a NOTICE and closed. The queue also holds why the
 connection must end, once it must: nothing more is queued after the last NOTICE, and `ended`
 wakes the endpoint to close the socket.
@@ -36,6 +42,7 @@ from typing import Final
 
 from tms.relay import messages
 from tms.relay.budget import Budget, size_of
+from tms.relay.gate import Gate
 from tms.relay.limits import (
     LIVE_BEHIND_SECONDS,
     LIVE_QUEUE_BYTES,
@@ -43,6 +50,9 @@ from tms.relay.limits import (
     STALL_SECONDS,
     STORED_WINDOW_BYTES,
 )
+from tms.types import Slug
+
+Filed = Slug | frozenset[Slug]  # an event's collection, or those whose people it belongs to
 
 WRITE_BYTES: Final = 256 * 1024  # queued messages written at once, about (one at least)
 
@@ -52,13 +62,21 @@ _OTHER: Final = 2
 
 
 class _Item:
-    __slots__ = ("kind", "queued", "size", "sub_id", "text")
+    __slots__ = ("filed", "kind", "queued", "size", "sub_id", "text")
 
-    def __init__(self, kind: int, text: str, size: int, sub_id: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: int,
+        text: str,
+        size: int,
+        sub_id: str | None = None,
+        filed: Filed | None = None,
+    ) -> None:
         self.kind = kind
         self.text = text  # the message; for a live event, the event's (shared) JSON
         self.size = size
         self.sub_id = sub_id
+        self.filed = filed  # an event's: written only if the gate still allows it
         self.queued = time.monotonic()
 
     def message(self) -> str:
@@ -74,13 +92,16 @@ class Outbox:
         send_many: Callable[[list[str]], Awaitable[None]] | None,
         budget: Budget,
         behind_seconds: float = LIVE_BEHIND_SECONDS,
+        gate: Gate | None = None,
     ) -> None:
         """`send`: one message to the client; `send_many`: several in one write, when the
         server can (`tms.http.websocket`); `budget`: the connection's bytes; `behind_seconds`:
-        how long a live event may wait unwritten (`TMS_RELAY_BEHIND_SECONDS`)."""
+        how long a live event may wait unwritten (`TMS_RELAY_BEHIND_SECONDS`); `gate`: what
+        the connection's key may read, asked again of each event as it is written."""
         self._send = send
         self._send_many = send_many
         self.budget = budget
+        self.gate = gate
         self._queue: deque[_Item] = deque()
         self._bytes = [0, 0, 0]  # queued, by kind
         self._wake = asyncio.Event()
@@ -128,7 +149,7 @@ class Outbox:
             return
         self._put(_Item(_OTHER, message, size))
 
-    def send_live(self, sub_id: str, event_json: str) -> None:
+    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None:
         """Queue a live event; a client that leaves live events unread too long is behind."""
         if self.ending is not None:
             return
@@ -139,7 +160,7 @@ class Outbox:
                 f"relay's {LIVE_QUEUE_BYTES:,} per connection"
             )
             return
-        self._put(_Item(_LIVE, event_json, size, sub_id))
+        self._put(_Item(_LIVE, event_json, size, sub_id, filed))
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.behind_seconds, self._late)
 
@@ -173,10 +194,10 @@ class Outbox:
             await self.budget.process.room(size)
         return self.ending is None
 
-    def send_stored(self, message: str) -> None:
+    def send_stored(self, message: str, filed: Filed) -> None:
         """Queue a stored event, once `room` said so (whatever its size: one may pass)."""
         if self.ending is None:
-            self._put(_Item(_STORED, message, size_of(message)))
+            self._put(_Item(_STORED, message, size_of(message), None, filed))
 
     def behind(self, why: str) -> None:
         """The client does not read: drop what waits, and end with a NOTICE saying why."""
@@ -221,18 +242,32 @@ class Outbox:
                 await self._wake.wait()
             clears = self._clears
             if self._send_many is None:
-                await self._send(self._queue[0].message())
+                first = self._queue[0]
+                if self._allowed(first):
+                    await self._send(first.message())
                 self._done(1, clears)
                 continue
-            batch = [self._queue[0]]
-            size = batch[0].size
-            for item in itertools.islice(self._queue, 1, None):
-                if size + item.size > WRITE_BYTES:
+            count, size, texts = 0, 0, []
+            for item in itertools.islice(self._queue, 0, None):
+                if count and size + item.size > WRITE_BYTES:
                     break
-                size += item.size
-                batch.append(item)
-            await self._send_many([item.message() for item in batch])
-            self._done(len(batch), clears)
+                count += 1
+                if self._allowed(item):  # else dropped with the rest of the write
+                    size += item.size
+                    texts.append(item.message())
+            if texts:
+                await self._send_many(texts)
+            self._done(count, clears)
+
+    def _allowed(self, item: _Item) -> bool:
+        """The gate's say as the item is written: an event of a collection the key no longer
+        reads is not sent (a profile or terms: when none of its collections is read)."""
+        filed, gate = item.filed, self.gate
+        if filed is None or gate is None:
+            return True
+        if isinstance(filed, str):
+            return gate.allows(filed)
+        return any(gate.allows(slug) for slug in filed)
 
     def _done(self, count: int, clears: int) -> None:
         """The first `count` queued messages are written; held until then, so that their bytes

@@ -1,20 +1,34 @@
-"""The one table from the ledger's refusals to NIP-01's machine-readable prefixes.
+"""The relay's wire table: a failure said after NIP-01's machine-readable prefix.
 
-Every door says a refusal in SPEC's words (`str(error)`); the relay puts NIP-01's prefix in
-front, chosen by the refusal's kind (`tms.errors.Refusal`) or, for what is no refusal of the
-caller (the database is down, the log cannot be signed), `error:`. A one-event batch's position
-("events[0] (ab12…): ") is dropped: the OK names the event already. An error that is not a
-refusal at all (`failure`) is logged here and said as `error:`, without its details.
+Every failure is classified once (`tms.errors.outcome_of`). A refusal is said in SPEC's words
+(`tms.errors.told`) after the prefix its kind calls for (`tms.errors.Refusal`), or `blocked:`
+for a key the service does not know at all and for an operator's write policy, whatever kind
+the refusal log files them under; a one-event batch's refusal is said without the event's place
+in the batch (`PublishError.alone`): the OK names the event already. A database that cannot be
+used is `error:` with `DATABASE_UNAVAILABLE`, and anything else `error:` with `INTERNAL_ERROR`
+(logged here, with its details). A read stopped at the relay pool's statement timeout is the
+relay's own: the client asked too much.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Final
 
-from tms.errors import DATABASE_UNAVAILABLE, NotAUser, Refusal, TMSError, one_line, sendable
-from tms.store.database import is_database_down, is_statement_timeout
+from tms.errors import (
+    Blocked,
+    NotAUser,
+    Outcome,
+    PublishError,
+    Refusal,
+    TMSError,
+    UnknownSigner,
+    one_line,
+    outcome_of,
+    sendable,
+    told,
+)
+from tms.store.database import is_statement_timeout
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +42,13 @@ PREFIXES: Final[dict[Refusal, str]] = {
     Refusal.UNAUTHENTICATED: "auth-required",
     Refusal.NOT_MEMBER: "restricted",
     Refusal.RATE_LIMITED: "rate-limited",
+    Refusal.BLOCKED: "blocked",
 }
-BLOCKED: Final = "blocked"  # a key the service does not know at all: not approved, no member
+BLOCKED: Final = "blocked"
+# Said `blocked:` by their class: a key the service does not know at all (not approved, no
+# member anywhere), filed as NOT_MEMBER, and what an operator's write policy refused.
+BLOCKED_CLASSES: Final = (NotAUser, UnknownSigner, Blocked)
 ERROR: Final = "error"  # not the caller's doing
-_POSITION: Final = re.compile(r"^events\[0\](?: \([0-9a-f]{12}…\))?: ")
-_NOT_A_USER: Final = "is not approved and is not a member of any collection"
 # A read stopped at the relay pool's statement_timeout (tms.relay.shared).
 TOO_LONG: Final = (
     "error: this read took longer than this relay allows; ask for less (fewer filters, "
@@ -41,28 +57,32 @@ TOO_LONG: Final = (
 
 
 def prefix(exc: BaseException) -> str:
-    if not isinstance(exc, TMSError) or exc.refusal is None:
+    if outcome_of(exc) is not Outcome.REFUSED or not isinstance(exc, TMSError):
         return ERROR
-    if isinstance(exc, NotAUser) or _NOT_A_USER in str(exc):
+    if isinstance(exc, BLOCKED_CLASSES):
         return BLOCKED
+    if exc.refusal is None:
+        return ERROR
     return PREFIXES.get(exc.refusal, "invalid")
 
 
-def reason(exc: BaseException, fallback: str = "internal error") -> str:
+def reason(exc: BaseException) -> str:
     """`<prefix>: <SPEC's message>` for an OK or CLOSED."""
-    text = _POSITION.sub("", str(exc), count=1) if isinstance(exc, TMSError) else fallback
-    return sendable(f"{prefix(exc)}: {text}")
+    if isinstance(exc, PublishError) and outcome_of(exc) is Outcome.REFUSED:
+        return sendable(f"{prefix(exc)}: {exc.alone}")
+    return f"{prefix(exc)}: {told(exc)}"
 
 
 def failure(exc: BaseException) -> str:
-    """What to tell the client of an error that is not its refusal (logged here)."""
-    if isinstance(exc, TMSError):
+    """What to tell the client of any failure (one that is not its refusal is logged here)."""
+    outcome = outcome_of(exc)
+    if outcome is Outcome.REFUSED:
         return reason(exc)
     if is_statement_timeout(exc):
         log.info("a relay read reached its statement timeout: %s", one_line(exc))
         return TOO_LONG
-    if is_database_down(exc):
+    if outcome is Outcome.UNAVAILABLE:
         log.warning("database unavailable on the relay: %s", one_line(exc))
-        return f"error: {DATABASE_UNAVAILABLE}"
-    log.error("internal error on the relay", exc_info=exc)
-    return "error: internal error"
+    else:
+        log.error("internal error on the relay", exc_info=exc)
+    return f"{ERROR}: {told(exc)}"

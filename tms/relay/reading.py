@@ -16,9 +16,13 @@ answer is sent page by page, each event as it is read (a large content is read o
 turn comes, and no more than `BIG_LOADS` at once in the process; a page's rows count against
 the connection's budget until sent), and only event ids are kept to send none twice. A new REQ
 is refused while the connection or the process is over its memory budget (`tms.relay.budget`).
+The filters a read holds count against the connection's budget too: a live subscription's while
+it is open, a COUNT's or a search's while it waits its turn and runs (a hundred COUNTs of 10 MB
+of filters each once waited uncounted).
 
 A reconnecting client that asks `since` its last event gets at most `limit` (`MAX_LIMIT`) per
-filter, newest first: after a longer gap it pages back with `until` (NIP-01), as `/docs` says.
+filter, newest as stored first, and `since` compares the signer's `created_at`, not the order
+stored: an exact catch-up is NIP-77's (`tms.relay.negentropy`), as `/docs` says.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any, Final
 
 from tms.errors import Refusal
 from tms.ledger.access import ReadableCollection, Reader
-from tms.ledger.filters import BIG_BYTES, PAGE, Stored
+from tms.ledger.read.filters import BIG_BYTES, PAGE, Stored
 from tms.nostr.filters import Filter
 from tms.relay import messages
 from tms.relay.budget import size_of
@@ -39,9 +43,9 @@ from tms.relay.messages import CountMessage, Refused, ReqMessage
 from tms.relay.outbox import Outbox
 from tms.relay.prefixes import failure
 from tms.relay.shared import ROUTE, Relay
+from tms.rules.kinds import KINDS, searchable_kinds
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, UNSCOPED, Slug
 
-SEARCHABLE: Final = frozenset({KIND_CLAIM, KIND_CONTRADICTION})
 FEED_WAIT_SECONDS: Final = 10.0
 FEED_NOT_READY: Final = (
     "error: live delivery is not ready (the database is not answering yet); try again shortly"
@@ -75,11 +79,13 @@ class Reading:
         self._idle = idle
         self.subs: dict[str, Subscription] = {}
         self.tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (REQ or COUNT, id)
+        self._held: dict[asyncio.Task[None], int] = {}  # bytes of filters each task holds
         self._reads = asyncio.Semaphore(MAX_READS)  # answered at once; the others wait their turn
 
     async def req(self, message: ReqMessage, scope_of: ScopeOf) -> None:
         self.unsubscribe(message.sub_id)  # NIP-01: a REQ with an open id replaces it
         scope = await scope_of(message.sub_id)
+        moves = self.client.gate.moves  # what the key reads, as `scope` says it
         if len(self.subs) >= MAX_SUBSCRIPTIONS:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
             raise Refused(
@@ -87,16 +93,15 @@ class Reading:
                 f"invalid: {len(self.subs)} subscriptions are open on this connection, this "
                 f"relay's max_subscriptions is {MAX_SUBSCRIPTIONS}: CLOSE one first",
             )
+        searchable = searchable_kinds()
         for wanted in message.filters:
             if (
                 wanted.search is not None
                 and wanted.kinds is not None
-                and not wanted.kinds & SEARCHABLE
+                and not wanted.kinds & searchable
             ):
-                raise Refused(
-                    message.sub_id,
-                    "invalid: search covers claims (kind 4702) and contradictions (kind 4704) only",
-                )
+                covered = " and ".join(f"{KINDS[n].plural} (kind {n})" for n in sorted(searchable))
+                raise Refused(message.sub_id, f"invalid: search covers {covered} only")
         self._may_start(message.sub_id)
         try:
             await asyncio.wait_for(self.relay.feed.ready.wait(), FEED_WAIT_SECONDS)
@@ -105,21 +110,16 @@ class Reading:
         live = [f for f in message.filters if f.search is None]
         slugs = [scope.slug] if isinstance(scope, ReadableCollection) else scope.slugs
         sub = Subscription(self.client, message.sub_id, live, slugs)
-        budget = self.client.budget
-        if budget.used + sub.cost > budget.budget:
-            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
-            raise Refused(
-                message.sub_id,
-                f"invalid: these filters hold {sub.cost:,} bytes, more than this connection's "
-                f"{budget.budget - budget.used:,} left of {budget.budget:,}: CLOSE a "
-                "subscription, or ask for fewer values",
-            )
+        once = sum(f.size for f in message.filters if f.search is not None)  # held till answered
+        self._fits(message.sub_id, sub.cost + once)
         if live:
             await self.relay.hub.add(sub)
             self.subs[message.sub_id] = sub
             if len(self.subs) == 1 and self._idle is not None:
                 self._idle(False)
-        self._start(("REQ", message.sub_id), self._answer(message, scope, sub, bool(live)))
+            if self.client.gate.moves != moves:  # it changed while this one registered, unseen
+                self.client.membership_changed()
+        self._start(("REQ", message.sub_id), self._answer(message, scope, sub, bool(live)), once)
 
     async def _answer(
         self, message: ReqMessage, scope: Scope, sub: Subscription, live: bool
@@ -197,7 +197,8 @@ class Reading:
         filed = UNSCOPED if stored.collection is None else stored.collection
         if self._allowed(filed, scope, readable):  # as it is queued: the gate's say now
             sent.add(stored.event.id)
-            self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()))
+            where = frozenset(_slugs(scope)) if filed == UNSCOPED else filed  # and as written
+            self.outbox.send_stored(messages.event(sub_id, stored.event.to_json()), where)
 
     async def _readable(self, scope: Scope) -> frozenset[Slug]:
         """What the key reads now, read from the database (through the gate)."""
@@ -215,7 +216,7 @@ class Reading:
 
     async def _search(self, scope: Scope, wanted: Filter) -> list[Stored]:
         assert wanted.search is not None
-        kinds = (wanted.kinds or frozenset({KIND_CLAIM})) & SEARCHABLE
+        kinds = (wanted.kinds or frozenset({KIND_CLAIM})) & searchable_kinds()
         limit = min(MAX_SEARCH_RESULTS, DEFAULT_LIMIT if wanted.limit is None else wanted.limit)
         if limit <= 0:
             return []
@@ -227,13 +228,15 @@ class Reading:
         search = self.relay.search
         hits: list[tuple[float, str]] = []
         for readable in readables:
-            if KIND_CLAIM in kinds:
-                found = await search.claims(readable, wanted.search, "vector", limit)
-                for item in found["items"]:
-                    hits.append((_score(item), item["id"]))
-            if KIND_CONTRADICTION in kinds:
-                for info in await search.contradictions(readable, wanted.search, limit):
-                    hits.append((_score(info), info["id"]))
+            for kind in sorted(kinds):
+                if kind == KIND_CLAIM:  # the ledger's own searches, for the kinds that have one
+                    found = await search.claims(readable, wanted.search, "vector", limit)
+                    hits.extend((_score(item), item["id"]) for item in found["items"])
+                elif kind == KIND_CONTRADICTION:
+                    for info in await search.contradictions(readable, wanted.search, limit):
+                        hits.append((_score(info), info["id"]))
+                else:  # any other searchable kind, by its entry (`Search.events`)
+                    hits.extend(await search.events(readable, kind, wanted.search, limit))
         hits.sort()
         ranked = [event_id for _, event_id in hits]
         found_events = await self.relay.stored.by_ids(scope, ranked)
@@ -245,7 +248,9 @@ class Reading:
         if any(f.search is not None for f in message.filters):
             raise Refused(message.sub_id, "invalid: COUNT does not take search (NIP-50)")
         self._may_start(message.sub_id)
-        self._start(("COUNT", message.sub_id), self._count(message, scope))
+        held = sum(f.size for f in message.filters)  # until it is answered
+        self._fits(message.sub_id, held)
+        self._start(("COUNT", message.sub_id), self._count(message, scope), held)
 
     async def _count(self, message: CountMessage, scope: Scope) -> None:
         try:
@@ -272,10 +277,26 @@ class Reading:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
             raise Refused(sub_id, full)
 
-    def _start(self, key: tuple[str, str], work: Coroutine[Any, Any, None]) -> None:
+    def _fits(self, sub_id: str, cost: int) -> None:
+        """`Refused` when filters of `cost` bytes would take the connection past its budget."""
+        budget = self.client.budget
+        if budget.used + cost > budget.budget:
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, self.client.pubkey, self.address)
+            raise Refused(
+                sub_id,
+                f"invalid: these filters hold {cost:,} bytes, more than this connection's "
+                f"{max(0, budget.budget - budget.used):,} left of {budget.budget:,}: CLOSE a "
+                "subscription, wait for an answer, or ask for fewer values",
+            )
+
+    def _start(self, key: tuple[str, str], work: Coroutine[Any, Any, None], held: int) -> None:
+        """`work` as a task of its own, its filters' `held` bytes counted against the
+        connection's budget until it ends: a REQ or COUNT waiting its turn holds them too."""
         task = asyncio.create_task(self._in_turn(work), name=f"tms-relay-{key[0].lower()}")
         self.tasks[key] = task
-        task.add_done_callback(lambda done: self._finished(key, done))
+        self.client.budget.take(held)
+        self._held[task] = held
+        task.add_done_callback(lambda done: self._finished(key, done, work))
 
     async def _in_turn(self, work: Coroutine[Any, Any, None]) -> None:
         try:
@@ -284,7 +305,14 @@ class Reading:
         finally:
             work.close()  # cancelled before its turn: never started, never warned of
 
-    def _finished(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+    def _let_go(self, task: asyncio.Task[None]) -> None:
+        self.client.budget.give(self._held.pop(task, 0))
+
+    def _finished(
+        self, key: tuple[str, str], task: asyncio.Task[None], work: Coroutine[Any, Any, None]
+    ) -> None:
+        work.close()  # cancelled before `_in_turn` began: never started, never warned of
+        self._let_go(task)
         if self.tasks.get(key) is task:
             del self.tasks[key]
         failed = None if task.cancelled() else task.exception()
@@ -295,6 +323,7 @@ class Reading:
         task = self.tasks.pop(key, None)
         if task is not None:
             task.cancel()
+            self._let_go(task)
 
     def unsubscribe(self, sub_id: str) -> None:
         """CLOSE (or a REQ replacing the id, or a refusal): its work stops, it leaves the hub."""
@@ -317,6 +346,7 @@ class Reading:
         self.tasks.clear()
         for task in tasks:
             task.cancel()
+            self._let_go(task)
         await asyncio.gather(*tasks, return_exceptions=True)
 
 

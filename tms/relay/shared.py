@@ -1,6 +1,6 @@
 """What every relay connection of this process shares: the services it calls, the pool its
 reads run on, and the hub of live subscriptions fed by the commit feed, opened once with the app
-(`tms.web.app`).
+(`tms.app`).
 
 A relay's stored answers and searches are what anyone may ask of it, in any number: they run on
 a pool of their own (`TMS_RELAY_CONNECTIONS`), so that however many are asked at once, the pages
@@ -24,8 +24,8 @@ from tms.guard.rates import Throttle
 from tms.guard.refusals import RefusalLog
 from tms.http.bodies import MiB
 from tms.ledger.access import Access
-from tms.ledger.feed import CommitFeed
-from tms.ledger.filters import StoredEvents
+from tms.ledger.read.feed import CommitFeed
+from tms.ledger.read.filters import StoredEvents
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
 from tms.relay.budget import ProcessBudget

@@ -44,6 +44,11 @@ class Origin:
     address: str | None = None
 
 
+# A batch the operator's own code submits in-process (a command, a benchmark, a test's set-up):
+# no network door, no authenticated key, no address.
+OPERATOR: Final = Origin(Door.CLI)
+
+
 class Action(StrEnum):
     ACCEPT = "accept"
     REJECT = "reject"  # refused: the client is told `message` (the relay after `blocked:`)

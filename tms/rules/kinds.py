@@ -183,6 +183,7 @@ class Kind:
     embedding: Embedding | None = None
     counted: str | None = None  # its column in each collection's counts (sql/009)
     claim_counts: Callable[[EventId, Any], list[ClaimCount]] | None = None  # sql/008
+    claim_columns: tuple[str, ...] = ()  # the claim_counts columns `claim_counts` adds to
 
 
 def _row(table: str, *values: Any) -> list[Row]:
@@ -254,6 +255,7 @@ KINDS: Final[dict[int, Kind]] = {
             ),
             counted="links",
             claim_counts=lambda event_id, c: [(c.to, c.relation.lower())],
+            claim_columns=("supports", "qualifies", "rebuts"),
         ),
         Kind(
             KIND_CONTRADICTION,
@@ -281,6 +283,7 @@ KINDS: Final[dict[int, Kind]] = {
             embedding=Embedding("contradictions", "reason"),
             counted="contradictions",
             claim_counts=lambda event_id, c: [(claim, "findings") for claim in c.claims],
+            claim_columns=("findings",),
         ),
         Kind(
             KIND_MEMBERS,
@@ -327,9 +330,36 @@ def embedded_kinds(*, at_publish: bool = False) -> dict[int, Embedding]:
     }
 
 
+def collection_count_columns() -> tuple[str, ...]:
+    """The columns of each collection's record counts (sql/009), one per counted kind, in the
+    registry's order."""
+    return tuple(dict.fromkeys(k.counted for k in KINDS.values() if k.counted is not None))
+
+
+def claim_count_columns() -> tuple[str, ...]:
+    """The columns of each claim's counts (sql/008) that kinds add to, in the registry's
+    order."""
+    return tuple(dict.fromkeys(c for k in KINDS.values() for c in k.claim_columns))
+
+
 def unscoped_kinds() -> frozenset[int]:
     """The stored kinds that belong to no collection (profiles, terms): no log's entries."""
     return frozenset(n for n, kind in KINDS.items() if kind.stored and not kind.scoped)
+
+
+def collection_of(kind: int, content: Content) -> str | None:
+    """The collection an event of a known kind is filed in: its content's, or none for a kind
+    of no collection (`Kind.scoped`)."""
+    if not KINDS[kind].scoped:
+        return None
+    slug: str = getattr(content, "collection")  # noqa: B009 - every scoped kind's model has it
+    return slug
+
+
+def searchable_kinds() -> frozenset[int]:
+    """The kinds search ranks (NIP-50 on the relay, the tools' and the pages' searches): those
+    searched by meaning and at publish (claims, contradictions)."""
+    return frozenset(embedded_kinds(at_publish=True))
 
 
 def _known_kinds() -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tms.errors import InvalidEvent, PublishError, QuoteNotFound, Refusal
+from tms.errors import InvalidEvent, PublishError, QuoteNotFound, Refusal, UnknownSigner
 from tms.nostr.events import Event
 from tms.rules.anchors import Anchor, Miss, Verdict, nearest, verdict
 from tms.rules.content import check_created_at
@@ -30,6 +30,7 @@ from tms.rules.kinds import (
     Profile,
     Terms,
     a_kind,
+    collection_of,
     validate_content,
 )
 from tms.rules.quotes import PreparedText
@@ -43,7 +44,8 @@ def short(event_id: str) -> str:
     return f"{event_id[:12]}…"
 
 
-def _where(position: int, event_id: str | None) -> str:
+def located_at(position: int, event_id: str | None) -> str:
+    """Where an event sits in its batch, as a refusal names it: `events[3] (ab12…)`."""
     return f"events[{position}]" + (f" ({short(event_id)})" if event_id else "")
 
 
@@ -54,12 +56,12 @@ def _where(position: int, event_id: str | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Parsed:
+    """A checked event, its content parsed once, and the collection it is filed in (`None`: a
+    kind of no collection, `Kind.scoped`)."""
+
     event: Event
     content: Content
-
-    @property
-    def collection(self) -> Slug | None:
-        return getattr(self.content, "collection", None)
+    collection: Slug | None
 
 
 def check_batch_shape(raw: object) -> list[object]:
@@ -80,19 +82,22 @@ def parse_events(raw: Sequence[object], now: int, offset: int = 0) -> list[Parse
     parsed = []
     for position, obj in enumerate(raw, start=offset):
         event_id = obj.get("id") if isinstance(obj, dict) else None
-        label = _where(position, event_id if isinstance(event_id, str) else None)
+        label = located_at(position, event_id if isinstance(event_id, str) else None)
         try:
             event = Event.from_dict(obj)
             event.verify()
-            if event.kind == KIND_REQUEST:
+            known = KINDS.get(event.kind)
+            if known is not None and not known.stored:  # `Kind.stored`
                 raise InvalidEvent(
                     "kind 4707 requests are never stored; pass one as a tool's `request` argument"
+                    if event.kind == KIND_REQUEST
+                    else f"kind {event.kind} ({known.name}) events are never stored"
                 )
             content = validate_content(event)
             check_created_at(event, now)
         except InvalidEvent as exc:
-            raise PublishError(f"{label}: {exc}").refused_as(exc.refusal) from None
-        parsed.append(Parsed(event, content))
+            raise PublishError(str(exc)).located(label).refused_as(exc.refusal) from None
+        parsed.append(Parsed(event, content, collection_of(event.kind, content)))
     return parsed
 
 
@@ -187,8 +192,7 @@ def with_nearest(refusal: QuoteNotFound, text: str) -> QuoteNotFound:
     found = nearest(PreparedText(text), refusal.quote)
     if found is None:
         return refusal
-    message = f"{refusal}; {found.describe()}"
-    return QuoteNotFound(message, refusal.evidence_id, refusal.quote, hinted=True)
+    return refusal.with_hint(found.describe())
 
 
 class _Judge:
@@ -229,14 +233,10 @@ class _Judge:
                     continue
                 seen.add(event_id)
                 self._one(item)
-            except QuoteNotFound as exc:
-                located = exc.located(_where(position, event_id))
-                raise located.refused_as(exc.refusal, item.event.pubkey) from None
             except PublishError as exc:
                 # Every event here has verified: the refusal is its signer's.
-                raise PublishError(f"{_where(position, event_id)}: {exc}").refused_as(
-                    exc.refusal, item.event.pubkey
-                ) from None
+                located = exc.located(located_at(position, event_id))
+                raise located.refused_as(exc.refusal, item.event.pubkey) from None
             self.plan.accepted.append(item)
         self.plan.superseded = [
             p.event.id
@@ -248,9 +248,9 @@ class _Judge:
     def _signer_may_write(self, item: Parsed) -> None:
         signer = item.event.pubkey
         if signer not in self.s.approved and not self.s.belongs_to.get(signer):
-            raise PublishError(
+            raise UnknownSigner(
                 f"pubkey {signer} is not approved and is not a member of any collection"
-            ).refused_as(Refusal.NOT_MEMBER)
+            )
 
     def _may_write_in(self, item: Parsed) -> None:
         """The signer may write to the collection the event names: its owner, or (except for

@@ -60,6 +60,7 @@ normalized text back to the characters of the original that produced it
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from bisect import bisect_right
 from collections.abc import Mapping
@@ -407,3 +408,9 @@ def _spot_pattern() -> re.Pattern[str]:
             lengthened += [char for char in chars if len(char.casefold()) != 1]
     run = re.escape(_RUN_CHARS)
     return re.compile(f"[{run}]{{2,}}|{SOFT_HYPHEN}|[{re.escape(''.join(lengthened))}]")
+
+
+def claim_key(text: str) -> bytes:
+    """What two claims share when their texts differ only as quote matching forgives: the
+    sha256 of the normalized text (sql/013's claim keys)."""
+    return hashlib.sha256(normalize(text).encode("utf-8", "surrogatepass")).digest()

@@ -18,14 +18,15 @@ from collections.abc import Sequence
 from typing import Final, Literal
 
 from tms.errors import one_line
-from tms.ledger import records
 from tms.ledger.access import ReadableCollection
-from tms.ledger.records import CONTRADICTION_COLUMNS, limited, page_size
+from tms.ledger.read import records
+from tms.ledger.read.records import CONTRADICTION_COLUMNS, limited, page_size
 from tms.results import ClaimHit, ContradictionInfo, SearchClaimsResult
+from tms.rules.kinds import KINDS
 from tms.search.pgvector import HnswTuning, sql_literal, vector_literal
 from tms.search.vectors import Vectors
 from tms.store.database import Connection, Pool
-from tms.types import KIND_CLAIM, KIND_CONTRADICTION
+from tms.types import KIND_CLAIM, KIND_CONTRADICTION, EventId
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ _SQL_CLAIMS_KEYWORD: Final = """
 # PostgreSQL has no tsvector aggregate). A part that would take the document past a tsvector's
 # 1 MB is left out rather than failing the search. Built once per contradiction, in `seq` order
 # and at most DOCUMENT_BATCH a statement, for those stored since the collection's last built
-# one (within a collection `seq` grows in commit order: tms.ledger.filters), and kept in
+# one (within a collection `seq` grows in commit order: tms.ledger.read.filters), and kept in
 # `contradiction_search` (sql/016), whose GIN index the search then reads, as claim search reads
 # `claims.search`. $2: the reason's indexed prefix.
 DOCUMENT_BATCH: Final = 500
@@ -123,6 +124,19 @@ _SQL_CONTRADICTIONS_VECTOR: Final = f"""
     ORDER BY p.distance, c.seq DESC, c.id"""
 
 
+# Any other searchable kind: its vectors, or its entry's text ({table}, {text}: the registry's
+# names, never a client's), exactly, within the collection.
+_SQL_EVENTS_VECTOR: Final = """
+    SELECT x.event_id AS id, x.embedding <=> (SELECT $2::text::vector) AS score FROM embeddings x
+    WHERE x.collection = $1 AND x.kind = $3 AND x.model = $4
+    ORDER BY score, x.event_id LIMIT :limit"""
+_SQL_EVENTS_KEYWORD: Final = """
+    SELECT t.id, -ts_rank(to_tsvector('english', left(t.{text}, {chars})), q) AS score
+    FROM {table} t, websearch_to_tsquery('english', $2) q
+    WHERE t.collection = $1 AND to_tsvector('english', left(t.{text}, {chars})) @@ q
+    ORDER BY score, t.id LIMIT :limit"""
+
+
 class Search:
     def __init__(self, pool: Pool, vectors: Vectors | None, *, of: Search | None = None) -> None:
         """`of`: the search whose model this one uses, as it stands (`over`)."""
@@ -190,6 +204,35 @@ class Search:
                 readable, query, vectors.model, vectors.dims, limit
             )
         return await self.contradictions_by_keyword(readable, text, limit)
+
+    async def events(
+        self, readable: ReadableCollection, kind: int, text: str, limit: int
+    ) -> list[tuple[float, EventId]]:
+        """Any other searchable kind (`tms.rules.kinds.searchable_kinds`), its events ranked
+        best first as (score, id), the smallest score best: by cosine distance among its
+        vectors when a query vector can be had, else by keyword over the text its entry embeds
+        (`Embedding.table`, `Embedding.text`), negated `ts_rank`. Exact and unindexed, as a
+        collection's contradictions are searched: a kind of its own has no index of its own."""
+        embedding = KINDS[kind].embedding
+        if embedding is None:
+            return []
+        query, _ = await self._query_vector(text)
+        async with self.pool.acquire() as conn:
+            if query is not None and self.vectors is not None:
+                vectors = self.vectors
+                rows = await conn.fetch(
+                    limited(_SQL_EVENTS_VECTOR, limit),
+                    readable.slug,
+                    vector_literal(query, vectors.dims),
+                    kind,
+                    vectors.model,
+                )
+            else:
+                sql = _SQL_EVENTS_KEYWORD.format(
+                    table=embedding.table, text=embedding.text, chars=REASON_INDEXED_CHARS
+                )
+                rows = await conn.fetch(limited(sql, limit), readable.slug, text)
+        return [(float(row["score"]), row["id"]) for row in rows]
 
     # --- the two methods -------------------------------------------------------------------
 

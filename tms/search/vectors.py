@@ -25,11 +25,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from tms.errors import one_line
+from tms.errors import is_database_down, one_line
 from tms.rules.kinds import embedded_kinds
 from tms.search.model import TEXT_CHARS, Embedder, embedding_text
 from tms.search.pgvector import vector_literal
-from tms.store.database import Connection, Pool, is_database_down
+from tms.store.database import Connection, Pool
 from tms.store.outage import Outage
 from tms.types import EventId, Slug
 

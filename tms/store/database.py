@@ -1,5 +1,6 @@
-"""PostgreSQL: which database, the connection pools, the migrations, and what counts as the
-database being down. The embedded server itself is `tms.store.embedded`.
+"""PostgreSQL: which database, the connection pools and the migrations. What counts as the
+database being down is classified with every other failure (`tms.errors.is_database_down`). The
+embedded server itself is `tms.store.embedded`.
 
 Every connection TMS opens names its release and schema in `application_name` (`tms 0.1.0
 schema 017 pool`), so that a server about to migrate sees, in `pg_stat_activity`, the older
@@ -41,49 +42,6 @@ _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
 SCHEMA_FILE = "schema.sql"  # what the migrations build, for reading (tests/store/test_schema.py)
 OLD_FEED_NAME: Final = "tms-feed"  # every connection's name before releases named themselves
 _APPLICATION_NAME = re.compile(r"tms (\S+) schema (\d+)(?: .*)?")
-
-
-# Errors that mean "the database cannot be reached right now", as opposed to a bug: every front
-# door answers them with "database unavailable, try again shortly".
-DATABASE_DOWN: Final[tuple[type[Exception], ...]] = (
-    DatabaseError,
-    OSError,  # includes ConnectionRefusedError and TimeoutError
-    asyncpg.PostgresConnectionError,  # includes ConnectionDoesNotExistError
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.ObjectNotInPrerequisiteStateError,  # e.g. a database not accepting connections
-    asyncpg.exceptions.InternalClientError,  # a pooled connection the server terminated
-    asyncpg.InterfaceError,  # "connection is closed", at a transaction's end among others
-)
-# The InterfaceErrors that are our own mistakes (bad arguments to a query), not an outage.
-_NOT_DOWN: Final[tuple[type[Exception], ...]] = (
-    asyncpg.exceptions.DataError,
-    asyncpg.exceptions.ClientConfigurationError,
-    asyncpg.exceptions.UnsupportedClientFeatureError,
-    asyncpg.exceptions.UnsupportedServerFeatureError,
-)
-
-
-# A Citus coordinator relays a connection to a worker lost mid-statement (a worker restarting,
-# say) as an internal error carrying libpq's or its own words for it, rather than a connection
-# error (which it does use when a worker cannot be reached at all). Lost at the commit, the
-# outcome is unknown, as with any database lost then: a publish sent again is safe (what was
-# stored is skipped).
-_WORKER_LOST: Final = re.compile(
-    "server closed the connection unexpectedly|could not receive data from server"
-    "|no connection to the server|SSL SYSCALL error|connection not open"
-    "|failure on connection marked as essential|could not establish any connections to the node"
-    "|could not commit transaction for shard"
-)
-
-
-def is_database_down(exc: BaseException) -> bool:
-    """Whether an exception means the database cannot be used right now (every door answers
-    "database unavailable, try again shortly"), rather than a bug."""
-    if isinstance(exc, asyncpg.InternalServerError) and _WORKER_LOST.search(str(exc)):
-        return True
-    return isinstance(exc, DATABASE_DOWN) and not isinstance(exc, _NOT_DOWN)
 
 
 def is_statement_timeout(exc: BaseException) -> bool:

@@ -1,7 +1,7 @@
 """Checking an export against its collection's signed log, offline: what `tms verify-export`
 reports.
 
-An export (`tms.ledger.export`) is the collection's events in ledger order, with the terms and
+An export (`tms.ledger.read.export`) is the collection's events in ledger order, with the terms and
 profiles of the keys that wrote them; asked for, it ends with a *checkpoint line*:
 `{"checkpoint": <signed note>, "entries": [<event ids in log order>], "others": [[<id of a
 profile or terms line>, <id of the entry just before it, or null>], ...]}`, a JSON object no

@@ -1,6 +1,6 @@
 """One line of an export, read and checked: the part of an audit that runs line by line.
 
-An export (`tms.ledger.export`) is one JSON line an event, in ledger order, and, when asked
+An export (`tms.ledger.read.export`) is one JSON line an event, in ledger order, and, when asked
 for, a last *checkpoint line* that this module both writes (`checkpoint_line`, for the export)
 and reads (`read_line`, `read_kept`), so the format has one home. Reading a line means parsing
 it and checking its event's id and signature (step 1 of `tms.tlog.audit`): the CPU-bound part

@@ -18,14 +18,15 @@ from starlette.types import Receive, Scope, Send
 
 from tms.guard.exports import Exports, ExportsBusy
 from tms.http.login import request_url
+from tms.http.statuses import Refused
 from tms.ledger.access import ReadableCollection
-from tms.ledger.export import Exporter
+from tms.ledger.read.export import Exporter
 from tms.nostr import nip98
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime
 from tms.tlog.tiles import parse_tile_path
 from tms.types import PubKey
-from tms.web.door import PRIVATE, Refused, door_of, json_error
+from tms.web.door import PRIVATE, door_of, json_error
 
 EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
@@ -133,14 +134,6 @@ async def tile(request: Request) -> Response:
     return Response(data, media_type="application/octet-stream", headers=IMMUTABLE)
 
 
-class _MCP:
-    """`/mcp`: the MCP endpoint (`tms.mcp.http`), built by the lifespan. An instance, so that
-    the route passes it every method (it answers the ones it does not serve itself)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await scope["app"].state.mcp(scope, receive, send)
-
-
 # --- who asks ----------------------------------------------------------------------------------
 
 
@@ -236,7 +229,6 @@ GET: Final = ["GET"]
 
 ROUTES: Final = [
     Route("/healthz", healthz, methods=GET),
-    Route("/mcp", _MCP(), name="mcp"),
     Route("/terms", terms, methods=GET),
     # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
     Route("/c/{slug:path}/export.jsonl", export, methods=GET, name="export"),

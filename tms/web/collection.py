@@ -11,10 +11,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tms.errors import LogError, NotAReader
-from tms.ledger import watermark
 from tms.ledger.access import ReadableCollection
-from tms.ledger.reads import CLAIM_SORTS
-from tms.ledger.tlog_reads import LogReads
+from tms.ledger.log.reads import LogReads
+from tms.ledger.read import watermark
+from tms.ledger.read.reads import CLAIM_SORTS
 from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
 from tms.search.search import Method
@@ -94,7 +94,7 @@ async def members(request: Request) -> Response:
     session, readable = await door.collection(request)
     services = services_of(request)
     slug = readable.slug
-    current = await services.keys.member_list(slug)
+    current = await services.keys.member_list(readable)
     if current is None:
         raise NotAReader("no such collection")
     names = await services.keys.names([*current["members"], current["owner"]])
@@ -120,11 +120,11 @@ async def members_head(request: Request) -> Response:
     """The current list's head, which the members page compares with the one it loaded
     before signing: a list saved meanwhile elsewhere is shown, not overwritten unseen."""
     session = await door_of(request).session(request)
-    slug = request.path_params["slug"]
-    services = services_of(request)
-    if session is None or not await services.access.owns(session.pubkey, slug):
+    if session is None:
         raise NotAReader("no such collection")
-    current = await services.keys.member_list(slug)
+    services = services_of(request)
+    owned = await services.access.owned(session.pubkey, request.path_params["slug"])
+    current = await services.keys.member_list(owned)
     if current is None:
         raise NotAReader("no such collection")
     return ok(current)

@@ -2,11 +2,12 @@
 of a state-changing request, rendering, and the one way a page meets a refusal.
 
 A page handler says what it needs and raises when it cannot have it: `NeedsLogin` (a visitor
-without a session, sent to Connect and back), `Refused` (the page's own refusals: a cross-site
-request, a stale CSRF token, a body it cannot read), or any `TMSError` the services raise
-(`NotAReader` for a collection closed to the key or missing: the same 404). The app's one
-table (`tms.web.app`, `tms.web.answers`) turns each into the answer, a page for a page and JSON
-for what the pages' scripts call, and notes it in the refusal log. No handler catches them.
+without a session, sent to Connect and back), `Refused` (an HTTP route's own refusals,
+`tms.http.statuses`: a cross-site request, a stale CSRF token, a body it cannot read), or any
+`TMSError` the services raise (`NotAReader` for a collection closed to the key or missing: the
+same 404). `tms.web.answers` turns each into the answer (its status from the HTTP doors' one
+table, `tms.http.statuses`), a page for a page and JSON for what the pages' scripts call, and
+notes it in the refusal log. No handler catches them.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any, Final
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 
-from tms.errors import Refusal, TMSError, sendable
+from tms.errors import sendable
 from tms.http.bodies import BodyReader, MiB
 from tms.http.login import COOKIE, CSRF_HEADER, Keyring, Session
+from tms.http.statuses import Refused
 from tms.ledger.access import ReadableCollection, Reader
 from tms.nostr.nip19 import npub_encode
 from tms.services import Services
@@ -33,28 +35,6 @@ SMALL_JSON: Final = 64 * 1024  # bodies of forms, URLs and look-ups
 HINT_BODY: Final = 16 * MiB
 
 Handler = Callable[[Request], Awaitable[Any]]
-
-# How the refusal log files a page's own refusal, by its status.
-_REFUSAL_OF_STATUS: Final = {
-    400: Refusal.INVALID,
-    401: Refusal.UNAUTHENTICATED,
-    403: Refusal.UNAUTHENTICATED,
-    413: Refusal.TOO_LARGE,
-}
-
-
-class Refused(TMSError):
-    """A page's own refusal: its HTTP status and words (and headers, such as Retry-After)."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.headers = headers or {}
-        self.refusal = _REFUSAL_OF_STATUS.get(status)
-
-    def __reduce__(self) -> tuple[type[Refused], tuple[int, str, dict[str, str]]]:
-        """Raised in a worker process too (a big body's check): it must cross back."""
-        return Refused, (self.status, str(self), self.headers)
 
 
 class NeedsLogin(Exception):

@@ -27,6 +27,7 @@ from tms.http.login import (
     SESSION_SECONDS,
     request_url,
 )
+from tms.http.statuses import Refused
 from tms.nostr import nip98
 from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
@@ -35,7 +36,6 @@ from tms.rules.terms import current_terms
 from tms.web.door import (
     PRIVATE,
     SMALL_JSON,
-    Refused,
     door_of,
     ok,
     page,
@@ -160,10 +160,8 @@ async def name_check(request: Request) -> Response:
     slug = request.query_params.get("slug", "")
     if not SLUG_PATTERN.fullmatch(slug):
         raise Refused(400, "a collection's name is 1 to 64 lowercase letters, digits, - and _")
-    current = await services.keys.member_list(slug)
-    exists = current is not None
-    yours = current is not None and current["owner"] == session.pubkey
-    return ok({"slug": slug, "exists": exists, "yours": yours})
+    owner = await services.keys.taken_by(slug)
+    return ok({"slug": slug, "exists": owner is not None, "yours": owner == session.pubkey})
 
 
 def _logged_out(origin: str) -> Response:

@@ -1,10 +1,10 @@
 """The reading pages: a claim with the links pointing at it (each quote in its stored context)
 and the contradictions naming it; one page of an evidence text with every quote of it marked
 where its stored anchor says; and the claims the claim page's "Contradicts…" picker offers.
-Wherever a link is shown, so are the REBUTS links aimed at it (`tms.ledger.disputes`).
+Wherever a link is shown, so are the REBUTS links aimed at it (`tms.ledger.read.disputes`).
 
 Quotes are located one way only: by the anchors stored when each link was published, with their
-context (`tms.ledger.excerpts`). No page reads an evidence text whole or searches it, so a page
+context (`tms.ledger.read.excerpts`). No page reads an evidence text whole or searches it, so a page
 costs bounded time and memory whatever the collection holds.
 """
 
@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tms.ledger import watermark
 from tms.ledger.access import ReadableCollection
-from tms.ledger.excerpts import ShownLink
-from tms.ledger.reads import Reads
+from tms.ledger.read import watermark
+from tms.ledger.read.excerpts import ShownLink
+from tms.ledger.read.reads import Reads
 from tms.nostr.events import is_hex64
 from tms.types import (
     KIND_CLAIM,

@@ -24,9 +24,10 @@ from starlette.routing import Route
 
 from tms import metrics
 from tms.config import Settings
+from tms.http.statuses import Refused
 from tms.runtime import Runtime
 from tms.web.api import runtime_of
-from tms.web.door import PRIVATE, Refused
+from tms.web.door import PRIVATE
 
 log = logging.getLogger(__name__)
 

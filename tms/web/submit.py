@@ -1,8 +1,8 @@
 """The submit page and what it calls: evidence, claims and links signed in the browser and
-published as one batch through `Ledger.publish` like any other; Fetch (`fetch_url` for
-logged-in keys); the checks it makes before anything is signed (duplicates, pasted ids, a wrong
-quote's nearest passage: `tms.web.submit_checks`); and the server's quote normalization as data,
-so that the page checks quotes as the server will.
+published as one batch through the ledger's one path (`Ledger.submit`) like any other; Fetch
+(`fetch_url` for logged-in keys); the checks it makes before anything is signed (duplicates,
+pasted ids, a wrong quote's nearest passage: `tms.web.submit_checks`); and the server's quote
+normalization as data, so that the page checks quotes as the server will.
 """
 
 from __future__ import annotations
@@ -17,14 +17,17 @@ from starlette.routing import Route
 
 from tms.errors import FetchError, Refusal, sendable
 from tms.fetch.client import fetch_url
+from tms.guard import clients
 from tms.http.bodies import small_body
+from tms.http.statuses import Refused
 from tms.nostr.events import is_hex64, loads_bounded
+from tms.rules.admission import Door, Origin
 from tms.rules.content import SLUG_PATTERN
 from tms.rules.expected import NO_LIST
 from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
 from tms.rules.spans import casefold_table
 from tms.types import MAX_CONTENT_CHARS
-from tms.web.door import SMALL_JSON, Refused, door_of, ok, page, services_of
+from tms.web.door import SMALL_JSON, door_of, ok, page, services_of
 from tms.web.reading import RELATIONS
 from tms.web.submit_checks import (
     BadLookup,
@@ -78,7 +81,8 @@ async def publish(request: Request) -> Response:
     id_shaped = id_shaped_claim(events)  # a pasted id never becomes a claim's text
     if id_shaped is not None:
         raise Refused(400, id_shaped).refused_as(Refusal.INVALID, session.pubkey)
-    return ok(await services.ledger.publish(events, expected=expected or None))
+    origin = Origin(Door.WEB, session.pubkey, clients.CURRENT.get())
+    return ok(await services.ledger.submit(events, origin=origin, expected=expected or None))
 
 
 async def fetch(request: Request) -> Response:

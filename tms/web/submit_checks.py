@@ -3,7 +3,7 @@ nearest passage for a quote that is not in the text, and the refusal of a claim 
 
 - `parse_lookup` and `answer_lookup` serve POST /c/<slug>/lookup: is this evidence (by the
   sha256 of its exact text, or by URL) already in the collection, does each row's claim text
-  already exist there (by `tms.ledger.lookups.claim_key`), and which record does each pasted
+  already exist there (by `tms.rules.quotes.claim_key`), and which record does each pasted
   id name (`tms.rules.references`). The body is small and bounded: at most `LOOKUP_ROWS` rows,
   each a text of at most `LOOKUP_TEXT_CHARS` characters or the key of a longer one, which the
   page computes with the same normalization (quotes.js) and `crypto.subtle`.
@@ -30,10 +30,10 @@ from typing import Any, Final
 
 from tms.errors import shown
 from tms.ledger.access import ReadableCollection
-from tms.ledger.lookups import Found, Lookups, claim_key
+from tms.ledger.read.lookups import Found, Lookups
 from tms.rules.anchors import NEAREST_QUOTE_CHARS, nearest
 from tms.rules.publish import short
-from tms.rules.quotes import PreparedText
+from tms.rules.quotes import PreparedText, claim_key
 from tms.rules.references import NotAnId, Reference, looks_like_id, parse_reference
 from tms.types import KIND_CLAIM, MAX_CONTENT_CHARS, Slug
 

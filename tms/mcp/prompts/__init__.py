@@ -6,7 +6,8 @@ A slug that is not a valid collection slug raises `ValueError`, so a typo fails 
 spends a session on it.
 
 `PROMPTS` maps each prompt's name to its one-line description (for `prompts/list`) and its render
-function; `COLLECTION_ARGUMENT` describes the one argument both take.
+function: a registry (`tms.registry`) that extension code adds to, a name taken twice stopping
+start-up; `COLLECTION_ARGUMENT` describes the one argument every prompt takes.
 
 `briefing` embeds `EXAMPLE_PROOF`, a proof whose `<... id>` placeholders stand for real event ids;
 with events of those kinds in place of the placeholders it passes `tms.rules.proofs.check_proof`.
@@ -20,6 +21,7 @@ from importlib.resources import files
 from string import Template
 from typing import Any, Final
 
+from tms.registry import Registry
 from tms.rules.content import SLUG_PATTERN
 from tms.rules.terms import current_terms
 from tms.types import (
@@ -175,7 +177,9 @@ def briefing(collection: str) -> str:
     )
 
 
-PROMPTS: Final[dict[str, tuple[str, Callable[[str], str]]]] = {
-    "claims_pass": (CLAIMS_PASS_DESCRIPTION, claims_pass),
-    "briefing": (BRIEFING_DESCRIPTION, briefing),
-}
+# A prompt: its one-line description and what renders it for a collection's slug.
+Prompt = tuple[str, Callable[[str], str]]
+
+PROMPTS: Final[Registry[Prompt]] = Registry("MCP prompt")
+PROMPTS.register("claims_pass", (CLAIMS_PASS_DESCRIPTION, claims_pass))
+PROMPTS.register("briefing", (BRIEFING_DESCRIPTION, briefing))

@@ -9,8 +9,8 @@ import { Names, arrivedText, contentOf, cut, el, follow, liveMark, plural } from
 const CLAIM_CHARS = 400 // as the page cuts them
 const BADGES = {
   SUPPORTS: ['supports', n => plural(n, 'support', 'supports')],
-  QUALIFIES: ['qualifies', n => plural(n, 'qualification', 'qualifications')], // nouns, as support, rebut
-  REBUTS: ['rebuts', n => plural(n, 'rebut', 'rebuts')]
+  QUALIFIES: ['qualifies', n => plural(n, 'qualification', 'qualifications')], // nouns, as support, rebuttal
+  REBUTS: ['rebuts', n => plural(n, 'rebuttal', 'rebuttals')]
 }
 const COUNTS = {
   4701: ['evidence', n => `${n.toLocaleString('en-US')} evidence`],

@@ -22,6 +22,7 @@ const publishStatus = $('#publish-status')
 const publishButton = $('#publish')
 const signPlan = $('#sign-plan')
 const evidenceCheck = $('#evidence-check')
+const CLAIM_HINT = template ? template.content.querySelector('.claim-label-hint').textContent : ''
 const MAX_CONTENT = Number(form ? form.dataset.maxContent : 0) || 2000000
 const LOOKUP_ROWS = 20 // rows per look-up (the server's bound)
 const LOOKUP_TEXT_CHARS = 2000 // a longer claim is looked up by its key
@@ -339,6 +340,8 @@ function labelTarget (row) {
     : 'claim'
   const label = row.querySelector('.claim-label-text')
   if (label) label.textContent = kind === 'claim' ? 'Claim' : `The ${kind === 'link' ? 'link' : 'contradiction'} this row disputes or backs`
+  const hint = row.querySelector('.claim-label-hint') // what else the field takes, after what it holds
+  if (hint) hint.textContent = kind === 'claim' ? CLAIM_HINT : "(or, in its place, new claim text or a claim's id)"
 }
 
 function showClaim (row) {

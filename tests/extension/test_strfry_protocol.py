@@ -1,0 +1,239 @@
+"""strfry's write-policy protocol: a strfry-style plugin script (tests/extension/strfry_script.py)
+run as strfry runs one, accepting, rejecting and shadow-rejecting; crashing (the event in flight
+rejected cleanly, the command started again), hanging (a timeout), answering out of protocol; a
+batch of hundreds of events; what each request carries."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from factories import OWNER, settings, sign
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import REGISTRY
+
+from tms.extension import Door, Event, Origin
+from tms.extension.loading import load_extensions
+from tms.extension.policies import WritePolicies
+from tms.extension.strfry import (
+    MAX_ANSWER_BYTES,
+    StrfryPolicy,
+    parse_answer,
+    plugin_environment,
+    source_of,
+)
+from tms.nostr.events import Event as CoreEvent
+from tms.rules.admission import ACCEPTED, Action, Decision
+
+pytestmark = pytest.mark.anyio
+
+SCRIPT = Path(__file__).with_name("strfry_script.py")
+FAILED = "write policy 'strfry' failed; the server's log has the details"
+RELAY = Origin(Door.RELAY, pubkey=OWNER.pubkey, address="127.0.0.1")
+
+
+class Plugin:
+    """The script as a running policy, and what it noted."""
+
+    def __init__(self, tmp_path: Path, seconds: float = 5.0, command: str | None = None) -> None:
+        self.notes = tmp_path / "notes.jsonl"
+        self.command = command or f"{shlex.quote(sys.executable)} {SCRIPT} {self.notes}"
+        environ = {"PATH": "/usr/bin:/bin", "TMS_SECRET": "s" * 40, "STRFRY_LIKE": "1"}
+        self.policy = StrfryPolicy("strfry", self.command, seconds, environ=environ)
+        self.runner = WritePolicies([self.policy])
+
+    async def admit(self, *texts: str, origin: Origin = RELAY) -> Decision:
+        return await self.runner.admit(batch(*texts), origin)
+
+    def noted(self) -> list[dict[str, Any]]:
+        if not self.notes.exists():
+            return []
+        *lines, _partial = self.notes.read_text().split("\n")  # it may be writing one now
+        return [json.loads(line) for line in lines]
+
+    def requests(self) -> list[dict[str, Any]]:
+        return [note for note in self.noted() if "type" in note]
+
+    def starts(self) -> list[dict[str, Any]]:
+        return [note for note in self.noted() if "started" in note]
+
+
+@pytest.fixture
+async def plugin(tmp_path: Path) -> AsyncIterator[Plugin]:
+    running = Plugin(tmp_path)
+    yield running
+    await running.policy.close()
+
+
+def batch(*texts: str) -> list[CoreEvent]:
+    return [sign(OWNER, 4702, {"collection": "mcas", "text": text}) for text in texts]
+
+
+def starts() -> float:
+    return REGISTRY.get_sample_value("tms_strfry_starts_total") or 0.0
+
+
+def failures(cause: str) -> float:
+    labels = {"plugin": "strfry", "seam": "write_policy", "cause": cause}
+    return REGISTRY.get_sample_value("tms_plugin_failures_total", labels) or 0.0
+
+
+async def test_accept_reject_and_shadow_reject(plugin: Plugin) -> None:
+    assert await plugin.admit("fine", "also fine") is ACCEPTED
+    events = batch("fine", "reject:blocked: not on the white-list", "fine too")
+    decision = await plugin.runner.admit(events, RELAY)
+    assert decision.action is Action.REJECT
+    assert decision.message == f"events[1] ({events[1].id[:12]}…): not on the white-list"
+    decision = await plugin.admit("fine", "shadow")
+    assert (decision.action, decision.policy) == (Action.SHADOW_REJECT, "strfry")
+    assert len(plugin.starts()) == 1  # one long-lived process for all of it
+
+
+async def test_each_request_is_stryfrys_line(plugin: Plugin) -> None:
+    [event] = batch("fine")
+    before = int(time.time())
+    assert await plugin.runner.admit([event], RELAY) is ACCEPTED
+    await plugin.admit("v6", origin=Origin(Door.MCP, address="::1"))
+    await plugin.admit("stdio", origin=Origin(Door.STDIO))
+    first, v6, stdio = plugin.requests()
+    assert first == {
+        "type": "new",
+        "event": event.to_dict(),
+        "receivedAt": first["receivedAt"],
+        "sourceType": "IP4",
+        "sourceInfo": "127.0.0.1",
+        "authed": OWNER.pubkey,
+    }
+    assert before <= first["receivedAt"] <= time.time()
+    assert (v6["sourceType"], v6["sourceInfo"], "authed" in v6) == ("IP6", "::1", False)
+    assert (stdio["sourceType"], stdio["sourceInfo"]) == ("Import", "stdio")
+    # the server's settings (its secrets among them) are not the plugin's
+    assert plugin.starts()[0]["tms"] == []
+
+
+def test_sources_and_environment() -> None:
+    assert source_of(Origin(Door.WEB, address="203.0.113.9")) == ("IP4", "203.0.113.9")
+    assert source_of(Origin(Door.RELAY, address="2001:db8::1")) == ("IP6", "2001:db8::1")
+    assert source_of(Origin(Door.CLI)) == ("Import", "cli")
+    assert plugin_environment({"TMS_SECRET": "x", "HOME": "/root"}) == {"HOME": "/root"}
+
+
+async def test_a_crash_rejects_the_event_in_flight_and_the_command_starts_again(
+    plugin: Plugin,
+) -> None:
+    assert await plugin.admit("warm up") is ACCEPTED
+    started, failed = starts(), failures("exited")
+    decision = await plugin.admit("fine", "crash", "never read")
+    assert decision.action is Action.REJECT
+    assert decision.message.endswith(
+        "write policy 'strfry' failed; the server's log has the details"
+    )
+    assert failures("exited") == failed + 1
+    assert await plugin.admit("after the crash") is ACCEPTED  # started again, at once
+    assert starts() == started + 1
+    assert len(plugin.starts()) == 2
+
+
+async def test_a_hang_times_out_and_the_command_is_replaced(tmp_path: Path) -> None:
+    plugin = Plugin(tmp_path, seconds=0.5)
+    try:
+        timed_out = failures("timeout")
+        clock = time.monotonic()
+        decision = await plugin.admit("fine", "hang", "fine")
+        assert time.monotonic() - clock < 3
+        assert decision.action is Action.REJECT
+        assert decision.message.endswith("write policy 'strfry' did not answer within 0.5 s")
+        assert failures("timeout") == timed_out + 1
+        assert await plugin.admit("fine again") is ACCEPTED
+        assert len(plugin.starts()) == 2
+    finally:
+        await plugin.policy.close()
+
+
+async def test_out_of_protocol_answers(plugin: Plugin) -> None:
+    # a line that is not JSON, and an answer for an event never asked, are skipped
+    assert await plugin.admit("garbage", "stranger", "fine") is ACCEPTED
+    decision = await plugin.admit("unknown")
+    assert decision.message.endswith(
+        "write policy 'strfry' failed; the server's log has the details"
+    )
+    # a line longer than strfry's 8,192 bytes ends the process; the next batch starts another
+    decision = await plugin.admit("long")
+    assert decision.action is Action.REJECT
+    assert await plugin.admit("fine") is ACCEPTED
+    assert len(plugin.starts()) == 2
+
+
+async def test_hundreds_of_events_in_one_batch(plugin: Plugin) -> None:
+    texts = [f"event {i}" for i in range(600)]
+    clock = time.monotonic()
+    assert await plugin.admit(*texts) is ACCEPTED
+    texts[400] = "reject:too many"
+    events = batch(*texts)
+    decision = await plugin.runner.admit(events, RELAY)
+    assert decision.message == f"events[400] ({events[400].id[:12]}…): too many"
+    assert time.monotonic() - clock < 20
+    # every event asked, in order (those after the reject may still be on their way)
+    asked = [request["event"]["id"] for request in plugin.requests()]
+    assert len(asked) >= 1001 and asked[600:1001] == [event.id for event in events[:401]]
+
+
+async def test_a_command_that_keeps_failing_is_paused(tmp_path: Path) -> None:
+    plugin = Plugin(tmp_path, command="exit 1")
+    try:
+        started = starts()
+        for _ in range(2):  # the first failure restarts at once
+            decision = await plugin.admit("fine")
+            assert decision.action is Action.REJECT
+        assert starts() == started + 2
+        decision = await plugin.admit("fine")  # paused: not started again yet
+        assert decision.action is Action.REJECT
+        assert starts() == started + 2
+    finally:
+        await plugin.policy.close()
+
+
+async def test_closing_stops_the_command(plugin: Plugin) -> None:
+    assert await plugin.admit("fine") is ACCEPTED
+    await plugin.policy.close()
+    decision = await plugin.admit("fine")
+    assert decision.action is Action.REJECT
+
+
+def test_the_event_view_is_what_strfry_sends() -> None:
+    [core] = batch("x")
+    assert Event(core).to_dict() == json.loads(core.to_json())
+
+
+@given(st.binary(max_size=MAX_ANSWER_BYTES) | st.text(max_size=500).map(str.encode))
+def test_any_line_a_plugin_writes_is_an_answer_or_skipped(line: bytes) -> None:
+    answer = parse_answer(line)
+    assert answer is None or (isinstance(answer[0], str) and answer[1]["id"] == answer[0])
+
+
+def test_answers_that_are_skipped() -> None:
+    assert parse_answer(b'{"id":"ab","action":"accept"}\n') == (
+        "ab",
+        {"id": "ab", "action": "accept"},
+    )
+    for line in (b"[" * 8000, b'{"id": 1}', b"[]", b"\xff\xfe", b'"text"', b'{"id":"a"'):
+        assert parse_answer(line) is None, line
+
+
+async def test_the_built_in_plugin_as_an_operator_enables_it(tmp_path: Path) -> None:
+    command = Plugin(tmp_path).command
+    config = settings(TMS_PLUGINS="strfry", TMS_STRFRY_COMMAND=command)
+    extensions = load_extensions(config, {"PATH": "/usr/bin:/bin"})
+    async with extensions.running():
+        assert await extensions.admission.admit(batch("fine"), RELAY) is ACCEPTED
+        decision = await extensions.admission.admit(batch("reject:no"), RELAY)
+        assert (decision.action, decision.policy) == (Action.REJECT, "strfry")
+    decision = await extensions.admission.admit(batch("fine"), RELAY)  # stopped with the server
+    assert decision.action is Action.REJECT

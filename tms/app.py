@@ -1,0 +1,178 @@
+"""The application, assembled beside the doors rather than inside any of them: the running
+service (`tms.runtime`), the relay's shared state (`tms.relay.shared`), the MCP server over
+`/mcp` (`tms.mcp`), the pages (`tms.web`), the witness (`tms.witness`), and the one HTTP route
+table every door serves, with the handlers that answer whatever a route raises.
+
+The registries extension code adds to are values here or beside their door, each failing
+start-up loudly on a name taken twice (`tms.registry.Collision`, naming both sides): the route
+table (`ROUTES`, `tms.http.routes.RouteTable`), the MCP tools (`tms.mcp.tools.TOOLS`) and the
+MCP prompts (`tms.mcp.prompts.PROMPTS`). What they hold when `create_app` is called is what the
+app serves.
+
+The route table, in the order Starlette tries it (each group's own table is its module's
+`ROUTES`):
+
+    tms.web.api         GET /healthz, /terms, /log-key; GET /c/<slug>/export.jsonl (members:
+                        NIP-98 or the login cookie; `?checkpoint=1` ends with the log's
+                        checkpoint line), /c/<slug>/checkpoint, /c/<slug>/consistency,
+                        /c/<slug>/tile/<path>
+    tms.mcp.http        POST /mcp: MCP over streamable HTTP
+    tms.web.scrape      GET /metrics: Prometheus' text format, with `Authorization: Bearer
+                        $TMS_METRICS_TOKEN` only (tms.metrics); a 404 without a token
+    tms.web.home        GET / (Connect; once logged in, home), GET /login/challenge,
+                        POST /login, POST /logout, GET /collections/check (is a slug free?)
+    tms.web.submit      GET /submit; POST /publish, /fetch, /c/<slug>/lookup, /quotes/nearest;
+                        GET /quotes/normalization.json
+    tms.web.dashboard   GET /dashboard
+    tms.web.docs        GET /docs, /docs.md: the user guide, for this server
+    tms.web.collection  GET /c/<slug> (claims, search, evidence), /c/<slug>/members and
+                        /c/<slug>/members.json (the owner's member list editor and its head)
+    tms.web.reading     GET /c/<slug>/claims/<id>, /c/<slug>/evidence/<id>,
+                        /c/<slug>/claims.json (the "Contradicts…" picker)
+    tms.witness.routes  POST /witness/add-checkpoint, GET /witness/key,
+                        /witness/<origin>/checkpoint (C2SP tlog-witness)
+                        GET /static/...: the stylesheet and the pages' scripts
+    tms.relay.endpoint  WS / and /c/<slug> (NIP-01, 42, 45, 50, 77); a GET of either with
+                        `Accept: application/nostr+json` is its NIP-11 document (the pages'
+                        routes answer it, `tms.relay.endpoint.with_info`)
+
+Handlers raise; `tms.web.answers` answers (`EXCEPTION_HANDLERS`), each failure classified once
+(`tms.errors.outcome_of`) and given its status by the HTTP doors' one table
+(`tms.http.statuses`): a page for a page (one 404 page for whatever is missing or closed to the
+key), `{"error": "..."}` for everything else, 401 with `WWW-Authenticate: Nostr` when
+credentials do not hold up, 503 when the database is down, and a bare 500 (logged, never a
+traceback on the wire) for anything unforeseen.
+
+Every answer is counted by door and outcome (`tms.http.metered`, outermost). Every response
+carries the security headers of `tms.web.security` (a Content-Security-Policy without inline
+script, whose only outside origins are the profile relays).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from tms.config import Settings, load_secret
+from tms.errors import TMSError, database_down_types
+from tms.http.bodies import Disconnected, MiB
+from tms.http.gate import Gate
+from tms.http.login import Keyring
+from tms.http.metered import Metered
+from tms.http.routes import RouteTable
+from tms.mcp import http as mcp_http
+from tms.mcp.http import McpFront
+from tms.relay import endpoint as relay_endpoint
+from tms.relay.shared import open_relay
+from tms.runtime import Runtime, open_runtime
+from tms.web import answers, api, collection, dashboard, docs, home, reading, scrape, submit
+from tms.web.door import Door, NeedsLogin
+from tms.web.render import STATIC_DIR, Renderer
+from tms.web.security import SecurityHeaders
+from tms.witness import routes as witness_routes
+
+log = logging.getLogger("tms.app")
+
+ROUTES: Final = RouteTable()
+for _group in (
+    api.ROUTES,
+    mcp_http.ROUTES,
+    scrape.ROUTES,
+    home.ROUTES,
+    submit.ROUTES,
+    dashboard.ROUTES,
+    docs.ROUTES,
+    collection.ROUTES,
+    reading.ROUTES,
+    witness_routes.ROUTES,
+    [Mount("/static", StaticFiles(directory=STATIC_DIR), name="static")],
+    relay_endpoint.ROUTES,
+):
+    ROUTES.extend(_group)
+
+# Every failure goes to `answers.failed`, which classifies it once (`tms.errors.outcome_of`);
+# the driver's classes that may mean the database is down are named so that they are answered
+# where they are caught (a handler for `Exception` runs outermost, and Starlette re-raises after
+# it: a traceback in the log for every request an outage met).
+EXCEPTION_HANDLERS: Final = {
+    TMSError: answers.failed,  # every refusal, a body that cannot be read included
+    Disconnected: answers.hung_up,
+    NeedsLogin: answers.to_connect,
+    HTTPException: answers.http_error,
+    **dict.fromkeys(database_down_types(), answers.failed),
+    Exception: answers.failed,
+}
+
+
+async def _serve_mcp(runtime: Runtime, front: McpFront, stop: asyncio.Event) -> None:
+    """Build the MCP server and run its session manager until `stop`."""
+    server = await asyncio.to_thread(importlib.import_module, "tms.mcp.server")
+    endpoint, manager = server.http_endpoint(server.build_server(runtime.tools()))
+    async with manager.run():
+        front.serve(endpoint)
+        await stop.wait()
+
+
+def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> Starlette:
+    """The app. The database is `database_url` when given, else the one `settings` name (the
+    embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); the pools, the model
+    and the MCP session manager live as long as the app's lifespan."""
+    settings = Settings.from_env() if settings is None else settings
+    secret, chosen = load_secret(settings)
+    if chosen is not None:
+        log.warning("%s", chosen)
+    door = Door(
+        Renderer(),
+        Keyring(secret),
+        base_url=settings.base_url,
+        profile_relays=settings.profile_relays,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with (
+            open_runtime(settings, database_url) as runtime,
+            open_relay(
+                runtime.services,
+                runtime.database_url,
+                settings.relay_memory_mb * MiB,
+                settings.relay_behind_seconds,
+                connections=settings.relay_connections,
+                statement_seconds=settings.relay_statement_seconds,
+            ) as relay,
+            scrape.metrics_port(settings, runtime),
+        ):
+            front = McpFront(runtime.services.refusals)
+            app.state.runtime = runtime
+            app.state.relay = relay
+            app.state.mcp = front
+            # The MCP SDK loads after the server is up (it takes a good part of a second): /mcp
+            # requests that come sooner wait for it, /healthz and the rest answer at once.
+            stop = asyncio.Event()
+            mcp = asyncio.create_task(_serve_mcp(runtime, front, stop), name="tms-mcp")
+            try:
+                yield
+            finally:
+                stop.set()
+                await asyncio.gather(mcp, return_exceptions=True)
+                await front.close()
+                await door.close()
+
+    app = Starlette(routes=list(ROUTES), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app.state.settings = settings
+    app.state.door = door
+    app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
+    app.add_middleware(  # every answer
+        SecurityHeaders, relays=settings.profile_relays, base_url=settings.base_url
+    )
+    app.add_middleware(Metered)  # outermost: counts what the client gets
+    return app

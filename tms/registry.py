@@ -1,0 +1,65 @@
+"""Named things of one sort, each registered once: the MCP tools, the MCP prompts, the HTTP
+routes. The core fills them when its modules load; extension code adds to the same values
+(`tms.app` assembles the application from them), and a name taken twice is a loud start-up
+error naming both sides, never one silently shadowing the other.
+
+Pure: nothing here knows what is registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Final, Generic, TypeVar
+
+from tms.errors import ConfigError
+
+CORE: Final = "tms"  # who registers the core's own entries
+
+T = TypeVar("T")
+
+
+class Collision(ConfigError):
+    """A name registered twice: says which sort, which name, and both who registered it."""
+
+    def __init__(
+        self, sort: str, name: str, first: str, second: str, taken: str | None = None
+    ) -> None:
+        """`name`: what `second` asked for; `taken`: what `first` holds, when it is named
+        otherwise (a route for any method where a GET was asked for)."""
+        taken = name if taken is None else taken
+        super().__init__(f"{sort} '{name}' of {second} collides with {sort} '{taken}' of {first}")
+        self.sort = sort
+        self.name = name
+        self.first = first
+        self.second = second
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """A read-only mapping from names to entries, which only grows, through `register`."""
+
+    def __init__(self, sort: str) -> None:
+        """`sort`: what the entries are, as a collision names them ("MCP tool")."""
+        self.sort = sort
+        self._entries: dict[str, T] = {}
+        self._by: dict[str, str] = {}
+
+    def register(self, name: str, entry: T, *, by: str = CORE) -> T:
+        """Add `entry` under `name`, registered `by` (the core, or a plugin's name); a name
+        already taken raises `Collision`, naming both sides."""
+        if name in self._entries:
+            raise Collision(self.sort, name, self._by[name], by)
+        self._entries[name] = entry
+        self._by[name] = by
+        return entry
+
+    def registered_by(self, name: str) -> str:
+        return self._by[name]
+
+    def __getitem__(self, name: str) -> T:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
