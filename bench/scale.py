@@ -49,7 +49,7 @@ from pgvector.asyncpg import register_vector
 from serving import Server, Signer, call, compact
 from websockets.asyncio.client import connect
 
-from tms.ledger.lookups import claim_key
+from tms.rules.quotes import claim_key
 from tms.store.database import embedded_url, start_embedded
 
 SLUG: Final = "bench"
