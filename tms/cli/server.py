@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import os
 import signal
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from tms.extension.loading import Extensions
     from tms.http.protocol import ConnectionLimits
 
+# The cyclic garbage collector's youngest generation is collected after this many allocations
+# (Python's default: 700). A publish allocates a few hundred containers that die young by
+# reference counting; at the default, collections took a tenth of the server's CPU under load.
+GC_YOUNG_THRESHOLD = 20_000
 SHUTDOWN_GRACE_SECONDS = 30  # in-flight requests (a long export) get this long to finish
 FILES_BESIDES_CONNECTIONS = 200  # database connections, workers, logs, the model's files
 
@@ -64,6 +69,8 @@ def serve(host: str | None, port: int | None) -> int:
         print(f"tms: {exc}", file=sys.stderr)
         return 1
     limits = _connection_limits(settings)
+    app = create_app(settings)
+    quiet_collector()
     origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     public = f" (public URL {settings.base_url})" if settings.base_url else ""
     print(f"tms: serving on {origin}{public}", flush=True)
@@ -82,6 +89,17 @@ def serve(host: str | None, port: int | None) -> int:
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0
+
+
+def quiet_collector() -> None:
+    """Keep the cyclic garbage collector off what lives as long as the process: every object
+    made by the imports and the app so far is moved out of its generations (`gc.freeze`), so
+    that no full collection walks them again, and young collections come less often. Memory
+    freed by reference counting, nearly all of it, is unaffected."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def origin_warning(base_url: str | None, host: str) -> str | None:
