@@ -283,3 +283,154 @@ async def until(condition: Any, seconds: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition never held"
         await asyncio.sleep(0.01)
+
+
+class HeldCommits:
+    """The ledger's `submit`, held until the test says: the events a connection submits stay in
+    flight meanwhile, as on a database slow to commit, and their bytes are seen as they go in."""
+
+    def __init__(self, relay: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real = relay.ledger.submit
+        self.release = asyncio.Event()
+        self.submitted: list[str] = []
+        monkeypatch.setattr(relay.ledger, "submit", self.submit)
+
+    async def submit(self, events: list[dict[str, Any]], **kwargs: Any) -> Any:
+        self.submitted.append(events[0]["id"])
+        await self.release.wait()
+        return await self.real(events, **kwargs)
+
+
+def big_events(count: int) -> list[str]:
+    """`count` EVENT messages of about 1.9 MB each, new every run."""
+    stamp = time.time_ns()
+    return [
+        json.dumps(["EVENT", evidence(MEMBER, "rel", f"{stamp} {n} {LARGE}", created_at=now())])
+        for n in range(count)
+    ]
+
+
+async def handle_all(conn: Connection, texts: list[str]) -> None:
+    """As the endpoint reads a socket: the next message only once the last is handled."""
+    for text in texts:
+        await conn.handle(text)
+
+
+async def test_events_in_flight_count_in_the_connections_budget_and_hold_reading_back(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight EVENTs of 1.9 MB while the commits are held: the connection reads one past its
+    8 MiB budget and no further (before, up to 64 of 16 MiB were in flight, outside every
+    budget); once they are committed it reads the rest, and every one is answered OK."""
+    await seed(db_url)
+    answered: list[list[Any]] = []
+
+    async def reads(text: str) -> None:
+        answered.append(json.loads(text))
+
+    texts = big_events(8)
+    size = len(texts[0])
+    first_over = OUTBOX_BYTES // size + 1  # the event that takes it past its budget
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        held = HeldCommits(relay, monkeypatch)
+        conn = Connection(relay, reads, slug="rel", url="ws://x/", address=None, pubkey=None)
+        await conn.open()
+        reading = asyncio.create_task(handle_all(conn, texts))
+        await until(lambda: conn.publishing.holding_back)
+        assert len(held.submitted) == first_over < len(texts)
+        assert conn.budget.used >= first_over * size > OUTBOX_BYTES
+        assert relay.memory.used >= conn.budget.used  # the process's budget counts them too
+        assert not reading.done()
+        held.release.set()
+        await asyncio.wait_for(reading, 60)
+        await until(lambda: sum(m[0] == "OK" for m in answered) == len(texts), 60)
+        oks = [m for m in answered if m[0] == "OK"]
+        assert all(m[2] is True for m in oks), oks
+        assert conn.budget.used < 1024  # only what waits to be written
+        await conn.close()
+        assert relay.memory.used == 0
+
+
+async def test_a_process_over_its_budget_takes_one_event_at_a_time_from_each_connection(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process budget of 4 MiB: one connection's events in flight fill it, and another
+    connection still reads one EVENT (nothing of its own is in flight: one message always
+    passes), then holds back; all are answered once committed."""
+    await seed(db_url)
+    answered: list[list[Any]] = []
+
+    async def reads(text: str) -> None:
+        answered.append(json.loads(text))
+
+    first, second = big_events(4), big_events(2)
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=4 * 1024 * 1024) as relay,
+    ):
+        await relay.feed.ready.wait()
+        held = HeldCommits(relay, monkeypatch)
+        one = Connection(relay, reads, slug="rel", url="ws://x/", address=None, pubkey=None)
+        two = Connection(relay, reads, slug="rel", url="ws://x/", address=None, pubkey=None)
+        for conn in (one, two):
+            await conn.open()
+        reading = [asyncio.create_task(handle_all(one, first))]
+        await until(lambda: one.publishing.holding_back)
+        assert len(held.submitted) == 3 and relay.memory.over
+        reading.append(asyncio.create_task(handle_all(two, second)))
+        await until(lambda: two.publishing.holding_back)
+        assert len(held.submitted) == 4
+        held.release.set()
+        await asyncio.wait_for(asyncio.gather(*reading), 60)
+        await until(lambda: sum(m[0] == "OK" for m in answered) == 6, 60)
+        assert all(m[2] is True for m in answered if m[0] == "OK"), answered
+        for conn in (one, two):
+            await conn.close()
+        assert relay.memory.used == 0
+
+
+async def test_events_answered_after_their_connection_closed_leave_nothing_held(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that leaves with events in flight: they are still committed, their bytes held
+    until then, and their answers, with nobody to read them, hold nothing (before, each OK
+    queued after the close held its bytes in the process's budget for good)."""
+    await seed(db_url)
+
+    async def reads(text: str) -> None:
+        pass
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        held = HeldCommits(relay, monkeypatch)
+        conn = Connection(relay, reads, slug="rel", url="ws://x/", address=None, pubkey=None)
+        await conn.open()
+        said = claim(MEMBER, "rel", f"said by one who left {time.time_ns()}", created_at=now())
+        await conn.handle(json.dumps(["EVENT", said]))
+        await until(lambda: len(held.submitted) == 1)
+        await conn.close()
+        assert relay.memory.used > 0  # the event, in flight
+        held.release.set()
+        await until(lambda: not conn.publishing._inflight, 60)
+        assert relay.memory.used == 0
+
+
+async def test_a_full_size_event_is_taken_on_an_idle_connection(live: Live) -> None:
+    """The largest honest EVENT: 2,000,000 characters of content, every one escaped as the
+    client's JSON sends it (about 12 MB on the wire, more than the connection's budget)."""
+    async with await member(live) as client:
+        shell = len(json.dumps({"collection": "rel", "text": ""}, separators=(",", ":")))
+        text = f"{time.time_ns()} " + "é" * 2_000_000
+        doc = evidence(MEMBER, "rel", text[: 2_000_000 - shell], created_at=now())
+        assert len(doc["content"]) == 2_000_000
+        message = json.dumps(["EVENT", doc])
+        assert len(message.encode()) > OUTBOX_BYTES
+        await client.send(message)
+        assert await client.recv(120) == ["OK", doc["id"], True, ""]

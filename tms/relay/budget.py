@@ -45,6 +45,10 @@ class ProcessBudget:
     def full(self) -> bool:
         return self.used >= self.budget
 
+    @property
+    def over(self) -> bool:
+        return self.used > self.budget
+
     async def room(self, size: int) -> None:
         """Until `size` more bytes fit (or nothing at all is held: one message always fits)."""
         while self.used > 0 and self.used + size > self.budget:
@@ -68,9 +72,10 @@ class Budget:
         self.used -= size
         self.process.give(size)
 
-    def release(self) -> None:
-        """The connection has closed: nothing it held is held any more."""
-        self.give(self.used)
+    def release(self, kept: int = 0) -> None:
+        """The connection has closed: nothing it held is held any more, but `kept` bytes (its
+        events in flight, answered whether or not it is there), each given back as it ends."""
+        self.give(self.used - kept)
 
     def refusal(self) -> str | None:
         """Why a new stored answer must wait for another time, or None."""

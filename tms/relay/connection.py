@@ -25,7 +25,7 @@ from tms.guard.rates import read_cost
 from tms.nostr.events import is_hex64
 from tms.relay import messages
 from tms.relay.auth import Auth
-from tms.relay.budget import Budget
+from tms.relay.budget import Budget, size_of
 from tms.relay.gate import Gate
 from tms.relay.limits import OUTBOX_BYTES
 from tms.relay.messages import (
@@ -121,7 +121,7 @@ class Connection:
         await self.negentropy.cancel()
         await self.reading.cancel()
         await self.outbox.stop(flush_seconds)
-        self.budget.release()
+        self.budget.release(kept=self.publishing.held)
 
     def idle_for(self) -> float | None:
         """Seconds since the last message, while nothing is subscribed (None: not idle)."""
@@ -167,7 +167,7 @@ class Connection:
             return
         try:
             if isinstance(message, EventMessage):
-                await self.publishing.event(message)
+                await self.publishing.event(message, size_of(text))
             elif isinstance(message, AuthMessage):
                 await self.auth.authenticate(message)
             elif isinstance(message, ReqMessage):

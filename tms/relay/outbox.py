@@ -113,6 +113,7 @@ class Outbox:
         self._clears = 0  # a `behind` while a write is under way: what it wrote is gone already
         self.ending: str | None = None  # why the connection must end, once it must
         self.ended = asyncio.Event()
+        self._stopped = False  # nothing is queued any more (an answer after the close)
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write(), name="tms-relay-writer")
@@ -128,6 +129,7 @@ class Outbox:
             await asyncio.gather(self._writer, return_exceptions=True)
         if self._timer is not None:
             self._timer.cancel()
+        self._stopped = True
         self._clear()
 
     @property
@@ -216,6 +218,8 @@ class Outbox:
             self.ended.set()
 
     def _put(self, item: _Item) -> None:
+        if self._stopped:  # an EVENT answered after its connection closed: held by nobody
+            return
         self._queue.append(item)
         self._bytes[item.kind] += item.size
         if item.kind != _LIVE:  # a live event's JSON is the feed's, shared: bounded by time
