@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
 from tms.errors import Refusal
-from tms.ledger.access import ReadableCollection, Reader
+from tms.ledger.access import ReadableCollection, Reader, not_a_reader
 from tms.ledger.read.filters import BIG_BYTES, PAGE, Stored
 from tms.nostr.filters import Filter
 from tms.relay import messages
@@ -253,12 +253,21 @@ class Reading:
         self._start(("COUNT", message.sub_id), self._count(message, scope), held)
 
     async def _count(self, message: CountMessage, scope: Scope) -> None:
+        """The number, if every collection it counted is still readable after the count's
+        snapshot (as a stored answer's page is): one removed meanwhile may have events after
+        the removal in it, so the COUNT is `CLOSED` as a REQ would be."""
         try:
             number = await self.relay.stored.count(scope, message.filters)
+            readable = await self._readable(scope)  # after the count's snapshot
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.outbox.send(messages.closed(message.sub_id, failure(exc)))
+            return
+        lost = [slug for slug in _slugs(scope) if not self._allowed(slug, scope, readable)]
+        if lost:
+            said = f"restricted: {not_a_reader(lost[0])}"
+            self.outbox.send(messages.closed(message.sub_id, said))
             return
         self.outbox.send(messages.count(message.sub_id, number))
 
