@@ -28,7 +28,9 @@ from factories import (
 )
 from relay_client import Client, publish, seed, slow_reader, ws_url
 
+from tms.ledger.read.filters import Stored
 from tms.ledger.service import Ledger
+from tms.nostr.events import Event
 from tms.relay.connection import Connection
 from tms.relay.limits import OUTBOX_BYTES
 from tms.relay.shared import open_relay
@@ -434,3 +436,89 @@ async def test_a_full_size_event_is_taken_on_an_idle_connection(live: Live) -> N
         assert len(message.encode()) > OUTBOX_BYTES
         await client.send(message)
         assert await client.recv(120) == ["OK", doc["id"], True, ""]
+
+
+async def test_a_prompt_subscriber_gets_every_live_event_however_many_come_at_once(
+    db_url: str,
+) -> None:
+    """The hub hands over, at once, five events of 14 MB (70 MB: more than one body of 64 MiB,
+    as when the commit feed fetches two batches of the largest body together): a subscriber
+    that reads what it is sent gets all five and is not closed (before, a 64 MiB cap on one
+    connection's live events closed it as "behind", as it had once closed every prompt
+    subscriber for one batch of 11 MB). Time behind bounds a live queue, never its size."""
+    await seed(db_url)
+    sent: list[str] = []
+
+    async def reads(text: str) -> None:
+        sent.append(text[:80])
+
+    content = json.dumps({"collection": "rel", "text": "x" * 14_000_000})
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        conn = Connection(
+            relay, reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        await conn.handle(json.dumps(["REQ", "new", {"kinds": [4701], "limit": 0}]))
+        await until(lambda: any('"EOSE"' in text for text in sent))
+        events = [
+            Event(f"{n:064x}", OWNER.pubkey, now(), 4701, [], content, "0" * 128) for n in range(5)
+        ]
+        relay.hub.deliver([Stored(10**12 + n, "rel", event) for n, event in enumerate(events)])
+        await until(lambda: sum(text.startswith('["EVENT","new"') for text in sent) == 5, 60)
+        assert conn.outbox.ending is None
+        await until(lambda: conn.outbox.queued_bytes == 0)
+        assert relay.memory.live == 0
+        await conn.close()
+        assert relay.memory.used == 0
+
+
+async def test_the_feed_hands_live_events_over_as_the_process_has_room(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two batches of three 1.9 MB evidence texts, committed while the commit feed is held, so
+    that it fetches both together, on a relay whose connections may hold 4 MiB in all: the
+    feed hands them over as the subscriber writes them, never more than the process's budget
+    queued at once (before, all 11 MB at once), and the subscriber gets all six in order."""
+    await seed(db_url)
+    sent: list[str] = []
+    queued: list[int] = []  # live bytes queued, at each write
+    budget = 4 * 1024 * 1024
+    batches = [
+        [evidence(MEMBER, "rel", f"{b} {n} {time.time_ns()} {LARGE}") for n in range(3)]
+        for b in range(2)
+    ]
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=budget) as relay,
+    ):
+        await relay.feed.ready.wait()
+
+        async def reads(text: str) -> None:
+            queued.append(conn.outbox._bytes[0])
+            if text.startswith('["EVENT"'):
+                sent.append(json.loads(text)[2]["id"])
+
+        conn = Connection(
+            relay, reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        await conn.handle(json.dumps(["REQ", "new", {"kinds": [4701], "limit": 0}]))
+        await until(lambda: conn.reading.subs and not conn.reading.tasks)
+        notices: list[object] = []
+        put = relay.feed._put
+        monkeypatch.setattr(relay.feed, "_put", notices.append)  # held: the feed sees nothing
+        await publish(db_url, *batches)
+        assert len(notices) == 2
+        for notice in notices:  # both at once, as a feed behind the commits finds them
+            put(notice)
+        wanted = [event["id"] for batch in batches for event in batch]
+        await until(lambda: len(sent) == len(wanted), 60)
+        assert sent == wanted
+        assert max(queued) <= budget, queued
+        assert conn.outbox.ending is None
+        await conn.close()
+        assert relay.memory.used == 0

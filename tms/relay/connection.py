@@ -25,7 +25,7 @@ from tms.guard.rates import read_cost
 from tms.nostr.events import is_hex64
 from tms.relay import messages
 from tms.relay.auth import Auth
-from tms.relay.budget import Budget, size_of
+from tms.relay.budget import Budget, Shared, size_of
 from tms.relay.gate import Gate
 from tms.relay.limits import OUTBOX_BYTES
 from tms.relay.messages import (
@@ -94,8 +94,8 @@ class Connection:
     def pubkey(self) -> PubKey | None:
         return self.auth.pubkey
 
-    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None:
-        self.outbox.send_live(sub_id, event_json, filed)
+    def send_live(self, sub_id: str, event: Shared, filed: Filed) -> None:
+        self.outbox.send_live(sub_id, event, filed)
 
     def overflowed(self, sub_id: str, why: str) -> None:
         """A subscription held more than the connection's budget: it ends, not the others."""

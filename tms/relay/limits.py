@@ -23,7 +23,6 @@ OUTBOX_BYTES: Final = 8 * MiB  # a connection's budget: queued for it, not yet w
 OUTBOX_MESSAGES: Final = 20_000  # messages queued for one connection, at most
 STORED_WINDOW_BYTES: Final = 2 * MiB  # a stored answer queues this much ahead of the client
 LIVE_BEHIND_SECONDS: Final = 15.0  # a live event unwritten this long: the client is behind
-LIVE_QUEUE_BYTES: Final = 64 * MiB  # live events queued for one connection (shared), at most
 BIG_LOADS: Final = 8  # large stored contents read from the database at once, per process
 STALL_SECONDS: Final = 30.0  # a stored answer waits this long for a client to read, at most
 NOTICE_SECONDS: Final = 2.0  # time given to a closing NOTICE to go out

@@ -6,12 +6,16 @@ that a batch's events reach a subscriber, and a group's OKs a writer, in one sys
 than one each.
 
 Three kinds of message, three rules:
-- a live event is queued as the event's JSON, which every subscriber shares with the commit
-  feed's batch, and is made into its `EVENT` message only when written: a batch of large
-  evidence costs its size once, not once per subscriber (so it is not counted in the budgets,
-  which count what is a connection's own). A client is behind when a live event
-  has waited `LIVE_BEHIND_SECONDS` unwritten (time behind, never one batch's size), or when
-  more than `LIVE_QUEUE_BYTES` of them wait;
+- a live event is queued as the event's JSON, which every subscriber shares (`Shared`), and
+  is made into its `EVENT` message only when written: a batch of large evidence costs its size
+  once, not once per subscriber, counted once in the process's budget while any queue holds
+  it, in no connection's own. A client is behind when a live event has waited
+  `LIVE_BEHIND_SECONDS` unwritten: time behind, never a size, so that a client that reads
+  promptly gets every event a publish can make, however large the batch or however many the
+  commit feed hands over at once. What bounds the memory is the process's budget: the feed
+  hands more over only as it has room (`ProcessBudget.live_room`), and a queue that does not
+  drain is closed in `LIVE_BEHIND_SECONDS`. (A cap of 64 MiB per connection once closed
+  prompt clients when the feed fetched two batches of the largest body together.);
 - a stored event waits for room before it is read and queued (`room`): within the
   connection's `STORED_WINDOW_BYTES` (a client that reads nothing for `STALL_SECONDS` is
   behind) and within the process's budget, so that stored answers, each read anew from the
@@ -41,11 +45,10 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from tms.relay import messages
-from tms.relay.budget import Budget, size_of
+from tms.relay.budget import Budget, Shared, size_of
 from tms.relay.gate import Gate
 from tms.relay.limits import (
     LIVE_BEHIND_SECONDS,
-    LIVE_QUEUE_BYTES,
     OUTBOX_MESSAGES,
     STALL_SECONDS,
     STORED_WINDOW_BYTES,
@@ -62,7 +65,7 @@ _OTHER: Final = 2
 
 
 class _Item:
-    __slots__ = ("filed", "kind", "queued", "size", "sub_id", "text")
+    __slots__ = ("filed", "kind", "queued", "shared", "size", "sub_id", "text")
 
     def __init__(
         self,
@@ -71,12 +74,14 @@ class _Item:
         size: int,
         sub_id: str | None = None,
         filed: Filed | None = None,
+        shared: Shared | None = None,
     ) -> None:
         self.kind = kind
         self.text = text  # the message; for a live event, the event's (shared) JSON
         self.size = size
         self.sub_id = sub_id
         self.filed = filed  # an event's: written only if the gate still allows it
+        self.shared = shared  # a live event's, held in the process's budget while queued
         self.queued = time.monotonic()
 
     def message(self) -> str:
@@ -151,18 +156,11 @@ class Outbox:
             return
         self._put(_Item(_OTHER, message, size))
 
-    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None:
+    def send_live(self, sub_id: str, event: Shared, filed: Filed) -> None:
         """Queue a live event; a client that leaves live events unread too long is behind."""
         if self.ending is not None:
             return
-        size = size_of(event_json)
-        if self._bytes[_LIVE] + size > LIVE_QUEUE_BYTES and self._bytes[_LIVE] > 0:
-            self.behind(
-                f"{self._bytes[_LIVE]:,} bytes of live events wait to be read, over this "
-                f"relay's {LIVE_QUEUE_BYTES:,} per connection"
-            )
-            return
-        self._put(_Item(_LIVE, event_json, size, sub_id, filed))
+        self._put(_Item(_LIVE, event.text, event.size, sub_id, filed, event))
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.behind_seconds, self._late)
 
@@ -222,13 +220,17 @@ class Outbox:
             return
         self._queue.append(item)
         self._bytes[item.kind] += item.size
-        if item.kind != _LIVE:  # a live event's JSON is the feed's, shared: bounded by time
+        if item.shared is not None:  # shared: counted once, in the process's budget
+            item.shared.hold(self.budget.process)
+        else:
             self.budget.take(item.size)
         self._wake.set()
 
     def _taken(self, item: _Item) -> None:
         self._bytes[item.kind] -= item.size
-        if item.kind != _LIVE:
+        if item.shared is not None:
+            item.shared.let_go(self.budget.process)
+        else:
             self.budget.give(item.size)
         if self._bytes[_STORED] <= STORED_WINDOW_BYTES // 2:
             self._room.set()

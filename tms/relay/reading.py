@@ -2,12 +2,13 @@
 
 Each read runs within what the connection's key may read (`tms.relay.auth`: a `Reader`, or the
 one collection this relay is), asked once per message; each event it sends passes the
-connection's gate as it is queued (`tms.relay.gate`), and each page of a stored answer is
-followed by a fresh reader, so that nothing of a collection the key was removed from goes out
-after the removal, whatever was in flight. A REQ's live filters are registered with the hub
-before the stored answer is read (`tms.relay.live`), so nothing committed meanwhile is missed
-or sent twice. A filter with `search` (NIP-50) is answered once, ranked by the ledger's own
-search over claims and contradictions, and is not live.
+connection's gate as it is queued (`tms.relay.gate`), and each page of a stored answer, and
+each COUNT, is followed by a fresh reader, so that nothing of a collection the key was removed
+from goes out after the removal, whatever was in flight (a COUNT across it is `CLOSED`). A
+REQ's live filters are registered with the hub before the stored answer is read
+(`tms.relay.live`), so nothing committed meanwhile is missed or sent twice. A filter with
+`search` (NIP-50) is answered once, ranked by the ledger's own search over claims and
+contradictions, and is not live.
 
 A stored answer and a COUNT run as tasks of their own, `MAX_READS` at once per connection (the
 others wait their turn): a CLOSE or an EVENT behind them is not held up, and a CLOSE, a REQ

@@ -82,8 +82,14 @@ async def open_relay(
     reads = await open_reads_pool(database_url, connections, statement_seconds)
     watched = metrics.POOLS.watch({"relay": reads})
     hub = Hub(StoredEvents(pool))
+    memory = ProcessBudget(memory_bytes)
     feed = CommitFeed(
-        database_url, pool, wanted=hub.wanted, deliver=hub.deliver, outage=services.outage
+        database_url,
+        pool,
+        wanted=hub.wanted,
+        deliver=hub.deliver,
+        room=memory.live_room,
+        outage=services.outage,
     )
     feed.start()
     try:
@@ -97,7 +103,7 @@ async def open_relay(
             sessions=services.sessions,
             hub=hub,
             feed=feed,
-            memory=ProcessBudget(memory_bytes),
+            memory=memory,
             loads=asyncio.Semaphore(BIG_LOADS),
             behind_seconds=behind_seconds,
         )
