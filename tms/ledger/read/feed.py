@@ -22,7 +22,8 @@ no log.
 Start-up reads every collection's last `seq` before it listens, then catches up once it
 listens: nothing committed in between is lost. `ready` is set after that first catch-up.
 
-What it fetches it hands over in runs of about `RUN_BYTES`, each only once its reader has room
+What it fetches (the rows of about `FETCH_EVENTS` events at once, a large content not among
+them) it hands over in runs of about `RUN_BYTES`, each only once its reader has room
 for it (`room`, the relay's `ProcessBudget.live_room`), a large content read only when its run's
 turn comes: two batches of the largest body fetched together once meant 128 MiB handed to every
 subscriber at once, and the feed held every large content of 256 publishes at once.
@@ -58,6 +59,7 @@ RECONNECT_SECONDS: Final = 0.5  # first wait before connecting again; doubles up
 RECONNECT_MAX_SECONDS: Final = 10.0
 RETRY_SECONDS: Final = 1.0  # a fetch that failed is tried again after this
 FETCH_RANGES: Final = 256  # notifications fetched in one round trip, at most
+FETCH_EVENTS: Final = 2000  # and events, about (by their seq spans): the rows held at once
 CATCH_UP_PAGE: Final = 500
 RUN_BYTES: Final = 1024 * 1024  # contents handed over at once, about (one event at least)
 
@@ -205,7 +207,14 @@ class CommitFeed:
                 self.ready.set()
                 continue
             items = [item]
-            while len(items) < FETCH_RANGES and self._inbox and self._inbox[0] is not _CATCH_UP:
+            spans = _span(item)
+            while (
+                len(items) < FETCH_RANGES
+                and self._inbox
+                and self._inbox[0] is not _CATCH_UP
+                and spans + _span(self._inbox[0]) <= FETCH_EVENTS
+            ):
+                spans += _span(self._inbox[0])
                 items.append(self._inbox.popleft())
             ranges = self._unseen(items)
             if ranges:
@@ -294,6 +303,13 @@ class CommitFeed:
             self.outage.failed(f"the commit feed ({what})", exc)
         else:
             log.warning("the commit feed %s: %s", what, one_line(exc, 300))
+
+
+def _span(item: object) -> int:
+    """How many events a notification names, at most (its seq span: other collections' seqs may
+    fall within it)."""
+    assert isinstance(item, tuple)
+    return int(item[2]) - int(item[1]) + 1
 
 
 def _setter(event: asyncio.Event) -> Callable[[object], None]:
