@@ -2,6 +2,7 @@
 
     uv run python bench/negentropy.py                          # 100,000 and 1,000,000 events
     uv run python bench/negentropy.py --sizes 100000 --req-max 100000
+    uv run python bench/negentropy.py --sizes 1000000 --parts end-to-end --runs ten --repeat 3
 
 1. The algorithm alone (tms.nostr.negentropy, in process, both roles, the relay's
    frameSizeLimit and a client's 60,000): from empty, and with 10 events differing (the client
@@ -11,8 +12,11 @@
    no claim rows; NIP-77 and REQ read `events` only), then vacuumed, as a table is in use. One
    client process, raw WebSockets, authenticated by NIP-42, tms.nostr.negentropy's Initiator
    as its NIP-77 side:
-   - NIP-77 from empty: reconcile, then fetch the needed events with REQs of 1,000 ids;
-   - NIP-77 with 10 differing: the client holds all but 10; reconcile, fetch those 10;
+   - NIP-77 from empty: reconcile, then fetch the needed events with REQs of 100 ids, 8 at
+     once;
+   - NIP-77 with 10 differing: the client holds all but 10; reconcile, fetch those 10
+     (`--repeat` sessions in a row: the first after the server started reads the collection's
+     items from the database, the next ones find them kept);
    - plain REQ download of the same events: REQs of `limit` 1,000 paged by `until` (up to
      --req-max events; past that the figure is extrapolated from the pages done, and said so).
    Each: wall time, bytes on the wire (WebSocket payloads both ways), and the server's peak
@@ -45,7 +49,10 @@ from tms.store.database import embedded_url, start_embedded
 SLUG: Final = "bench"
 CLIENT_FRAME: Final = 60_000  # nostr-sdk's and nostr-tools' frameSizeLimit
 T0: Final = 1_700_000_000
-BATCH: Final = 1000  # ids per REQ, the relay's max_limit
+BATCH: Final = 1000  # a plain REQ download's limit, the relay's max_limit
+# A NIP-77 client fetches what it needs by id: REQs of one stored page's worth (100: a REQ of
+# 1,000 ids is answered in 10 pages, each looking all 1,000 up again), several in flight.
+FETCH: Final = {"batch": 100, "in_flight": 8}  # --id-batch, --in-flight
 
 
 # --- 1. the algorithm alone ------------------------------------------------------------------
@@ -156,10 +163,31 @@ async def negentropy(wire: Wire, mine: Items, most: int) -> tuple[int, int, floa
     await wire.send(["NEG-CLOSE", "neg"])
     reconciled = time.perf_counter() - started
     fetched = 0
-    for at in range(0, min(len(need), most), BATCH):
-        ids = [i.hex() for i in need[at : at + BATCH]]
-        fetched += len(await req(wire, "get", {"ids": ids, "limit": len(ids)}))
+    wanted = [i.hex() for i in need[:most]]
+    batch, in_flight = FETCH["batch"], FETCH["in_flight"]
+    for at in range(0, len(wanted), batch * in_flight):
+        fetched += await fetch_ids(wire, wanted[at : at + batch * in_flight], batch)
     return rounds, fetched, reconciled, len(need)
+
+
+async def fetch_ids(wire: Wire, ids: list[str], batch: int) -> int:
+    """The events of these ids: REQs of `batch` ids, all sent at once; how many came."""
+    open_subs = set()
+    for k in range(0, len(ids), batch):
+        sub = f"get{k // batch}"
+        chunk = ids[k : k + batch]
+        await wire.send(["REQ", sub, {"ids": chunk, "limit": len(chunk)}])
+        open_subs.add(sub)
+    got = 0
+    while open_subs:
+        message = await wire.recv()
+        if message[0] == "EVENT":
+            got += 1
+        elif message[0] in ("EOSE", "CLOSED") and message[1] in open_subs:
+            open_subs.discard(message[1])
+            if message[0] == "EOSE":
+                await wire.send(["CLOSE", message[1]])
+    return got
 
 
 async def req_download(wire: Wire, n: int, most: int) -> tuple[int, bool]:
@@ -214,8 +242,12 @@ async def fill(database_url: str, signer: Signer, n: int) -> list[tuple[int, byt
     return [(T0 + i, raw[i].tobytes()) for i in range(n)]
 
 
-def end_to_end(n: int, req_max: int, tmp: Path) -> None:
-    """`req_max`: events either download fetches at most (past it: extrapolated, and said)."""
+def end_to_end(
+    n: int, req_max: int, tmp: Path, chosen: set[str], repeat: int, alternate: int
+) -> None:
+    """`req_max`: events either download fetches at most (past it: extrapolated, and said);
+    `chosen`: the runs (empty, ten, req); `repeat`: how many 10-differing sessions, one after
+    the other; `alternate`: how many times from empty and REQ are run, in turn."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
     server = Server(env, tmp / "server.log")
@@ -235,12 +267,12 @@ def end_to_end(n: int, req_max: int, tmp: Path) -> None:
         url = server.url.replace("http", "ws") + f"/c/{SLUG}"
         items.append((start["created_at"], bytes.fromhex(start["id"])))
         all_but_ten = Items.of(items[:-11] + items[-1:])  # 10 the relay's alone
-        runs = [("NIP-77 from empty", Items.of([])), ("NIP-77, 10 differing", all_but_ten)]
-        for name, mine in runs:
+
+        def nip77(name: str, mine: Items) -> None:
             reset_peak(server)
             base = peak(server)
             started = time.perf_counter()
-            wire = asyncio.run(_with_wire(url, signer, lambda w, m=mine: negentropy(w, m, req_max)))
+            wire = asyncio.run(_with_wire(url, signer, lambda w: negentropy(w, mine, req_max)))
             took = time.perf_counter() - started
             rounds, fetched, reconciled, needed = wire[1]
             rest = (took - reconciled) * needed / fetched if fetched else 0.0
@@ -256,23 +288,39 @@ def end_to_end(n: int, req_max: int, tmp: Path) -> None:
                 f"events fetched, server peak +{(peak(server) - base) / 2**20:,.0f} MB{note}",
                 flush=True,
             )
-        reset_peak(server)
-        base = peak(server)
-        started = time.perf_counter()
-        wire = asyncio.run(_with_wire(url, signer, lambda w: req_download(w, n, req_max)))
-        took = time.perf_counter() - started
-        got, complete = wire[1]
-        note = (
-            ""
-            if complete
-            else f" (stopped at {got:,}; all {n:,} at this rate: {took * n / got:,.0f} s)"
-        )
-        print(
-            f"2. {n:>9,} events, plain REQ download   : {took:7.2f} s, "
-            f"{wire[0].total / 1000:11,.1f} kB on the wire, {got:,} events, server peak "
-            f"+{(peak(server) - base) / 2**20:,.0f} MB{note}",
-            flush=True,
-        )
+
+        def plain_req() -> None:
+            reset_peak(server)
+            base = peak(server)
+            started = time.perf_counter()
+            wire = asyncio.run(_with_wire(url, signer, lambda w: req_download(w, n, req_max)))
+            took = time.perf_counter() - started
+            got, complete = wire[1]
+            note = (
+                ""
+                if complete
+                else f" (stopped at {got:,}; all {n:,} at this rate: {took * n / got:,.0f} s)"
+            )
+            print(
+                f"2. {n:>9,} events, plain REQ download   : {took:7.2f} s, "
+                f"{wire[0].total / 1000:11,.1f} kB on the wire, {got:,} events, server peak "
+                f"+{(peak(server) - base) / 2**20:,.0f} MB{note}",
+                flush=True,
+            )
+
+        # From empty and the plain REQ download, one after the other (`alternate` times): on
+        # a shared machine, a comparison is only fair between runs close in time.
+        for _ in range(alternate):
+            if "empty" in chosen:
+                nip77("NIP-77 from empty", Items.of([]))
+            if "req" in chosen:
+                plain_req()
+        if "ten" in chosen:
+            # The first session after the server started reads the collection's items from
+            # the database (unless a session from empty did); the next ones (the server keeps
+            # them) only what was added since.
+            for k in range(repeat):
+                nip77(f"NIP-77, 10 differing #{k + 1}", all_but_ten)
     except Exception:
         print(server.log_tail(), file=sys.stderr)
         raise
@@ -299,7 +347,19 @@ def main() -> None:
         "--req-max", type=int, default=200_000, help="events a plain REQ download fetches at most"
     )
     parser.add_argument("--parts", default="algorithm,end-to-end")
+    parser.add_argument(
+        "--runs", default="empty,ten,req", help="end-to-end runs: empty, ten (differing), req"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=2, help="10-differing sessions in a row (the first is cold)"
+    )
+    parser.add_argument(
+        "--alternate", type=int, default=1, help="from empty and REQ, in turn, this many times"
+    )
+    parser.add_argument("--id-batch", type=int, default=100, help="ids per REQ after NIP-77")
+    parser.add_argument("--in-flight", type=int, default=8, help="those REQs sent at once")
     ns = parser.parse_args()
+    FETCH.update(batch=ns.id_batch, in_flight=ns.in_flight)
     sizes = [int(s) for s in ns.sizes.split(",")]
     if "algorithm" in ns.parts:
         for n in sizes:
@@ -307,7 +367,9 @@ def main() -> None:
     if "end-to-end" in ns.parts:
         for n in sizes:
             with tempfile.TemporaryDirectory(prefix="tms-bench-neg-") as tmp:
-                end_to_end(n, ns.req_max, Path(tmp))
+                end_to_end(
+                    n, ns.req_max, Path(tmp), set(ns.runs.split(",")), ns.repeat, ns.alternate
+                )
 
 
 if __name__ == "__main__":

@@ -11,13 +11,23 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 import httpx
 import pytest
-from factories import Live, environment, fresh_database, live_server, members, settings, terms
+from factories import (
+    Live,
+    claim,
+    environment,
+    fresh_database,
+    live_server,
+    members,
+    settings,
+    terms,
+)
 from pydantic_core import PydanticUndefined
 
 from tms.config import Settings
@@ -103,18 +113,38 @@ def is_relay(block: str) -> bool:
     return "websockets" in block or "nostr-tools/relay" in block
 
 
+def is_sync(block: str) -> bool:
+    """Whether a snippet is one of "Keeping a copy in step (NIP-77)"'s, which run on their own."""
+    return "nostr_sdk" in block or "@nostr-dev-kit/sync" in block
+
+
+def on_their_own(block: str) -> bool:
+    return is_relay(block) or is_sync(block)
+
+
 def relay_snippet(markdown: str, language: str) -> str:
     [block] = [block for block in blocks(markdown, language) if is_relay(block)]
     return block
 
 
+def sync_snippet(markdown: str, language: str) -> str:
+    [block] = [block for block in blocks(markdown, language) if is_sync(block)]
+    return block
+
+
 def run_relay_snippet(
-    language: str, block: str, where: Path, key: SecretKey, collection: str
+    language: str,
+    block: str,
+    where: Path,
+    key: SecretKey,
+    collection: str,
+    fresh: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """A relay snippet exactly as printed, alone in a fresh directory (for JavaScript, one
     inside `where`, the installed nostr-tools, which ESM finds up the tree), with only the key
-    and the collection it reads from the environment."""
-    fresh = Path(tempfile.mkdtemp(dir=where, prefix="relay-"))
+    and the collection it reads from the environment; `fresh`: that directory, to run in it
+    again."""
+    fresh = fresh or Path(tempfile.mkdtemp(dir=where, prefix="relay-"))
     script = fresh / ("relay.py" if language == "python" else "relay.mjs")
     script.write_text(block, encoding="utf-8")
     command = [sys.executable] if language == "python" else ["node", *_websocket_flag()]
@@ -160,7 +190,7 @@ def test_the_guides_python_runs(
 ) -> None:
     guide = httpx.get(live.url + "/docs.md").text
     script = tmp_path / "guide.py"
-    mcp = [block for block in blocks(guide, "python") if not is_relay(block)]
+    mcp = [block for block in blocks(guide, "python") if not on_their_own(block)]
     script.write_text("\n".join(mcp), encoding="utf-8")
     result = subprocess.run(
         [sys.executable, str(script)],
@@ -249,7 +279,7 @@ def test_the_guides_javascript_runs(
     guide = httpx.get(live.url + "/docs.md").text
     assert "`bot.mjs`" in guide and '`"type": "module"`' in guide and "Node.js 20" in guide
     script = js_current_packages / name
-    mcp = [block for block in blocks(guide, "js") if not is_relay(block)]
+    mcp = [block for block in blocks(guide, "js") if not on_their_own(block)]
     script.write_text("\n".join(mcp), encoding="utf-8")
     result = subprocess.run(
         ["node", *_websocket_flag(), script.name],
@@ -358,6 +388,69 @@ def test_a_relay_snippet_refused_says_so_exits_1_and_writes_nothing(
     assert stored(live, "SELECT count(*) FROM collections WHERE slug = 'stray'") == 0
 
 
+def _synced(result: subprocess.CompletedProcess[str]) -> tuple[int, int]:
+    """`synced: N new, M held`: (N, M)."""
+    assert result.returncode == 0, result.stdout + result.stderr
+    [line] = result.stdout.splitlines()
+    new, held = re.fullmatch(r"synced: (\d+) new, (\d+) held", line).groups()  # type: ignore[union-attr]
+    return int(new), int(held)
+
+
+@pytest.mark.parametrize("language", ["python", "js"])
+def test_each_sync_snippet_keeps_a_copy_in_step_and_is_refused_as_req_is(
+    live: Live,
+    bots: tuple[SecretKey, SecretKey, SecretKey],
+    relayers: tuple[SecretKey, SecretKey],
+    outsider: SecretKey,
+    js_current_packages: Path,
+    tmp_path: Path,
+    language: str,
+) -> None:
+    """The guide's NIP-77 scripts as printed, rust-nostr's `Client.sync` (Python) and NDK's
+    `@nostr-dev-kit/sync` under Node, headless: a member's copy from empty holds what a REQ
+    returns, then 10 new events come as 10 new; a key that may not read, and a collection that
+    does not exist, are refused with the same `restricted:` words (NEG-ERR), exit 1."""
+    guide = httpx.get(live.url + "/docs.md").text
+    block = sync_snippet(guide, language)
+    assert "mcas" not in block
+    [top] = [n for n, line in enumerate(block.splitlines()) if "COLLECTION = " in line]
+    assert top < 10 and "TMS_COLLECTION" in block.splitlines()[top]
+    key = relayers[0] if language == "python" else relayers[1]
+    where = tmp_path if language == "python" else js_current_packages
+    fresh = Path(tempfile.mkdtemp(dir=where, prefix="sync-"))
+    new, held = _synced(run_relay_snippet(language, block, where, key, "mcas", fresh))
+    readable = stored(
+        live,
+        "SELECT count(*) FROM events WHERE collection = 'mcas' OR (collection = '~unscoped' "
+        "AND pubkey IN (SELECT owner FROM collections WHERE slug = 'mcas' UNION "
+        "SELECT unnest(members) FROM member_lists WHERE collection = 'mcas'))",
+    )
+    assert new == held == readable
+    owner = bots[0]
+    ten = [claim(owner, "mcas", f"{language} sync {i} {time.time()}") for i in range(10)]
+    published(live, ten)
+    assert _synced(run_relay_snippet(language, block, where, key, "mcas", fresh)) == (10, held + 10)
+    said = {}
+    for slug in ("mcas", "stray"):
+        refused = run_relay_snippet(language, block, where, outsider, slug)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        [line] = [x for x in refused.stderr.splitlines() if x.startswith("refused: ")]
+        assert "restricted: " in line and f"'{slug}'" in line, refused.stderr
+        said[slug] = line.replace(f"'{slug}'", "<slug>").replace(f"/c/{slug}", "<relay>")
+    assert said["mcas"] == said["stray"]
+
+
+def published(live: Live, events: list[dict[str, object]]) -> None:
+    async def publish() -> None:
+        pool = await open_pool(live.database_url, min_size=1, max_size=1)
+        try:
+            await Ledger(pool).submit(events, origin=OPERATOR)
+        finally:
+            await pool.close()
+
+    asyncio.run(publish())
+
+
 def stored(live: Live, sql: str, *args: object) -> object:
     """One value read from the server's database (what the snippet left behind)."""
 
@@ -387,7 +480,7 @@ def test_the_guides_javascript_throws_the_servers_words_for_a_refused_body(
         "\ntry { await call('list_collections', { request: 'x'.repeat(1100000) }) }"
         "\ncatch (error) { console.log('refused: ' + error.message) }\n"
     )
-    mcp_only = [block for block in blocks(guide, "js") if "nostr-tools/relay" not in block]
+    mcp_only = [block for block in blocks(guide, "js") if not on_their_own(block)]
     script.write_text("\n".join(mcp_only) + refused, encoding="utf-8")
     result = subprocess.run(
         ["node", *_websocket_flag(), script.name],

@@ -1,30 +1,40 @@
 """`tms mirror` against a live server, as a member runs it: NIP-77 down into a directory that
 `tms verify-export` reads, ten new events on the next sync, a reordered log caught with the
-size and roots that differ (the copy left exactly as it was), and a non-member refused."""
+size and roots that differ (the copy left exactly as it was), and a non-member refused; the
+copy equal to the export byte for byte, a `kill -9` mid-sync leaving a directory that resumes,
+live following after EOSE, and `--push` restoring a fresh server from the copy."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 from factories import (
     LOG_SIGNER,
     Live,
     claim,
     environment,
+    evidence,
     fresh_database,
     live_server,
+    nip98_auth,
+    profile,
     settings,
     terms,
 )
 from mcp_helpers import Caller, approve
 
+from tms.mirror.copy import PENDING, Copy
 from tms.nostr.events import SecretKey
 
 BIN = Path(sys.executable).parent
@@ -46,10 +56,16 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
         yield server
 
 
-def mirror(live: Live, directory: Path, key: SecretKey = OWNER) -> subprocess.CompletedProcess[str]:
-    relay = live.url.replace("http://", "ws://") + "/c/lab"
+def command(live: Live, directory: Path, slug: str = "lab", *extra: str) -> list[str]:
+    relay = live.url.replace("http://", "ws://") + f"/c/{slug}"
+    return [str(BIN / "tms"), "mirror", relay, "--dir", str(directory), *extra]
+
+
+def mirror(
+    live: Live, directory: Path, key: SecretKey = OWNER, slug: str = "lab", *extra: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN / "tms"), "mirror", relay, "--dir", str(directory), "--once"],
+        command(live, directory, slug, "--once", *extra),
         env=environment(TMS_NSEC=key.secret.hex()),
         capture_output=True,
         text=True,
@@ -57,14 +73,30 @@ def mirror(live: Live, directory: Path, key: SecretKey = OWNER) -> subprocess.Co
     )
 
 
-def verify(directory: Path) -> subprocess.CompletedProcess[str]:
+def publish(live: Live, *events: dict[str, object]) -> None:
+    caller = Caller(live)
+    try:
+        for start in range(0, len(events), 1000):
+            caller.publish(*events[start : start + 1000])
+    finally:
+        caller.close()
+
+
+def export(live: Live, slug: str, checkpoint: bool = False) -> bytes:
+    url = f"{live.url}/c/{slug}/export.jsonl" + ("?checkpoint=1" if checkpoint else "")
+    response = httpx.get(url, headers=nip98_auth(OWNER, url), timeout=60)
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def verify(directory: Path, *, file: Path | None = None) -> subprocess.CompletedProcess[str]:
+    kept = [] if file is not None else ["--checkpoint", str(directory / "state.json")]
     return subprocess.run(
         [
             str(BIN / "tms"),
             "verify-export",
-            str(directory / "copy.jsonl"),
-            "--checkpoint",
-            str(directory / "state.json"),
+            str(file or directory / "copy.jsonl"),
+            *kept,
             "--key",
             LOG_SIGNER.verifier().encode(),
         ],
@@ -112,6 +144,117 @@ def test_a_member_keeps_a_verified_copy_and_catches_a_rewritten_log(
     assert "STOPPED" in third.stderr and "at size 16" in third.stderr
     assert "root" in third.stderr
     assert {name: (tmp_path / name).read_bytes() for name in before} == before
+
+
+def test_the_copy_is_the_export_byte_for_byte_and_a_kill_9_resumes(
+    live: Live, tmp_path: Path
+) -> None:
+    events = [profile(OWNER, "owner", created_at=1_790_000_100)]
+    events += [claim(OWNER, "big", f"big {i} {os.urandom(4).hex()}") for i in range(2000)]
+    events += [evidence(OWNER, "big", "a text", url="https://example.org/t")]
+    publish(live, *events)
+    # Killed while it fetches (its pending events on disk, nothing verified yet)
+    proc = subprocess.Popen(
+        command(live, tmp_path, "big", "--once"),
+        env=environment(TMS_NSEC=OWNER.secret.hex()),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            pending = tmp_path / PENDING
+            if pending.exists() and pending.stat().st_size > 0:
+                break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, "the mirror ended before it could be killed"
+    held = Copy.open(tmp_path)  # a valid directory: it opens, its pending events checked
+    assert held.state is None and 0 < len(held.pending) < len(events)
+    # It resumes from what it had fetched, then verifies
+    resumed = mirror(live, tmp_path, OWNER, "big")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    fetched = int(resumed.stdout.split(" events fetched")[0].rsplit(" ", 1)[1])
+    assert fetched == len(events) + 1 - len(held.pending)  # and the owner's terms
+    assert not (tmp_path / PENDING).exists()
+    assert verify(tmp_path).returncode == 0
+    assert (tmp_path / "copy.jsonl").read_bytes() == export(live, "big")
+    # A kill between the copy's append and the state's replacement: bytes past what state.json
+    # covers, and a pending line cut short, are dropped when it starts again
+    publish(live, *[claim(OWNER, "big", f"more {i}") for i in range(5)])
+    with open(tmp_path / "copy.jsonl", "ab") as file:
+        file.write(b'{"id": "cut sho')
+    with open(tmp_path / PENDING, "ab") as file:
+        file.write(b'{"id": "cut')
+    again = mirror(live, tmp_path, OWNER, "big")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "5 new" in again.stdout
+    assert (tmp_path / "copy.jsonl").read_bytes() == export(live, "big")
+    assert verify(tmp_path).returncode == 0
+
+
+def test_it_follows_live_after_eose(live: Live, tmp_path: Path) -> None:
+    publish(live, *[claim(OWNER, "live", f"before {i}") for i in range(3)])
+    proc = subprocess.Popen(
+        command(live, tmp_path, "live"),
+        env=environment(TMS_NSEC=OWNER.secret.hex()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert "the server's log key is" in proc.stdout.readline()  # the first time only
+        first = proc.stdout.readline()
+        assert "live: 3 log entries verified" in first, first
+        publish(live, *[claim(OWNER, "live", f"after {i}") for i in range(10)])
+        deadline = time.monotonic() + 60
+        while True:
+            kept = json.loads((tmp_path / "state.json").read_text())
+            if kept["size"] == 13:  # its thirteen claims, verified
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                out, err = proc.communicate(timeout=30)
+                raise AssertionError(f"the new events never reached the copy: {out}{err}")
+            time.sleep(0.1)
+        assert "live: 13 log entries verified" in proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)  # and its pipes closed
+    assert (tmp_path / "copy.jsonl").read_bytes() == export(live, "live")
+    assert verify(tmp_path).returncode == 0
+
+
+def test_push_restores_a_fresh_server_from_the_copy(
+    live: Live, pg_server_url: str, template_url: str, tmp_path: Path
+) -> None:
+    publish(live, *[claim(OWNER, "keep", f"kept {i}") for i in range(20)])
+    copied = mirror(live, tmp_path, OWNER, "keep")
+    assert copied.returncode == 0, copied.stdout + copied.stderr
+    with (
+        fresh_database(pg_server_url, template_url) as database,
+        live_server(database, settings(TMS_EMBED="off")) as fresh,
+    ):
+        approve(database, OWNER)
+        restored = mirror(fresh, tmp_path, OWNER, "keep", "--push")
+        assert restored.returncode == 0, restored.stdout + restored.stderr
+        lines = (tmp_path / "copy.jsonl").read_bytes().count(b"\n")  # its terms, profile, claims
+        assert "20 log entries verified" in restored.stdout
+        assert f"{lines} pushed" in restored.stdout, restored.stdout
+        # the fresh server's own export: the same lines, and its log checks out whole
+        assert export(fresh, "keep") == (tmp_path / "copy.jsonl").read_bytes()
+        (tmp_path / "fresh.jsonl").write_bytes(export(fresh, "keep", checkpoint=True))
+        checked = verify(tmp_path, file=tmp_path / "fresh.jsonl")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        # and it syncs against it as against the server it came from: nothing to do
+        again = mirror(fresh, tmp_path, OWNER, "keep", "--push")
+        assert again.returncode == 0 and "0 new, 0 events fetched, 0 pushed" in again.stdout
 
 
 def test_a_non_member_is_refused(live: Live, tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ split view's second history carries no quorum."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import io
 import json
 import time
@@ -18,6 +20,7 @@ import httpx
 import pytest
 from factories import (
     LOG_SIGNER,
+    Live,
     claim,
     free_port,
     fresh_database,
@@ -261,3 +264,65 @@ def test_a_witness_answers_the_protocol_s_statuses(pair: dict[str, object]) -> N
         assert http.get(url).status_code == 405
         missing = f"{b.url}/witness/{'0' * 64}/checkpoint"  # type: ignore[attr-defined]
         assert http.get(missing).status_code == 404
+        # 409: the size it holds (0: never cosigned), in decimal and a newline, as
+        # text/x.tlog.size
+        fresh = Checkpoint("a.example/c/fresh", 3, root_of(_leaves(3))).sign(LOG_SIGNER)
+        conflict = http.post(url, content=Submission(2, (), fresh).body())
+        assert conflict.status_code == 409
+        assert conflict.headers["content-type"] == SIZE_CONTENT_TYPE
+        assert conflict.text == "0\n"
+        # a proof sent from size 0: 422; then 200 with one cosignature line, and the
+        # monitoring view serves the checkpoint with the log's signature and that line
+        assert http.post(url, content=Submission(0, (bytes(32),), fresh).body()).status_code == 422
+        cosigned = http.post(url, content=Submission(0, (), fresh).body())
+        assert cosigned.status_code == 200
+        assert cosigned.headers["content-type"].startswith("text/plain")
+        assert (
+            cosigned.text.startswith("\u2014 b.example/witness ") and cosigned.text.count("\n") == 1
+        )
+        view = http.get(f"{b.url}/witness/{origin_hash('a.example/c/fresh')}/checkpoint")  # type: ignore[attr-defined]
+        assert view.status_code == 200 and view.text == fresh + cosigned.text
+        # the verifier key: <name>+<key ID>+base64(0x04 || key), as plain text
+        key = http.get(f"{b.url}/witness/key")  # type: ignore[attr-defined]
+        assert key.headers["content-type"].startswith("text/plain")
+        assert key.text == pair["witness_b"].verifier().encode() + "\n"  # type: ignore[attr-defined]
+        name, key_id, encoded = key.text.strip().split("+", 2)
+        raw = base64.b64decode(encoded)
+        assert name == "b.example/witness" and raw[0] == 0x04 and len(raw) == 33
+        assert key_id == hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex()
+
+
+async def _hold_round_lock(database_url: str, slug: str) -> asyncpg.Connection:
+    """What another server's submitter holds while it runs a round for `slug`."""
+    conn = await asyncpg.connect(database_url)
+    await conn.execute(f"SELECT pg_advisory_lock(hashtextextended('tms-witness:' || '{slug}', 0))")
+    return conn
+
+
+def test_one_server_at_a_time_submits_a_collection_s_checkpoints(
+    pair: dict[str, object],
+) -> None:
+    """The round's advisory lock (tms.witness.submit): while another server on A's database
+    holds `lock`'s, A submits nothing of it, and once it is let go, A's next look does: its
+    checkpoint is cosigned within the bound."""
+    a = pair["a"]
+    assert isinstance(a, Live)
+    owner = SecretKey.generate()
+    approve(a.database_url, owner)
+    loop = asyncio.new_event_loop()
+    held = loop.run_until_complete(_hold_round_lock(a.database_url, "lock"))
+    caller = Caller(a)
+    try:
+        caller.publish(terms(owner), claim(owner, "lock", "witnessed once the lock is free"))
+        url = f"{a.url}/c/lock/checkpoint"
+        with httpx.Client(timeout=10) as http:
+            time.sleep(3)  # three of the submitter's looks
+            answer = http.get(url, headers=nip98_auth(owner, _public(url)))
+            assert answer.headers["tms-quorum"] == "not met", answer.headers
+            loop.run_until_complete(held.close())
+            _wait_for_quorum(http, url, owner, 1)
+    finally:
+        caller.close()
+        if not held.is_closed():
+            loop.run_until_complete(held.close())
+        loop.close()

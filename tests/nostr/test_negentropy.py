@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,8 @@ from tms.nostr.negentropy import (
     NegentropyError,
     Responder,
     fingerprint_of,
+    insertion_points,
+    item_order,
     varint,
 )
 
@@ -176,3 +179,43 @@ def test_an_id_list_longer_than_its_message_is_refused_before_any_work() -> None
 def test_a_timestamp_past_64_bits_is_refused() -> None:
     with pytest.raises(NegentropyError):
         Responder(Items.of([])).respond(b"\x61" + (varint(INFINITY) + b"\x00\x00") * 2)
+
+
+_PAIRS = st.lists(
+    st.tuples(st.integers(0, 5), st.binary(min_size=32, max_size=32)),
+    max_size=60,
+    unique_by=lambda p: p[1],
+)
+
+
+def _arrays(pairs: list[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray]:
+    ts = np.array([t for t, _ in pairs], dtype=np.uint64)
+    ids = np.frombuffer(b"".join(i for _, i in pairs), dtype=np.uint8).reshape(len(pairs), 32)
+    return ts, ids
+
+
+@given(_PAIRS)
+def test_item_order_sorts_by_timestamp_then_id(pairs: list[tuple[int, bytes]]) -> None:
+    ts, ids = _arrays(pairs)
+    order = item_order(ts, ids)
+    ranked = pairs if order is None else [pairs[k] for k in order.tolist()]
+    assert ranked == sorted(pairs)
+    assert (order is None) == (pairs == sorted(pairs))
+
+
+@given(_PAIRS, _PAIRS)
+def test_insertion_points_keep_a_sorted_list_sorted(
+    base: list[tuple[int, bytes]], added: list[tuple[int, bytes]]
+) -> None:
+    """A few items merged into a kept list (tms.ledger.read.negentropy_items) by np.insert at these
+    points: the result is the sorted union, ties on the timestamp ordered by id."""
+    base = sorted(base)
+    added = sorted(p for p in added if p not in base)
+    ts, ids = _arrays(base)
+    new_ts, new_ids = _arrays(added)
+    points = insertion_points(ts, ids, new_ts, new_ids)
+    merged_ts = np.insert(ts, points, new_ts)
+    merged_ids = np.insert(ids, points, new_ids, axis=0)
+    merged = [(int(t), merged_ids[k].tobytes()) for k, t in enumerate(merged_ts.tolist())]
+    assert merged == sorted(base + added)
+    assert item_order(merged_ts, merged_ids) is None

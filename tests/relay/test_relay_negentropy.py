@@ -2,7 +2,8 @@
 client: reconciliation from empty and with differences on both sides, over a collection's relay
 and the root, the same refusals as REQ (auth-required, restricted identical for a missing and a
 forbidden collection), NEG-ERR for an unknown or closed session, a bad message and the session
-cap, and the item list's own cap."""
+cap, and the item list's own cap; a kept list answers every filter exactly as the index does,
+through new events, a budget that keeps nothing and a list past the cap."""
 
 from __future__ import annotations
 
@@ -15,16 +16,27 @@ from typing import Any
 
 import httpx
 import pytest
-from factories import MEMBER, OWNER, OWNER2, STRANGER, Live, claim, members, settings
+from factories import (
+    MEMBER,
+    OWNER,
+    OWNER2,
+    STRANGER,
+    Live,
+    claim,
+    evidence,
+    members,
+    profile,
+    settings,
+)
 from relay_client import Client, seed, ws_url
 
 from tms.ledger.access import Access
-from tms.ledger.read.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.negentropy_items import ItemCache, TooMany, negentropy_items
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
 from tms.nostr.negentropy import Initiator, Items
 from tms.relay.connection import Connection
-from tms.relay.limits import MAX_NEG_SESSIONS
+from tms.relay.limits import MAX_NEG_SESSIONS, NEG_CACHE_BYTES
 from tms.relay.shared import open_relay
 from tms.rules.admission import OPERATOR
 from tms.runtime import open_runtime
@@ -69,7 +81,7 @@ async def member(live: Live, path: str) -> Client:
 
 
 async def sync(
-    client: Client, sub_id: str, wanted: dict[str, Any], mine: Items
+    client: Client, sub_id: str, wanted: dict[str, Any] | list[dict[str, Any]], mine: Items
 ) -> tuple[set[str], set[str], int]:
     """Run NIP-77 to the end as the initiator: the ids we have, those we need, the rounds."""
     initiator = Initiator(mine, 60_000)
@@ -139,6 +151,22 @@ async def test_a_filter_narrows_the_set(live: Live, stored: list[dict[str, Any]]
             items_of([]),
         )
         assert need == {e["id"] for e in stored if e["created_at"] >= since}
+
+
+async def test_ndk_s_shapes_are_taken_a_trailing_slash_and_a_filter_in_an_array(
+    live: Live, stored: list[dict[str, Any]]
+) -> None:
+    """NDK names every relay with a trailing slash (its URL normalizer) and sends NEG-OPEN's
+    filter in an array: the same relay, and one filter taken; two are refused."""
+    async with await Client.open(ws_url(live.url, "/c/rel/")) as client:
+        ok = await client.auth(MEMBER)  # its AUTH names the URL with the slash
+        assert ok[0] == "OK" and ok[2] is True, ok
+        _, need, _ = await sync(client, "neg", [{"kinds": [4702]}], items_of([]))
+        assert {e["id"] for e in stored} <= need
+        empty = Initiator(items_of([])).initiate().hex()
+        await client.send(["NEG-OPEN", "two", [{"kinds": [4702]}, {"kinds": [4701]}], empty])
+        refused = await client.recv()
+        assert refused[:2] == ["NEG-ERR", "two"] and refused[2].startswith("invalid: "), refused
 
 
 async def test_refusals_are_those_of_req(live: Live, stored: list[dict[str, Any]]) -> None:
@@ -224,10 +252,84 @@ async def test_the_item_list_stops_past_its_cap(live: Live, stored: list[dict[st
         await pool.close()
 
 
+# After the tests that read the module's `rel`: it publishes into it.
+async def test_a_kept_list_answers_as_the_index_does_through_new_events(
+    live: Live, stored: list[dict[str, Any]]
+) -> None:
+    pool = await open_pool(live.database_url, min_size=1, max_size=2)
+    try:
+        reader = await Access(pool).reader(MEMBER.pubkey)
+        scopes = [reader.collection("rel"), reader]  # a collection's relay, and the root's
+        middle = stored[60]["created_at"]
+        filters = [
+            {},
+            {"kinds": [4702]},
+            {"kinds": [4701]},
+            {"kinds": [0, 4706]},  # the people's profiles and terms only
+            {"kinds": [4702, 4706], "since": middle},
+            {"until": middle},
+            {"since": middle, "until": middle},
+        ]
+        cache = ItemCache(NEG_CACHE_BYTES)
+        nothing_kept = ItemCache(1)
+
+        async def same() -> None:
+            for scope in scopes:
+                for raw in filters:
+                    wanted = parse_filter(raw, max_limit=1000)
+                    read = await negentropy_items(pool, scope, wanted, 10_000)
+                    for kept_by in (cache, nothing_kept):
+                        kept = await negentropy_items(pool, scope, wanted, 10_000, kept_by)
+                        assert kept.blob(0, len(kept)) == read.blob(0, len(read)), raw
+                        assert kept.timestamps.tolist() == read.timestamps.tolist(), raw
+
+        await same()
+        assert "rel" in cache._kept and not nothing_kept._kept
+        # the sessions that ask the same of a collection share one sealed list
+        rel, claims = reader.collection("rel"), parse_filter({"kinds": [4702]}, max_limit=1000)
+        shared = await negentropy_items(pool, rel, claims, 10_000, cache)
+        assert await negentropy_items(pool, rel, claims, 10_000, cache) is shared
+        # Events committed since: ties on a kept timestamp (ordered by id), older and newer
+        # ones, another kind, and a profile of one of the people.
+        ledger = Ledger(pool)
+        await ledger.submit(
+            [
+                claim(MEMBER, "rel", f"tie {i} {os.urandom(4).hex()}", created_at=middle)
+                for i in range(5)
+            ]
+            + [claim(MEMBER, "rel", f"old {os.urandom(4).hex()}", created_at=middle - 10_000)]
+            + [
+                evidence(
+                    MEMBER, "rel", f"new evidence {os.urandom(4).hex()}", created_at=middle + 9
+                )
+            ]
+            + [profile(MEMBER, "member", created_at=middle + 1)],
+            origin=OPERATOR,
+        )
+        await same()
+        assert await negentropy_items(pool, rel, claims, 10_000, cache) is not shared
+        kept = cache._kept["rel"]
+        assert len(kept.ts) == CLAIMS + 1 + 7 and 4701 in kept.present  # and its member list
+        # Past the cap: refused as before, and never kept again.
+        wanted = parse_filter({"kinds": [4702]}, max_limit=1000)
+        with pytest.raises(TooMany):
+            await negentropy_items(pool, reader.collection("rel"), wanted, CLAIMS - 1, cache)
+        assert "rel" not in cache._kept and "rel" in cache._too_long
+        narrow = parse_filter({"kinds": [4702], "since": middle + 1}, max_limit=1000)
+        few = await negentropy_items(pool, reader.collection("rel"), narrow, CLAIMS - 1, cache)
+        assert len(few) == len(
+            await negentropy_items(pool, reader.collection("rel"), narrow, CLAIMS)
+        )
+    finally:
+        await pool.close()
+
+
 async def test_a_sessions_list_counts_against_the_process_memory_budget(db_url: str) -> None:
     """A relay whose connections may hold 4 KB in all: one session over 100 claims (7 KB of
-    list) is let in on a process that holds nothing else, a second connection's NEG-OPEN is
-    then refused `blocked:` saying why, and is let in once the first session closed."""
+    list) is let in on a process that holds nothing else; a second connection's NEG-OPEN of
+    another list (a narrower filter) is then refused `blocked:` saying why, one of the very
+    same list (the collection's kept list, shared) is let in without counting it twice, and the
+    narrower one is let in once the lists are let go."""
     await seed(db_url)
     start = int(time.time()) - 1000
     pool = await open_pool(db_url, min_size=1, max_size=1)
@@ -261,15 +363,22 @@ async def test_a_sessions_list_counts_against_the_process_memory_budget(db_url: 
         await a.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
         await until(lambda: len(said["a"]) == 2)
         assert said["a"][1][:2] == ["NEG-MSG", "n"], said["a"]
-        assert relay.memory.used > 4096
-        await b.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        assert (one := relay.memory.used) > 4096
+        narrower = {"kinds": [4702], "since": start + 50}
+        await b.handle(json.dumps(["NEG-OPEN", "n", narrower, empty]))
         await until(lambda: len(said["b"]) == 2)
         assert said["b"][1][:2] == ["NEG-ERR", "n"], said["b"]
         assert said["b"][1][2].startswith("blocked: this relay is short of memory for NEG")
-        await a.handle(json.dumps(["NEG-CLOSE", "n"]))
-        await b.handle(json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, empty]))
+        await b.handle(json.dumps(["NEG-OPEN", "same", {"kinds": [4702]}, empty]))
         await until(lambda: len(said["b"]) == 3)
-        assert said["b"][2][:2] == ["NEG-MSG", "n"], said["b"]
+        assert said["b"][2][:2] == ["NEG-MSG", "same"], said["b"]
+        assert relay.memory.used == one  # the same list, held once
+        await a.handle(json.dumps(["NEG-CLOSE", "n"]))
+        assert relay.memory.used == one  # still held by b's session
+        await b.handle(json.dumps(["NEG-CLOSE", "same"]))
+        await b.handle(json.dumps(["NEG-OPEN", "n", narrower, empty]))
+        await until(lambda: len(said["b"]) == 4)
+        assert said["b"][3][:2] == ["NEG-MSG", "n"], said["b"]
         for conn in (a, b):
             await conn.close()
         assert relay.memory.used == 0

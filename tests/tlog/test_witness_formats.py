@@ -25,6 +25,7 @@ from tms.tlog.witness import (
     WitnessRefusal,
     judge,
     parse_size,
+    signed_lines,
 )
 
 ORIGIN = "tms.example/c/lab"
@@ -198,9 +199,16 @@ def test_judge_gives_each_status_the_protocol_names() -> None:
     cases = [
         (Submission(0, (), _note(9)), stored, 409),  # not the stored size
         (Submission(4, _proof(4, 9)[:-1], _note(9)), stored, 422),  # a proof that fails
-        (Submission(4, (), Checkpoint(ORIGIN, 4, bytes(32)).sign(LOG)), stored, 409),
+        # the same size with another root: a tree that is not the one cosigned
+        (Submission(4, (), Checkpoint(ORIGIN, 4, bytes(32)).sign(LOG)), stored, 422),
         (Submission(9, (), _note(4)), stored, 400),  # old above new
         (Submission(0, (), _note(4, NoteSigner.generate("tms.example"))), None, 403),
+        # a line naming the trusted key (name and key ID) whose signature fails: 403, even
+        # beside a good one
+        (Submission(0, (), _note(4) + _bad_line(_note(5))), None, 403),
+        # size 0 must carry the empty tree's root; from size 0 the proof is empty
+        (Submission(0, (), Checkpoint(ORIGIN, 0, bytes(32)).sign(LOG)), None, 422),
+        (Submission(0, _proof(2, 4), _note(4)), None, 422),
         (
             Submission(0, (), Checkpoint("elsewhere/c/x", 1, _root(1)).sign(LOG)),
             None,
@@ -213,6 +221,25 @@ def test_judge_gives_each_status_the_protocol_names() -> None:
         assert refused.value.status == status, (submission.old, status, str(refused.value))
         if status == 409:
             assert refused.value.size == 4
+
+
+def _bad_line(other_note: str) -> str:
+    """The log key's signature line of another note: its name and key ID, a wrong signature."""
+    return other_note.rsplit("\n", 2)[1] + "\n"
+
+
+def test_a_size_0_checkpoint_of_the_empty_tree_is_cosigned() -> None:
+    empty = Checkpoint(ORIGIN, 0, root_of([])).sign(LOG)
+    assert judge(Submission(0, (), empty), _logs(), None).size == 0
+
+
+def test_the_witness_keeps_the_log_s_verified_signature_and_no_other_line() -> None:
+    stranger = NoteSigner.generate("stranger.example")
+    note = _note(4)
+    text, _ = split_note(note)
+    submitted = note + stranger.sign(text).rsplit("\n", 2)[1] + "\n"
+    kept = signed_lines(submitted, _logs().keys_for(ORIGIN))
+    assert kept == note
 
 
 def test_a_409_body_is_a_size_and_a_newline() -> None:

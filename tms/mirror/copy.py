@@ -1,6 +1,6 @@
 """A member's verified copy of one collection, on disk, and the checks that keep it honest.
 
-The directory holds two files:
+The directory holds two files, and a third while a sync is under way:
 
 - `copy.jsonl`: the collection's events exactly as signed, one JSON line each, in the export's
   format and order (its log entries in log order; each author's profile and terms before the
@@ -8,7 +8,12 @@ The directory holds two files:
   `tms verify-export copy.jsonl --checkpoint state.json --key ...` checks it like an export;
 - `state.json`: the last checkpoint the copy was verified against (its note, cosignatures
   included, size and root), the relay and log key it came from, and how many bytes of
-  `copy.jsonl` that checkpoint covers.
+  `copy.jsonl` that checkpoint covers;
+- `pending.jsonl`: the events fetched and checked (id and signature) that no checkpoint covers
+  yet, appended as they come, so that a mirror stopped during a long first sync resumes from
+  what it had fetched, not from nothing. Never part of the copy: each line is checked again
+  when the directory is opened, a line cut short is dropped, and an event goes into
+  `copy.jsonl` only as the log's entries and root say.
 
 A sync only ever appends to `copy.jsonl`, and only after every check held; then it replaces
 `state.json` atomically (written beside it, flushed, renamed). So a process killed at any point
@@ -26,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tms.errors import LogError
+from tms.errors import LogError, TMSError
 from tms.nostr.events import Event
 from tms.rules.kinds import unscoped_kinds
 from tms.tlog.merkle import CompactRange, leaf_hash
@@ -34,6 +39,7 @@ from tms.tlog.note import Checkpoint
 
 COPY: Final = "copy.jsonl"
 STATE: Final = "state.json"
+PENDING: Final = "pending.jsonl"
 
 
 class MirrorMismatch(LogError):
@@ -63,14 +69,21 @@ class Copy:
         self.tree = CompactRange()
         self.authors: set[str] = set()  # keys with an entry in the copy
         self.stamps: dict[str, int] = {}  # id -> created_at, for every event in the copy
+        self.pending: dict[str, Event] = {}  # fetched and checked, not yet covered by the log
 
     @classmethod
     def open(cls, directory: Path) -> Copy:
         directory.mkdir(parents=True, exist_ok=True)
         copy = cls(directory)
+        copy._read()
+        copy._read_pending()
+        return copy
+
+    def _read(self) -> None:
+        copy, directory = self, self.directory
         state_path = directory / STATE
         if not state_path.exists():
-            return copy
+            return
         try:
             raw = json.loads(state_path.read_text("utf-8"))
             state = State(**{**raw, "written": tuple(raw.get("written", ()))})
@@ -95,7 +108,43 @@ class Copy:
                 f"{path} does not hash to the checkpoint {state_path} keeps "
                 f"(size {state.size}, root {state.root}): the copy was changed by hand"
             )
-        return copy
+
+    def _read_pending(self) -> None:
+        """The events a stopped sync had fetched: each checked again; the file ends at the
+        last whole line (a line a kill cut short is dropped), and is dropped whole if any
+        line is not an event this side checked (it is only ever a head start)."""
+        path = self.directory / PENDING
+        if not path.exists():
+            return
+        found: dict[str, Event] = {}
+        whole = 0
+        try:
+            with open(path, "r+b") as file:
+                for raw in file:
+                    if not raw.endswith(b"\n"):
+                        break
+                    event = Event.from_json(raw[:-1].decode("utf-8"))
+                    event.verify()
+                    whole += len(raw)
+                    if event.id not in self.events:
+                        found[event.id] = event
+                file.truncate(whole)
+        except (ValueError, TMSError):
+            path.unlink()
+            return
+        self.pending = found
+
+    def hold(self, events: Iterable[Event]) -> None:
+        """Events fetched and checked, kept aside (`pending.jsonl`) until the log covers them."""
+        fresh = [e for e in events if e.id not in self.events and e.id not in self.pending]
+        if not fresh:
+            return
+        with open(self.directory / PENDING, "ab") as file:
+            file.write("".join(f"{e.to_json()}\n" for e in fresh).encode("utf-8"))
+            file.flush()
+            os.fsync(file.fileno())
+        for event in fresh:
+            self.pending[event.id] = event
 
     def extend(
         self,
@@ -171,7 +220,24 @@ class Copy:
                 written,
             )
         )
+        self._settle()
         return len(entries) - held
+
+    def _settle(self) -> None:
+        """`pending.jsonl` without the events the copy now holds (written beside it, then
+        renamed; gone when nothing is left)."""
+        for event_id in [i for i in self.pending if i in self.events]:
+            del self.pending[event_id]
+        path = self.directory / PENDING
+        if not self.pending:
+            path.unlink(missing_ok=True)
+            return
+        temporary = path.with_suffix(".jsonl.new")
+        with open(temporary, "wb") as file:
+            file.write("".join(f"{e.to_json()}\n" for e in self.pending.values()).encode("utf-8"))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
 
     def _new_lines(
         self, new_entries: Iterable[str], events: Mapping[str, Event]

@@ -48,7 +48,10 @@ from tms.tlog.tiles import ENTRIES, TILE_WIDTH, Tile
 log = logging.getLogger(__name__)
 
 TIMEOUT: Final = 30.0  # one answer from the relay or the server
-IDS_PER_REQ: Final = 500  # ids asked for in one REQ
+# Ids asked for in one REQ: one page of the relay's stored answer (a REQ of more is answered in
+# pages that each look every id up again), several REQs in flight.
+IDS_PER_REQ: Final = 100
+IN_FLIGHT: Final = 8
 FRAME_SIZE_LIMIT: Final = 256 * 1024  # our Negentropy messages, before hex
 QUIET_SECONDS: Final = 1.0  # after live events stop this long, sync and check again
 RESYNC_SECONDS: Final = 60.0
@@ -59,6 +62,10 @@ LIVE_ID: Final = "tms-mirror-live"
 
 class MirrorError(TMSError):
     """The mirror cannot go on: the relay refused, or answered out of protocol."""
+
+
+class Restricted(MirrorError):
+    """The relay refused NIP-77 with `restricted:`: nothing there this key may read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +115,8 @@ class Mirror:
         self.push = push
         self.say = say
         self.copy = Copy.open(directory)
-        self.pending: dict[str, Event] = {}  # served, not yet covered by a checkpoint
+        # served, not yet covered by a checkpoint (kept on disk: a stopped sync resumes)
+        self.pending: dict[str, Event] = self.copy.pending
         if self.copy.state is not None and self.copy.state.collection != target.slug:
             raise MirrorError(
                 f"{directory} is a copy of '{self.copy.state.collection}', not of '{target.slug}'"
@@ -127,23 +135,28 @@ class Mirror:
             await relay.send(["REQ", LIVE_ID, {"limit": 0}])
             while True:
                 arrived = await relay.live(QUIET_SECONDS, RESYNC_SECONDS)
-                for event in arrived:
-                    if event.id not in self.copy.events:
-                        self.pending[event.id] = event
+                self.copy.hold(arrived)
                 report = await self.sync(relay, http)
 
     async def sync(self, relay: _Relay, http: httpx.AsyncClient) -> Report:
         report = Report()
         held = [(stamp, bytes.fromhex(i)) for i, stamp in self.copy.stamps.items()]
         held += [(e.created_at, bytes.fromhex(i)) for i, e in self.pending.items()]
-        have, need = await relay.reconcile(Items.of(held))
-        for start in range(0, len(need), IDS_PER_REQ):
-            chunk = [i.hex() for i in need[start : start + IDS_PER_REQ]]
-            for event in await relay.stored({"ids": chunk, "limit": len(chunk)}):
-                self.pending[event.id] = event
-                report.fetched += 1
+        try:
+            have, need = await relay.reconcile(Items.of(held))
+        except Restricted:
+            if not self.push:
+                raise
+            # A fresh server being restored: nothing there this key may read yet (a missing
+            # collection is refused as a closed one). Everything the copy holds goes up.
+            have, need = [bytes.fromhex(i) for i in self.copy.events], []
+        wanted = [i.hex() for i in need]
+        for start in range(0, len(wanted), IDS_PER_REQ * IN_FLIGHT):
+            found = await relay.by_ids(wanted[start : start + IDS_PER_REQ * IN_FLIGHT])
+            self.copy.hold(found)
+            report.fetched += len(found)
         if self.push and have:
-            report.pushed = await relay.publish([self._event(i.hex()) for i in have])
+            report.pushed = await relay.publish(self._in_copy_order(have))
         verifier = await self._log_key(http)
         note = await self._get(http, f"/c/{self.target.slug}/checkpoint")
         checkpoint = open_checkpoint(note, verifier)
@@ -169,9 +182,6 @@ class Mirror:
             collection=self.target.slug,
             log_key=verifier.encode(),
         )
-        for event_id in list(self.pending):
-            if event_id in self.copy.events:
-                del self.pending[event_id]
         report.size = checkpoint.size
         self.say(
             f"{self.target.slug}: {checkpoint.size} log entries verified against the server's "
@@ -182,9 +192,14 @@ class Mirror:
         )
         return report
 
-    def _event(self, event_id: str) -> Event:
-        line = self.copy.events.get(event_id)
-        return Event.from_json(line) if line is not None else self.pending[event_id]
+    def _in_copy_order(self, ids: list[bytes]) -> list[Event]:
+        """The events to push, in the copy's order (the log's, each profile and terms before
+        the entry it precedes), then those no checkpoint covers yet: a fresh server given them
+        so builds the same log, root and all."""
+        wanted = {i.hex() for i in ids}
+        out = [Event.from_json(line) for i, line in self.copy.events.items() if i in wanted]
+        rest = [e for i, e in self.pending.items() if i in wanted and i not in self.copy.events]
+        return out + sorted(rest, key=lambda e: (e.created_at, e.id))
 
     async def _log_key(self, http: httpx.AsyncClient) -> NoteVerifier:
         kept = self.copy.state.log_key if self.copy.state is not None else None
@@ -280,7 +295,10 @@ class _Relay:
         while message is not None:
             answer = await self._until(lambda m: m[0] in ("NEG-MSG", "NEG-ERR") and m[1] == NEG_ID)
             if answer[0] == "NEG-ERR":
-                raise MirrorError(f"the relay refused NIP-77 sync: {answer[2]}")
+                said = f"the relay refused NIP-77 sync: {answer[2]}"
+                if str(answer[2]).startswith("restricted:"):
+                    raise Restricted(said)
+                raise MirrorError(said)
             message, more_have, more_need = initiator.reconcile(bytes.fromhex(answer[2]))
             have += more_have
             need += more_need
@@ -289,21 +307,28 @@ class _Relay:
         await self.send(["NEG-CLOSE", NEG_ID])
         return have, need
 
-    async def stored(self, wanted: dict[str, Any]) -> list[Event]:
-        sub = "tms-mirror-get"
-        await self.send(["REQ", sub, wanted])
+    async def by_ids(self, ids: list[str]) -> list[Event]:
+        """The events of these ids the relay serves, each checked: REQs of `IDS_PER_REQ` ids,
+        sent at once."""
+        subs: set[str] = set()
+        for start in range(0, len(ids), IDS_PER_REQ):
+            sub = f"tms-mirror-get-{start // IDS_PER_REQ}"
+            chunk = ids[start : start + IDS_PER_REQ]
+            await self.send(["REQ", sub, {"ids": chunk, "limit": len(chunk)}])
+            subs.add(sub)
         events: list[Event] = []
-        while True:
+        while subs:
             message = await self._until(
-                lambda m: m[0] in ("EVENT", "EOSE", "CLOSED") and m[1] == sub
+                lambda m: m[0] in ("EVENT", "EOSE", "CLOSED") and m[1] in subs
             )
             if message[0] == "EVENT":
                 events.append(_checked(message[2]))
                 continue
             if message[0] == "CLOSED":
                 raise MirrorError(f"the relay closed the request: {message[2]}")
-            await self.send(["CLOSE", sub])
-            return events
+            subs.discard(message[1])
+            await self.send(["CLOSE", message[1]])
+        return events
 
     async def publish(self, events: list[Event]) -> int:
         waiting = {e.id for e in events}

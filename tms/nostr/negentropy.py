@@ -172,6 +172,12 @@ class Items:
         (about 72 bytes an item)."""
         return self.timestamps.nbytes + self.ids.nbytes + len(self._blob) + self._prefix.nbytes
 
+    @property
+    def own_bytes(self) -> int:
+        """What this list holds beyond the arrays it was given sorted (its ids end to end and
+        the prefix sums): a kept list's cost of being sealed."""
+        return len(self._blob) + self._prefix.nbytes
+
     def id(self, i: int) -> bytes:
         return self._blob[i * ID_SIZE : (i + 1) * ID_SIZE]
 
@@ -231,24 +237,60 @@ class Items:
 def _in_order(
     ts: npt.NDArray[np.uint64], rows: npt.NDArray[np.uint8]
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]:
-    """The items sorted by (timestamp, id): as they are when they already are (a database
-    index's order, checked in O(n)); else by timestamp, then by id among the few items that
-    share one, so a million items never pay a full five-key sort."""
-    n = len(ts)
-    words = rows.view(">u8").reshape(n, 4)  # big-endian: compares as the bytes do
-    if _ordered(ts, words):
+    """The items sorted by (timestamp, id), as they are when they already are."""
+    order = item_order(ts, rows)
+    if order is None:
         return ts, rows
+    return ts[order], rows[order]
+
+
+def item_order(
+    ts: npt.NDArray[np.uint64], ids: npt.NDArray[np.uint8]
+) -> npt.NDArray[np.intp] | None:
+    """The permutation that sorts items by (timestamp, id), or None when they are sorted
+    already (a database index's order, checked in O(n)). By timestamp, then by id among the
+    items that share one, so a million items never pay a full five-key sort."""
+    n = len(ts)
+    words = ids.view(">u8").reshape(n, 4)  # big-endian: compares as the bytes do
+    if n < 2 or _ordered(ts, words):
+        return None
     order = np.argsort(ts, kind="stable")
-    ts, rows = ts[order], rows[order]
+    ranked = ts[order]
     tied = np.zeros(n, dtype=bool)
-    tied[1:] = ts[1:] == ts[:-1]
+    tied[1:] = ranked[1:] == ranked[:-1]
     tied[:-1] |= tied[1:]
     if tied.any():
         at = np.flatnonzero(tied)
-        words = rows.view(">u8").reshape(n, 4)[at]
-        within = np.lexsort((words[:, 3], words[:, 2], words[:, 1], words[:, 0], ts[at]))
-        rows[at] = rows[at[within]]
-    return ts, rows
+        w = words[order[at]]
+        within = np.lexsort((w[:, 3], w[:, 2], w[:, 1], w[:, 0], ranked[at]))
+        order[at] = order[at[within]]
+    return order
+
+
+def insertion_points(
+    ts: npt.NDArray[np.uint64],
+    ids: npt.NDArray[np.uint8],
+    new_ts: npt.NDArray[np.uint64],
+    new_ids: npt.NDArray[np.uint8],
+) -> npt.NDArray[np.intp]:
+    """Where each new item goes among sorted items (its lower bound by (timestamp, id)), so
+    that `np.insert` at these points keeps them sorted when the new ones are sorted too: a few
+    items added to a million cost one copy, not a sort. By timestamp at once; by id, a binary
+    search, only within the timestamp a new item shares with others."""
+    lo = np.searchsorted(ts, new_ts, "left")
+    hi = np.searchsorted(ts, new_ts, "right")
+    points = lo.copy()
+    for k in np.flatnonzero(hi > lo).tolist():
+        key = new_ids[k].tobytes()
+        first, last = int(lo[k]), int(hi[k])
+        while first < last:
+            mid = (first + last) // 2
+            if ids[mid].tobytes() < key:
+                first = mid + 1
+            else:
+                last = mid
+        points[k] = first
+    return points
 
 
 def _ordered(ts: npt.NDArray[np.uint64], words: npt.NDArray[np.uint64]) -> bool:

@@ -232,4 +232,7 @@ async def _cookie_key(websocket: WebSocket, settings: Settings, relay: Relay) ->
 ROUTES: Final = [
     WebSocketRoute("/", relay_socket),
     WebSocketRoute("/c/{slug}", relay_socket),
+    # ... and with a trailing slash, as some clients name every relay (NDK's URL normalizer
+    # adds one): the same relay, and its NIP-42 URL the same once normalized
+    WebSocketRoute("/c/{slug}/", relay_socket),
 ]

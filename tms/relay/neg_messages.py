@@ -67,8 +67,15 @@ def parse(
                 "<hex Negentropy message>]"
             )
         sid = sub_id(data[1])
+        raw = data[2]
+        if isinstance(raw, list):  # NDK's sync sends its filter in an array: one is taken
+            if len(raw) != 1:
+                raise NegRefused(
+                    sid, f"invalid: NEG-OPEN takes one filter, not {len(raw)}: sync each alone"
+                )
+            raw = raw[0]
         try:
-            wanted = parse_filter(data[2], max_limit=MAX_LIMIT)
+            wanted = parse_filter(raw, max_limit=MAX_LIMIT)
         except FilterError as exc:
             raise NegRefused(sid, f"invalid: {exc}") from None
         if wanted.search is not None:

@@ -11,14 +11,16 @@ NEG session may share one.
 Bounded: at most `MAX_NEG_SESSIONS` per connection, `MAX_NEG_RECORDS` items in one (NIP-77's
 "blocked: too many records"), each of our messages within `NEG_FRAME_BYTES` (frameSizeLimit), each
 of the client's within `MAX_NEG_MESSAGE_BYTES`. A session's list (about 72 bytes an item) counts
-against the process's memory budget (`tms.relay.budget`) while the session is open: a NEG-OPEN
-whose list would take the process past it is refused ("blocked:", try again), unless the process
-holds nothing else (one session always fits, as one message does). Before, a few hundred sessions
-of two million items each could hold the machine's memory. The list is read once per session from
-an index (`tms.ledger.read.negentropy_items`), as a task of its own that a NEG-CLOSE, a NEG-OPEN
-replacing it or the connection's end cancels (a NEG-MSG waits for its NEG-OPEN's answer);
-building it and answering a message run in a worker thread, so that a large list never holds the
-event loop.
+against the process's memory budget (`tms.relay.budget`) while the session is open, once however
+many sessions share it (`ItemCache.lease`: sessions of one collection share its kept list): a
+NEG-OPEN whose list would take the process past it is refused ("blocked:", try again), unless the
+process holds nothing else (one session always fits, as one message does). Before, a few hundred
+sessions of two million items each could hold the machine's memory. The list is built once per
+session (`tms.ledger.read.negentropy_items`: from the collection's list this process keeps,
+brought up to date with what was committed since, or read from an index), as a task of its own
+that a NEG-CLOSE, a NEG-OPEN replacing it or the connection's end cancels (a NEG-MSG waits for
+its NEG-OPEN's answer); sealing it and answering a message run in a worker thread, so that a
+large list never holds the event loop.
 """
 
 from __future__ import annotations
@@ -54,8 +56,7 @@ MEMORY_FULL: Final = (
 class _Session:
     pubkey: PubKey
     slugs: tuple[Slug, ...]
-    responder: Responder
-    held: int  # bytes of its list, counted in the process's budget
+    responder: Responder  # its list counted in the process's budget, once (`ItemCache.lease`)
 
 
 class Negentropy:
@@ -98,7 +99,11 @@ class Negentropy:
         or the connection's end cancels it), then the answer to the client's first message."""
         try:
             items = await negentropy_items(
-                self.relay.stored.pool, scope, message.filter, MAX_NEG_RECORDS
+                self.relay.stored.pool,
+                scope,
+                message.filter,
+                MAX_NEG_RECORDS,
+                self.relay.neg_items,
             )
         except TooMany:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, scope.pubkey, self.address)
@@ -120,17 +125,19 @@ class Negentropy:
         if not all(slug in readable and self.gate.allows(slug) for slug in _slugs(scope)):
             self._err(message.sub_id, CHANGED)
             return
-        size = items.nbytes
+        lists = self.relay.neg_items
+        size = lists.charge(items)  # 0 when another session holds this very list
         process = self.outbox.budget.process
-        if process.used > 0 and process.used + size > process.budget:
+        if size and process.used > 0 and process.used + size > process.budget:
             self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, scope.pubkey, self.address)
             self._err(
                 message.sub_id,
                 MEMORY_FULL.format(size=size, used=process.used, budget=process.budget),
             )
             return
+        lists.lease(items)
         process.take(size)
-        session = _Session(scope.pubkey, _slugs(scope), Responder(items, NEG_FRAME_BYTES), size)
+        session = _Session(scope.pubkey, _slugs(scope), Responder(items, NEG_FRAME_BYTES))
         self.sessions[message.sub_id] = session
         await self._answer(message.sub_id, session, message.message)
 
@@ -170,7 +177,8 @@ class Negentropy:
     def _drop(self, sub_id: str) -> None:
         session = self.sessions.pop(sub_id, None)
         if session is not None:
-            self.outbox.budget.process.give(session.held)
+            held = self.relay.neg_items.release(session.responder.items)
+            self.outbox.budget.process.give(held)
 
     def failed(self, sub_id: str, said: str) -> None:
         """A message of this session failed on our side: it ends, told so."""

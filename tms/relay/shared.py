@@ -26,10 +26,11 @@ from tms.http.bodies import MiB
 from tms.ledger.access import Access
 from tms.ledger.read.feed import CommitFeed
 from tms.ledger.read.filters import StoredEvents
+from tms.ledger.read.negentropy_items import ItemCache
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
 from tms.relay.budget import ProcessBudget
-from tms.relay.limits import BIG_LOADS, LIVE_BEHIND_SECONDS
+from tms.relay.limits import BIG_LOADS, LIVE_BEHIND_SECONDS, NEG_CACHE_BYTES
 from tms.relay.live import Hub
 from tms.search.search import Search
 from tms.services import Services
@@ -53,6 +54,7 @@ class Relay:
     hub: Hub
     feed: CommitFeed
     memory: ProcessBudget  # every connection's bytes, counted together
+    neg_items: ItemCache  # NIP-77: the collections' item lists kept for the sessions to come
     loads: asyncio.Semaphore  # large stored contents read at once (`BIG_LOADS`)
     behind_seconds: float  # a live event unwritten this long: its client is behind
 
@@ -104,6 +106,7 @@ async def open_relay(
             hub=hub,
             feed=feed,
             memory=memory,
+            neg_items=ItemCache(NEG_CACHE_BYTES),
             loads=asyncio.Semaphore(BIG_LOADS),
             behind_seconds=behind_seconds,
         )

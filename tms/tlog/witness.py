@@ -20,7 +20,14 @@ from typing import Final
 
 from tms.errors import LogError, shown
 from tms.tlog.merkle import EMPTY_ROOT, HASH_SIZE, verify_consistency
-from tms.tlog.note import MAX_TREE_SIZE, Checkpoint, NoteVerifier, decode_base64, split_note
+from tms.tlog.note import (
+    DASH,
+    MAX_TREE_SIZE,
+    Checkpoint,
+    NoteVerifier,
+    decode_base64,
+    split_note,
+)
 
 MAX_PROOF_LINES: Final = 63
 MAX_BODY_BYTES: Final = 128 * 1024  # a checkpoint note (64 KiB at most) and 63 proof lines
@@ -149,10 +156,12 @@ class Stored:
 
 
 def judge(submission: Submission, logs: TrustedLogs, stored: Stored | None) -> Checkpoint:
-    """The checkpoint to cosign, or `WitnessRefusal` with the protocol's status: 404 for an
-    origin not witnessed, 403 when no trusted key's signature verifies, 400 for an old size
-    above the new one, 409 when `old` is not the stored size (or the same size with another
-    root), 422 when the consistency proof does not hold."""
+    """The checkpoint to cosign, or `WitnessRefusal` with the protocol's status (C2SP
+    tlog-witness as it stands, in its order): 404 for an origin not witnessed; 403 when no
+    trusted key signed, or when a signature line names a trusted key (name and key ID) and does
+    not verify; 400 for an old size above the new one; 409 when `old` is not the stored size;
+    422 for a size-0 checkpoint whose root is not the empty tree's, a proof sent with `old` 0,
+    the same size with another root, or a consistency proof that does not hold."""
     note = submission.note
     try:
         text, _ = split_note(note)
@@ -162,18 +171,25 @@ def judge(submission: Submission, logs: TrustedLogs, stored: Stored | None) -> C
     keys = logs.keys_for(checkpoint.origin)
     if not keys:
         raise WitnessRefusal(404, f"this witness does not witness {shown(checkpoint.origin)!r}")
-    if not any(_signed_by(key, note) for key in keys):
+    signed = [_signed_by(key, note) for key in keys]
+    if False in signed:
+        raise WitnessRefusal(403, "a signature by a key this witness trusts does not verify")
+    if True not in signed:
         raise WitnessRefusal(403, "no signature by a key this witness trusts for the origin")
     if submission.old > checkpoint.size:
         raise WitnessRefusal(400, "the old size is above the checkpoint's size")
     current = stored.size if stored is not None else 0
     if submission.old != current:
         raise WitnessRefusal(409, f"this witness last cosigned size {current}", size=current)
+    if checkpoint.size == 0 and checkpoint.root != EMPTY_ROOT:
+        raise WitnessRefusal(422, "a checkpoint of size 0 has the empty tree's root")
+    if submission.old == 0 and submission.proof:
+        raise WitnessRefusal(422, "the consistency proof from size 0 is empty")
     old_root = stored.root if stored is not None else EMPTY_ROOT
     if submission.old == checkpoint.size:
         if checkpoint.root != old_root:
             raise WitnessRefusal(
-                409, f"size {current} was cosigned with another root", size=current
+                422, f"size {current} was cosigned here with another root: the trees differ"
             )
         return checkpoint
     if not verify_consistency(
@@ -186,9 +202,26 @@ def judge(submission: Submission, logs: TrustedLogs, stored: Stored | None) -> C
     return checkpoint
 
 
-def _signed_by(key: NoteVerifier, note: str) -> bool:
+def _signed_by(key: NoteVerifier, note: str) -> bool | None:
+    """True: the note carries this key's signature and it verifies; False: a line names this
+    key and does not verify; None: no line names it."""
+    _, signatures = split_note(note)
+    if not any(name == key.name and sig[:4] == key.key_id for name, sig in signatures):
+        return None
     try:
         key.open(note)
     except LogError:
         return False
     return True
+
+
+def signed_lines(note: str, keys: list[NoteVerifier]) -> str:
+    """The note with only the signature lines of `keys` (those a witness verified): what it
+    keeps and serves beside its own cosignature, never lines nobody checked."""
+    text, signatures = split_note(note)
+    kept = [
+        f"{DASH} {name} {base64.b64encode(sig).decode('ascii')}\n"
+        for name, sig in signatures
+        if any(name == k.name and sig[:4] == k.key_id for k in keys)
+    ]
+    return f"{text}\n" + "".join(kept)

@@ -111,6 +111,9 @@ def limits(settings: Settings) -> dict[str, Any]:
         "relay_reads": relay_limits.MAX_READS,
         "relay_tag_value_chars": MAX_TAG_VALUE_CHARS,
         "relay_idle_seconds": f"{settings.relay_idle_seconds:g}",
+        "neg_sessions": relay_limits.MAX_NEG_SESSIONS,
+        "neg_records": relay_limits.MAX_NEG_RECORDS,
+        "neg_message_bytes": relay_limits.MAX_NEG_MESSAGE_BYTES,
     }
 
 

@@ -23,6 +23,7 @@ from tms.tlog.witness import (
     WitnessRefusal,
     judge,
     origin_hash,
+    signed_lines,
 )
 
 _SQL_STORED: Final = "SELECT size, root FROM witnessed_logs WHERE origin = $1"
@@ -72,7 +73,9 @@ class WitnessService:
             checkpoint = judge(submission, self.logs, stored)
             text, _ = split_note(submission.note)  # its extension lines are cosigned too
             line = key.cosign(text, int(time.time()))
-            cosigned = submission.note + line
+            # Kept and served (the monitoring view): the log's signatures this witness
+            # verified, and its own; other lines of the submission were checked by nobody.
+            cosigned = signed_lines(submission.note, self.logs.keys_for(checkpoint.origin)) + line
             if stored is None:
                 done = await conn.execute(
                     _SQL_FIRST,

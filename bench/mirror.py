@@ -1,0 +1,181 @@
+"""`tms mirror` over a large collection, killed mid-sync: `uv run python bench/mirror.py`.
+
+Starts `tms serve` over a fresh embedded PostgreSQL (`TMS_EMBED=off`), publishes `--events`
+claims into one collection through `publish` (batches of 1,000: the log is the ledger's own),
+then:
+
+1. one uninterrupted `tms mirror --once` into an empty directory: wall time;
+2. into another empty directory, `tms mirror --once` killed with SIGKILL `--kills` times, each
+   time once `pending.jsonl` (the events fetched, not yet verified) has grown past the next
+   share of the collection; after each kill the directory must open as a copy (its pending
+   events checked again) and the next run resumes from it: the events each run fetched;
+3. the resumed copy against the server's export (`/c/<slug>/export.jsonl`): equal byte for
+   byte, and `tms verify-export` of it against its `state.json`: OK.
+
+Prints figures and any difference; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Final
+
+import httpx
+from publish import claim
+from serving import Server, Signer, call, tms_command
+
+from tms.mirror.copy import PENDING, Copy
+from tms.nostr.events import Event
+
+SLUG: Final = "bench"
+BATCH: Final = 1000
+
+
+def nip98(signer: Signer, url: str) -> dict[str, str]:
+    event: Event = signer.key.sign(27235, "", int(time.time()), [["u", url], ["method", "GET"]])
+    return {"Authorization": "Nostr " + base64.b64encode(event.to_json().encode()).decode()}
+
+
+def mirror(server: Server, signer: Signer, directory: Path) -> subprocess.Popen[str]:
+    relay = server.url.replace("http", "ws") + f"/c/{SLUG}"
+    env = {**os.environ, "TMS_NSEC": signer.key.secret.hex()}
+    return subprocess.Popen(
+        [*tms_command(), "mirror", relay, "--dir", str(directory), "--once"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def fetched(stdout: str) -> int:
+    """`N events fetched` from the mirror's verified line."""
+    for line in stdout.splitlines():
+        if " events fetched" in line:
+            return int(line.split(" events fetched")[0].rsplit(" ", 1)[1])
+    return -1
+
+
+def pending_events(directory: Path) -> int:
+    path = directory / PENDING
+    if not path.exists():
+        return 0
+    with open(path, "rb") as file:
+        return sum(1 for _ in file)
+
+
+def run(ns: argparse.Namespace, tmp: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
+    server = Server(env, tmp / "server.log")
+    server.start()
+    signer = Signer()
+    try:
+        server.approve(signer.key.pubkey)
+        started = time.perf_counter()
+        with httpx.Client(timeout=300) as http:
+            call(http, server.url, "publish", {"events": [signer.sign(4706, server.agreement())]})
+            for _ in range(ns.events // BATCH):
+                events = [claim(signer, SLUG) for _ in range(BATCH)]
+                call(http, server.url, "publish", {"events": events})
+        print(
+            f"{ns.events:,} claims published in {time.perf_counter() - started:.1f} s "
+            f"(load average {os.getloadavg()[0]:.2f})",
+            flush=True,
+        )
+
+        whole = tmp / "whole"
+        started = time.perf_counter()
+        proc = mirror(server, signer, whole)
+        out, err = proc.communicate()
+        took = time.perf_counter() - started
+        print(
+            f"1. uninterrupted: exit {proc.returncode}, {took:.1f} s, {fetched(out):,} events "
+            f"fetched {err.strip()}",
+            flush=True,
+        )
+
+        killed = tmp / "killed"
+        total = ns.events + 1
+        for k in range(1, ns.kills + 1):
+            threshold = total * k // (ns.kills + 1)
+            held = pending_events(killed)
+            proc = mirror(server, signer, killed)
+            started = time.perf_counter()
+            while proc.poll() is None and pending_events(killed) < threshold:
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGKILL)
+            out, _ = proc.communicate()
+            code = proc.returncode
+            opened = Copy.open(killed)  # raises if the kill left it unusable
+            print(
+                f"2. run {k}: killed after {time.perf_counter() - started:.1f} s (exit {code}); "
+                f"it started holding {held:,} pending, the directory opens holding "
+                f"{len(opened.pending):,} pending, {len(opened.entries):,} verified",
+                flush=True,
+            )
+        started = time.perf_counter()
+        proc = mirror(server, signer, killed)
+        out, err = proc.communicate()
+        print(
+            f"2. resumed: exit {proc.returncode}, {time.perf_counter() - started:.1f} s, "
+            f"{fetched(out):,} events fetched {err.strip()}",
+            flush=True,
+        )
+
+        url = f"{server.url}/c/{SLUG}/export.jsonl"
+        exported = httpx.get(url, headers=nip98(signer, url), timeout=300).content
+        copy = (killed / "copy.jsonl").read_bytes()
+        same = copy == exported and (whole / "copy.jsonl").read_bytes() == exported
+        print(
+            f"3. the copies against the export ({len(exported):,} bytes): "
+            + ("equal byte for byte" if same else "DIFFERENT"),
+            flush=True,
+        )
+        key = httpx.get(f"{server.url}/log-key", timeout=30).text.strip()
+        started = time.perf_counter()
+        checked = subprocess.run(
+            [
+                *tms_command(),
+                "verify-export",
+                str(killed / "copy.jsonl"),
+                "--checkpoint",
+                str(killed / "state.json"),
+                "--key",
+                key,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        last = (checked.stdout.strip().splitlines() or [""])[-1]
+        print(
+            f"3. tms verify-export of the resumed copy: exit {checked.returncode} in "
+            f"{time.perf_counter() - started:.1f} s: {last} {checked.stderr.strip()}",
+            flush=True,
+        )
+        print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
+    except Exception:
+        print(server.log_tail())
+        raise
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000, help="claims in the collection")
+    parser.add_argument("--kills", type=int, default=3, help="SIGKILLs before the run that ends")
+    ns = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tms-bench-mirror-") as tmp:
+        run(ns, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
