@@ -8,7 +8,9 @@ a CLOSE stops it (item 5, issue 29)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +30,7 @@ from factories import (
 )
 from relay_client import Client, publish, seed, slow_reader, ws_url
 
+from tms.http.protocol import ConnectionLimits
 from tms.ledger.read.filters import Stored
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event
@@ -522,3 +525,64 @@ async def test_the_feed_hands_live_events_over_as_the_process_has_room(
         assert conn.outbox.ending is None
         await conn.close()
         assert relay.memory.used == 0
+
+
+def unread(conn: Connection) -> int:
+    """The bytes the server's socket buffer holds for this connection, not yet taken by the
+    kernel (read from the test's thread: the server's is its own)."""
+    lent = getattr(conn.outbox._send_many, "__self__", None)
+    transport = lent._protocol.transport if lent is not None else None
+    return 0 if transport is None or transport.is_closing() else transport.get_write_buffer_size()
+
+
+def connections(relay: Any) -> list[Connection]:
+    while True:  # the server's thread may change the set meanwhile
+        try:
+            return list(relay.hub.clients)
+        except RuntimeError:
+            continue
+
+
+async def test_what_a_client_leaves_unread_in_the_servers_buffer_counts(db_url: str) -> None:
+    """Fourteen clients that read nothing of their stored answer, on a relay whose connections
+    may hold 16 MiB in all: each leaves its first message, 1.9 MB, in the server's socket
+    buffer, beyond the kernel's (kept small here, as the kernel's own are on a busy machine).
+    Those bytes count in the budget until the kernel has taken them, so the process holds them
+    for as many clients as its budget allows, and the others wait (before, they counted only
+    until the message was handed to the socket, and fourteen held 24 MB uncounted; ten thousand
+    would hold 19 GB)."""
+    await seed(db_url)
+    T = now() - 100
+    small = [evidence(OWNER, "rel", f"small {n} {MEDIUM[:70_000]}", created_at=T) for n in range(3)]
+    large = evidence(OWNER, "rel", f"large {LARGE}", created_at=T + 1)
+    await publish(db_url, small, [large])  # newest first: the large one leads every answer
+    budget = 16 * 1024 * 1024
+    clients: list[Client] = []
+    config = settings(TMS_EMBED="off", TMS_RELAY_MEMORY_MB="16")
+    # A client that reads a little (1 KiB a second) is not closed as one that does not read;
+    # these read nothing, and are given a window long enough that the test never sees it.
+    limits = dataclasses.replace(ConnectionLimits.of(config), rate_seconds=600)
+    with live_server(db_url, config, limits) as live:
+        relay = live.app.state.relay
+        try:
+            for _ in range(14):
+                before = set(connections(relay))
+                clients.append(await slow_reader(live.url, "/c/rel", MEMBER))
+                [conn] = set(connections(relay)) - before
+                sock = conn.outbox._send_many.__self__._protocol.transport.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 * 1024)
+                await clients[-1].send(["REQ", "all", {"kinds": [4701]}])
+                clients[-1].ws.transport.pause_reading()  # from now on it reads nothing
+                await until(
+                    lambda conn=conn: (
+                        unread(conn) > 1024 * 1024 or relay.memory.used + 2 * 1024 * 1024 > budget
+                    ),
+                    30,
+                )
+            held = sum(unread(conn) for conn in connections(relay))
+            assert held <= relay.memory.used + 14 * 64 * 1024, (held, relay.memory.used)
+            assert held <= budget + 2 * 1024 * 1024, held
+        finally:
+            for client in clients:  # they read nothing, not even a close: dropped
+                client.ws.transport.abort()
+                await asyncio.wait_for(client.ws.wait_closed(), 10)  # before the server stops

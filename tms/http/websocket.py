@@ -30,7 +30,8 @@ the server's connections but knows none of our limits. This subclass adds them:
 - the app may `send_texts(texts)`: several text messages framed at once and written in one
   system call, where ASGI's `websocket.send` writes each message on its own. A relay sends
   many small messages at once (a batch's events to each of its subscribers, a group's OKs):
-  one write per message was the largest cost of fanning events out.
+  one write per message was the largest cost of fanning events out. It returns once the
+  kernel has taken the write, so that the app counts the bytes until then.
 
 `abort`, `idle`, `authenticated` and `send_texts` reach the app through the scope's extensions,
 under `EXTENSION`. The client's message size is capped by uvicorn (`ws_max_size`, a little above
@@ -329,7 +330,11 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
     async def send_texts(self, texts: Sequence[str]) -> None:
         """What ASGI's `websocket.send` does for each text, in one write: waits while the
         transport's buffer is full (the client reads slowly), and raises `ClientDisconnected`
-        once the connection is gone or closing, as `send` does."""
+        once the connection is gone or closing, as `send` does. Returns only once the
+        transport's buffer is under `WRITE_HIGH_BYTES` again (the kernel has taken the
+        write), so that what the app counts until then (`tms.relay.outbox`) includes what a
+        client leaves unread in this process: one stored message of 1.9 MB per socket that
+        never read was once held outside every budget, a process-wide leak by connections."""
         await self.writable.wait()
         if self.disconnected or self.close_sent or not self.handshake_complete:
             raise ClientDisconnected()
@@ -339,6 +344,7 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         except InvalidState:
             raise ClientDisconnected() from None
         self.transport.write(b"".join(self.conn.data_to_send()))
+        await self.writable.wait()
 
     def abort(self) -> None:
         if not self.disconnected:

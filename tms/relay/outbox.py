@@ -3,7 +3,9 @@ against the connection's memory budget (`tms.relay.budget`).
 
 Whatever has queued up meanwhile goes out in one write (`send_many`, up to `WRITE_BYTES`), so
 that a batch's events reach a subscriber, and a group's OKs a writer, in one system call rather
-than one each.
+than one each. A message counts until the kernel has taken it (`send_many` returns only then),
+not merely until it was handed to the socket's buffer in this process: a client that does not
+read leaves it there.
 
 Three kinds of message, three rules:
 - a live event is queued as the event's JSON, which every subscriber shares (`Shared`), and
