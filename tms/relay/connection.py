@@ -54,6 +54,7 @@ class Connection:
         send: Callable[[str], Awaitable[None]],
         *,
         send_many: Callable[[list[str]], Awaitable[None]] | None = None,
+        drained: Callable[[], Awaitable[None]] | None = None,
         slug: Slug | None,
         url: str,
         address: str | None,
@@ -61,17 +62,19 @@ class Connection:
         idle: Callable[[bool], None] | None = None,
     ) -> None:
         """`send`: one message to the client; `send_many`: several in one write, when the
-        server can (`tms.http.websocket`); `slug`: the collection this relay is (None: the
-        root, every collection the key reads); `url`: this relay's URL, as AUTH events must
-        name it; `pubkey`: the key a login cookie authenticated; `idle(flag)`: told when the
-        connection has no subscription (the server may then close it to make room for
-        another)."""
+        server can (`tms.http.websocket`), and `drained()` until the kernel has taken them;
+        `slug`: the collection this relay is (None: the root, every collection the key reads);
+        `url`: this relay's URL, as AUTH events must name it; `pubkey`: the key a login cookie
+        authenticated; `idle(flag)`: told when the connection has no subscription (the server
+        may then close it to make room for another)."""
         self.relay = relay
         self.address = address
         self.last_active = time.monotonic()
         self.gate = Gate()
         self.budget = Budget(relay.memory, OUTBOX_BYTES)
-        self.outbox = Outbox(send, send_many, self.budget, relay.behind_seconds, self.gate)
+        self.outbox = Outbox(
+            send, send_many, self.budget, relay.behind_seconds, self.gate, drained=drained
+        )
         self.reading = Reading(relay, self.outbox, self, address=address, idle=idle)
         self.auth = Auth(
             relay,

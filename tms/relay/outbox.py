@@ -3,9 +3,9 @@ against the connection's memory budget (`tms.relay.budget`).
 
 Whatever has queued up meanwhile goes out in one write (`send_many`, up to `WRITE_BYTES`), so
 that a batch's events reach a subscriber, and a group's OKs a writer, in one system call rather
-than one each. A message counts until the kernel has taken it (`send_many` returns only then),
-not merely until it was handed to the socket's buffer in this process: a client that does not
-read leaves it there.
+than one each. A message counts until the kernel has taken it (`drained`), not merely until
+it was handed to the socket's buffer in this process, where a client that does not read leaves
+it (once there, only its framed bytes are held, not the text too).
 
 Three kinds of message, three rules:
 - a live event is queued as the event's JSON, which every subscriber shares (`Shared`), and
@@ -100,13 +100,17 @@ class Outbox:
         budget: Budget,
         behind_seconds: float = LIVE_BEHIND_SECONDS,
         gate: Gate | None = None,
+        drained: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """`send`: one message to the client; `send_many`: several in one write, when the
         server can (`tms.http.websocket`); `budget`: the connection's bytes; `behind_seconds`:
         how long a live event may wait unwritten (`TMS_RELAY_BEHIND_SECONDS`); `gate`: what
-        the connection's key may read, asked again of each event as it is written."""
+        the connection's key may read, asked again of each event as it is written;
+        `drained()`: until the socket's buffer in this process is under its mark again (the
+        kernel has taken what was written)."""
         self._send = send
         self._send_many = send_many
+        self._kernel_took = drained
         self.budget = budget
         self.gate = gate
         self._queue: deque[_Item] = deque()
@@ -255,16 +259,22 @@ class Outbox:
                     await self._send(first.message())
                 self._done(1, clears)
                 continue
-            count, size, texts = 0, 0, []
+            count, size, texts, written = 0, 0, [], []
             for item in itertools.islice(self._queue, 0, None):
                 if count and size + item.size > WRITE_BYTES:
                     break
                 count += 1
+                written.append(item)
                 if self._allowed(item):  # else dropped with the rest of the write
                     size += item.size
                     texts.append(item.message())
             if texts:
                 await self._send_many(texts)
+                texts = []
+                for item in written:  # in the socket's buffer now: only its size is held
+                    item.text = ""
+                if self._kernel_took is not None:
+                    await self._kernel_took()  # counted until the kernel has taken it
             self._done(count, clears)
 
     def _allowed(self, item: _Item) -> bool:
