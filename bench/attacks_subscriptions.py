@@ -222,9 +222,11 @@ async def live_race(server: Server, owner: Signer, trials: int, clock: list[int]
     )
 
 
-async def honest(server: Server, member: Signer, stop: asyncio.Event) -> tuple[int, int, float]:
+async def honest(
+    server: Server, member: Signer, stop: asyncio.Event, refused: dict[str, int] | None = None
+) -> tuple[int, int, float]:
     """An honest member, every second: the latest claims, and a claim published. (asked,
-    answered in time, slowest)."""
+    answered in time, slowest; `refused`: the REQs CLOSED, by what the relay said)."""
     asked = served = 0
     slowest = 0.0
     client = await Relay.open(server.url, f"/c/{SLUG}", "127.0.0.200")
@@ -234,8 +236,13 @@ async def honest(server: Server, member: Signer, stop: asyncio.Event) -> tuple[i
         started = time.perf_counter()
         try:
             await client.send(["REQ", f"h{asked}", {"kinds": [4702], "limit": 5}])
-            while (await client.recv(10))[0] != "EOSE":
+            while (answer := await client.recv(10))[0] not in ("EOSE", "CLOSED"):
                 pass
+            if answer[0] == "CLOSED":
+                said = answer[2][:60]
+                if refused is not None:
+                    refused[said] = refused.get(said, 0) + 1
+                raise RuntimeError(said)
             said = sign(member, 4702, {"collection": SLUG, "text": f"honest {time.time_ns()}"})
             await client.send(["EVENT", said])
             while (await client.recv(10))[0] != "OK":
@@ -257,8 +264,9 @@ async def memory_attack(
     rest = sampler.now()
     stop = asyncio.Event()
     answers: dict[str, int] = {}
+    refused: dict[str, int] = {}
     with sampler.running():
-        helper = asyncio.create_task(honest(server, member, stop))
+        helper = asyncio.create_task(honest(server, member, stop, refused))
         clients = []
         for n in range(connections):
             client = await Relay.open(server.url, f"/c/{SLUG}", f"127.0.0.{2 + n % 10}")
@@ -280,8 +288,8 @@ async def memory_attack(
         f"4. memory: {connections} connections x {subscriptions} REQs over the evidence, "
         f"{seconds:g} s: RSS +{(sampler.peak - rest) / MiB:.0f} MiB at peak (target: 200 MB); "
         f"server alive: {server.proc is not None and server.proc.poll() is None}; honest "
-        f"member served {served} of {asked} (slowest {slowest:.1f} s); one attacker was told "
-        f"{answers or 'nothing yet'}",
+        f"member served {served} of {asked} (slowest {slowest:.1f} s; its REQs CLOSED: "
+        f"{refused or 'none'}); one attacker was told {answers or 'nothing yet'}",
         flush=True,
     )
 

@@ -85,6 +85,7 @@ async def open_relay(
     watched = metrics.POOLS.watch({"relay": reads})
     hub = Hub(StoredEvents(pool))
     memory = ProcessBudget(memory_bytes)
+    metrics.RELAY_MEMORY.set_function(lambda: memory.used)  # this process's relay
     feed = CommitFeed(
         database_url,
         pool,
