@@ -107,24 +107,47 @@ class Relay:
         await self.ws.close()
 
 
+METRICS_TOKEN: Final = "bench-" * 5
+
+
 class Sampler:
-    """The server's resident memory (own and children) every 50 ms: the peak above a base."""
+    """The server's resident memory (own and children) every 50 ms: the peak above a base; and
+    what its relay's budget counts (`tms_relay_memory_bytes`, from /metrics) every 200 ms."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
         self.peak = 0
+        self.counted = 0  # the budget's peak
         self._stop = threading.Event()
 
     def now(self) -> int:
         own, children, _ = self.server.memory()
         return own + children
 
+    def budget(self, http: httpx.Client) -> int:
+        try:
+            text = http.get(
+                f"{self.server.url}/metrics",
+                headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+            ).text
+        except httpx.HTTPError:
+            return 0
+        for line in text.splitlines():
+            if line.startswith("tms_relay_memory_bytes "):
+                return int(float(line.split()[1]))
+        return 0
+
     @contextmanager
     def running(self) -> Iterator[Sampler]:
         def sample() -> None:
-            while not self._stop.is_set():
-                self.peak = max(self.peak, self.now())
-                time.sleep(0.05)
+            with httpx.Client(timeout=5) as http:
+                n = 0
+                while not self._stop.is_set():
+                    self.peak = max(self.peak, self.now())
+                    if n % 4 == 0:
+                        self.counted = max(self.counted, self.budget(http))
+                    n += 1
+                    time.sleep(0.05)
 
         thread = threading.Thread(target=sample, daemon=True)
         thread.start()
@@ -286,7 +309,8 @@ async def memory_attack(
             await client.close()
     print(
         f"4. memory: {connections} connections x {subscriptions} REQs over the evidence, "
-        f"{seconds:g} s: RSS +{(sampler.peak - rest) / MiB:.0f} MiB at peak (target: 200 MB); "
+        f"{seconds:g} s: RSS +{(sampler.peak - rest) / MiB:.0f} MiB at peak (target: 200 MB), "
+        f"the relay's budget held {sampler.counted / MiB:.0f} MiB at peak; "
         f"server alive: {server.proc is not None and server.proc.poll() is None}; honest "
         f"member served {served} of {asked} (slowest {slowest:.1f} s; its REQs CLOSED: "
         f"{refused or 'none'}); one attacker was told {answers or 'nothing yet'}",
@@ -513,7 +537,9 @@ def main() -> None:
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-attacks-subs-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
-        env.update(TMS_DATA_DIR=str(Path(tmp) / "data"), TMS_EMBED="off")
+        env.update(
+            TMS_DATA_DIR=str(Path(tmp) / "data"), TMS_EMBED="off", TMS_METRICS_TOKEN=METRICS_TOKEN
+        )
         server = Server(env, Path(tmp) / "server.log")
         print(f"tms serve answered /healthz after {server.start():.1f} s", flush=True)
         try:

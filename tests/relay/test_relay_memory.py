@@ -586,3 +586,111 @@ async def test_what_a_client_leaves_unread_in_the_servers_buffer_counts(db_url: 
             for client in clients:  # they read nothing, not even a close: dropped
                 client.ws.transport.abort()
                 await asyncio.wait_for(client.ws.wait_closed(), 10)  # before the server stops
+
+
+async def test_room_for_a_stored_message_is_taken_as_it_is_found(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three clients that read nothing, four stored answers each over 1.9 MB evidence, on a
+    relay whose connections may hold 4 MiB in all; the large contents' reads are held until
+    every answer that may read one has begun its read. Each read begins with room for its
+    whole size already held, and the budget never holds more than itself and one message
+    (before, each answer found room for 64 KiB, all twelve found it, and then queued 1.9 MB
+    each: a hundred such clients held twice the budget)."""
+    await seed(db_url)
+    texts = [evidence(MEMBER, "rel", f"{n} {time.time_ns()} {LARGE}") for n in range(4)]
+    await publish(db_url, texts)
+    size = len(json.dumps(texts[0]))
+    budget = 4 * 1024 * 1024
+
+    async def never_reads(text: str) -> None:
+        if text.startswith('["EVENT"'):
+            await asyncio.Event().wait()
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=budget) as relay,
+    ):
+        await relay.feed.ready.wait()
+        memory = relay.memory
+        peak, held_at_read = [0], []
+        take = memory.take
+
+        def counted(size: int) -> None:
+            take(size)
+            peak[0] = max(peak[0], memory.used)
+
+        monkeypatch.setattr(memory, "take", counted)
+        go = asyncio.Event()
+        load = relay.stored.stored
+
+        async def held_load(row: Any) -> Stored:
+            if row["content"] is None:  # a large content, about to be read
+                held_at_read.append(memory.used)
+                await go.wait()
+            return await load(row)
+
+        monkeypatch.setattr(relay.stored, "stored", held_load)
+        conns = [
+            Connection(
+                relay, never_reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+            )
+            for _ in range(3)
+        ]
+        for conn in conns:
+            await conn.open()
+            for sub in "abcd":
+                await conn.handle(json.dumps(["REQ", sub, {"kinds": [4701]}]))
+        await until(lambda: len(held_at_read) >= 2)
+        assert all(used >= size for used in held_at_read), held_at_read
+        go.set()
+        await until(lambda: sum(conn.outbox.queued_bytes > 0 for conn in conns) >= 2)
+        await asyncio.sleep(0.5)  # the answers that would overfill it, were there any
+        assert peak[0] <= budget + 2 * size, (peak[0], budget)
+        for conn in conns:
+            await conn.close()
+        assert memory.used == 0
+
+
+async def test_room_held_by_another_read_of_the_connection_is_not_a_stall(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that reads everything at once, two stored answers over 1.9 MB evidence: while
+    one holds room for its message and its read is slow (held here past the stall's clock),
+    the other waits for that room without counting it against the client, who has nothing
+    unread: both answers end in EOSE, and nobody is told they are behind."""
+    await seed(db_url)
+    texts = [evidence(MEMBER, "rel", f"{n} {time.time_ns()} {LARGE}") for n in range(2)]
+    await publish(db_url, texts)
+    monkeypatch.setattr("tms.relay.outbox.STALL_SECONDS", 0.2)
+    got: list[list[Any]] = []
+
+    async def reads(text: str) -> None:
+        got.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        load = relay.stored.stored
+
+        async def slow_load(row: Any) -> Stored:
+            if row["content"] is None:
+                await asyncio.sleep(0.6)  # three times the stall's clock
+            return await load(row)
+
+        monkeypatch.setattr(relay.stored, "stored", slow_load)
+        conn = Connection(
+            relay, reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        for sub in "ab":
+            await conn.handle(json.dumps(["REQ", sub, {"kinds": [4701]}]))
+        await until(lambda: sum(m[0] == "EOSE" for m in got) == 2, 30)
+        assert [m for m in got if m[0] in ("NOTICE", "CLOSED")] == []
+        ids = {e["id"] for e in texts}
+        for sub in "ab":
+            assert {m[2]["id"] for m in got if m[:2] == ["EVENT", sub]} >= ids
+        await conn.close()
+        assert relay.memory.used == 0

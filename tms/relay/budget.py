@@ -60,6 +60,12 @@ class ProcessBudget:
             self._freed.clear()
             await self._freed.wait()
 
+    async def below(self) -> None:
+        """Until the budget is no longer full."""
+        while self.full:
+            self._freed.clear()
+            await self._freed.wait()
+
     async def live_room(self, size: int) -> None:
         """Until `size` more bytes of live events fit, or no live event is held: what the
         commit feed waits for before it hands more over (`tms.ledger.read.feed`). Only live

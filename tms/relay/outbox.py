@@ -20,8 +20,10 @@ Three kinds of message, three rules:
   prompt clients when the feed fetched two batches of the largest body together.);
 - a stored event waits for room before it is read and queued (`room`): within the
   connection's `STORED_WINDOW_BYTES` (a client that reads nothing for `STALL_SECONDS` is
-  behind) and within the process's budget, so that stored answers, each read anew from the
-  database, never add up past it by more than one message each;
+  behind) and within the process's budget, and the room it finds is held for it until it is
+  queued, so that stored answers, each read anew from the database, never add up past the
+  process's budget by more than one message in all (when each took room only once it had
+  read its message, a hundred that found room at once passed it by a hundred messages);
 - anything else (OK, EOSE, CLOSED, NOTICE) is small and is queued at once, up to
   `OUTBOX_MESSAGES` messages or the connection's budget.
 
@@ -44,7 +46,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 from tms.relay import messages
 from tms.relay.budget import Budget, Shared, size_of
@@ -125,6 +127,8 @@ class Outbox:
         self.ending: str | None = None  # why the connection must end, once it must
         self.ended = asyncio.Event()
         self._stopped = False  # nothing is queued any more (an answer after the close)
+        self._held: dict[asyncio.Task[Any], int] = {}  # room held for a stored message, by task
+        self._holding = 0  # their sum: in the stored window, not queued yet
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write(), name="tms-relay-writer")
@@ -142,6 +146,8 @@ class Outbox:
             self._timer.cancel()
         self._stopped = True
         self._clear()
+        for task in list(self._held):  # a CLOSEd answer not yet ended: it holds nothing more
+            self._let_go_room(task)
 
     @property
     def queued_bytes(self) -> int:
@@ -189,21 +195,67 @@ class Outbox:
     async def room(self, size: int) -> bool:
         """Until a stored message of about `size` bytes may be read and queued: the client has
         read what was queued ahead of it, and the process has room. False when the connection
-        ends meanwhile (or the client reads nothing for `STALL_SECONDS`: it is then behind)."""
-        if self._bytes[_STORED] > 0 and self._bytes[_STORED] + size > STORED_WINDOW_BYTES:
-            self._room.clear()
-            try:
-                await asyncio.wait_for(self._room.wait(), STALL_SECONDS)
-            except TimeoutError:
-                self.behind(f"a stored answer was not read for {STALL_SECONDS:g} s")
-        if self.ending is None:
-            await self.budget.process.room(size)
-        return self.ending is None
+        ends meanwhile (or the client reads nothing for `STALL_SECONDS`: it is then behind).
+
+        True holds `size` bytes for the calling task's message, in the connection's window and
+        its budget and the process's, until it queues it (`send_stored`), asks room for another,
+        or ends: room is taken as it is found, so that the many stored answers that wait for it
+        at once cannot all find it and then all fill it (the process's budget once held twice
+        its size for a hundred connections that did not read). The process's budget is passed
+        by one message at most: the one that finds it not yet full. Room held by another read
+        of this connection is waited for without the stall's clock: it is not the client's
+        doing that the message is not queued yet."""
+        self._let_go_room()
+        process = self.budget.process
+        while self.ending is None and not self._stopped:
+            ahead = self._bytes[_STORED] + self._holding
+            if ahead > 0 and ahead + size > STORED_WINDOW_BYTES:
+                self._room.clear()
+                if self._bytes[_STORED] == 0:  # only room held, nothing queued unread
+                    await self._room.wait()
+                    continue
+                try:  # not wait_for: on 3.11 it swallows a CLOSE's cancel that meets the room
+                    async with asyncio.timeout(STALL_SECONDS):
+                        await self._room.wait()
+                except TimeoutError:
+                    self.behind(f"a stored answer was not read for {STALL_SECONDS:g} s")
+                continue
+            if process.full:  # room is found while some is left, and taken whole at once
+                await process.below()
+                continue
+            self._hold_room(size)
+            return True
+        return False
 
     def send_stored(self, message: str, filed: Filed) -> None:
         """Queue a stored event, once `room` said so (whatever its size: one may pass)."""
+        self._let_go_room()
         if self.ending is None:
             self._put(_Item(_STORED, message, size_of(message), None, filed))
+
+    def _hold_room(self, size: int) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if task not in self._held:  # once per task, however many messages it queues
+            task.add_done_callback(self._task_ended)
+        self._held[task] = size
+        self._holding += size
+        self.budget.take(size)
+
+    def _let_go_room(self, task: asyncio.Task[Any] | None = None) -> None:
+        """What `room` held for `task` (the current one), once it queued, asked again or ended."""
+        key = task if task is not None else asyncio.current_task()
+        size = 0 if key is None else self._held.get(key, 0)
+        if key is not None and size:
+            self._held[key] = 0
+            self._holding -= size
+            self.budget.give(size)
+            if self._bytes[_STORED] + self._holding <= STORED_WINDOW_BYTES // 2:
+                self._room.set()
+
+    def _task_ended(self, task: asyncio.Task[Any]) -> None:
+        self._let_go_room(task)
+        del self._held[task]
 
     def behind(self, why: str) -> None:
         """The client does not read: drop what waits, and end with a NOTICE saying why."""

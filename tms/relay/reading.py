@@ -178,11 +178,11 @@ class Reading:
         self, sub_id: str, scope: Scope, row: Any, sent: set[str], readable: frozenset[Slug]
     ) -> None:
         """One stored event, once there is room for it, if the key may still read it then. A
-        large content is read only once there is room (its size is known only then), by at
-        most `BIG_LOADS` at once in the process, and queued at once: nothing large waits in
-        memory for a client to read."""
+        large content is read only once there is room for its size (the row's), by at most
+        `BIG_LOADS` at once in the process, and queued at once: nothing large waits in memory
+        for a client to read."""
         if row["content"] is None:
-            if not await self.outbox.room(BIG_BYTES):
+            if not await self.outbox.room(row["size"]):
                 return
             async with self.relay.loads:
                 stored = await self.relay.stored.stored(row)
