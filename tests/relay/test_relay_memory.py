@@ -694,3 +694,34 @@ async def test_room_held_by_another_read_of_the_connection_is_not_a_stall(
             assert {m[2]["id"] for m in got if m[:2] == ["EVENT", sub]} >= ids
         await conn.close()
         assert relay.memory.used == 0
+
+
+async def test_a_page_larger_than_the_process_budget_is_sent_not_waited_on(db_url: str) -> None:
+    """A page of 30 contents of 60 KB, each read with its row (1.8 MB in all), on a relay whose
+    connections may hold 1 MiB: the page's rows are in the budget already, so sending them
+    waits for the client only (before, each row waited for the process to have room, which
+    only the page itself held: pages that filled the budget waited for each other for ever,
+    and every stored answer of the process with them)."""
+    await seed(db_url)
+    T = now() - 100
+    rows = [evidence(MEMBER, "rel", f"row {n} {MEDIUM[:60_000]}", created_at=T) for n in range(30)]
+    await publish(db_url, rows)
+    got: list[list[Any]] = []
+
+    async def reads(text: str) -> None:
+        got.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=1024 * 1024) as relay,
+    ):
+        await relay.feed.ready.wait()
+        conn = Connection(
+            relay, reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        await conn.handle(json.dumps(["REQ", "page", {"kinds": [4701]}]))
+        await until(lambda: ["EOSE", "page"] in got, 20)
+        assert {m[2]["id"] for m in got if m[0] == "EVENT"} >= {e["id"] for e in rows}
+        await conn.close()
+        assert relay.memory.used == 0

@@ -192,10 +192,13 @@ class Outbox:
             self.behind_seconds - waited, self._late
         )
 
-    async def room(self, size: int) -> bool:
+    async def room(self, size: int, counted: bool = False) -> bool:
         """Until a stored message of about `size` bytes may be read and queued: the client has
         read what was queued ahead of it, and the process has room. False when the connection
         ends meanwhile (or the client reads nothing for `STALL_SECONDS`: it is then behind).
+        `counted`: its bytes are in the budget already (a page's row, read with the page), so
+        only the connection's window is waited for, not the process's: pages that filled the
+        process's budget would otherwise each wait for the others to let go, for ever.
 
         True holds `size` bytes for the calling task's message, in the connection's window and
         its budget and the process's, until it queues it (`send_stored`), asks room for another,
@@ -220,7 +223,7 @@ class Outbox:
                 except TimeoutError:
                     self.behind(f"a stored answer was not read for {STALL_SECONDS:g} s")
                 continue
-            if process.full:  # room is found while some is left, and taken whole at once
+            if process.full and not counted:  # found while some is left, taken whole at once
                 await process.below()
                 continue
             self._hold_room(size)

@@ -188,8 +188,8 @@ class Reading:
                 stored = await self.relay.stored.stored(row)
             self._queue(sub_id, scope, stored, sent, readable)
             return
-        stored = await self.relay.stored.stored(row)  # its content is in the row
-        if await self.outbox.room(size_of(row["content"])):
+        stored = await self.relay.stored.stored(row)  # its content is in the row, counted
+        if await self.outbox.room(size_of(row["content"]), counted=True):
             self._queue(sub_id, scope, stored, sent, readable)
 
     def _queue(
