@@ -24,17 +24,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import os
 import random
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 from coincurve import PublicKeyXOnly
+from profiling import CpuClock, PgPerf, Spy
 from serving import HEADERS, Server, Signer, compact
 
 from tms.nostr.events import Event
@@ -77,19 +79,37 @@ def claim(signer: Signer, collection: str) -> dict[str, Any]:
     return signer.sign(4702, {"collection": collection, "text": text()})
 
 
-async def one_client(url: str, signer: Signer, count: int) -> int:
+LIST_TOOLS: Final = compact({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+
+
+async def one_client(url: str, signer: Signer, count: int, *, floor: bool = False) -> int:
+    """`count` one-claim publishes one after another; with `floor`, each followed by a
+    `tools/list` (which touches no database), timed the same way, for the ratio."""
     bodies = [body([claim(signer, "bench")]) for _ in range(count)]
     times = []
+    listed = []
     async with httpx.AsyncClient(timeout=60) as http:
         for data in bodies:
             started = time.perf_counter()
             await post(http, url, data)
             times.append((time.perf_counter() - started) * 1000)
+            if floor:
+                started = time.perf_counter()
+                response = await http.post(f"{url}/mcp", content=LIST_TOOLS, headers=HEADERS)
+                assert response.status_code == 200
+                listed.append((time.perf_counter() - started) * 1000)
     times = times[count // 10 :]  # the first calls warm the server up
     print(
         f"2. one client, one claim a call: p50 {pct(times, 0.5):.2f} ms, "
         f"p99 {pct(times, 0.99):.2f} ms ({len(times)} calls)   (target p50 <= 3 ms)"
     )
+    if floor:
+        listed = listed[count // 10 :]
+        print(
+            f"   tools/list between them: p50 {pct(listed, 0.5):.2f} ms, p99 "
+            f"{pct(listed, 0.99):.2f} ms; publish / tools/list p50 "
+            f"{pct(times, 0.5) / pct(listed, 0.5):.2f}x   (target <= 1.5x)"
+        )
     return count
 
 
@@ -193,9 +213,14 @@ async def fill(url: str, signer: Signer, total: int) -> None:
             have += 1000
 
 
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def run(ns: argparse.Namespace, tmp: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
+    parts = set(ns.parts.split(","))
     server = Server(env, tmp / "server.log")
     fresh = server.start()
     server.stop()
@@ -207,6 +232,20 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
         flush=True,
     )
     signer = Signer()
+
+    @contextlib.contextmanager
+    def profiled(name: str) -> Iterator[None]:
+        where = ns.profile
+        spied = None if where is None else where / f"publish-{name}.txt"
+        perfed = None if where is None else where / f"publish-{name}.perf"
+        native = None if where is None else where / f"publish-{name}-server.perf"
+        with (
+            Spy(server.pid, spied),
+            PgPerf(server.data_dir, perfed),
+            PgPerf(server.data_dir, native, server.pid),
+        ):
+            yield
+
     try:
         server.approve(signer.key.pubkey)
         agreed = signer.sign(4706, server.agreement())
@@ -215,11 +254,24 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
         ]
         asyncio.run(_setup(server.url, [agreed, claim(signer, "bench"), *collections]))
         count = 1  # events in "bench" so far
-        count += asyncio.run(one_client(server.url, signer, ns.calls))
-        count += asyncio.run(many_clients(server.url, signer, ns.seconds, 1))
-        asyncio.run(many_clients(server.url, signer, ns.seconds, 16))
-        count += asyncio.run(batches(server.url, signer, ns.batches))
-        for total in (10_000, 300_000):
+        clock = CpuClock(server.pid, server.data_dir)
+        if "one" in parts:
+            asyncio.run(one_client(server.url, signer, 100))  # warm-up
+            count += 100
+            with profiled("one"):
+                clock.restart()
+                count += asyncio.run(one_client(server.url, signer, ns.calls, floor=True))
+                print(f"   load {load()}; {clock.per(ns.calls, 'publish and tools/list')}")
+        if "many" in parts:
+            count += asyncio.run(many_clients(server.url, signer, ns.seconds, 1))
+            asyncio.run(many_clients(server.url, signer, ns.seconds, 16))
+            print(f"   load {load()}")
+        if "batches" in parts:
+            with profiled("batches"):
+                clock.restart()
+                count += asyncio.run(batches(server.url, signer, ns.batches))
+                print(f"   load {load()}; {clock.per(ns.batches * 1000)}")
+        for total in (10_000, 300_000) if "export" in parts else ():
             if count < total:
                 asyncio.run(fill(server.url, signer, total - count))
                 count = total
@@ -241,6 +293,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500, help="one-client publishes (500)")
     parser.add_argument("--seconds", type=float, default=10, help="16-client runs (10 s each)")
     parser.add_argument("--batches", type=int, default=10, help="1,000-claim batches (10)")
+    parser.add_argument(
+        "--parts", default="one,many,batches,export", help="which parts to run (all four)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="record the server with py-spy during parts 2 and 4, into this directory",
+    )
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-bench-publish-") as tmp:
         run(ns, Path(tmp))

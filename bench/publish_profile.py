@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg.connection
 import asyncpg.transaction
 import uvicorn
 import uvloop
@@ -85,19 +86,62 @@ def timed(owner: Any, name: str, label: str) -> None:
     setattr(owner, name, wrapper)
 
 
+PLANS: list[str] = []
+
+
+def explain(after: int) -> None:
+    """`EXPLAIN (ANALYZE, BUFFERS)` of the snapshot and the write of one group commit: the
+    first after `after` requests (within the same transaction, on the same connection, with the
+    same generic plans). The plan of the write is taken by running it under EXPLAIN ANALYZE
+    (which inserts and announces as the statement does); the snapshot is read again after its
+    plan."""
+    original_fetch = asyncpg.connection.Connection.fetch
+    original_fetchval = asyncpg.connection.Connection.fetchval
+    wanted = {"snapshot": "json_build_object(", "write": "INSERT INTO events"}
+
+    def due(sql: str) -> str | None:
+        if CALLS[REQUEST] < after:
+            return None
+        for name, mark in wanted.items():
+            if mark in sql and not any(plan.startswith(name) for plan in PLANS):
+                return name
+        return None
+
+    async def plan_of(conn: Any, name: str, sql: str, args: tuple[Any, ...]) -> None:
+        rows = await original_fetch(conn, f"EXPLAIN (ANALYZE, BUFFERS) {sql}", *args)
+        PLANS.append(f"{name}:\n" + "\n".join(row[0] for row in rows))
+
+    async def fetch(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        name = due(sql)
+        if name == "write":
+            await plan_of(self, name, sql, args)
+            return []  # what it wrote is announced by the statement itself
+        return await original_fetch(self, sql, *args, **kwargs)
+
+    async def fetchval(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        name = due(sql)
+        if name == "snapshot":
+            await plan_of(self, name, sql, args)
+        return await original_fetchval(self, sql, *args, **kwargs)
+
+    asyncpg.connection.Connection.fetch = fetch  # type: ignore[method-assign]
+    asyncpg.connection.Connection.fetchval = fetchval  # type: ignore[method-assign]
+
+
 def instrument() -> None:
     timed(mcp_http.McpFront, "__call__", REQUEST)
     timed(service.Ledger, "submit", "Ledger.submit")
     timed(service, "_parse_off_loop", "  parse and verify")
     timed(service.Ledger, "_committed", "  group commit (queue + transaction)")
-    timed(asyncpg.transaction.Transaction, "start", "    begin")
-    timed(commits, "lock", "    lock")
-    timed(snapshots, "snapshot", "    snapshot (with the log's state)")
+    timed(asyncpg.transaction.Transaction, "start", "    begin (Citus)")
+    timed(writes, "hold_locks", "    lock (Citus)")
+    timed(asyncpg.connection.Connection, "execute", "    unlock (or begin and commit)")
+    timed(snapshots, "snapshot", "    locks and snapshot (with the log's state)")
     timed(snapshots, "quotes", "    quotes")
     timed(commits, "judge", "    judge")
     timed(tlog.TransparencyLog, "prepare", "    the log: hash and sign")
     timed(writes, "write", "    write (with the log's rows)")
-    timed(asyncpg.transaction.Transaction, "_Transaction__commit", "    commit")
+    timed(asyncpg.transaction.Transaction, "_Transaction__commit", "    commit (Citus)")
     original = commits.GroupCommitter._commit_group
 
     async def counted(self: commits.GroupCommitter, group: list[Any]) -> None:
@@ -138,7 +182,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="one-client publishes (1000)")
     parser.add_argument("--clients", type=int, choices=(1, 16), default=1)
     parser.add_argument("--seconds", type=float, default=10, help="with --clients 16 (10 s)")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print the plans of the snapshot and write statements (EXPLAIN ANALYZE, BUFFERS) "
+        "of one transaction half-way through",
+    )
     ns = parser.parse_args()
+    if ns.explain:
+        explain(ns.calls // 2)
     instrument()
     with tempfile.TemporaryDirectory(prefix="tms-profile-") as tmp:
         settings = Settings.from_env({"TMS_DATA_DIR": tmp, "TMS_EMBED": "off", **UNLIMITED})
@@ -190,6 +242,8 @@ def main() -> None:
     for label in LABELS:
         print(f"{SPENT[label] / requests * 1000:9.2f}  {label}  ({CALLS[label]:,} calls)")
     print("groups the committer formed (batches: how many):", dict(sorted(GROUPS.items())))
+    for plan in PLANS:
+        print(f"\n{plan}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from typing import Any, Final
 
 import asyncpg
 import httpx
+from profiling import CpuClock, PgPerf, Spy
 from serving import Server, Signer, call, free_port
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -51,6 +52,10 @@ from tms.store.database import embedded_url, start_embedded
 WINDOW: Final = 16  # un-acknowledged events per connection
 COMPETITOR: Final = "nostr-relay==1.14"
 VENV: Final = Path.home() / ".cache" / "tms-bench" / "nostr-relay-1.14"
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -104,6 +109,16 @@ async def write_run(
     runs = (writer(url, share, acks, window) for share in shares)
     accepted = sum(await asyncio.gather(*runs))
     return len(events) / (time.perf_counter() - started), acks, accepted
+
+
+async def counted_write_run(
+    database_url: str, url: str, events: list[dict[str, Any]], connections: int, window: int
+) -> tuple[float, list[float], int, int]:
+    """`write_run`, and how many transactions committed the events (a notification each)."""
+    async with Commits(database_url) as commits:
+        rate, acks, accepted = await write_run(url, events, connections, window)
+        await asyncio.sleep(0.2)
+    return rate, acks, accepted, len(commits.ranges)
 
 
 # --- nostr-relay ---------------------------------------------------------------------------------
@@ -370,7 +385,7 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
     parts = set(ns.parts.split(","))
     server = Server(env, tmp / "server.log")
     server.start()
-    competitor = NostrRelay(tmp) if "writes" in parts else None
+    competitor = NostrRelay(tmp) if "writes" in parts and not ns.tms_only else None
     signer = Signer()
     try:
         server.approve(signer.key.pubkey)
@@ -387,9 +402,13 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                 },
             )
         tms_url = server.url.replace("http", "ws") + "/c/bench"
-        runs = ((16, ns.events, WINDOW), (1, ns.events // 4, WINDOW), (1, ns.events // 8, 1))
-        for connections, count, window in runs if competitor is not None else ():
-            assert competitor is not None
+        database_url = asyncio.run(_database_url(tmp / "data"))
+        sizes = {(16, 16): ns.events, (1, 16): ns.events // 4, (1, 1): ns.events // 8}
+        runs = []
+        for run_name in ns.runs.split(","):
+            c, w = (int(x) for x in run_name.split("x"))
+            runs.append((c, sizes.get((c, w), ns.events // 4), w))
+        for connections, count, window in runs if "writes" in parts else ():
             events = [
                 signer.sign(
                     4702,
@@ -398,21 +417,45 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
                 for n in range(count)
             ]
             figures = []
-            for name, url in (("nostr-relay", competitor.url), ("TMS", tms_url)):
-                rate, acks, accepted = asyncio.run(write_run(url, events, connections, window))
+            sides = [("TMS", tms_url, server.pid, tmp / "data")]
+            if not ns.tms_only:
+                sides.insert(0, ("nostr-relay", competitor.url, competitor.proc.pid, tmp / "none"))
+            for name, url, pid, data in sides:
+                clock = CpuClock(pid, data, with_children=name != "TMS")
+                spied = perfed = native = None
+                if ns.profile is not None and name == "TMS":
+                    spied = ns.profile / f"relay-c{connections}-w{window}.txt"
+                    perfed = ns.profile / f"relay-c{connections}-w{window}.perf"
+                    native = ns.profile / f"relay-c{connections}-w{window}-server.perf"
+                with Spy(pid, spied), PgPerf(data, perfed), PgPerf(data, native, pid):
+                    clock.restart()
+                    if name == "TMS":
+                        rate, acks, accepted, commits = asyncio.run(
+                            counted_write_run(database_url, url, events, connections, window)
+                        )
+                    else:
+                        rate, acks, accepted = asyncio.run(
+                            write_run(url, events, connections, window)
+                        )
+                        commits = 0
+                    cpu = clock.per(len(events))
+                if commits:
+                    cpu += f"; {len(events) / commits:.1f} events per transaction"
                 figures.append(rate)
                 print(
                     f"1. C={connections:<2} window {window:<2} {name:<11}: {rate:,.0f} events/s, "
                     f"ack p50 {ms(acks, 0.5)}, p99 {ms(acks, 0.99)}, "
-                    f"{accepted:,} of {len(events):,} accepted",
+                    f"{accepted:,} of {len(events):,} accepted, load {load()}\n   {cpu}",
                     flush=True,
                 )
             target = (
-                "   (target >= 2x)" if connections == 16 else "   (target: TMS ack p50 <= 2 ms)"
+                "   (target >= 7x and >= 6,000 events/s)"
+                if connections == 16
+                else "   (target: TMS ack p50 <= nostr-relay's)"
             )
-            print(f"   TMS / nostr-relay = {figures[1] / figures[0]:.2f}x{target}", flush=True)
+            if len(figures) == 2:
+                print(f"   TMS / nostr-relay = {figures[1] / figures[0]:.2f}x{target}", flush=True)
         if "fanout" in parts:
-            database_url = asyncio.run(_database_url(tmp / "data"))
             fanning = fan_out(server, signer, database_url, ns.subscribers, ns.fanout, ns.procs)
             asyncio.run(fanning)
         if "memory" in parts:
@@ -445,6 +488,18 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=1000, help="idle connections (1,000)")
     parser.add_argument(
         "--parts", default="writes,fanout,memory", help="which parts to run (all three)"
+    )
+    parser.add_argument(
+        "--runs", default="16x16,1x16,1x1", help="the write runs, CxWINDOW (16x16,1x16,1x1)"
+    )
+    parser.add_argument(
+        "--tms-only", action="store_true", help="writes: TMS alone, without nostr-relay"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="record the server with py-spy during each TMS write run, into this directory",
     )
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-bench-relay-") as tmp:

@@ -93,6 +93,15 @@ class Server:
                     raise RuntimeError(f"tms serve did not answer /healthz in {timeout:.0f} s")
                 time.sleep(0.1)
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.env["TMS_DATA_DIR"])
+
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"tms serve exited with code {self.proc.returncode}")

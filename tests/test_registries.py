@@ -3,6 +3,7 @@ refuse a name taken twice at once, with one line naming the sort, the name and b
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -23,13 +24,17 @@ async def _page(request: Any) -> Response:
 def test_a_tool_or_prompt_name_taken_twice_names_both_sides() -> None:
     publish = TOOLS["publish"]
     with pytest.raises(Collision) as caught:
-        TOOLS.register("publish", publish, by="plugin notes")
+        TOOLS.register("publish", publish, by="plugin 'notes'")
     assert str(caught.value) == (
-        "MCP tool 'publish' of plugin notes collides with MCP tool 'publish' of tms"
+        "MCP tool 'publish' of plugin 'notes' collides with MCP tool 'publish' of the core"
     )
-    assert TOOLS["publish"] is publish and TOOLS.registered_by("publish") == "tms"
+    assert TOOLS["publish"] is publish and TOOLS.registered_by("publish") == "the core"
     with pytest.raises(Collision, match="MCP prompt 'briefing' of plugin b collides"):
-        PROMPTS.register("briefing", ("mine", str), by="plugin b")
+        PROMPTS.register("briefing", PROMPTS["claims_pass"], by="plugin b")
+    copied = TOOLS.copy()  # a server's: it grows on its own
+    copied.register("notes", publish, by="plugin 'notes'")
+    assert "notes" in copied and "notes" not in TOOLS
+    assert copied.registered_by("publish") == "the core"
     ours: Registry[int] = Registry("thing")
     ours.register("a", 1, by="plugin a")
     with pytest.raises(
@@ -45,12 +50,15 @@ def test_a_route_answering_what_another_answers_names_both_sides() -> None:
     with pytest.raises(Collision) as caught:
         table.add(Route("/submit", _page, methods=["GET"]), by="plugin pages")
     assert str(caught.value) == (
-        "route 'GET /submit' of plugin pages collides with route 'GET /submit' of tms"
+        "route 'GET /submit' of plugin pages collides with route 'GET /submit' of the core"
     )
     with pytest.raises(Collision, match="route 'WebSocket /' of plugin ws collides"):
         table.add(WebSocketRoute("/", _page), by="plugin ws")
     with pytest.raises(Collision, match="'GET /mcp' of plugin p collides with route 'any method"):
         table.add(Route("/mcp", _page), by="plugin p")
+    # parameters compare by place, whatever their names
+    with pytest.raises(Collision, match=re.escape("'GET /c/{name}/claims/{x}' of plugin p")):
+        table.add(Route("/c/{name}/claims/{x}", _page, methods=["GET"]), by="plugin p")
     # another method on the same path, or another path, is no collision
     table.add(Route("/submit", _page, methods=["DELETE"]), by="plugin pages")
     table.add(Route("/plugins/notes", _page, methods=["GET"]), by="plugin pages")

@@ -3,11 +3,13 @@ service (`tms.runtime`), the relay's shared state (`tms.relay.shared`), the MCP 
 `/mcp` (`tms.mcp`), the pages (`tms.web`), the witness (`tms.witness`), and the one HTTP route
 table every door serves, with the handlers that answer whatever a route raises.
 
-The registries extension code adds to are values here or beside their door, each failing
-start-up loudly on a name taken twice (`tms.registry.Collision`, naming both sides): the route
-table (`ROUTES`, `tms.http.routes.RouteTable`), the MCP tools (`tms.mcp.tools.TOOLS`) and the
-MCP prompts (`tms.mcp.prompts.PROMPTS`). What they hold when `create_app` is called is what the
-app serves.
+The core's registries are values here or beside their door: the route table (`ROUTES`,
+`tms.http.routes.RouteTable`), the MCP tools (`tms.mcp.tools.TOOLS`) and the MCP prompts
+(`tms.mcp.prompts.PROMPTS`). `create_app` serves copies of them to which the enabled plugins'
+routes, tools and prompts are added (`tms.extension.loading.Extensions`), each failing start-up
+loudly on a name or route taken twice (`tms.registry.Collision`, naming both sides). The plugins'
+routes come last, under `/plugins/<name>/`; their hooks' workers and strfry command run for the
+app's lifespan.
 
 The route table, in the order Starlette tries it (each group's own table is its module's
 `ROUTES`):
@@ -63,7 +65,8 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from tms.config import Settings, load_secret
-from tms.errors import TMSError, database_down_types
+from tms.errors import TMSError, database_down_types, one_line
+from tms.extension.loading import Extensions, load_extensions
 from tms.http.bodies import Disconnected, MiB
 from tms.http.gate import Gate
 from tms.http.login import Keyring
@@ -113,20 +116,38 @@ EXCEPTION_HANDLERS: Final = {
 }
 
 
-async def _serve_mcp(runtime: Runtime, front: McpFront, stop: asyncio.Event) -> None:
-    """Build the MCP server and run its session manager until `stop`."""
-    server = await asyncio.to_thread(importlib.import_module, "tms.mcp.server")
-    endpoint, manager = server.http_endpoint(server.build_server(runtime.tools()))
+async def _serve_mcp(
+    runtime: Runtime, extensions: Extensions, front: McpFront, stop: asyncio.Event
+) -> None:
+    """Build the MCP server and run its session manager until `stop`. Should it fail to be
+    built, `/mcp` answers 503 saying so in one line, and the log holds the traceback."""
+    try:
+        server = await asyncio.to_thread(importlib.import_module, "tms.mcp.server")
+        built = server.build_server(runtime.tools(), extensions.prompts_served)
+    except Exception as exc:
+        log.exception("the MCP server could not be built")
+        front.failed(one_line(exc, 200))
+        raise
+    endpoint, manager = server.http_endpoint(built)
     async with manager.run():
         front.serve(endpoint)
         await stop.wait()
 
 
-def create_app(settings: Settings | None = None, *, database_url: str | None = None) -> Starlette:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    database_url: str | None = None,
+    extensions: Extensions | None = None,
+) -> Starlette:
     """The app. The database is `database_url` when given, else the one `settings` name (the
-    embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); the pools, the model
-    and the MCP session manager live as long as the app's lifespan."""
+    embedded server in `TMS_DATA_DIR` unless `TMS_DATABASE_URL` is set); the pools, the model,
+    the MCP session manager and the plugins' workers live as long as the app's lifespan.
+    `extensions`: the enabled plugins, loaded (else those `settings` names, loaded here with the
+    process's environment); a route of theirs taken twice raises `Collision` here."""
     settings = Settings.from_env() if settings is None else settings
+    extensions = load_extensions(settings) if extensions is None else extensions
+    routes = extensions.route_table(ROUTES)
     secret, chosen = load_secret(settings)
     if chosen is not None:
         log.warning("%s", chosen)
@@ -140,7 +161,8 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with (
-            open_runtime(settings, database_url) as runtime,
+            extensions.running(),
+            open_runtime(settings, database_url, extensions=extensions) as runtime,
             open_relay(
                 runtime.services,
                 runtime.database_url,
@@ -158,7 +180,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
             # The MCP SDK loads after the server is up (it takes a good part of a second): /mcp
             # requests that come sooner wait for it, /healthz and the rest answer at once.
             stop = asyncio.Event()
-            mcp = asyncio.create_task(_serve_mcp(runtime, front, stop), name="tms-mcp")
+            mcp = asyncio.create_task(_serve_mcp(runtime, extensions, front, stop), name="tms-mcp")
             try:
                 yield
             finally:
@@ -167,7 +189,7 @@ def create_app(settings: Settings | None = None, *, database_url: str | None = N
                 await front.close()
                 await door.close()
 
-    app = Starlette(routes=list(ROUTES), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(routes=list(routes), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.state.settings = settings
     app.state.door = door
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)

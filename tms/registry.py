@@ -1,7 +1,8 @@
 """Named things of one sort, each registered once: the MCP tools, the MCP prompts, the HTTP
-routes. The core fills them when its modules load; extension code adds to the same values
-(`tms.app` assembles the application from them), and a name taken twice is a loud start-up
-error naming both sides, never one silently shadowing the other.
+routes, and the plugins' own names and single-slot seams. The core fills its registries when its
+modules load; a server's copy (`copy`) takes the enabled plugins' entries (`tms.extension`), and
+a name taken twice is a loud start-up error naming both sides, never one silently shadowing the
+other. This is the one way a collision is found and said, whoever collides with whom.
 
 Pure: nothing here knows what is registered.
 """
@@ -13,13 +14,21 @@ from typing import Final, Generic, TypeVar
 
 from tms.errors import ConfigError
 
-CORE: Final = "tms"  # who registers the core's own entries
+CORE: Final = "the core"  # who registers the core's own entries
+
+
+def by_plugin(name: str) -> str:
+    """Who registers a plugin's entries, as a collision names it."""
+    return f"plugin '{name}'"
+
 
 T = TypeVar("T")
 
 
 class Collision(ConfigError):
-    """A name registered twice: says which sort, which name, and both who registered it."""
+    """A name registered twice: one line saying which sort, which name, and both who registered
+    it (`MCP tool 'stats' of plugin 'b' collides with MCP tool 'stats' of plugin 'a'`); start-up
+    stops with it (`tms: ` before it)."""
 
     def __init__(
         self, sort: str, name: str, first: str, second: str, taken: str | None = None
@@ -38,14 +47,14 @@ class Registry(Mapping[str, T], Generic[T]):
     """A read-only mapping from names to entries, which only grows, through `register`."""
 
     def __init__(self, sort: str) -> None:
-        """`sort`: what the entries are, as a collision names them ("MCP tool")."""
+        """`sort`: what the entries are, as a collision names it ("MCP tool")."""
         self.sort = sort
         self._entries: dict[str, T] = {}
         self._by: dict[str, str] = {}
 
     def register(self, name: str, entry: T, *, by: str = CORE) -> T:
-        """Add `entry` under `name`, registered `by` (the core, or a plugin's name); a name
-        already taken raises `Collision`, naming both sides."""
+        """Add `entry` under `name`, registered `by` (the core, or a plugin: `by_plugin`); a
+        name already taken raises `Collision`, naming both sides."""
         if name in self._entries:
             raise Collision(self.sort, name, self._by[name], by)
         self._entries[name] = entry
@@ -54,6 +63,14 @@ class Registry(Mapping[str, T], Generic[T]):
 
     def registered_by(self, name: str) -> str:
         return self._by[name]
+
+    def copy(self) -> Registry[T]:
+        """A registry holding what this one holds, each entry by whom it was registered, that
+        grows on its own: a server's, to which its plugins add, leaving the core's untouched."""
+        copied: Registry[T] = Registry(self.sort)
+        copied._entries = dict(self._entries)
+        copied._by = dict(self._by)
+        return copied
 
     def __getitem__(self, name: str) -> T:
         return self._entries[name]

@@ -1,5 +1,8 @@
 """The running service, assembled once for every front door (the HTTP app and `tms stdio`):
-database pools, the embedding model, the vector catch-up and the tools over them.
+database pools, the embedding model, the vector catch-up and the tools over them, with the
+enabled plugins wired in (`tms.extension`): their write policies on the ledger's one path, their
+read filters before the relay's and the tools' reads, their after-commit hooks told of each
+commit, their tools beside the core's.
 
 Start-up fails loudly on a misconfiguration (a database that cannot be reached, a model file
 whose checksum is wrong) rather than serving half a product.
@@ -11,10 +14,10 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
 
 import asyncpg
 
@@ -30,9 +33,9 @@ from tms.ledger.access import Access
 from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.ledger.write import anchors, claim_keys
-from tms.mcp.tools import Tools
+from tms.mcp.tools import TOOLS, Tool, Tools
 from tms.nostr.events import SecretKey
-from tms.rules.admission import Door
+from tms.rules.admission import Admission, CommitHook, Door, ReadCheck
 from tms.search.model import Embedder
 from tms.search.pgvector import ensure_vector_index
 from tms.search.search import VECTORS_STARTING
@@ -52,6 +55,23 @@ POOL_CLOSE_SECONDS: Final = 10.0
 VECTORS_RETRY_SECONDS: Final = 1.0  # starting vector search, while the database is down
 
 
+class Plugins(Protocol):
+    """What the runtime wires in of the enabled plugins (`tms.extension.loading.Extensions`):
+    each seam None when no plugin fills it, and the tools the doors serve."""
+
+    @property
+    def write_policy(self) -> Admission | None: ...
+
+    @property
+    def reads_check(self) -> ReadCheck | None: ...
+
+    @property
+    def commit_hook(self) -> CommitHook | None: ...
+
+    @property
+    def tools_served(self) -> Mapping[str, Tool[Any, Any]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Runtime:
     ledger: Ledger
@@ -61,6 +81,7 @@ class Runtime:
     database_url: str  # for what needs a connection of its own (the relay's commit feed)
     exports: Exports  # the HTTP door's export slots and pace (TMS_MAX_EXPORTS)
     witness: WitnessService  # this server as a witness of other logs (tms.witness)
+    registry: Mapping[str, Tool[Any, Any]] = field(default_factory=lambda: TOOLS)  # with plugins'
 
     @property
     def access(self) -> Access:
@@ -75,7 +96,13 @@ class Runtime:
     ) -> Tools:
         """The tools as `door` serves them (MCP over HTTP, or stdio with its `signer` and what
         a call without a `request` is told, `unsigned_hint`)."""
-        return Tools(self.services, signer=signer, door=door, unsigned_hint=unsigned_hint)
+        return Tools(
+            self.services,
+            signer=signer,
+            door=door,
+            tools=self.registry,
+            unsigned_hint=unsigned_hint,
+        )
 
 
 @functools.cache
@@ -86,13 +113,19 @@ def load_embedder(config: EmbeddingConfig) -> Embedder:
 
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings, database_url: str | None = None, *, model_first: bool = False
+    settings: Settings,
+    database_url: str | None = None,
+    *,
+    model_first: bool = False,
+    extensions: Plugins | None = None,
 ) -> AsyncIterator[Runtime]:
     """Everything the doors need, for as long as the block lasts. The database is
     `database_url` when given, else `TMS_DATABASE_URL`, else the embedded PostgreSQL in
     `TMS_DATA_DIR`, which is then watched and restarted should it stop. The embedding model
     loads in the background unless `model_first` (a door with no one waiting on it to start,
-    such as stdio, may as well have vectors from its first call)."""
+    such as stdio, may as well have vectors from its first call). `extensions`: the enabled
+    plugins, loaded (`tms.extension.load_extensions`); their hooks' workers and strfry command
+    run for as long as the caller says (`Extensions.running`), not here."""
     async with AsyncExitStack() as stack:
         # Meeting the database down is one line in the log, and its return another.
         outage = Outage()
@@ -152,6 +185,9 @@ async def open_runtime(
             refusals=refusals,
             outage=outage,
             witnesses=witnessing.policy,
+            admission=None if extensions is None else extensions.write_policy,
+            read_filter=None if extensions is None else extensions.reads_check,
+            after_commit=None if extensions is None else extensions.commit_hook,
         )
         if witnessing.policy is not None:
             submitter = Submitter(
@@ -184,6 +220,7 @@ async def open_runtime(
             url,
             Exports(settings.max_exports, settings.export_wait),
             WitnessService(pool, witnessing.logs, witnessing.key),
+            TOOLS if extensions is None else extensions.tools_served,
         )
 
 

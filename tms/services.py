@@ -20,7 +20,7 @@ from tms.ledger.read.stats import Stats
 from tms.ledger.request_log import RequestLog
 from tms.ledger.service import Ledger
 from tms.ledger.sessions import Sessions
-from tms.rules.admission import Admission
+from tms.rules.admission import Admission, CommitHook, ReadCheck
 from tms.search.search import Search
 from tms.search.vectors import Vectors
 from tms.store.database import Pool
@@ -47,6 +47,7 @@ class Services:
     throttle: Throttle = field(default_factory=Throttle)  # rate limits; none by default
     refusals: RefusalLog = field(default_factory=lambda: RefusalLog(None))  # where refusals go
     outage: Outage = field(default_factory=Outage)  # where meeting the database down is told
+    read_filter: ReadCheck | None = None  # the plugins' read filters (relay, MCP); None: none
 
     @classmethod
     def over(
@@ -62,6 +63,8 @@ class Services:
         outage: Outage | None = None,
         witnesses: Policy | None = None,
         admission: Admission | None = None,
+        read_filter: ReadCheck | None = None,
+        after_commit: CommitHook | None = None,
     ) -> Services:
         """Every service on one pool; `vectors` None: no embedding (TMS_EMBED=off); `log`:
         the server's checkpoint key (None: a throwaway one, for tests); `publish_pool`:
@@ -69,7 +72,8 @@ class Services:
         `refusals`: refusals are not written anywhere; no `outage`: one of its own, logging
         without a probe; `witnesses`: the witness policy whose quorum checkpoints are shown
         against (None: no witnesses); `admission`: the operator's write policy, asked on the
-        ledger's one path (None: none)."""
+        ledger's one path (None: none); `read_filter`: asked before the relay's and the tools'
+        reads (None: none); `after_commit`: told of each batch committed (None: nobody)."""
         throttle = throttle or Throttle()
         refusals = refusals or RefusalLog(None)
         ledger = Ledger(
@@ -80,6 +84,7 @@ class Services:
             throttle=throttle,
             admission=admission,
             refusals=refusals,
+            after_commit=after_commit,
         )
         return cls(
             ledger=ledger,
@@ -96,4 +101,5 @@ class Services:
             throttle=throttle,
             refusals=refusals,
             outage=outage or Outage(),
+            read_filter=read_filter,
         )

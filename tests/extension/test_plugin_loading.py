@@ -1,8 +1,8 @@
 """Loading plugins: only the names TMS_PLUGINS gives, from installed packages' `tms.plugins`
 entry points (the example plugins are installed in the dev environment; others are installed
 here as a distribution on `sys.path`, which is what an installed package is to
-`importlib.metadata`), and every problem and collision a start-up error of one line naming the
-plugin."""
+`importlib.metadata`), and every problem a start-up error of one line naming the plugin: a
+collision is the core registries' own `Collision`, naming both sides."""
 
 from __future__ import annotations
 
@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 from factories import settings
+from starlette.routing import Route as StarletteRoute
 
 from tms.config import Settings
 from tms.errors import ConfigError, ToolError
 from tms.extension import Auth, Caller, Plugin, Prompt, Refused, Route, Tool
 from tms.extension.loading import BUILT_IN, Extensions, Loaded, load_extensions
 from tms.extension.registry import ExtensionError
+from tms.http.routes import RouteTable
+from tms.registry import Collision
 
 pytestmark = pytest.mark.anyio
 
@@ -58,12 +61,22 @@ def assemble(*plugins: Plugin, config: Settings | None = None) -> Extensions:
 
 
 def refused(make: Callable[[], object]) -> str:
-    """The one line start-up stops with."""
+    """The one line start-up stops with, for a plugin that cannot be enabled."""
     with pytest.raises(ExtensionError) as caught:
         make()
     message = str(caught.value)
     assert "\n" not in message and message.startswith("plugin ")
     assert isinstance(caught.value, ConfigError)  # `tms serve` says it after `tms: ` and exits
+    return message
+
+
+def collides(make: Callable[[], object]) -> str:
+    """The one line start-up stops with for a collision: the registries' own."""
+    with pytest.raises(Collision) as caught:
+        make()
+    message = str(caught.value)
+    assert "\n" not in message and " collides with " in message
+    assert isinstance(caught.value, ConfigError)
     return message
 
 
@@ -135,9 +148,10 @@ def test_two_packages_declaring_one_name_stop_start_up(
         {"allowlist": "rival_plugin:plugin"},
         {"rival_plugin": "from tms.extension import Plugin\nplugin = Plugin('allowlist')\n"},
     )
-    message = refused(lambda: load_extensions(settings(TMS_PLUGINS="allowlist"), HOSTS))
+    message = collides(lambda: load_extensions(settings(TMS_PLUGINS="allowlist"), HOSTS))
     assert message == (
-        "plugin 'allowlist': declared twice, by rival 1.0 and tms-example-plugins 1.0.0"
+        "plugin 'allowlist' of the package tms-example-plugins 1.0.0 collides with plugin "
+        "'allowlist' of the package rival 1.0"
     )
 
 
@@ -146,9 +160,9 @@ def test_a_package_may_not_take_the_built_in_name(
 ) -> None:
     install(tmp_path, monkeypatch, "impostor", {"strfry": "impostor:plugin"}, {"impostor": ""})
     config = settings(TMS_PLUGINS="strfry", TMS_STRFRY_COMMAND="cat")
-    message = refused(lambda: load_extensions(config, {}))
+    message = collides(lambda: load_extensions(config, {}))
     assert message == (
-        "plugin 'strfry': the package impostor 1.0 declares a plugin of the built-in plugin's name"
+        "plugin 'strfry' of the package impostor 1.0 collides with plugin 'strfry' of the core"
     )
 
 
@@ -208,54 +222,69 @@ def test_entry_points_that_do_not_hold_up(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_two_plugins_of_one_name() -> None:
-    message = refused(lambda: assemble(Plugin("twin"), Plugin("twin")))
-    assert message == "plugin 'twin': two plugins have this name (built-in and built-in)"
+    message = collides(lambda: assemble(Plugin("twin"), Plugin("twin")))
+    assert message == "plugin 'twin' of the core collides with plugin 'twin' of the core"
 
 
 def test_tools_and_prompts_colliding_with_another_plugins() -> None:
-    message = refused(lambda: assemble(Plugin("a", tools=[tool()]), Plugin("b", tools=[tool()])))
-    assert message == "plugin 'b': tool 'stats' collides with the tool 'stats' of plugin 'a'"
-    message = refused(lambda: assemble(Plugin("a", tools=[tool(), tool()])))
-    assert message == "plugin 'a': tool 'stats' is declared twice"
-    message = refused(
+    message = collides(lambda: assemble(Plugin("a", tools=[tool()]), Plugin("b", tools=[tool()])))
+    assert message == "MCP tool 'stats' of plugin 'b' collides with MCP tool 'stats' of plugin 'a'"
+    message = collides(lambda: assemble(Plugin("a", tools=[tool(), tool()])))
+    assert message == "MCP tool 'stats' of plugin 'a' collides with MCP tool 'stats' of plugin 'a'"
+    message = collides(
         lambda: assemble(Plugin("a", prompts=[prompt()]), Plugin("b", prompts=[prompt()]))
     )
-    assert message == "plugin 'b': prompt 'review' collides with the prompt 'review' of plugin 'a'"
+    assert message == (
+        "MCP prompt 'review' of plugin 'b' collides with MCP prompt 'review' of plugin 'a'"
+    )
 
 
 def test_a_route_declared_twice() -> None:
-    routes = [Route("/x/{id}", handler, ("GET", "POST")), Route("/x/{other}/", handler, ("POST",))]
-    message = refused(lambda: assemble(Plugin("a", routes=routes)))
-    assert message == "plugin 'a': route POST /plugins/a/x/{other}/ is declared twice"
+    routes = [Route("/x/{id}", handler, ("GET", "POST")), Route("/x/{other}", handler, ("POST",))]
+    extensions = assemble(Plugin("a", routes=routes))
+    message = collides(lambda: extensions.route_table(RouteTable()))
+    assert message == (
+        "route 'POST /plugins/a/x/{other}' of plugin 'a' collides with route "
+        "'GET,POST /plugins/a/x/{id}' of plugin 'a'"
+    )
     # the same path in two plugins is two paths: each plugin has its prefix
     one = [Route("/x", handler)]
-    assert len(assemble(Plugin("a", routes=one), Plugin("b", routes=one)).routes) == 2
+    table = assemble(Plugin("a", routes=one), Plugin("b", routes=one)).route_table(RouteTable())
+    assert len(table) == 2
 
 
 def test_two_plugins_filling_the_single_slot_seam() -> None:
-    message = refused(
+    message = collides(
         lambda: assemble(Plugin("a", strfry_command="cat"), Plugin("b", strfry_command="cat"))
     )
     assert message == (
-        "plugin 'b': the strfry command is a single-slot seam and plugin 'a' fills it already"
+        "single-slot seam 'strfry_command' of plugin 'b' collides with single-slot seam "
+        "'strfry_command' of plugin 'a'"
     )
 
 
 def test_collisions_with_the_core() -> None:
-    extensions = assemble(
-        Plugin("a", tools=[tool("publish")], prompts=[prompt("briefing")]),
-        Plugin("b", routes=[Route("/x", handler)]),
-    )
-    message = refused(lambda: extensions.check_collisions(["publish", "get_event"], [], []))
-    assert message == "plugin 'a': tool 'publish' collides with the core's tool 'publish'"
-    message = refused(lambda: extensions.check_collisions([], [], ["briefing"]))
-    assert message == "plugin 'a': prompt 'briefing' collides with the core's prompt 'briefing'"
-    message = refused(lambda: extensions.check_collisions([], ["/plugins/b/{thing}"], []))
+    message = collides(lambda: assemble(Plugin("a", tools=[tool("publish")])))
     assert message == (
-        "plugin 'b': the core's route /plugins/b/{thing} is inside /plugins/, where plugins' "
-        "routes are served"
+        "MCP tool 'publish' of plugin 'a' collides with MCP tool 'publish' of the core"
     )
-    extensions.check_collisions(["get_event"], ["/", "/c/{slug:path}", "/plugin"], ["claims_pass"])
+    message = collides(lambda: assemble(Plugin("a", prompts=[prompt("briefing")])))
+    assert message == (
+        "MCP prompt 'briefing' of plugin 'a' collides with MCP prompt 'briefing' of the core"
+    )
+    extensions = assemble(Plugin("b", routes=[Route("/x/{id}", handler)]))
+    core = RouteTable()
+    core.add(StarletteRoute("/plugins/b/x/{thing}", handler))  # a core route where it may not be
+    message = collides(lambda: extensions.route_table(core))
+    assert message == (
+        "route 'GET /plugins/b/x/{id}' of plugin 'b' collides with route "
+        "'GET /plugins/b/x/{thing}' of the core"
+    )
+    served = assemble(Plugin("a", tools=[tool()], prompts=[prompt()]))
+    assert served.tools_served.registered_by("stats") == "plugin 'a'"
+    assert served.tools_served.registered_by("publish") == "the core"
+    assert served.prompts_served.registered_by("review") == "plugin 'a'"
+    assert "stats" not in assemble().tools_served  # the core's own registry is untouched
 
 
 # --- registrations that do not hold up -----------------------------------------------------------

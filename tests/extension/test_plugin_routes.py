@@ -16,7 +16,6 @@ from starlette.responses import JSONResponse, Response
 from tms.app import create_app
 from tms.extension import Auth, Plugin, Route
 from tms.extension.loading import BUILT_IN, Extensions, Loaded
-from tms.extension.routes import starlette_routes
 from tms.ledger.service import Ledger
 
 pytestmark = pytest.mark.anyio
@@ -49,9 +48,8 @@ DEMO = Plugin(
 async def client(ledger: Ledger, db_url: str) -> AsyncIterator[httpx.AsyncClient]:
     await ledger.approve([OWNER.pubkey])
     config = settings(TMS_EMBED="off")
-    app = create_app(config, database_url=db_url)
     extensions = Extensions([Loaded(DEMO, BUILT_IN)], config, environ={})
-    app.router.routes[0:0] = starlette_routes(extensions.routes)  # as the app will wire them
+    app = create_app(config, database_url=db_url, extensions=extensions)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with (
         app.router.lifespan_context(app),

@@ -16,7 +16,7 @@ from publishing import counts, join, open_collection, publish
 from tms.errors import Blocked, PublishError, Refusal
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event
-from tms.rules.admission import ACCEPTED, OPERATOR, Action, Decision, Door, Origin
+from tms.rules.admission import ACCEPTED, OPERATOR, Action, Committed, Decision, Door, Origin
 
 pytestmark = pytest.mark.anyio
 
@@ -99,3 +99,48 @@ async def test_the_policy_is_asked_only_after_the_ledgers_own_checks(ledger: Led
     doc = evidence(MEMBER, "lab", "Some text.")
     result = await ledger.submit([profile(MEMBER, "Member"), doc], origin=OPERATOR, within="lab")
     assert len(result["accepted"]) == 2 and len(policy.asked) == 1
+
+
+async def test_a_refusal_names_the_event_the_policy_decided_on(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await join(ledger, MEMBER)
+
+    class Second:
+        async def admit(self, events: Sequence[Event], origin: Origin) -> Decision:
+            return Decision(Action.REJECT, "not this one", "second", 1)
+
+    ledger.admission = Second()
+    fine, bad = claim(MEMBER, "lab", "First."), claim(MEMBER, "lab", "Second.")
+    with pytest.raises(Blocked) as refused:
+        await ledger.submit([fine, bad], origin=OPERATOR)
+    assert str(refused.value) == f"events[1] ({bad['id'][:12]}…): not this one"
+    assert refused.value.alone == "not this one"  # what the relay's OK says
+
+
+class Told:
+    """The after-commit seam, kept in a list."""
+
+    def __init__(self) -> None:
+        self.batches: list[Committed] = []
+
+    def submit(self, committed: Committed) -> None:
+        self.batches.append(committed)
+
+
+async def test_each_commit_that_stored_something_is_told_once(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab", [MEMBER])
+    await join(ledger, MEMBER)
+    told = Told()
+    ledger.after_commit, ledger.admission = told, Words()
+    origin = Origin(Door.MCP, None, "192.0.2.8")
+    one, two = claim(MEMBER, "lab", "One."), claim(MEMBER, "lab", "Two.")
+    await ledger.submit([one], origin=origin)
+    await ledger.submit([one, two], origin=origin)  # `one` was stored before: not told again
+    await ledger.submit([one, two], origin=origin)  # nothing new: nobody's news
+    await ledger.submit([claim(MEMBER, "lab", "A secret.")], origin=origin)  # shadow-rejected
+    with pytest.raises(Blocked):
+        await ledger.submit([claim(MEMBER, "lab", "A forbidden one.")], origin=origin)
+    assert told.batches == [
+        Committed((one["id"],), ("lab",), origin),
+        Committed((two["id"],), ("lab",), origin),
+    ]

@@ -100,12 +100,18 @@ def fill_ids(value: Any, ids: dict[str, str]) -> Any:
 
 
 def test_prompts_table() -> None:
-    assert dict(PROMPTS) == {
-        "claims_pass": (CLAIMS_PASS_DESCRIPTION, claims_pass),
-        "briefing": (BRIEFING_DESCRIPTION, briefing),
+    assert {name: prompt.description for name, prompt in PROMPTS.items()} == {
+        "claims_pass": CLAIMS_PASS_DESCRIPTION,
+        "briefing": BRIEFING_DESCRIPTION,
     }
-    for description, _ in PROMPTS.values():
-        assert description.strip() and "\n" not in description
+    for name, render in (("claims_pass", claims_pass), ("briefing", briefing)):
+        prompt = PROMPTS[name]
+        assert prompt.description.strip() and "\n" not in prompt.description
+        assert [(a.name, a.required) for a in prompt.arguments] == [("collection", True)]
+        assert prompt.arguments[0].description == COLLECTION_ARGUMENT
+        assert prompt.render({"collection": f" {SLUG} "}) == render(SLUG)
+        with pytest.raises(ValueError, match=rf"^prompt '{name}' needs `collection`, a coll"):
+            prompt.render({})
     assert "slug" in COLLECTION_ARGUMENT
 
 

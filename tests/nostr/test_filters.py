@@ -121,3 +121,24 @@ def test_a_filters_size_counts_bytes_not_characters() -> None:
     assert wide.size - ascii_.size == 3 * MAX_TAG_VALUE_CHARS
     search = parse_filter({"search": "\u00e9" * 1000}, max_limit=10)
     assert search.size >= 2000
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "ids": st.lists(st.sampled_from(["ab" * 32, "cd" * 32]), max_size=2),
+            "kinds": st.lists(st.integers(0, 65535), max_size=3),
+            "#e": st.lists(st.text(max_size=4), max_size=3),
+            "since": st.integers(0, 2**31),
+            "limit": st.integers(0, 10),
+            "search": st.text("abc ", min_size=1, max_size=5).filter(str.strip),
+        },
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_a_filter_as_a_read_filter_is_shown_it_reads_back_as_itself(raw: dict[str, object]) -> None:
+    parsed = parse_filter(raw, max_limit=10)
+    shown = parsed.to_dict()
+    assert parse_filter(shown, max_limit=10) == parsed
+    assert set(shown) == set(raw)

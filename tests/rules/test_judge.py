@@ -1360,6 +1360,21 @@ def test_the_judge_agrees_with_a_naive_reading_of_the_rules(
         check_plan(w.snapshot, batch, outcome.plan)
 
 
+@SETTINGS
+@given(batch=random_batches(), data=st.data())
+def test_a_refused_batch_leaves_the_snapshot_as_it_found_it(
+    batch: list[EventDict], data: st.DataObject
+) -> None:
+    """The group commit judges its batches one after another on one snapshot: a batch refused
+    after it created a collection, signed terms or replaced a member list must take all of it
+    back, or the batches after it would be judged against what was never stored."""
+    snapshot = random_world(data.draw).snapshot
+    before = copy.deepcopy(snapshot)
+    outcome = run(parsed(batch), snapshot)
+    if outcome.plan is None:
+        assert outcome.after == before, outcome.error
+
+
 def stored_after(snapshot: Snapshot, plan: Plan) -> Snapshot:
     """The snapshot a later batch would find once `plan` is written: the judge's own updates
     (terms, owners, members, heads) plus the accepted events, now stored and citable."""

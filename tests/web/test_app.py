@@ -256,6 +256,32 @@ async def test_unknown_routes_and_methods_answer_json(client: httpx.AsyncClient)
     assert "GET" in response.headers["allow"]
 
 
+async def test_an_mcp_server_that_cannot_be_built_says_so_rather_than_starting(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import tms.mcp.server
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no tools today")
+
+    monkeypatch.setattr(tms.mcp.server, "build_server", broken)
+    app = create_app(SETTINGS, database_url=db_url)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url=TESTSERVER) as client,
+    ):
+        response = await client.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Accept": "application/json, text/event-stream"},
+        )
+    assert response.status_code == 503
+    said = response.json()["error"]["message"]
+    assert said == "MCP is unavailable on this server: no tools today"
+    assert "the MCP server could not be built" in caplog.text
+
+
 async def test_an_unforeseen_error_is_a_bare_500(
     db_url: str, world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

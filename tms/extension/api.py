@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tms.rules.admission import Action, Origin
+from tms.rules.admission import Action, Committed, Origin, Read
 
 if TYPE_CHECKING:
     from tms.nostr.events import Event as CoreEvent
@@ -158,40 +158,16 @@ WritePolicy = Callable[[Event, Origin], Awaitable[Verdict]]
 
 # --- reads ---------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """A read a read filter is asked about: a relay REQ or COUNT (its NIP-01 `filters`), or an
-    MCP tool's read (`tool`, and the `collection` its arguments name). `collection` is the one
-    the read is confined to (`/c/<slug>`, a tool's `collection` argument), None for the root
-    relay and the tools that read every collection the key may."""
-
-    origin: Origin
-    collection: str | None = None
-    filters: tuple[Mapping[str, Any], ...] = ()
-    tool: str | None = None
-
-
-# A read filter: None lets the read through; a message refuses it (the relay's CLOSED after
+# A read filter: asked about a `Read` (a relay REQ, COUNT or NEG-OPEN; an MCP tool's read) before
+# it runs. None lets the read through; a message refuses it (the relay's CLOSED or NEG-ERR after
 # `blocked:`, the tool's error), as khatru's `RejectFilter` does.
 ReadFilter = Callable[[Read], Awaitable[str | None]]
 
 
 # --- after a commit ------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """One batch the ledger committed: the ids it stored (in batch order; events already stored
-    before are not among them), the collections it touched, and who sent it."""
-
-    ids: tuple[str, ...]
-    collections: tuple[str, ...]
-    origin: Origin
-
-
-# An after-commit hook: called once per committed batch, off the request path, in commit order;
-# what it raises is logged and counted, never seen by the client.
+# An after-commit hook: called with a `Committed` once per batch that stored something, off the
+# request path, in commit order; what it raises is logged and counted, never seen by the client.
 AfterCommit = Callable[[Committed], Awaitable[None]]
 
 

@@ -8,12 +8,14 @@ installed: only the names in `TMS_PLUGINS` are looked up and imported, in that o
 installing a package changes nothing until the operator says so. `strfry` is built in (it runs
 `TMS_STRFRY_COMMAND`); a package may not take that name.
 
-Every problem stops start-up with one line naming the plugin (`ExtensionError`): a name no
-installed package declares, two packages declaring one name, an import or a factory that fails,
-a registration that does not hold up (`tms.extension.registry`), and each collision: two plugins'
-tools, prompts or routes with one name or path, two plugins filling a single-slot seam, and
-(`Extensions.check_collisions`, given the core's names) a plugin's tool, prompt or route that is
-the core's.
+Every problem stops start-up with one line naming the plugin: `ExtensionError` for a name no
+installed package declares, an import or a factory that fails, a registration that does not hold
+up (`tms.extension.registry`); and `tms.registry.Collision`, the core's one way of saying a name is
+taken, for every collision: two packages declaring one plugin name (or a package taking the
+built-in `strfry`'s), two plugins filling a single-slot seam, and a tool, prompt or route that is
+the core's or another plugin's. The plugins' tools and prompts join copies of the core's
+registries here (`Extensions.tools_served`, `prompts_served`), their routes a copy of the app's
+route table (`Extensions.route_table`, called by `tms.app`).
 
 Single-slot seams: only `strfry_command`. A strfry plugin is written for a relay that runs one
 (strfry's `writePolicy.plugin`), and it is one child process kept alive in every server process;
@@ -27,10 +29,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Final
+from typing import Any, Final
 
 from tms.config import STRFRY, Settings
 from tms.errors import one_line
@@ -39,7 +41,6 @@ from tms.extension.hooks import AfterCommitHooks
 from tms.extension.policies import EventPolicy, Judge, ReadFilters, WritePolicies
 from tms.extension.registry import (
     NAME,
-    PREFIX,
     ExtensionError,
     PluginPrompt,
     PluginRoute,
@@ -47,15 +48,22 @@ from tms.extension.registry import (
     check_prompt,
     check_route,
     check_tool,
-    same_path,
 )
+from tms.extension.routes import starlette_route
+from tms.extension.served import as_prompt, as_tool
 from tms.extension.strfry import StrfryPolicy
+from tms.http.routes import RouteTable
+from tms.mcp.prompts import PROMPTS, Prompt
+from tms.mcp.tools import TOOLS, Tool
 from tms.metrics import PLUGIN_FAILURES, PLUGIN_READS_REFUSED
+from tms.registry import CORE, Registry, by_plugin
+from tms.rules.admission import Admission, CommitHook, ReadCheck
 
 log = logging.getLogger("tms.extension")
 
 GROUP: Final = "tms.plugins"
 BUILT_IN: Final = "built-in"
+STRFRY_SEAM: Final = "strfry_command"  # the one single-slot seam
 SEAMS: Final = ("write_policy", "read_filter", "after_commit")
 CAUSES: Final = ("raised", "timeout")
 
@@ -78,12 +86,13 @@ class Extensions:
     - `admission`: their write policies as the ledger's `Admission` (asked once per batch);
     - `read_filter`: their read filters, `await read_filter.check(Read(...))` per read;
     - `after_commit`: their hooks, `after_commit.submit(Committed(...))` per committed batch;
-    - `tools`, `routes`, `prompts`: their registrations, for the core's registries;
+    - `tools_served`, `prompts_served`: the core's tool and prompt registries with theirs
+      added; `route_table(core)`: the app's route table with their routes added;
     - `start`/`stop` (or `running()`) in the server's lifespan: the hooks' workers and the
       strfry command.
 
-    With no plugin enabled every part is empty and costs nothing: `admission.admit` returns
-    ACCEPTED at once."""
+    With no plugin enabled every part is empty and costs nothing (`write_policy`,
+    `reads_check` and `commit_hook` are then None: the core asks nobody)."""
 
     def __init__(
         self, loaded: Sequence[Loaded], settings: Settings, *, environ: Mapping[str, str]
@@ -101,12 +110,23 @@ class Extensions:
             for item in self.loaded
             for prompt in item.plugin.prompts
         )
-        _check_each_other(self.loaded, self.tools, self.routes, self.prompts)
+        for item in self.loaded:
+            _check_seams(item.plugin)
+        seams: Registry[str] = Registry("single-slot seam")
+        for item in self.loaded:
+            if item.plugin.strfry_command is not None:
+                seams.register(STRFRY_SEAM, item.name, by=by_plugin(item.name))
+        self.tools_served: Registry[Tool[Any, Any]] = TOOLS.copy()
+        for tool in self.tools:
+            self.tools_served.register(tool.name, as_tool(tool), by=by_plugin(tool.plugin))
+        self.prompts_served: Registry[Prompt] = PROMPTS.copy()
+        for prompt in self.prompts:
+            by = by_plugin(prompt.plugin)
+            self.prompts_served.register(prompt.name, as_prompt(prompt), by=by)
         judges: list[Judge] = []
         self._commands: list[StrfryPolicy] = []
         for item in self.loaded:
             plugin = item.plugin
-            _check_seams(plugin)
             if plugin.write_policy is not None:
                 seconds = settings.plugin_seconds
                 judges.append(EventPolicy(plugin.name, plugin.write_policy, seconds))
@@ -143,6 +163,33 @@ class Extensions:
                 for cause in CAUSES:
                     PLUGIN_FAILURES.labels(item.name, seam, cause)
 
+    @classmethod
+    def none(cls, settings: Settings) -> Extensions:
+        """No plugin: the core's registries as they are, and nobody asked."""
+        return cls((), settings, environ={})
+
+    @property
+    def write_policy(self) -> Admission | None:
+        """The ledger's `Admission`, or None when no plugin has a write policy."""
+        return self.admission if self.admission.names else None
+
+    @property
+    def reads_check(self) -> ReadCheck | None:
+        return self.read_filter if self.read_filter.names else None
+
+    @property
+    def commit_hook(self) -> CommitHook | None:
+        return self.after_commit if self.after_commit.names else None
+
+    def route_table(self, core: RouteTable) -> RouteTable:
+        """`core` (the app's route table) with the plugins' routes added, each served under
+        `/plugins/<name>` behind the auth it declared (`tms.extension.routes`): a route that
+        answers what another answers is a `Collision`."""
+        table = core.copy()
+        for route in self.routes:
+            table.add(starlette_route(route), by=by_plugin(route.plugin))
+        return table
+
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(item.name for item in self.loaded)
@@ -152,41 +199,6 @@ class Extensions:
         if not self.loaded:
             return "plugins: none"
         return "plugins: " + ", ".join(f"{item.name} ({item.source})" for item in self.loaded)
-
-    def check_collisions(
-        self, core_tools: Iterable[str], core_routes: Iterable[str], core_prompts: Iterable[str]
-    ) -> None:
-        """`ExtensionError` for the first plugin tool, route or prompt that is the core's: a
-        tool or prompt of the same name, a route at the same path (parameters compared by place,
-        not name; `tms.extension.registry.same_path`), or a core route inside `/plugins/`,
-        which is the plugins' own."""
-        tools, prompts = set(core_tools), set(core_prompts)
-        for tool in self.tools:
-            if tool.name in tools:
-                raise ExtensionError(
-                    f"plugin '{tool.plugin}': tool '{tool.name}' collides with the core's tool "
-                    f"'{tool.name}'"
-                )
-        for prompt in self.prompts:
-            if prompt.name in prompts:
-                raise ExtensionError(
-                    f"plugin '{prompt.plugin}': prompt '{prompt.name}' collides with the core's "
-                    f"prompt '{prompt.name}'"
-                )
-        paths = {same_path(path): path for path in core_routes}
-        for shape, path in paths.items():
-            if (shape == PREFIX or shape.startswith(PREFIX + "/")) and self.routes:
-                raise ExtensionError(
-                    f"plugin '{self.routes[0].plugin}': the core's route {path} is inside "
-                    f"{PREFIX}/, where plugins' routes are served"
-                )
-        for route in self.routes:
-            core = paths.get(same_path(route.path))
-            if core is not None:
-                raise ExtensionError(
-                    f"plugin '{route.plugin}': route {route.path} collides with the core's "
-                    f"route {core}"
-                )
 
     async def start(self) -> None:
         await self.after_commit.start()
@@ -210,10 +222,10 @@ class Extensions:
 
 
 def load_extensions(settings: Settings, environ: Mapping[str, str] | None = None) -> Extensions:
-    """The plugins `settings.plugins` names (`TMS_PLUGINS`), loaded, checked against each other
-    and assembled; `ExtensionError` (one line) for the first that cannot be. `environ` is what
-    plugin factories read their settings from (the process's environment unless given). The
-    core's own names are checked afterwards, by `Extensions.check_collisions`."""
+    """The plugins `settings.plugins` names (`TMS_PLUGINS`), loaded, checked, and their tools
+    and prompts registered beside the core's; `ExtensionError` or `Collision` (one line) for the
+    first that cannot be. `environ` is what plugin factories read their settings from (the
+    process's environment unless given). Their routes join the app's table in `tms.app`."""
     environ = os.environ if environ is None else environ
     declared = _declared(settings.plugins)
     loaded = [_load(name, declared.get(name, []), settings, environ) for name in settings.plugins]
@@ -244,21 +256,18 @@ def _source(entry: EntryPoint) -> str:
 def _load(
     name: str, entries: Sequence[EntryPoint], settings: Settings, environ: Mapping[str, str]
 ) -> Loaded:
+    declaring: Registry[str] = Registry("plugin")  # a name declared twice is a collision
     if name == STRFRY:
-        if entries:
-            raise ExtensionError(
-                f"plugin '{name}': the package {_source(entries[0])} declares a plugin of the "
-                "built-in plugin's name"
-            )
+        declaring.register(name, BUILT_IN, by=_who(BUILT_IN))
+    for entry in sorted(entries, key=_source):
+        declaring.register(name, _source(entry), by=_who(_source(entry)))
+    if name == STRFRY:
         return Loaded(_strfry(settings), BUILT_IN)
     if not entries:
         raise ExtensionError(
             f"plugin '{name}': TMS_PLUGINS names it but no installed package declares it (entry "
             f"point group '{GROUP}')"
         )
-    if len(entries) > 1:
-        sources = " and ".join(sorted(_source(entry) for entry in entries))
-        raise ExtensionError(f"plugin '{name}': declared twice, by {sources}")
     entry = entries[0]
     try:
         declared = entry.load()
@@ -310,11 +319,16 @@ def _strfry(settings: Settings) -> Plugin:
     return Plugin(STRFRY, strfry_command=settings.strfry_command)
 
 
-# --- collisions between plugins ------------------------------------------------------------------
+# --- what is checked of every plugin -------------------------------------------------------------
+
+
+def _who(source: str) -> str:
+    """Who declares a plugin, as a collision of two plugin names says it."""
+    return CORE if source == BUILT_IN else f"the package {source}"
 
 
 def _check_names(loaded: Sequence[Loaded]) -> None:
-    seen: dict[str, str] = {}
+    names: Registry[Loaded] = Registry("plugin")
     for item in loaded:
         name = item.name
         if not isinstance(name, str) or not NAME.fullmatch(name):
@@ -322,51 +336,7 @@ def _check_names(loaded: Sequence[Loaded]) -> None:
                 f"plugin {str(name)!r:.50} ({item.source}): a plugin's name is a lowercase "
                 "letter, then up to 39 lowercase letters, digits, '-' or '_'"
             )
-        if name in seen:
-            raise ExtensionError(
-                f"plugin '{name}': two plugins have this name ({seen[name]} and {item.source})"
-            )
-        seen[name] = item.source
-
-
-def _check_each_other(
-    loaded: Sequence[Loaded],
-    tools: Sequence[PluginTool],
-    routes: Sequence[PluginRoute],
-    prompts: Sequence[PluginPrompt],
-) -> None:
-    """Two plugins (or one, twice) with one tool name, prompt name or route, or both filling
-    a single-slot seam."""
-    for what, registered in (("tool", tools), ("prompt", prompts)):
-        owners: dict[str, str] = {}
-        for entry in registered:
-            other = owners.get(entry.name)
-            if other == entry.plugin:
-                raise ExtensionError(f"plugin '{other}': {what} '{entry.name}' is declared twice")
-            if other is not None:
-                raise ExtensionError(
-                    f"plugin '{entry.plugin}': {what} '{entry.name}' collides with the {what} "
-                    f"'{entry.name}' of plugin '{other}'"
-                )
-            owners[entry.name] = entry.plugin
-    served: dict[tuple[str, str], PluginRoute] = {}
-    for route in routes:
-        for method in route.methods:
-            key = (same_path(route.path), method)
-            before = served.setdefault(key, route)
-            if before is not route:
-                raise ExtensionError(
-                    f"plugin '{route.plugin}': route {method} {route.path} is declared twice"
-                )
-    filled: str | None = None
-    for item in loaded:
-        if item.plugin.strfry_command is not None:
-            if filled is not None:
-                raise ExtensionError(
-                    f"plugin '{item.name}': the strfry command is a single-slot seam and plugin "
-                    f"'{filled}' fills it already"
-                )
-            filled = item.name
+        names.register(name, item, by=_who(item.source))
 
 
 def _check_seams(plugin: Plugin) -> None:

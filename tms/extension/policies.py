@@ -193,8 +193,8 @@ class WritePolicies:
         return tuple(judge.name for judge in self._judges)
 
     async def admit(self, events: Sequence[CoreEvent], origin: Origin) -> Decision:
-        """ACCEPT, REJECT with the first rejected event's message after its position (`events[3]
-        (ab12…): ...`, as the ledger names a failing event), or SHADOW_REJECT when some policy
+        """ACCEPT, REJECT with the first rejected event's message and position (which the
+        ledger names before it: `events[3] (ab12…): ...`), or SHADOW_REJECT when some policy
         shadow-rejected an event and none rejected any."""
         if not self._judges or not events:
             return ACCEPTED
@@ -209,14 +209,13 @@ class WritePolicies:
                     accepted += 1
                     continue
                 counters[verdict.action].inc()
-                where = _where(position, views[position].id)
                 if verdict.action is Action.REJECT:
                     counters[Action.ACCEPT].inc(accepted)
                     message = cleaned(verdict.message) or f"refused by write policy '{judge.name}'"
-                    return Decision(Action.REJECT, f"{where}: {message}", judge.name)
+                    return Decision(Action.REJECT, message, judge.name, position)
                 if shadow is None:
                     message = cleaned(verdict.message) or "shadow-rejected"
-                    shadow = Decision(Action.SHADOW_REJECT, f"{where}: {message}", judge.name)
+                    shadow = Decision(Action.SHADOW_REJECT, message, judge.name, position)
             counters[Action.ACCEPT].inc(accepted)
         return shadow or ACCEPTED
 
@@ -224,11 +223,6 @@ class WritePolicies:
 def as_admission(policies: WritePolicies) -> Admission:
     """What the ledger holds it as (and mypy's proof that it is one)."""
     return policies
-
-
-def _where(position: int, event_id: str) -> str:
-    """The ledger's way of naming an event of a batch (`tms.rules.publish`)."""
-    return f"events[{position}] ({event_id[:12]}…)"
 
 
 class ReadFilters:

@@ -1,6 +1,7 @@
-"""A plugin's tools, routes and prompts as the core registers them: each checked once at
-start-up (a name the registry can hold, a schema that is one, a path under the plugin's prefix)
-and carrying what the core calls at run time.
+"""A plugin's tools, routes and prompts checked once at start-up (a name the registry can hold,
+a schema that is one, a path under the plugin's prefix), carrying what the core calls at run
+time. They join the core's registries (`tms.extension.served`, `tms.registry`), where a name or a
+route taken twice is a `Collision`.
 
 The checks raise `ExtensionError`, one line naming the plugin and what is wrong: start-up stops
 there (`tms serve` says it after `tms: `), as for any setting it cannot use.
@@ -25,7 +26,6 @@ TOOL_NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a tool's or a prompt's
 ROUTE_PATH: Final = re.compile(r"/(?:[A-Za-z0-9_.~\-]+|\{[a-z_][a-z0-9_]*(?::[a-z]+)?\}|/)*")
 METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 MAX_ERROR_CHARS: Final = 300  # of an argument's refusal, which may quote what was sent
-_PARAMETER: Final = re.compile(r"\{[^}]*\}")
 
 
 class ExtensionError(ConfigError):
@@ -38,21 +38,15 @@ def plugin_path(plugin: str, path: str) -> str:
     return f"{PREFIX}/{plugin}{path}"
 
 
-def same_path(path: str) -> str:
-    """A route path as collisions compare it: parameters alike whatever their names and
-    converters (`/c/{slug}` and `/c/{name:path}` both match `/c/x`), no trailing slash."""
-    shape = _PARAMETER.sub("{}", path)
-    return shape.rstrip("/") or "/"
-
-
 # --- tools ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class PluginTool:
-    """A plugin's tool, its schema checked and compiled. The core's tool registry calls `call`
-    after its own checks (the signed request, its single use, the key's rate limit, what the
-    tool `reads`), with the `Caller` those made."""
+    """A plugin's tool, its schema checked and compiled. In the core's tool registry
+    (`tms.extension.served`), the arguments are checked first (`check`), then come the core's
+    own checks (the signed request, its single use, the key's rate limit, what the tool
+    `reads`), then `run` with the `Caller` those made."""
 
     plugin: str
     tool: Tool
@@ -62,7 +56,11 @@ class PluginTool:
     def name(self) -> str:
         return self.tool.name
 
-    def arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    @property
+    def schema(self) -> Mapping[str, Any]:
+        return self.tool.input_schema
+
+    def check(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments if the tool's schema holds them, else a `ToolError` saying where not."""
         args = dict(arguments)
         error = best_match(self.validator.iter_errors(args))
@@ -74,15 +72,18 @@ class PluginTool:
             raise ToolError(f"{self.name} args: {text}")
         return args
 
-    async def call(self, caller: Caller, arguments: Mapping[str, Any]) -> Any:
-        """Check the arguments and run the handler; a `Refused` becomes the `ToolError` the
+    async def run(self, caller: Caller, args: dict[str, Any]) -> Any:
+        """The handler, on arguments `check` passed; a `Refused` becomes the `ToolError` the
         caller is told. Anything else it raises is a failure of the plugin, for the core to
         answer as an internal error."""
-        args = self.arguments(arguments)
         try:
             return await self.tool.handler(caller, args)
         except Refused as exc:
             raise ToolError(" ".join(str(exc).split()) or f"{self.name} refused the call") from None
+
+    async def call(self, caller: Caller, arguments: Mapping[str, Any]) -> Any:
+        """`check`, then `run`."""
+        return await self.run(caller, self.check(arguments))
 
 
 def check_tool(plugin: str, tool: object) -> PluginTool:

@@ -10,12 +10,11 @@ as the core's routes (a refusal by its status, anything else a logged 500).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
 from starlette.routing import Route as StarletteRoute
 
 from tms.extension.api import Auth
@@ -59,14 +58,11 @@ async def core_authenticate(request: Request, auth: Auth) -> str:
     return pubkey
 
 
-def starlette_routes(
-    routes: Sequence[PluginRoute], authenticate: Authenticate = core_authenticate
-) -> list[BaseRoute]:
-    """The plugins' routes for the app's route table."""
-    return [_route(route, authenticate) for route in routes]
-
-
-def _route(route: PluginRoute, authenticate: Authenticate) -> BaseRoute:
+def starlette_route(
+    route: PluginRoute, authenticate: Authenticate = core_authenticate
+) -> StarletteRoute:
+    """One plugin route for the app's route table (`Extensions.route_table`), its handler
+    behind the auth it declared."""
     handler, auth = route.route.handler, route.auth
 
     async def endpoint(request: Request) -> Response:

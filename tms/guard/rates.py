@@ -23,6 +23,7 @@ docs/operating.md says so, and a proxy can hold a global limit of its own.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import time
@@ -103,13 +104,14 @@ class Throttle:
 
     async def address(self, address: str | None, cost: int = 1) -> None:
         """`cost`: units this request spends (a relay read's `read_cost`)."""
-        if address is not None:
+        if address is not None and self.limits.address:
             await self._spend(
                 "address", self.limits.address, budget_of(address), "this address", cost=cost
             )
 
     async def key(self, pubkey: str) -> None:
-        await self._spend("key", self.limits.key, pubkey, "this key", pubkey)
+        if self.limits.key:
+            await self._spend("key", self.limits.key, pubkey, "this key", pubkey)
 
     async def keys(self, pubkeys: Sequence[str]) -> None:
         """One call for each key in turn (a batch signed by several keys costs each of them)."""
@@ -148,6 +150,7 @@ class Throttle:
             await self._limiter.hit(item, budget, who, cost=spent)
 
 
+@functools.lru_cache(maxsize=4096)  # parsing an address costs a few us, on every relay message
 def budget_of(address: str) -> str:
     """Whose budget a client address spends: itself, or its /64 for IPv6."""
     try:

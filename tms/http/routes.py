@@ -1,19 +1,24 @@
-"""The HTTP route table as a value that only grows: the core's route groups, then whatever
-extension code adds (`tms.app` builds the application from it). Two routes that would answer the
-same request (the same path, protocol and a method in common) are a loud start-up error naming
-both sides (`tms.registry.Collision`), never one silently shadowing the other.
+"""The HTTP route table as a value that only grows: the core's route groups, then the enabled
+plugins' routes, added to a copy of it (`tms.app` builds the application from that). Two routes
+that would answer the same request (the same path, parameters compared by place whatever their
+names, the same protocol and a method in common) are a loud start-up error naming both sides
+(`tms.registry.Collision`), never one silently shadowing the other.
 
 Starlette tries routes in the order they were added; the table keeps that order.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Final
 
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from tms.registry import CORE, Collision
+
+_PARAMETER: Final = re.compile(r"\{[^}]*\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,13 @@ class RouteTable:
         for route in routes:
             self.add(route, by=by)
 
+    def copy(self) -> RouteTable:
+        """A table holding this one's routes (each by whom it was added) that grows on its own:
+        a server's, to which its plugins add, leaving the core's untouched."""
+        copied = RouteTable()
+        copied._entries = list(self._entries)
+        return copied
+
     def __iter__(self) -> Iterator[BaseRoute]:
         return (entry.route for entry in self._entries)
 
@@ -56,13 +68,20 @@ def describe(route: BaseRoute) -> str:
     return repr(route)
 
 
+def same_path(path: str) -> str:
+    """A path as collisions compare it: parameters alike whatever their names and converters
+    (`/c/{slug}` and `/c/{name:path}` both match `/c/x`). A trailing slash makes another path,
+    as Starlette matches it (`/c/{slug}/` is the relay's route for clients that add one)."""
+    return _PARAMETER.sub("{}", path)
+
+
 def _same_requests(a: BaseRoute, b: BaseRoute) -> bool:
     if isinstance(a, Route) and isinstance(b, Route):
-        if a.path != b.path:
+        if same_path(a.path) != same_path(b.path):
             return False
         return a.methods is None or b.methods is None or bool(a.methods & b.methods)
     if isinstance(a, WebSocketRoute) and isinstance(b, WebSocketRoute):
-        return a.path == b.path
+        return same_path(a.path) == same_path(b.path)
     if isinstance(a, Mount) and isinstance(b, Mount):
-        return a.path == b.path
+        return same_path(a.path) == same_path(b.path)
     return False

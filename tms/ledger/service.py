@@ -12,14 +12,17 @@ is one (`Admission`), is asked: it may refuse the batch (`Blocked`), or shadow-r
 is a publish's, `tms.ledger.write.shadows`; nothing is stored; the refusal log records it). Only
 then does the batch join the queue of its lock lanes (`tms.ledger.write.commits`): one transaction
 with the batches waiting for the same collections locks, reads a snapshot, lets
-`tms.rules.publish.judge` decide, writes everything or nothing (`tms.ledger.write.writes`). Vectors
-for search are made after commit, by whatever `AfterPublish` the runtime hands in.
+`tms.rules.publish.judge` decide, writes everything or nothing (`tms.ledger.write.writes`). As it
+commits, a batch that stored at least one event is handed to the plugins' after-commit hooks
+(`CommitHook`), whether or not its caller is still waiting. Vectors for search are made after
+commit, by whatever `AfterPublish` the runtime hands in.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -41,10 +44,11 @@ from tms.errors import (
 from tms.ledger.locks import lock_keys
 from tms.ledger.log.tree import TransparencyLog
 from tms.ledger.write import snapshots, writes
+from tms.ledger.write.commits import Committed as Planned
 from tms.ledger.write.commits import GroupCommitter, Queued, Turn
 from tms.ledger.write.shadows import shadow_result
 from tms.results import PublishResult
-from tms.rules.admission import Action, Admission, Door, Origin
+from tms.rules.admission import Action, Admission, CommitHook, Committed, Door, Origin
 from tms.rules.expected import Expected
 from tms.rules.kinds import embedded_kinds, kind_name
 from tms.rules.publish import (
@@ -139,16 +143,19 @@ class Ledger:
         throttle: KeyBudget | None = None,
         admission: Admission | None = None,
         refusals: RefusalRecorder | None = None,
+        after_commit: CommitHook | None = None,
     ) -> None:
         """`publish_pool`: the connections publishes' transactions run on (default `pool`);
         the runtime gives them their own, with generic plans (`open_pool`). `admission`: the
         operator's write policy (None: every batch the ledger's rules accept is stored);
-        `refusals`: where shadow-rejected batches are noted (None: nowhere)."""
+        `refusals`: where shadow-rejected batches are noted (None: nowhere); `after_commit`:
+        what is told of each batch committed that stored something (None: nothing)."""
         self.pool = pool
         self.vectors = vectors  # None: no embedding (TMS_EMBED=off)
         self.throttle = throttle  # None: no rate limits (the operator's commands, tests)
         self.admission = admission
         self.refusals = refusals
+        self.after_commit = after_commit
         # The runtime hands in the server's log key; a throwaway one serves tests and the
         # operator's commands, which never publish.
         self.log = TransparencyLog(pool, log or LogSigner.throwaway())
@@ -185,7 +192,7 @@ class Ledger:
                 queued = (
                     None
                     if action is Action.SHADOW_REJECT
-                    else self._commits.enqueue(batch, expected)
+                    else self._enqueue(batch, expected, origin)
                 )
             else:
                 async with turn.next():
@@ -193,7 +200,7 @@ class Ledger:
                     queued = None
                     if action is not Action.SHADOW_REJECT:
                         queued = await turn.join(
-                            lock_keys(batch), lambda: self._commits.enqueue(batch, expected)
+                            lock_keys(batch), lambda: self._enqueue(batch, expected, origin)
                         )
             if queued is None:  # shadow-rejected: a publish's answer, nothing stored
                 outcome[0] = "refused"
@@ -202,6 +209,14 @@ class Ledger:
         for item in plan.accepted:
             metrics.EVENTS_STORED.labels(kind_name(item.event.kind)).inc()
         return result
+
+    def _enqueue(self, batch: list[Parsed], expected: Expected | None, origin: Origin) -> Queued:
+        """The batch in its lanes' queue; once it commits, told to the after-commit hooks, whoever
+        still waits for its answer (a client gone meanwhile does not stop either)."""
+        queued = self._commits.enqueue(batch, expected)
+        if self.after_commit is not None:
+            queued.add_done_callback(functools.partial(_told, self.after_commit, origin))
+        return queued
 
     async def _admit(
         self, events: object, origin: Origin, within: Slug | None, now: int | None
@@ -220,9 +235,11 @@ class Ledger:
             return batch, Action.ACCEPT
         decision = await self.admission.admit([item.event for item in batch], origin)
         if decision.action is Action.REJECT:
-            raise Blocked(decision.message or BLOCKED_BY_POLICY).refused_as(
-                Refusal.BLOCKED, batch[0].event.pubkey
-            )
+            blocked, signer = Blocked(decision.message or BLOCKED_BY_POLICY), batch[0].event
+            if decision.event is not None and 0 <= decision.event < len(batch):
+                signer = batch[decision.event].event
+                blocked.located(located_at(decision.event, signer.id))
+            raise blocked.refused_as(Refusal.BLOCKED, signer.pubkey)
         return batch, decision.action
 
     async def _shadow(
@@ -393,6 +410,18 @@ _OUTCOMES: Final = {
     Outcome.UNAVAILABLE: "unavailable",
     Outcome.INTERNAL: "error",
 }
+
+
+def _told(hook: CommitHook, origin: Origin, queued: Queued) -> None:
+    """Hand a committed batch to the after-commit hooks, when it stored something (a refused
+    batch, or one whose every event was stored before, is nobody's news)."""
+    if queued.cancelled() or queued.exception() is not None:
+        return
+    planned: Planned = queued.result()
+    plan = planned[0]
+    if plan.accepted:
+        ids = tuple(item.event.id for item in plan.accepted)
+        hook.submit(Committed(ids, tuple(plan.collections), origin))
 
 
 def _held_within(batch: Sequence[Parsed], slug: Slug) -> None:

@@ -63,12 +63,19 @@ class McpFront:
 
     def __init__(self, refusals: RefusalLog | None = None) -> None:
         self.app: ASGIApp | None = None  # the SDK's, once it has loaded (`serve`)
+        self.broken: str | None = None  # why it never will (`failed`)
         self.refusals = refusals or RefusalLog(None)
         self._ready = asyncio.Event()
         self._bodies = BodyReader(MAX_BODY)
 
     def serve(self, app: ASGIApp) -> None:
         self.app = app
+        self._ready.set()
+
+    def failed(self, reason: str) -> None:
+        """The SDK's server could not be built: every call is told so, not that it is
+        starting (the operator's log holds the traceback)."""
+        self.broken = reason
         self._ready.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -115,7 +122,10 @@ class McpFront:
                     scope, receive, send
                 )
                 return
-            assert self.app is not None
+            if self.app is None:
+                message = f"MCP is unavailable on this server: {self.broken}"
+                await _error(503, INVALID_REQUEST, message)(scope, receive, send)
+                return
             await self.app(scope, _replay(body, receive), send)
 
     async def close(self) -> None:

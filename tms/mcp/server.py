@@ -8,6 +8,7 @@ from our models and every failure is an `isError` result carrying exactly our me
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Mapping
@@ -21,11 +22,11 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tms.errors import Outcome, outcome_of, sendable, told
+from tms.errors import Outcome, one_line, outcome_of, sendable, told
 from tms.mcp.http import MAX_BODY
-from tms.mcp.prompts import COLLECTION_ARGUMENT, PROMPTS, Prompt
+from tms.mcp.prompts import PROMPTS, Prompt
 from tms.mcp.schemas import output_schema
-from tms.mcp.tools import TOOLS, Tool, Tools
+from tms.mcp.tools import Tool, Tools
 from tms.metrics import TOOL_CALLS, TOOL_OUTCOMES
 
 log = logging.getLogger("tms.mcp")
@@ -40,10 +41,18 @@ INSTRUCTIONS: Final = (
 
 
 def build_server(tools: Tools, prompts: Mapping[str, Prompt] = PROMPTS) -> Server[Any]:
-    """The low-level MCP server for these bound tools (their registry, as it stands now) and
-    these prompts. With a signer (stdio and TMS_NSEC), the schemas offer the tool's arguments
-    directly and `request` becomes optional."""
+    """The low-level MCP server for these bound tools (their registry, as it stands now: the
+    core's, with the enabled plugins' tools) and these prompts (likewise). With a signer (stdio
+    and TMS_NSEC), the schemas offer the tool's arguments directly and `request` becomes
+    optional."""
     listed = [_listing(tool, direct=tools.signer is not None) for tool in tools.tools.values()]
+    for name in (*tools.tools, "unknown"):  # every series from zero, the plugins' tools too
+        for outcome in TOOL_OUTCOMES:
+            TOOL_CALLS.labels(name, outcome)
+
+    def _count(name: str, outcome: str) -> None:
+        """A tool call in `tms_tool_calls_total`: names no tool has are counted as one."""
+        TOOL_CALLS.labels(name if name in tools.tools else "unknown", outcome).inc()
 
     async def list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
@@ -75,35 +84,39 @@ def build_server(tools: Tools, prompts: Mapping[str, Prompt] = PROMPTS) -> Serve
             prompts=[
                 types.Prompt(
                     name=name,
-                    description=description,
+                    description=prompt.description,
                     arguments=[
                         types.PromptArgument(
-                            name="collection", description=COLLECTION_ARGUMENT, required=True
+                            name=argument.name,
+                            description=argument.description,
+                            required=argument.required,
                         )
+                        for argument in prompt.arguments
                     ],
                 )
-                for name, (description, _) in prompts.items()
+                for name, prompt in prompts.items()
             ]
         )
 
     async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        entry = prompts.get(params.name)
-        if entry is None:
+        prompt = prompts.get(params.name)
+        if prompt is None:
             raise MCPError(
                 types.INVALID_PARAMS,
                 f"unknown prompt '{params.name[:64]}'; prompts/list names them",
             )
-        collection = (params.arguments or {}).get("collection", "").strip()
-        description, render = entry
         try:
-            text = render(collection)
-        except ValueError as exc:  # not a slug
+            text = prompt.render(params.arguments or {})
+        except ValueError as exc:  # an argument missing or not what the prompt takes
+            raise MCPError(types.INVALID_PARAMS, sendable(one_line(exc, 500))) from None
+        except Exception as exc:  # a plugin's prompt that failed: details for the log only
+            log.error("prompt %s failed", params.name, exc_info=exc)
             raise MCPError(
-                types.INVALID_PARAMS,
-                f"prompt '{params.name}' needs `collection`, a collection's slug: {exc}",
+                types.INTERNAL_ERROR,
+                f"prompt '{params.name}' failed; the server's log has the details",
             ) from None
         return types.GetPromptResult(
-            description=description,
+            description=prompt.description,
             messages=[
                 types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
             ],
@@ -155,12 +168,15 @@ def _listing(tool: Tool[Any, BaseModel], *, direct: bool) -> types.Tool:
 def _input_schema(tool: Tool[Any, BaseModel], *, direct: bool) -> dict[str, Any]:
     if not tool.signed:
         return tool.args.model_json_schema(by_alias=True)
+    described = (
+        _describe_args(tool.args) if tool.checked is None else _describe_schema(tool.checked.schema)
+    )
     request = {
         "type": "object",
         "description": (
             f'A kind 4707 event you signed (NIP-01 envelope) whose content is {{"tool": '
             f'"{tool.name}", "args": {{...}}}}, created within 60 s of the server clock; each '
-            f"request works once. args: {_describe_args(tool.args)}"
+            f"request works once. args: {described}"
         ),
     }
     if not direct:
@@ -170,7 +186,11 @@ def _input_schema(tool: Tool[Any, BaseModel], *, direct: bool) -> dict[str, Any]
             "required": ["request"],
             "additionalProperties": False,
         }
-    schema = tool.args.model_json_schema(by_alias=True)
+    schema = (
+        tool.args.model_json_schema(by_alias=True)
+        if tool.checked is None
+        else copy.deepcopy(dict(tool.checked.schema))
+    )
     schema.setdefault("properties", {})["request"] = {
         **request,
         "description": "Optional here: without it the call is signed with TMS_NSEC. "
@@ -189,6 +209,20 @@ def _describe_args(model: type[BaseModel]) -> str:
     return "; ".join(parts)
 
 
+def _describe_schema(schema: Mapping[str, Any]) -> str:
+    """A plugin tool's arguments, from its JSON Schema, as `_describe_args` says the core's."""
+    properties = schema.get("properties") or {}
+    if not properties:
+        return "none ({})."
+    required = set(schema.get("required") or ())
+    parts = []
+    for name, field in properties.items():
+        wanted = "required" if name in required else "optional"
+        about = field.get("description", "") if isinstance(field, Mapping) else ""
+        parts.append(f"`{name}` ({wanted}) {about}".strip())
+    return "; ".join(parts)
+
+
 # The MCP door's wire table: a failure's outcome as `tms_tool_calls_total` counts it (the tool
 # error itself says `tms.errors.told`, an internal error pointing to the server's log).
 OUTCOME_LABELS: Final = {
@@ -196,16 +230,6 @@ OUTCOME_LABELS: Final = {
     Outcome.UNAVAILABLE: "unavailable",
     Outcome.INTERNAL: "error",
 }
-
-
-def _count(name: str, outcome: str) -> None:
-    """A tool call in `tms_tool_calls_total`: names no tool has are counted as one."""
-    TOOL_CALLS.labels(name if name in TOOLS else "unknown", outcome).inc()
-
-
-for _name in (*TOOLS, "unknown"):  # every series from zero
-    for _outcome in TOOL_OUTCOMES:
-        TOOL_CALLS.labels(_name, _outcome)
 
 
 def _error(message: str) -> types.CallToolResult:

@@ -7,8 +7,14 @@ a handler taking a `ReadableCollection`, ...), so mypy refuses a tool whose hand
 than it declared. Handlers call the same services the pages use, so no rule is written twice;
 `publish` submits through the ledger's one path, naming the door (`Origin`).
 
-`TOOLS` is the registry every door serves (`tms.registry`): extension code adds its tools to it,
-and a name taken twice stops start-up.
+`TOOLS` is the core's registry (`tms.registry`); a server serves a copy of it to which the enabled
+plugins' tools are added (`tms.extension`), a name taken twice stopping start-up. A plugin's tool is
+a `Tool` like the core's, its arguments described and checked by its own JSON Schema (`Checked`):
+it is called through the same signed request, rate limit and access check.
+
+Before a tool reads (one collection, or every collection the key may), the operator's read filter,
+when there is one (`Services.read_filter`), is asked with the tool's name and the collection: its
+refusal is the tool's error.
 
 A key reads only collections it owns or belongs to. A collection outside them, and one that does
 not exist, get the same refusal; an event outside them is the same `null` as a missing one.
@@ -19,12 +25,12 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from typing_extensions import is_typeddict
 
-from tms.errors import RequestError, TMSError, ToolError
+from tms.errors import Refusal, RequestError, TMSError, ToolError
 from tms.fetch.client import fetch_url
 from tms.guard import clients
 from tms.ledger.access import Access, ReadableCollection, Reader
@@ -45,7 +51,7 @@ from tms.results import (
     PublishResult,
     SearchClaimsResult,
 )
-from tms.rules.admission import Door, Origin
+from tms.rules.admission import Door, Origin, Read
 from tms.rules.content import translate_error
 from tms.rules.proofs import check_proof, cited_event_ids
 from tms.rules.requests import check_request, request_from_arguments
@@ -97,6 +103,21 @@ THE_KEY: Final[Reads[PubKey]] = Reads("key", _the_key)
 THE_ORIGIN: Final[Reads[Origin]] = Reads("origin", _the_origin)
 
 
+# The reads a read filter is asked about before the handler runs (`Services.read_filter`).
+FILTERED_READS: Final = frozenset({"collection", "all"})
+
+
+class Checked(Protocol):
+    """Arguments described and checked by a JSON Schema of their own, before the tool's `args`
+    model takes them (a plugin's tool): `schema` is what `tools/list` shows, `check` returns
+    the arguments or raises `ToolError` saying where they break it."""
+
+    @property
+    def schema(self) -> Mapping[str, Any]: ...
+
+    def check(self, arguments: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Tool(Generic[R, A]):
     name: str
@@ -106,6 +127,7 @@ class Tool(Generic[R, A]):
     run: Callable[[Services, R, A], Awaitable[Any]]  # handed what `reads` grants
     reads: Reads[R]
     signed: bool = True  # every tool but publish takes a signed request
+    checked: Checked | None = None  # a plugin's tool: its own schema, checked first
 
     @property
     def wrapped(self) -> bool:
@@ -209,11 +231,6 @@ _SIGNED: Final = (
 )
 
 TOOLS: Final[Registry[Tool[Any, Any]]] = Registry("MCP tool")
-
-
-def register(tool: Tool[R, A], *, by: str) -> Tool[R, A]:
-    """Add a tool to the registry every door serves (`Collision` for a name taken)."""
-    return TOOLS.register(tool.name, tool, by=by)
 
 
 for _tool in (
@@ -444,15 +461,30 @@ class Tools:
             # here rather than in every handler (`Tool.reads`).
             origin = Origin(self.door, signed.pubkey, address)
             granted = await tool.reads.grant(self.services.access, origin, args)
+            await self._filtered(tool, origin, granted)
             result = await tool.run(self.services, granted, args)
         except TMSError as exc:
             exc.pubkey = exc.pubkey or signed.pubkey
             raise
         return {"result": result} if tool.wrapped else result
 
+    async def _filtered(self, tool: Tool[Any, Any], origin: Origin, granted: Any) -> None:
+        """The operator's read filter, asked before the tool reads: with the collection the
+        access check granted, or None for every collection the key may read."""
+        read_filter = self.services.read_filter
+        if read_filter is None or tool.reads.name not in FILTERED_READS:
+            return
+        collection = granted.slug if isinstance(granted, ReadableCollection) else None
+        refusal = await read_filter.check(Read(origin, collection, (), tool.name))
+        if refusal is not None:
+            raise ToolError(refusal).refused_as(Refusal.BLOCKED)
+
 
 def parse_args(tool: Tool[Any, A], arguments: Mapping[str, Any]) -> A:
-    """The tool's typed arguments, or a `ToolError` in the content schemas' words."""
+    """The tool's typed arguments, or a `ToolError` in the content schemas' words (or, for a
+    plugin's tool, in its JSON Schema's: `Checked`)."""
+    if tool.checked is not None:
+        arguments = tool.checked.check(arguments)
     try:
         return tool.args.model_validate(dict(arguments))
     except ValidationError as exc:

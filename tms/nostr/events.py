@@ -210,7 +210,9 @@ class Event:
     @classmethod
     def from_dict(cls, obj: object) -> Event:
         """Check the envelope's shape (not its id or signature: see `verify`)."""
-        if not isinstance(obj, Mapping):
+        # A parsed JSON object is a dict: asked first, as isinstance of an ABC costs eight times
+        # as much, on every event.
+        if type(obj) is not dict and not isinstance(obj, Mapping):
             raise InvalidEvent("event must be a JSON object")
         try:
             event_id, pubkey, sig = obj["id"], obj["pubkey"], obj["sig"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from tms.errors import InvalidEvent, shown
 from tms.nostr.events import Event, check_text, is_hex64
@@ -78,6 +78,24 @@ class Filter:
             for value in values or ():
                 total += VALUE_OVERHEAD + (_bytes(value) if isinstance(value, str) else 8)
         return total
+
+    def to_dict(self) -> dict[str, Any]:
+        """The filter as NIP-01's JSON object (values sorted), as a read filter is nip01 it."""
+        nip01: dict[str, Any] = {}
+        for name, values in (("ids", self.ids), ("authors", self.authors), ("kinds", self.kinds)):
+            if values is not None:
+                nip01[name] = sorted(values)
+        for letter, tag_values in self.tags.items():
+            nip01[f"#{letter}"] = sorted(tag_values)
+        for name, value in (
+            ("since", self.since),
+            ("until", self.until),
+            ("limit", self.limit),
+            ("search", self.search),
+        ):
+            if value is not None:
+                nip01[name] = value
+        return nip01
 
     @property
     def empty(self) -> bool:

@@ -134,7 +134,11 @@ async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, len
             message = await websocket.receive()
         else:
             try:
-                message = await asyncio.wait_for(websocket.receive(), max(0.0, idle_seconds - idle))
+                # A timeout on this task rather than `wait_for`, which makes a task of its own
+                # for every message: a writer's connection (no subscription) is idle-timed at
+                # each one.
+                async with asyncio.timeout(max(0.0, idle_seconds - idle)):
+                    message = await websocket.receive()
             except TimeoutError:
                 if (conn.idle_for() or 0.0) >= idle_seconds:
                     conn.outbox.end(

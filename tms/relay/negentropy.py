@@ -2,8 +2,9 @@
 as the Negentropy responder, NEG-MSG goes on, NEG-CLOSE ends it.
 
 A session reads within the same rule and with the same refusals as a REQ: the connection's `scope`
-(auth-required, restricted, rate-limited) is asked for every NEG-OPEN and NEG-MSG, its refusal sent
-as NEG-ERR, and a session whose key or collections changed since it opened is closed, as a
+(auth-required, restricted, rate-limited) is asked for every NEG-OPEN and NEG-MSG, and the
+operator's read filter for every NEG-OPEN (`tms.relay.reading.refused_by_filter`), their refusals
+sent as NEG-ERR, and a session whose key or collections changed since it opened is closed, as a
 subscription would be; a list read across a removal is not answered (the key's reader is read again
 after the list, through the connection's gate). NEG ids are a namespace of their own: a REQ and a
 NEG session may share one.
@@ -40,7 +41,7 @@ from tms.relay.messages import Refused
 from tms.relay.neg_messages import NegMsg, NegOpen, neg_err, neg_msg
 from tms.relay.outbox import Outbox
 from tms.relay.prefixes import failure
-from tms.relay.reading import Scope, ScopeOf
+from tms.relay.reading import Scope, ScopeOf, refused_by_filter
 from tms.relay.shared import ROUTE, Relay
 from tms.types import PubKey, Slug
 
@@ -97,6 +98,12 @@ class Negentropy:
     async def _build(self, message: NegOpen, scope: Scope) -> None:
         """The session's list, read as a task of its own (a NEG-CLOSE, a NEG-OPEN replacing it
         or the connection's end cancels it), then the answer to the client's first message."""
+        refusal = await refused_by_filter(
+            self.relay, scope, scope.pubkey, self.address, (message.filter,)
+        )
+        if refusal is not None:
+            self._err(message.sub_id, refusal)
+            return
         try:
             items = await negentropy_items(
                 self.relay.stored.pool,

@@ -21,6 +21,10 @@ The filters a read holds count against the connection's budget too: a live subsc
 it is open, a COUNT's or a search's while it waits its turn and runs (a hundred COUNTs of 10 MB
 of filters each once waited uncounted).
 
+Before a read runs, the operator's read filter, when there is one (`Relay.read_filter`, the
+plugins', `tms.extension`), is asked about it (`refused_by_filter`), first thing in the read's
+own task: its refusal is the read's `CLOSED` after `blocked:`, and nothing of it was sent.
+
 A reconnecting client that asks `since` its last event gets at most `limit` (`MAX_LIMIT`) per
 filter, newest as stored first, and `since` compares the signer's `created_at`, not the order
 stored: an exact catch-up is NIP-77's (`tms.relay.negentropy`), as `/docs` says.
@@ -44,6 +48,7 @@ from tms.relay.messages import CountMessage, Refused, ReqMessage
 from tms.relay.outbox import Outbox
 from tms.relay.prefixes import failure
 from tms.relay.shared import ROUTE, Relay
+from tms.rules.admission import Door, Origin, Read
 from tms.rules.kinds import KINDS, searchable_kinds
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, UNSCOPED, Slug
 
@@ -128,6 +133,11 @@ class Reading:
         """The stored answer, then EOSE, then what arrived meanwhile (or CLOSED: not live)."""
         sent: set[str] = set()
         try:
+            refusal = await self._filtered(scope, message.filters)
+            if refusal is not None:  # nothing sent yet: the live events wait for the EOSE
+                self.unsubscribe(message.sub_id)
+                self.outbox.send(messages.closed(message.sub_id, refusal))
+                return
             for wanted in message.filters:
                 await self._stored(message.sub_id, scope, wanted, sent)
         except asyncio.CancelledError:
@@ -258,6 +268,10 @@ class Reading:
         snapshot (as a stored answer's page is): one removed meanwhile may have events after
         the removal in it, so the COUNT is `CLOSED` as a REQ would be."""
         try:
+            refusal = await self._filtered(scope, message.filters)
+            if refusal is not None:
+                self.outbox.send(messages.closed(message.sub_id, refusal))
+                return
             number = await self.relay.stored.count(scope, message.filters)
             readable = await self._readable(scope)  # after the count's snapshot
         except asyncio.CancelledError:
@@ -271,6 +285,9 @@ class Reading:
             self.outbox.send(messages.closed(message.sub_id, said))
             return
         self.outbox.send(messages.count(message.sub_id, number))
+
+    async def _filtered(self, scope: Scope, filters: tuple[Filter, ...]) -> str | None:
+        return await refused_by_filter(self.relay, scope, self.client.pubkey, self.address, filters)
 
     def _may_start(self, sub_id: str) -> None:
         """`Refused` when this connection has enough waiting to be answered, or memory is
@@ -358,6 +375,28 @@ class Reading:
             task.cancel()
             self._let_go(task)
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def refused_by_filter(
+    relay: Relay,
+    scope: Scope,
+    pubkey: str | None,
+    address: str | None,
+    filters: tuple[Filter, ...],
+) -> str | None:
+    """The read filter's refusal of a REQ, COUNT or NEG-OPEN, after NIP-01's `blocked:` (and
+    noted in the refusal log), or None: no filter, or it lets the read through. `collection` is
+    this relay's (`/c/<slug>`), None for the root."""
+    read_filter = relay.read_filter
+    if read_filter is None:
+        return None
+    collection = scope.slug if isinstance(scope, ReadableCollection) else None
+    shown = tuple(wanted.to_dict() for wanted in filters)
+    refusal = await read_filter.check(Read(Origin(Door.RELAY, pubkey, address), collection, shown))
+    if refusal is None:
+        return None
+    relay.refusals.record(Refusal.BLOCKED, ROUTE, pubkey, address)
+    return f"blocked: {refusal}"
 
 
 def _slugs(scope: Scope) -> tuple[Slug, ...]:

@@ -32,6 +32,7 @@ from tms.ledger.sessions import Sessions
 from tms.relay.budget import ProcessBudget
 from tms.relay.limits import BIG_LOADS, LIVE_BEHIND_SECONDS, NEG_CACHE_BYTES
 from tms.relay.live import Hub
+from tms.rules.admission import ReadCheck
 from tms.search.search import Search
 from tms.services import Services
 from tms.store.database import Pool, open_pool
@@ -57,6 +58,7 @@ class Relay:
     neg_items: ItemCache  # NIP-77: the collections' item lists kept for the sessions to come
     loads: asyncio.Semaphore  # large stored contents read at once (`BIG_LOADS`)
     behind_seconds: float  # a live event unwritten this long: its client is behind
+    read_filter: ReadCheck | None = None  # the plugins' read filters, asked before each read
 
 
 async def open_reads_pool(url: str, connections: int, statement_seconds: float) -> Pool:
@@ -110,6 +112,7 @@ async def open_relay(
             neg_items=ItemCache(NEG_CACHE_BYTES),
             loads=asyncio.Semaphore(BIG_LOADS),
             behind_seconds=behind_seconds,
+            read_filter=services.read_filter,
         )
     finally:
         await feed.close()

@@ -11,9 +11,11 @@ collection gets exactly the message of a reference to nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from tms.errors import InvalidEvent, PublishError, QuoteNotFound, Refusal, UnknownSigner
 from tms.nostr.events import Event
@@ -45,6 +47,11 @@ def short(event_id: str) -> str:
 def located_at(position: int, event_id: str | None) -> str:
     """Where an event sits in its batch, as a refusal names it: `events[3] (ab12…)`."""
     return f"events[{position}]" + (f" ({short(event_id)})" if event_id else "")
+
+
+# The content models are compared by type (`type(c) is Link`), not with `isinstance`: pydantic's
+# models are ABCs, whose isinstance goes through ABCMeta at several times the cost, on every
+# event of a batch, several times each. No content model has a subclass.
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,25 +130,6 @@ class Snapshot:
     quotes: dict[EventId, Verdict] = field(default_factory=dict)
     evidence_texts: dict[EventId, str] = field(default_factory=dict)  # stored, quoted evidence
 
-    def copy(self) -> Snapshot:
-        """A copy to judge one batch of a group on, so that a refused batch leaves nothing
-        behind: every container is copied (and the sets inside `belongs_to` and `members`,
-        which the judge adds to); what they hold is immutable. `copy.deepcopy` did the same
-        at fifty times the cost, per batch of the group."""
-        return Snapshot(
-            stored_ids=set(self.stored_ids),
-            approved=set(self.approved),
-            terms_signed=set(self.terms_signed),
-            belongs_to={key: set(slugs) for key, slugs in self.belongs_to.items()},
-            owners=dict(self.owners),
-            members={slug: set(keys) for slug, keys in self.members.items()},
-            heads=dict(self.heads),
-            profiles=dict(self.profiles),
-            refs=dict(self.refs),
-            quotes=dict(self.quotes),
-            evidence_texts=dict(self.evidence_texts),
-        )
-
 
 @dataclass(slots=True)
 class Plan:
@@ -180,14 +168,14 @@ def quotes_by_evidence(batch: Iterable[Parsed]) -> dict[EventId, list[tuple[Even
     that each evidence text is read and normalized once, then let go."""
     grouped: dict[EventId, list[tuple[EventId, str]]] = {}
     for item in batch:
-        if isinstance(item.content, Link):
+        if type(item.content) is Link:
             grouped.setdefault(item.content.from_, []).append((item.event.id, item.content.quote))
     return grouped
 
 
 def batch_texts(batch: Iterable[Parsed]) -> dict[EventId, str]:
     """The texts of the evidence the batch itself carries."""
-    return {p.event.id: p.content.text for p in batch if isinstance(p.content, Evidence)}
+    return {p.event.id: p.content.text for p in batch if type(p.content) is Evidence}
 
 
 def quotes_found(text: str, quotes: Sequence[tuple[EventId, str]]) -> dict[EventId, Verdict]:
@@ -210,8 +198,13 @@ def with_nearest(refusal: QuoteNotFound, text: str) -> QuoteNotFound:
 class _Judge:
     def __init__(self, snapshot: Snapshot) -> None:
         self.s = snapshot
+        # How to take back each change made to the snapshot so far, should the batch be
+        # refused: a refused batch leaves the snapshot as it found it.
+        self._undo: list[Callable[[], object]] = []
         self.plan = Plan()
-        self.refs = dict(snapshot.refs)
+        # The batch's own events are added in front (a refused batch leaves the snapshot's as
+        # they were), without copying the snapshot's: a group's grows with every batch.
+        self.refs: ChainMap[EventId, Ref] = ChainMap({}, snapshot.refs)
         self.texts: dict[EventId, str] = {}  # the batch's own evidence, as the judge reaches it
         self.prepared: dict[EventId, PreparedText] = {}
         terms = current_terms()
@@ -219,6 +212,14 @@ class _Judge:
         self.replaceable: dict[tuple[Slug | PubKey, bool], EventId] = {}  # current, per name
 
     def judge(self, batch: Sequence[Parsed]) -> Plan:
+        try:
+            return self._judge(batch)
+        except BaseException:
+            for undo in reversed(self._undo):
+                undo()
+            raise
+
+    def _judge(self, batch: Sequence[Parsed]) -> Plan:
         seen: set[EventId] = set()
         for position, item in enumerate(batch):
             event_id = item.event.id
@@ -240,8 +241,7 @@ class _Judge:
         self.plan.superseded = [
             p.event.id
             for p in self.plan.accepted
-            if isinstance(p.content, Members | Profile)
-            and p.event.id not in self.replaceable.values()
+            if type(p.content) in (Members, Profile) and p.event.id not in self.replaceable.values()
         ]
         return self.plan
 
@@ -273,7 +273,7 @@ class _Judge:
                 raise _not_a_member(signer, slug, approved=False)
         elif not approved and not member:
             raise _not_a_member(signer, slug, approved=False)
-        elif isinstance(item.content, Members):
+        elif type(item.content) is Members:
             raise PublishError(
                 f"only the owner of collection '{slug}' changes its members"
             ).refused_as(Refusal.NOT_MEMBER)
@@ -284,27 +284,27 @@ class _Judge:
         event, content = item.event, item.content
         signer = event.pubkey
         s = self.s
-        if isinstance(content, Terms):
+        if type(content) is Terms:
             if (content.version, content.sha256) != self.terms:
                 raise PublishError(
                     "these are not the current terms: sign the current terms first "
                     f"(version {self.terms[0]}, sha256 {self.terms[1]}; see GET /terms)"
                 )
-            s.terms_signed.add(signer)
+            self._add(s.terms_signed, signer)
         elif signer not in s.terms_signed:
             raise PublishError(
                 f"pubkey {signer} must sign the current terms first (kind 4706, version "
                 f"{self.terms[0]}, sha256 {self.terms[1]}), earlier in this batch or before it"
             )
-        if isinstance(content, Profile):
+        if type(content) is Profile:
             self._profile(event)
         slug = item.collection
         if slug is None:
             return
         self._may_write_in(item)
         if s.owners.get(slug) is None:  # an approved key names a new collection: it creates it
-            s.owners[slug] = signer
-            s.belongs_to.setdefault(signer, set()).add(slug)
+            self._put(s.owners, slug, signer)
+            self._belong(signer, slug)
             self.plan.new_collections.append((slug, signer, event.id))
         for reference in KINDS[event.kind].references:
             for cited in reference.ids(content):
@@ -313,11 +313,11 @@ class _Judge:
                     raise PublishError(
                         reference.wrong.format(id=cited, a_kind=a_kind(found.kind), slug=slug)
                     )
-        if isinstance(content, Link):
+        if type(content) is Link:
             self._link(slug, event.id, content)
-        elif isinstance(content, Members):
+        elif type(content) is Members:
             self._members(slug, event, content)
-        elif isinstance(content, Evidence):
+        elif type(content) is Evidence:
             self.texts[event.id] = content.text
         self.refs[event.id] = Ref(event.kind, slug)
 
@@ -363,7 +363,7 @@ class _Judge:
         key = (event.created_at, event.id)
         head = self.s.profiles.get(event.pubkey)
         if head is None or newer(key, head):
-            self.s.profiles[event.pubkey] = key
+            self._put(self.s.profiles, event.pubkey, key)
             self.replaceable[(event.pubkey, False)] = event.id
 
     def _members(self, slug: Slug, event: Event, members: Members) -> None:
@@ -374,12 +374,37 @@ class _Judge:
             old, new = self.s.members.get(slug, set()), set(members.members)
             owner = self.s.owners[slug]
             for pubkey in old - new - {owner}:
-                self.s.belongs_to.get(pubkey, set()).discard(slug)
+                slugs = self.s.belongs_to.get(pubkey)
+                if slugs is not None and slug in slugs:
+                    slugs.discard(slug)
+                    self._undo.append(functools.partial(slugs.add, slug))
             for pubkey in new - old:
-                self.s.belongs_to.setdefault(pubkey, set()).add(slug)
-            self.s.heads[slug] = key
-            self.s.members[slug] = new
+                self._belong(pubkey, slug)
+            self._put(self.s.heads, slug, key)
+            self._put(self.s.members, slug, new)
             self.plan.member_lists[slug] = (event.created_at, event.id, list(members.members))
+
+    # --- changes to the snapshot, each recorded with its undoing ------------------------------
+
+    def _add(self, values: set[Any], value: Any) -> None:
+        if value not in values:
+            values.add(value)
+            self._undo.append(functools.partial(values.discard, value))
+
+    def _put(self, mapping: dict[Any, Any], key: Any, value: Any) -> None:
+        if key in mapping:
+            self._undo.append(functools.partial(mapping.__setitem__, key, mapping[key]))
+        else:
+            self._undo.append(functools.partial(mapping.pop, key, None))
+        mapping[key] = value
+
+    def _belong(self, pubkey: PubKey, slug: Slug) -> None:
+        """`pubkey` belongs to `slug` (`Snapshot.belongs_to`)."""
+        slugs = self.s.belongs_to.get(pubkey)
+        if slugs is None:
+            self._put(self.s.belongs_to, pubkey, {slug})
+        else:
+            self._add(slugs, slug)
 
 
 def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError:
@@ -397,5 +422,7 @@ def _not_a_member(signer: PubKey, slug: Slug, *, approved: bool) -> PublishError
 
 
 def judge(batch: Sequence[Parsed], snapshot: Snapshot) -> Plan:
-    """Decide the whole batch against `snapshot` (which it updates as the batch goes)."""
+    """Decide the whole batch against `snapshot`, which it updates as the batch goes: a batch
+    that passes leaves it as later batches must find it (terms signed, collections created,
+    member lists and profiles made current); a refused one leaves it as it was."""
     return _Judge(snapshot).judge(batch)

@@ -264,10 +264,12 @@ async def embedded_url(server: EmbeddedPostgres) -> str:
 
 
 class _Connection(asyncpg.Connection):
-    """A pooled connection that goes back to the pool without a reset: TMS keeps no session
-    state (its advisory locks and settings are all transaction-scoped, its cursors live inside
-    transactions), so the reset asyncpg sends on every release would be a round trip for
-    nothing on every request."""
+    """A pooled connection that goes back to the pool without a reset: TMS leaves no session
+    state behind (its settings are transaction-scoped, its cursors live inside transactions,
+    the session-level locks a publish takes are let go before its connection goes back:
+    `tms.ledger.writes.session_locks`), so the reset asyncpg sends on every release would be a
+    round trip for nothing on every request. What a connection keeps on purpose, the
+    publish's locking function in `pg_temp` (`tms.ledger.snapshots`), a reset would drop."""
 
     def get_reset_query(self) -> str:
         return ""

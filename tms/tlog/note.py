@@ -119,11 +119,14 @@ class NoteVerifier:
 class NoteSigner:
     """An Ed25519 key that signs notes under a name. The seed never appears in a repr."""
 
-    __slots__ = ("_private", "name")
+    __slots__ = ("_key_id", "_private", "name")
 
     def __init__(self, name: str, private: Ed25519PrivateKey) -> None:
         self.name = check_key_name(name)
         self._private = private
+        # Derived once: the public key is a scalar multiplication away, and every checkpoint
+        # a publish signs names it.
+        self._key_id = self.verifier().key_id
 
     @classmethod
     def generate(cls, name: str) -> NoteSigner:
@@ -159,7 +162,7 @@ class NoteSigner:
     def sign(self, text: str) -> str:
         """The signed note: `text`, a blank line, and this key's signature line."""
         check_note_text(text)
-        signature = self.verifier().key_id + self._private.sign(text.encode("utf-8"))
+        signature = self._key_id + self._private.sign(text.encode("utf-8"))
         return f"{text}\n{DASH} {self.name} {base64.b64encode(signature).decode('ascii')}\n"
 
     def __repr__(self) -> str:

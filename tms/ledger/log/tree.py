@@ -135,6 +135,12 @@ class TransparencyLog:
         self.configured = signer.host  # what the settings asked for
         self.settled = False  # whether the recorded host was seen committed
 
+    @property
+    def records_origin(self) -> bool:
+        """Whether a signing publish may still have to record the origin (`_origin`): its
+        write must then share a transaction with the checkpoints it signs."""
+        return not self.settled and self.configured != THROWAWAY_HOST
+
     def _adopt(self, host: str) -> None:
         if host != self.signer.host:
             self.signer = dataclasses.replace(self.signer, host=host)

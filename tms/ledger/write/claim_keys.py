@@ -35,7 +35,7 @@ async def key_rows(accepted: Sequence[Parsed], run: OffLoop) -> Rows:
     claims = [
         (p.event.id, p.content.collection, p.content.text)
         for p in accepted
-        if isinstance(p.content, Claim)
+        if type(p.content) is Claim  # not isinstance: see tms.rules.publish.Parsed
     ]
     if not claims:
         keyed = []

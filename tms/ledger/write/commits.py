@@ -3,16 +3,17 @@ judged together in the next one.
 
 Publishes to one collection are serialized by its lock, so each used to wait for the ones before
 it to take the lock, read, write and commit in turn. Here they wait in a queue instead (one per
-set of lock keys, a "lane"), and the lane's task takes everything waiting into one transaction:
-one lock, one snapshot of what all the batches touch, every batch judged in arrival order
-against the state the ones before it left (on a copy, `Snapshot.copy`, so that a refused batch
-leaves nothing behind), one write for all that passed, one commit. Each caller still gets its
-own answer: its batch accepted whole, or its own refusal; the others are not touched by it. An
-acknowledged event is committed: no caller hears "accepted" before the commit.
+set of lock keys, a "lane"), and the lane's task takes everything waiting at once: one lock,
+one snapshot of what all the batches touch, every batch judged in arrival order against the
+state the ones before it left (a refused batch leaves nothing behind: `judge` takes back what it
+changed), one write for all that passed, committed as one (`tms.ledger.write.writes` says how).
+Each caller still gets its own answer: its batch accepted whole, or its own refusal; the others
+are not touched by it. An acknowledged event is committed: no caller hears "accepted" before
+the commit.
 
-Should the group's transaction fail for any reason but a lost database, its batches are tried
-again one by one, each in a transaction of its own, so that an error rolls back only the batch
-that causes it.
+Should the group's write fail for any reason but a lost database, its batches are tried again
+one by one, each written on its own, so that an error rolls back only the batch that causes
+it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tms.errors import PublishError, is_database_down
-from tms.ledger.locks import lock, lock_keys
+from tms.ledger.locks import lock_keys
 from tms.ledger.log.tree import STATE_SQL, TransparencyLog
 from tms.ledger.write import claim_keys, routed, snapshots, writes
 from tms.ledger.write.snapshots import OffLoop
@@ -32,10 +33,10 @@ from tms.results import CheckpointInfo
 from tms.rules.expected import Expected, check_expected
 from tms.rules.publish import Parsed, Plan, Ref, Snapshot, judge
 from tms.store import citus
-from tms.store.database import Pool
+from tms.store.database import Connection, Pool
 from tms.types import Slug
 
-MAX_GROUP_BATCHES: Final = 64
+MAX_GROUP_BATCHES: Final = 1000
 MAX_GROUP_EVENTS: Final = 2000  # a group stops growing here (one batch may be 1,000 alone)
 
 
@@ -134,7 +135,7 @@ class GroupCommitter:
 
     async def _commit_group(self, group: list[_Waiting]) -> None:
         try:
-            outcomes = await self._transaction(group)
+            outcomes = await self._transaction(group, settle=True)
         except Exception as exc:
             if len(group) == 1 or is_database_down(exc):
                 for waiting in group:
@@ -150,41 +151,81 @@ class GroupCommitter:
         for waiting, outcome in zip(group, outcomes, strict=True):
             _settle(waiting, outcome)
 
-    async def _transaction(self, group: Sequence[_Waiting]) -> list[Committed | Exception]:
+    async def _transaction(
+        self, group: Sequence[_Waiting], *, settle: bool = False
+    ) -> list[Committed | Exception]:
+        """The group locked, judged and written (`tms.ledger.write.writes`): on a single
+        PostgreSQL, the locks and the snapshot in one round trip and the write in one more,
+        which commits on its own; with `settle`, each caller gets its answer then, before the
+        locks are let go. On Citus, or while the log's origin may have to be recorded, in one
+        transaction."""
         everything = [item for waiting in group for item in waiting.batch]
+        async with self.pool.acquire() as conn:
+            if self._routed is None:  # learnt once: whether the ledger is on Citus
+                self._routed = await citus.is_distributed(conn)
+            keys = lock_keys(everything)
+            if self._routed or self.log.records_origin:
+                async with writes.locked_transaction(conn, keys, routed=self._routed):
+                    return await self._judged_and_written(conn, group, everything, None)
+            async with writes.session_locks(conn):
+                outcomes = await self._judged_and_written(conn, group, everything, keys)
+                if settle:  # committed: answered now, the locks let go after
+                    for waiting, outcome in zip(group, outcomes, strict=True):
+                        _settle(waiting, outcome)
+                return outcomes
+
+    async def _judged_and_written(
+        self,
+        conn: Connection,
+        group: Sequence[_Waiting],
+        everything: list[Parsed],
+        lock: Sequence[str] | None,
+    ) -> list[Committed | Exception]:
+        """Under the locks (taken with the snapshot when `lock` names them): read, judge each
+        batch, write all that passed."""
         outcomes: list[Plan | Exception] = []
-        async with self.pool.acquire() as conn, conn.transaction():
-            await lock(conn, everything)
-            snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL})
-            snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
-            members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
-            passed: list[Plan] = []
-            for waiting in group:
-                trial = snapshot if len(group) == 1 else snapshot.copy()
-                try:
-                    if waiting.expected:
-                        check_expected(waiting.batch, trial, waiting.expected)
-                    plan = judge(waiting.batch, trial)
-                except PublishError as exc:
-                    outcomes.append(exc)
-                    continue
-                snapshot = _stored(trial, plan)
-                outcomes.append(plan)
-                passed.append(plan)
-            merged = _merge(passed)
-            signed: dict[Slug, CheckpointInfo] = {}
-            if merged.accepted:
-                log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
-                keys = await claim_keys.key_rows(merged.accepted, self.run)  # sql/013
-                if self._routed is None:  # learnt once: whether the ledger is on Citus
-                    self._routed = await citus.is_distributed(conn)
-                write = routed.write if self._routed else writes.write
-                written = await write(conn, merged, members_before, [*log_rows.rows(), keys])
-                # Announced in the same transaction, whichever way it wrote: delivered at
-                # commit (the relay's live subscriptions, tms.ledger.read.feed).
+        snapshot, read = await snapshots.snapshot(conn, everything, {"log": STATE_SQL}, lock=lock)
+        snapshot.quotes = await snapshots.quotes(conn, everything, self.run)
+        members_before = {slug: set(keys) for slug, keys in snapshot.members.items()}
+        passed = _judged(group, snapshot, outcomes)
+        merged = _merge([plan for _, plan in passed])
+        signed: dict[Slug, CheckpointInfo] = {}
+        if merged.accepted:
+            log_rows = await self.log.prepare(conn, merged.accepted, read["log"])
+            keys = await claim_keys.key_rows(merged.accepted, self.run)  # sql/013
+            # Announced in the same transaction, whichever way it wrote: delivered at commit
+            # (the relay's live subscriptions, tms.ledger.read.feed). The one statement of a
+            # single PostgreSQL announces what it wrote itself.
+            also = [*log_rows.rows(), keys]
+            if self._routed:
+                written = await routed.write(conn, merged, members_before, also)
                 await writes.notify(conn, written)
-                signed = log_rows.checkpoints()
+            else:
+                await writes.write(conn, merged, members_before, also, announce=True)
+            signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
+
+
+def _judged(
+    group: Sequence[_Waiting], snapshot: Snapshot, outcomes: list[Plan | Exception]
+) -> list[tuple[_Waiting, Plan]]:
+    """Each batch of the group judged in order against the state the ones before it that
+    passed left, its plan or its refusal appended to `outcomes`; the batches that passed, with
+    their plans. All on the one snapshot: `judge` leaves it as it was when it refuses a batch,
+    so the cost of a group grows with its events, not with the square of its batches."""
+    passed: list[tuple[_Waiting, Plan]] = []
+    for waiting in group:
+        try:
+            if waiting.expected:
+                check_expected(waiting.batch, snapshot, waiting.expected)
+            plan = judge(waiting.batch, snapshot)
+        except PublishError as exc:
+            outcomes.append(exc)
+            continue
+        _stored(snapshot, plan)
+        outcomes.append(plan)
+        passed.append((waiting, plan))
+    return passed
 
 
 def _take(waiting: list[_Waiting]) -> list[_Waiting]:

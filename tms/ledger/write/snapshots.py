@@ -1,21 +1,26 @@
-"""What a publish reads in its transaction, under its locks (`tms.ledger.locks.lock`), for the
+"""What a publish reads under its locks (`tms.ledger.locks`, `tms.ledger.write.writes`), for the
 rules to judge it against: the ledger as the batch finds it (`snapshot`), and where each quote
 of the batch's links sits in its evidence (`quotes`).
 
 The snapshot is one round trip whatever the batch holds (a batch of several collections reads
 `also` in one more per collection), and the quotes one per quoted evidence stored before. Other
 parts of the ledger that keep rows per collection (the transparency log) read their state with
-the snapshot (`also`), rather than in round trips of their own. It is read in a statement after
-the locks', never in theirs: in READ COMMITTED a statement reads the ledger as it stood when the
-statement began, so a snapshot read in the statement that takes the locks could miss what the
-batch it waited for had written.
+the snapshot (`also`), rather than in round trips of their own. It is read after the locks are
+held, never by the statement that waits for them: in READ COMMITTED a statement reads the ledger
+as it stood when the statement began, so a snapshot read in the statement that takes the locks
+could miss what the batch it waited for had written. With `lock`, one round trip does both: a
+function of the connection's own (`pg_temp`, made on its first use) takes the locks, then reads
+the snapshot in its next statement, which a VOLATILE function runs with a fresh snapshot.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
+
+import asyncpg
 
 from tms.ledger.locks import lock_keys
 from tms.ledger.write.writes import collections
@@ -67,8 +72,33 @@ SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1 AND collection = ANY(
 OffLoop = Callable[..., Awaitable[Any]]  # runs a CPU-bound function off the event loop
 
 
+# The function that takes the locks (session-level: `tms.ledger.write.writes.session_locks` lets
+# them go) and then reads the snapshot: {name} is made from a digest of {body}, the snapshot's
+# statement (its $1 to $7), so that each form of it gets a function of its own; $8 the lock
+# keys, sorted (`tms.ledger.locks.hold_locks`' order and hash).
+_SQL_LOCKED_SNAPSHOT: Final = """
+    CREATE FUNCTION pg_temp.{name}(text[], text[], text[], text[], text, text, text[], text[])
+    RETURNS text LANGUAGE plpgsql VOLATILE AS $tms$
+    DECLARE
+        key text;
+    BEGIN
+        FOREACH key IN ARRAY $8 LOOP
+            PERFORM pg_advisory_lock(hashtextextended(key, 7));
+        END LOOP;
+        RETURN ({body});
+    END $tms$"""
+_SQL_CALL_LOCKED: Final = (
+    "SELECT pg_temp.{name}($1::text[], $2::text[], $3::text[], $4::text[], $5::text, $6::text, "
+    "$7::text[], $8::text[])"
+)
+
+
 async def snapshot(
-    conn: Connection, batch: Sequence[Parsed], also: Mapping[str, str] | None = None
+    conn: Connection,
+    batch: Sequence[Parsed],
+    also: Mapping[str, str] | None = None,
+    *,
+    lock: Sequence[str] | None = None,
 ) -> tuple[Snapshot, dict[str, Any]]:
     """The ledger as the batch finds it, limited to what the batch touches; and, under each
     name in `also`, the JSON array its SQL expression makes over `{collections}` (the batch's
@@ -77,7 +107,8 @@ async def snapshot(
     batch of none gets null): each statement about one collection's rows, so that on Citus it
     runs on that collection's worker (such an expression over collections on several workers
     is more than Citus plans). The collections are locked, so what the extra statements read is
-    what the first one would have."""
+    what the first one would have. `lock`: take these lock keys first, as session-level locks,
+    in the same round trip (outside a transaction: the caller lets them go)."""
     terms = current_terms()
     slugs = collections(batch)
     inline = (also or {}) if len(slugs) == 1 else {}
@@ -85,8 +116,8 @@ async def snapshot(
         f",\n        '{name}', {sql.format(collections='$3::text[]')}"
         for name, sql in inline.items()
     )
-    document = await conn.fetchval(
-        _SQL_SNAPSHOT.format(also=extra),
+    sql = _SQL_SNAPSHOT.format(also=extra)
+    args = [
         [p.event.id for p in batch],
         sorted({p.event.pubkey for p in batch}),
         slugs,
@@ -96,7 +127,11 @@ async def snapshot(
         terms["version"],
         terms["sha256"],
         list(lock_keys(batch)),
-    )
+    ]
+    if lock is None:
+        document = await conn.fetchval(sql, *args)
+    else:
+        document = await _locked(conn, sql, [*args, sorted(lock)])
     found = json.loads(document)
     s = Snapshot()
     s.stored_ids = set(found["stored"] or ())
@@ -124,6 +159,17 @@ async def snapshot(
                 rows.extend(json.loads(one) if one is not None else ())
             read[name] = rows or None
     return s, read
+
+
+async def _locked(conn: Connection, body: str, args: list[Any]) -> Any:
+    """The snapshot `body` read by the connection's locking function, made on first use."""
+    name = "tms_locked_snapshot_" + hashlib.sha256(body.encode()).hexdigest()[:16]
+    call = _SQL_CALL_LOCKED.format(name=name)
+    try:
+        return await conn.fetchval(call, *args)
+    except (asyncpg.UndefinedFunctionError, asyncpg.InvalidSchemaNameError):  # no pg_temp yet
+        await conn.execute(_SQL_LOCKED_SNAPSHOT.format(name=name, body=body))
+        return await conn.fetchval(call, *args)
 
 
 async def quotes(conn: Connection, batch: Sequence[Parsed], run: OffLoop) -> dict[EventId, Verdict]:

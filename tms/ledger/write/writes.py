@@ -1,26 +1,37 @@
-"""What a publish does in the database around the rules' judgment, inside its transaction: take
-the locks, write what the rules accept, and announce what it wrote.
+"""What a publish does in the database around the rules' judgment: take the locks, write what
+the rules accept, and announce what it wrote.
 
-Each step is one statement, so a publish costs few round trips whatever its batch holds: begin,
-lock (one per collection), snapshot (`tms.ledger.write.snapshots`, with one more per quoted evidence
-stored before), write, notify, commit. The locks come in statements of their own, before the
-snapshot's (`tms.ledger.write.snapshots` says why). What the write stores is computed by
-`tms.ledger.write.rows`; other parts of the ledger that keep rows per collection (the transparency
-log, the claims' keys) hand theirs in as `Rows`, stored by the same statement rather than in
-round trips of their own.
+Each step is one statement, so a publish costs few round trips whatever its batch holds. On a
+single PostgreSQL, two before its answer: the locks and the snapshot in one
+(`tms.ledger.write.snapshots.snapshot` with `lock`: session-level advisory locks taken by a
+function whose next statement reads with a fresh snapshot), then the write, one statement that
+commits on its own (atomic as any statement, durable when it returns, announcing what it
+stored in it), with one more per quoted evidence stored before; the locks are let go after the
+answer (`session_locks`). The lock keys are the same as a transaction's
+(`tms.ledger.locks.hold_locks`), so publishes and the log's building wait for each other
+whichever kind they take. What the write stores is computed by `tms.ledger.write.rows`; other
+parts of the ledger that keep rows per collection (the transparency log, the claims' keys) hand
+theirs in as `Rows`, stored by the same statement rather than in round trips of their own.
 
-On a Citus cluster the same steps run with the write as one plain statement per table
-(`tms.ledger.write.routed`), every statement naming the collections it is about so that Citus sends
-it to their worker; what is written is the same rows. Either way, the commit is announced
-afterwards by `notify`, from the `Written` ranges the write returns.
+A publish that may record the log's origin (`TransparencyLog.records_origin`) runs as one
+transaction instead (`locked_transaction`: BEGIN with the locks, snapshot, write, COMMIT), so
+that the origin is recorded only with the checkpoint it names. So does a publish on a Citus
+cluster, with the write as one plain statement per table (`tms.ledger.write.routed`), every
+statement naming the collections it is about so that Citus sends it to their worker; what is
+written is the same rows, and the commit is announced by `notify`, from the `Written` ranges
+the write returns.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
+from tms.ledger.locks import hold_locks
 from tms.ledger.statement import Rows, Statement
 from tms.ledger.write.rows import (
     ANCHOR_TYPES,
@@ -56,6 +67,58 @@ _SQL_NOTIFY: Final = f"SELECT count(pg_notify('{CHANNEL}', n)) FROM unnest($1::t
 Written = list[tuple[Slug | None, int, int, bool]]
 
 
+# A single PostgreSQL's publish transaction begins with its locks, in the one message: `BEGIN`
+# and a lock per key, so that it costs a round trip less. The keys are bound as literals (a
+# message of several statements takes no parameters): slugs and UNSCOPED only, checked.
+_SQL_BEGIN: Final = "BEGIN"
+_SQL_LOCK_LITERAL: Final = "SELECT pg_advisory_xact_lock(hashtextextended('{key}', 7))"
+_LOCK_KEY: Final = re.compile(r"[a-z0-9~_.-]{1,64}")
+_SQL_UNLOCK: Final = "SELECT pg_advisory_unlock_all()"
+
+
+@contextlib.asynccontextmanager
+async def locked_transaction(
+    conn: Connection, keys: Sequence[str], *, routed: bool
+) -> AsyncIterator[None]:
+    """A transaction holding these lock keys (`hold_locks`) from its first statement, committed
+    when the block ends and rolled back when it raises. On a single PostgreSQL, `BEGIN` and the
+    locks go in one message; on Citus (`routed`), the locks are statements of their own, each
+    routed to its collection's worker."""
+    if routed or not all(_LOCK_KEY.fullmatch(key) for key in keys):
+        async with conn.transaction():
+            await hold_locks(conn, keys)
+            yield
+        return
+    locks = [_SQL_LOCK_LITERAL.format(key=key) for key in sorted(keys)]
+    await conn.execute(";\n".join([_SQL_BEGIN, *locks]))
+    try:
+        yield
+    except BaseException:
+        try:
+            await conn.execute("ROLLBACK")
+        except BaseException:  # the connection is broken, or still busy: never reuse it
+            conn.terminate()
+        raise
+    await conn.execute("COMMIT")
+
+
+@contextlib.asynccontextmanager
+async def session_locks(conn: Connection) -> AsyncIterator[None]:
+    """Every session-level advisory lock `conn` takes in the block (the snapshot's, with
+    `lock`) let go when it ends, whatever happened; a connection that cannot be told so is
+    closed, which lets them go as surely, so that none is ever left holding one."""
+    try:
+        yield
+    finally:
+        try:
+            await conn.execute(_SQL_UNLOCK)
+        except asyncio.CancelledError:
+            conn.terminate()
+            raise
+        except Exception:  # the block's outcome stands (a write committed stays committed)
+            conn.terminate()
+
+
 def collections(batch: Sequence[Parsed]) -> list[Slug]:
     """The collections a batch names, sorted (profiles and terms name none)."""
     return sorted({p.collection for p in batch if p.collection is not None})
@@ -66,13 +129,16 @@ async def write(
     plan: Plan,
     members_before: dict[Slug, set[PubKey]],
     also: Sequence[Rows] = (),
+    *,
+    announce: bool = False,
 ) -> Written:
     """Insert the accepted events, their typed rows, their links' anchors, their places in the
     embedding queue, the collections they create, the member lists they make current and the
     rows `also` holds, in one statement: each part a data-modifying CTE over arrays (`unnest`),
     the typed rows joined to the events' new `seq`. `members_before`: each collection's
     members when the batch began, so that only the keys a new list adds or drops are
-    written. Returns what it stored, by collection (`notify`)."""
+    written. Returns what it stored, by collection (`notify`); with `announce`, the statement
+    has announced it already, as `notify` would (a round trip less)."""
     statement = Statement()
     events = [p.event for p in plan.accepted]
     e = statement.arrays(
@@ -142,7 +208,7 @@ async def write(
     for n, extra in enumerate(also):
         if extra.rows:
             statement.insert(f"also_{n}", extra)
-    statement.result = _SQL_WRITTEN
+    statement.result = _SQL_ANNOUNCED if announce else _SQL_WRITTEN
     rows = await conn.fetch(statement.sql(), *statement.args)
     return [
         (None if r["collection"] == UNSCOPED else r["collection"], r["lo"], r["hi"], r["lists"])
@@ -154,6 +220,14 @@ async def write(
 _SQL_WRITTEN: Final = f"""
     SELECT collection, min(seq) AS lo, max(seq) AS hi, bool_or(kind = {KIND_MEMBERS}) AS lists
     FROM e GROUP BY collection ORDER BY lo"""
+
+
+# The same, each row announced as `notify` announces it (pg_notify in the writing transaction:
+# delivered at commit), in the order of first seq.
+_SQL_ANNOUNCED: Final = f"""
+    SELECT w.*, pg_notify('{CHANNEL}', json_build_array(
+        nullif(w.collection, '{UNSCOPED}'), w.lo, w.hi, w.lists)::text) AS announced
+    FROM ({_SQL_WRITTEN}) AS w"""
 
 
 async def notify(conn: Connection, written: Written) -> None:

@@ -5,9 +5,10 @@ Each render function takes the collection's slug and returns the prompt text; bo
 A slug that is not a valid collection slug raises `ValueError`, so a typo fails before an agent
 spends a session on it.
 
-`PROMPTS` maps each prompt's name to its one-line description (for `prompts/list`) and its render
-function: a registry (`tms.registry`) that extension code adds to, a name taken twice stopping
-start-up; `COLLECTION_ARGUMENT` describes the one argument every prompt takes.
+`PROMPTS` maps each prompt's name to a `Prompt`: its one-line description and its arguments (for
+`prompts/list`) and what renders it from the arguments `prompts/get` names; a registry
+(`tms.registry`) whose server copy takes the enabled plugins' prompts, a name taken twice stopping
+start-up. Both core prompts take one argument, `collection` (`COLLECTION_ARGUMENT`).
 
 `briefing` embeds `EXAMPLE_PROOF`, a proof whose `<... id>` placeholders stand for real event ids;
 with events of those kinds in place of the placeholders it passes `tms.rules.proofs.check_proof`.
@@ -16,7 +17,8 @@ with events of those kinds in place of the placeholders it passes `tms.rules.pro
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib.resources import files
 from string import Template
 from typing import Any, Final
@@ -39,6 +41,8 @@ __all__ = [
     "COLLECTION_ARGUMENT",
     "EXAMPLE_PROOF",
     "PROMPTS",
+    "Prompt",
+    "PromptArgument",
     "briefing",
     "claims_pass",
 ]
@@ -177,9 +181,44 @@ def briefing(collection: str) -> str:
     )
 
 
-# A prompt: its one-line description and what renders it for a collection's slug.
-Prompt = tuple[str, Callable[[str], str]]
+@dataclass(frozen=True, slots=True)
+class PromptArgument:
+    name: str
+    description: str
+    required: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A prompt as `prompts/list` shows it and `prompts/get` renders it: `render` takes the
+    arguments sent and returns the text, or raises `ValueError` whose message the client is
+    told (a required argument missing, a slug that is not one)."""
+
+    description: str
+    arguments: tuple[PromptArgument, ...]
+    render: Callable[[Mapping[str, str]], str]
+
+
+def _for_collection(name: str, render: Callable[[str], str]) -> Callable[[Mapping[str, str]], str]:
+    def rendered(arguments: Mapping[str, str]) -> str:
+        collection = str(arguments.get("collection", "")).strip()
+        try:
+            return render(collection)
+        except ValueError as exc:  # not a slug
+            raise ValueError(
+                f"prompt '{name}' needs `collection`, a collection's slug: {exc}"
+            ) from None
+
+    return rendered
+
+
+_COLLECTION: Final = (PromptArgument("collection", COLLECTION_ARGUMENT),)
 
 PROMPTS: Final[Registry[Prompt]] = Registry("MCP prompt")
-PROMPTS.register("claims_pass", (CLAIMS_PASS_DESCRIPTION, claims_pass))
-PROMPTS.register("briefing", (BRIEFING_DESCRIPTION, briefing))
+PROMPTS.register(
+    "claims_pass",
+    Prompt(CLAIMS_PASS_DESCRIPTION, _COLLECTION, _for_collection("claims_pass", claims_pass)),
+)
+PROMPTS.register(
+    "briefing", Prompt(BRIEFING_DESCRIPTION, _COLLECTION, _for_collection("briefing", briefing))
+)
