@@ -171,13 +171,15 @@ async def test_an_event_and_a_close_behind_a_slow_stored_answer_are_not_held_up(
 
 
 async def test_a_new_req_is_closed_saying_why_while_the_process_is_over_its_budget(
-    db_url: str,
+    db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A relay whose connections may hold 1 MiB in all: one client that reads nothing fills it
     with its stored answer (evidence of 300 KB each, read one at a time as room allows: the
     fourth passes the last check and takes it over), and another connection's REQ is then
-    CLOSED with `error:` saying whose memory is short, rather than adding to it. Once the first
-    has gone, the same REQ is answered."""
+    CLOSED with `error:` saying whose memory is short, rather than adding to it, while the first
+    has not yet read nothing for the grace after which it would give way (long here). Once the
+    first has gone, the same REQ is answered."""
+    monkeypatch.setattr("tms.relay.budget.GIVE_WAY_SECONDS", 600.0)
     T = int(time.time()) - 100
     pool = await open_pool(db_url, min_size=1, max_size=1)
     try:
@@ -229,6 +231,88 @@ async def test_a_new_req_is_closed_saying_why_while_the_process_is_over_its_budg
         await until(lambda: ["EOSE", "two"] in answered)
         await other.close()
         assert relay.memory.used == 0
+
+
+async def test_the_heaviest_client_that_reads_nothing_gives_way_to_one_that_reads(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relay whose connections may hold 1 MiB in all, filled by three clients that read
+    nothing of their stored answers (evidence of 300 KB each): a fourth, which reads what it is
+    sent and holds nothing, asks for two of those texts. The heaviest of the three, having read
+    nothing for the grace (`GIVE_WAY_SECONDS`, short here), is closed as behind with a NOTICE
+    saying why, its bytes freed, and the reader's REQ is answered in full (before, it was
+    `CLOSED` short of memory until a stored answer had waited `STALL_SECONDS`, 30 s, for the
+    non-readers). Every budget ends at 0."""
+    monkeypatch.setattr("tms.relay.budget.GIVE_WAY_SECONDS", 0.2)
+    T = int(time.time()) - 100
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        await Ledger(pool).approve([OWNER.pubkey])
+        await Ledger(pool).submit(
+            [terms(OWNER), members(OWNER, "way", [], created_at=T)], origin=OPERATOR
+        )
+        texts = [evidence(OWNER, "way", f"{n} " + "x" * 300_000, created_at=T) for n in range(8)]
+        await Ledger(pool).submit(texts, origin=OPERATOR)
+    finally:
+        await pool.close()
+    unblocked = [asyncio.Event() for _ in range(3)]
+    said: list[list[list[Any]]] = [[] for _ in range(3)]
+    answered: list[list[Any]] = []
+
+    def never_reads(n: int) -> Any:
+        async def send(text: str) -> None:
+            said[n].append(json.loads(text))
+            if text.startswith('["EVENT"'):
+                await unblocked[n].wait()  # reads nothing more, until the test lets it
+
+        return send
+
+    async def reads(text: str) -> None:
+        answered.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, memory_bytes=1024 * 1024) as relay,
+    ):
+        await relay.feed.ready.wait()
+        hogs = [
+            Connection(
+                relay, never_reads(n), slug="way", url="ws://x/", address=None, pubkey=OWNER.pubkey
+            )
+            for n in range(3)
+        ]
+        reader = Connection(
+            relay, reads, slug="way", url="ws://x/", address=None, pubkey=OWNER.pubkey
+        )
+        for conn in [*hogs, reader]:
+            await conn.open()
+        for hog, limit in zip(hogs, (1, 1, 2), strict=True):  # 300, 300 and 600 KB
+            await hog.handle(json.dumps(["REQ", "all", {"kinds": [4701], "limit": limit}]))
+        await until(lambda: relay.memory.full and all(hog.outbox.queued_bytes for hog in hogs))
+        await asyncio.sleep(0.5)  # each has read nothing for longer than the grace
+        held = [hog.budget.used for hog in hogs]
+        assert held.index(max(held)) == 2, held
+        heaviest = hogs[2]
+        await reader.handle(json.dumps(["REQ", "two", {"kinds": [4701], "limit": 2}]))
+        await until(lambda: any(m[0] in ("EOSE", "CLOSED") and m[1] == "two" for m in answered))
+        assert [m[0] for m in answered if m[1:2] == ["two"]] == ["EVENT", "EVENT", "EOSE"], [
+            [*m[:2], m[2][:80]] if m[0] == "CLOSED" else m[:2] for m in answered
+        ]
+        assert heaviest.outbox.ending is not None and heaviest.outbox.ending.startswith("behind")
+        gave_way = [n for n, hog in enumerate(hogs) if hog.outbox.ending is not None]
+        assert gave_way == [2], gave_way  # the lighter ones were not needed
+        for n in gave_way:  # once it reads again, the NOTICE is what it gets, and nothing else
+            unblocked[n].set()
+        await until(lambda: all(said[n][-1][0] == "NOTICE" for n in gave_way))
+        for n in gave_way:
+            notice = said[n][-1][1]
+            assert notice.startswith("error: closing this connection: "), notice
+            assert "memory" in notice and "read nothing" in notice, notice
+            assert [m[0] for m in said[n]] == ["AUTH", "EVENT", "NOTICE"], said[n]
+        for conn in [*hogs, reader]:
+            await conn.close()
+        assert relay.memory.used == 0
+        assert all(conn.budget.used == 0 for conn in [*hogs, reader])
 
 
 async def test_counts_waiting_their_turn_hold_their_filters_in_the_budget(

@@ -12,12 +12,27 @@ or the process's, a connection is refused new REQs (`CLOSED` saying why), its st
 wait for room, and it reads no more EVENTs until those in flight are answered; the process's
 budget is what lets a thousand small connections not add up to the machine's memory, when each
 one's budget alone would.
+
+The process's budget full, the heaviest gives way (`ProcessBudget.make_way`), as the crowd does
+at the connection cap (`tms.http.crowds`): a connection that asks for room (a new REQ, a stored
+answer's page or message) while it holds no more than its share (the budget divided among the
+connections holding bytes, and never less than `STORED_WINDOW_BYTES`) and its client reads,
+gets it from the connection holding the most bytes whose client has read nothing for
+`GIVE_WAY_SECONDS`: that one is closed as behind (`tms.relay.outbox`), its NOTICE saying why,
+and what it had queued is freed at once, for the asker to take before anyone else can. Before
+this, a hundred clients that never read held the whole budget, and a member that read was
+refused until a stored answer had waited `STALL_SECONDS` (30 s) for them. Only when nobody may
+give way is a new REQ refused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import Final
+
+from tms.relay.limits import GIVE_WAY_SECONDS, STORED_WINDOW_BYTES
 
 MEMORY_FULL: Final = (
     "error: this relay is short of memory for new stored answers ({used:,} bytes of {budget:,} "
@@ -30,11 +45,18 @@ def size_of(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+GAVE_WAY: Final = (
+    "this relay is short of memory and this connection held the most of it ({used:,} bytes) "
+    "while its client read nothing for {seconds:g} s: it gives way to a client that reads"
+)
+
+
 class ProcessBudget:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.used = 0
         self.live = 0  # of `used`: live events queued for subscribers (`Shared`)
+        self.holders: dict[Budget, None] = {}  # the connections holding bytes now
         self._freed = asyncio.Event()
         self._live_freed = asyncio.Event()
 
@@ -54,17 +76,72 @@ class ProcessBudget:
     def over(self) -> bool:
         return self.used > self.budget
 
-    async def room(self, size: int) -> None:
-        """Until `size` more bytes fit (or nothing at all is held: one message always fits)."""
+    async def room(self, size: int, asker: Budget | None = None) -> None:
+        """Until `size` more bytes fit (or nothing at all is held: one message always fits);
+        for `asker`, as soon as others have given way to it (`make_way`)."""
         while self.used > 0 and self.used + size > self.budget:
-            self._freed.clear()
-            await self._freed.wait()
+            if asker is not None and self.make_way(asker) and self.used + size <= self.budget:
+                return
+            await self._wait(asker)
 
-    async def below(self) -> None:
-        """Until the budget is no longer full."""
+    async def below(self, asker: Budget | None = None) -> None:
+        """Until the budget is no longer full; for `asker`, as soon as others have given way
+        to it (`make_way`). Returns without yielding when it is not full, so that the caller
+        takes the room before anyone else can."""
         while self.full:
-            self._freed.clear()
+            if asker is not None and self.make_way(asker):
+                return
+            await self._wait(asker)
+
+    async def _wait(self, asker: Budget | None) -> None:
+        """Until something is freed; for an asker, no longer than half the grace, since a
+        connection may come to owe it room by time alone (its client still reading nothing)."""
+        self._freed.clear()
+        if asker is None:
             await self._freed.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(GIVE_WAY_SECONDS / 2):
+                await self._freed.wait()
+
+    def share(self) -> int:
+        """What a connection may hold and still be given room by others: the budget divided
+        among the connections holding bytes, and at least a stored answer's window."""
+        return max(self.budget // max(1, len(self.holders)), STORED_WINDOW_BYTES)
+
+    def make_way(self, asker: Budget) -> bool:
+        """Whether the budget is no longer full, once the connections that owe `asker` room
+        have given way: while it is full, if `asker` holds no more than its share and its client
+        reads (has left nothing unread for `GIVE_WAY_SECONDS`), the connection holding the most
+        bytes, more than `asker`, whose client has read nothing for `GIVE_WAY_SECONDS`, is closed
+        as behind and its queued bytes freed at once; then the next, until there is room or
+        nobody is left to give way. One pass over the connections holding bytes each time,
+        only while the budget is full."""
+        if not self.full:
+            return True
+        if asker.unread_for() >= GIVE_WAY_SECONDS or asker.used > self.share():
+            return False
+        passed: set[Budget] = set()
+        while self.full:
+            victim: Budget | None = None
+            for held in self.holders:
+                if (
+                    held is asker
+                    or held.give_way is None
+                    or held.used <= asker.used
+                    or (victim is not None and held.used <= victim.used)
+                    or held in passed
+                    or held.unread_for() < GIVE_WAY_SECONDS
+                ):
+                    continue
+                victim = held
+            if victim is None:
+                return False
+            passed.add(victim)
+            give_way = victim.give_way
+            assert give_way is not None  # as every one considered has
+            give_way(GAVE_WAY.format(used=victim.used, seconds=GIVE_WAY_SECONDS))
+        return True
 
     async def live_room(self, size: int) -> None:
         """Until `size` more bytes of live events fit, or no live event is held: what the
@@ -116,13 +193,21 @@ class Budget:
         self.process = process
         self.budget = budget
         self.used = 0
+        # Set by the connection's outbox (`tms.relay.outbox`): how long its client has left
+        # what it was sent unread (0: nothing waits), and how it is closed to give way.
+        self.unread_for: Callable[[], float] = lambda: 0.0
+        self.give_way: Callable[[str], None] | None = None
 
     def take(self, size: int) -> None:
+        if self.used <= 0 < size:
+            self.process.holders[self] = None
         self.used += size
         self.process.take(size)
 
     def give(self, size: int) -> None:
         self.used -= size
+        if self.used <= 0:
+            self.process.holders.pop(self, None)
         self.process.give(size)
 
     def release(self, kept: int = 0) -> None:
@@ -134,7 +219,7 @@ class Budget:
         """Why a new stored answer must wait for another time, or None."""
         if self.used >= self.budget:
             return MEMORY_FULL.format(used=self.used, budget=self.budget, whose="this connection")
-        if self.process.full:
+        if not self.process.make_way(self):  # full, and nobody gives way
             return MEMORY_FULL.format(
                 used=self.process.used, budget=self.process.budget, whose="every connection"
             )

@@ -35,7 +35,11 @@ dropped, not sent after it.
 
 A client that is behind is told so in a NOTICE and closed. The queue also holds why the
 connection must end, once it must: nothing more is queued after the last NOTICE, and `ended`
-wakes the endpoint to close the socket.
+wakes the endpoint to close the socket. So is a client that has read nothing for
+`GIVE_WAY_SECONDS` (`unread_for`: since the oldest write still unfinished, or the message
+queued since the last one finished) while its connection holds the most of the process's full
+budget and another that reads asks for room (`tms.relay.budget.ProcessBudget.make_way`): what
+it had queued, and the room its answers held, are freed at once for the asker.
 """
 
 from __future__ import annotations
@@ -129,6 +133,9 @@ class Outbox:
         self._stopped = False  # nothing is queued any more (an answer after the close)
         self._held: dict[asyncio.Task[Any], int] = {}  # room held for a stored message, by task
         self._holding = 0  # their sum: in the stored window, not queued yet
+        self._unread_since: float | None = None  # queued, and no write has finished since
+        budget.unread_for = self.unread_for
+        budget.give_way = self.behind
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write(), name="tms-relay-writer")
@@ -152,6 +159,14 @@ class Outbox:
     @property
     def queued_bytes(self) -> int:
         return sum(self._bytes)
+
+    def unread_for(self) -> float:
+        """Seconds the client has left what it was sent unread: since a message was queued
+        with no write finishing after it (0: nothing waits, or the connection is ending)."""
+        since = self._unread_since
+        if since is None or self.ending is not None:
+            return 0.0
+        return time.monotonic() - since
 
     def send(self, message: str) -> None:
         """Queue a message; a client whose queue is full is behind and is closed."""
@@ -224,7 +239,7 @@ class Outbox:
                     self.behind(f"a stored answer was not read for {STALL_SECONDS:g} s")
                 continue
             if process.full and not counted:  # found while some is left, taken whole at once
-                await process.below()
+                await process.below(self.budget)  # or given way (`ProcessBudget.make_way`)
                 continue
             self._hold_room(size)
             return True
@@ -265,6 +280,8 @@ class Outbox:
         if self.ending is not None:
             return
         self._clear()
+        for task in list(self._held):  # its answers stop at their next step: none is queued
+            self._let_go_room(task)
         self._put(_Item(_OTHER, messages.notice(f"error: closing this connection: {why}"), 0))
         self.ending = f"behind: {why}"
         self.ended.set()
@@ -281,6 +298,8 @@ class Outbox:
             return
         self._queue.append(item)
         self._bytes[item.kind] += item.size
+        if self._unread_since is None:
+            self._unread_since = time.monotonic()
         if item.shared is not None:  # shared: counted once, in the process's budget
             item.shared.hold(self.budget.process)
         else:
@@ -300,6 +319,7 @@ class Outbox:
         self._clears += 1
         while self._queue:
             self._taken(self._queue.popleft())
+        self._unread_since = None
         self._room.set()
 
     async def _write(self) -> None:
@@ -349,6 +369,8 @@ class Outbox:
             return
         for _ in range(count):
             self._taken(self._queue.popleft())
+        if count:  # the client read: what waits now has waited from now
+            self._unread_since = time.monotonic() if self._queue else None
 
     async def _drained(self) -> None:
         while self._queue:

@@ -16,7 +16,8 @@ that replaces the id, or the connection's end cancels them, so abandoned work st
 answer is sent page by page, each event as it is read (a large content is read only when its
 turn comes, and no more than `BIG_LOADS` at once in the process; a page's rows count against
 the connection's budget until sent), and only event ids are kept to send none twice. A new REQ
-is refused while the connection or the process is over its memory budget (`tms.relay.budget`).
+is refused while the connection is over its memory budget, or the process is and no connection
+that reads nothing gives way to it (`tms.relay.budget`).
 The filters a read holds count against the connection's budget too: a live subscription's while
 it is open, a COUNT's or a search's while it waits its turn and runs (a hundred COUNTs of 10 MB
 of filters each once waited uncounted).
@@ -165,11 +166,11 @@ class Reading:
         before: int | None = None
         while left > 0 and self.outbox.ending is None:
             size = min(left, PAGE)
-            await self.client.budget.process.room(0)  # while the process is over: wait
+            budget = self.client.budget
+            await budget.process.room(0, budget)  # while the process is over: wait, or made way
             rows = await self.relay.stored.rows(scope, wanted, before=before, size=size)
             readable = await self._readable(scope)  # after the page's snapshot
             held = [size_of(row["content"] or "") for row in rows]
-            budget = self.client.budget
             budget.take(sum(held))  # the page, until each row is sent
             try:
                 for n, row in enumerate(rows):
