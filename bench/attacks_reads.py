@@ -214,7 +214,9 @@ async def busy(conn: asyncpg.Connection) -> int:
 
 
 def big_req() -> list[dict[str, Any]]:
-    authors = [author(n) for n in range(AUTHORS)]
+    """Ten filters as large as a filter may be: 999 authors and a kind (1,000 values in all,
+    `tms.nostr.filters.MAX_VALUES`; the issue's 1,000 authors and a kind are refused now)."""
+    authors = [author(n) for n in range(AUTHORS - 1)]
     return [{"authors": authors, "kinds": [4701 + n % 4], "limit": 500} for n in range(10)]
 
 
@@ -222,14 +224,15 @@ async def attack_abandoned(relay: Relay, conn: asyncpg.Connection, count: int) -
     filters = big_req()
     size = len(compact(["REQ", "a", *filters]))
     rest = await baseline(relay)
-    print(f"\n5. abandoned REQs: one REQ of 10 filters x 1,000 authors is {size / 1000:.0f} KB")
+    print(f"\n5. abandoned REQs: one REQ of 10 filters x 999 authors is {size / 1000:.0f} KB")
     print(f"   honest REQ at rest: {ms(rest)}")
     ws = await relay.open(ATTACKER)
     try:
         took, end = await answer(ws, "whole", *filters)
     finally:
         await ws.close()
-    print(f"   one such REQ read to its end: {took:.2f} s ({end[0]}) (issue: 76 s)")
+    said = f" {end[2]}" if end[0] == "CLOSED" else ""
+    print(f"   one such REQ read to its end: {took:.2f} s ({end[0]}{said}) (issue: 76 s)")
     async with Honest(relay) as honest:
         started = time.perf_counter()
 
@@ -237,7 +240,9 @@ async def attack_abandoned(relay: Relay, conn: asyncpg.Connection, count: int) -
             ws = await relay.open(ATTACKER)
             await ws.send(json.dumps(["REQ", f"a{n}", *filters]))
             await asyncio.sleep(0.05)  # the message is on its way
-            await ws.close()
+            # Gone without a word: a polite close would wait for the server's answer behind
+            # the stored events it sends, which this client does not read (10 s of timeout).
+            ws.transport.abort()
             return "sent"
 
         await asyncio.gather(*(abandon(n) for n in range(count)))

@@ -17,7 +17,14 @@ publish `--texts` evidence texts of about 1.9 MB into a collection with one memb
 8. batch: 10 members subscribe and read promptly; one batch of 6 evidence texts is published
    (target: every subscriber gets all 6, none is closed);
 9. buffer: a member's stored answer is left unread while 12 new evidence texts arrive (target:
-   RSS flat, that subscription closed in bytes, the memory given back once it leaves).
+   RSS flat, that subscription closed in bytes, the memory given back once it leaves);
+batches: 10 members subscribe and read promptly; two batches of `--batch-texts` evidence texts
+   (30: about the largest body, 64 MiB) are published at once, so that the commit feed finds
+   them together (target: every subscriber gets them all, none is closed; RSS bounded);
+flood: `--flood-connections` connections of a member each send `--flood-events` full-size
+   EVENTs (2,000,000 characters of content, escaped as JSON sends them: about 12 MB each)
+   without waiting for an OK, while the honest member of attack 4 is served (target: every
+   EVENT answered OK; RSS bounded by the budgets, not by 64 in flight of 12 MB each).
 
 Figures are printed; nothing is asserted.
 """
@@ -100,24 +107,47 @@ class Relay:
         await self.ws.close()
 
 
+METRICS_TOKEN: Final = "bench-" * 5
+
+
 class Sampler:
-    """The server's resident memory (own and children) every 50 ms: the peak above a base."""
+    """The server's resident memory (own and children) every 50 ms: the peak above a base; and
+    what its relay's budget counts (`tms_relay_memory_bytes`, from /metrics) every 200 ms."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
         self.peak = 0
+        self.counted = 0  # the budget's peak
         self._stop = threading.Event()
 
     def now(self) -> int:
         own, children, _ = self.server.memory()
         return own + children
 
+    def budget(self, http: httpx.Client) -> int:
+        try:
+            text = http.get(
+                f"{self.server.url}/metrics",
+                headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+            ).text
+        except httpx.HTTPError:
+            return 0
+        for line in text.splitlines():
+            if line.startswith("tms_relay_memory_bytes "):
+                return int(float(line.split()[1]))
+        return 0
+
     @contextmanager
     def running(self) -> Iterator[Sampler]:
         def sample() -> None:
-            while not self._stop.is_set():
-                self.peak = max(self.peak, self.now())
-                time.sleep(0.05)
+            with httpx.Client(timeout=5) as http:
+                n = 0
+                while not self._stop.is_set():
+                    self.peak = max(self.peak, self.now())
+                    if n % 4 == 0:
+                        self.counted = max(self.counted, self.budget(http))
+                    n += 1
+                    time.sleep(0.05)
 
         thread = threading.Thread(target=sample, daemon=True)
         thread.start()
@@ -215,9 +245,11 @@ async def live_race(server: Server, owner: Signer, trials: int, clock: list[int]
     )
 
 
-async def honest(server: Server, member: Signer, stop: asyncio.Event) -> tuple[int, int, float]:
+async def honest(
+    server: Server, member: Signer, stop: asyncio.Event, refused: dict[str, int] | None = None
+) -> tuple[int, int, float]:
     """An honest member, every second: the latest claims, and a claim published. (asked,
-    answered in time, slowest)."""
+    answered in time, slowest; `refused`: the REQs CLOSED, by what the relay said)."""
     asked = served = 0
     slowest = 0.0
     client = await Relay.open(server.url, f"/c/{SLUG}", "127.0.0.200")
@@ -227,8 +259,13 @@ async def honest(server: Server, member: Signer, stop: asyncio.Event) -> tuple[i
         started = time.perf_counter()
         try:
             await client.send(["REQ", f"h{asked}", {"kinds": [4702], "limit": 5}])
-            while (await client.recv(10))[0] != "EOSE":
+            while (answer := await client.recv(10))[0] not in ("EOSE", "CLOSED"):
                 pass
+            if answer[0] == "CLOSED":
+                said = answer[2][:60]
+                if refused is not None:
+                    refused[said] = refused.get(said, 0) + 1
+                raise RuntimeError(said)
             said = sign(member, 4702, {"collection": SLUG, "text": f"honest {time.time_ns()}"})
             await client.send(["EVENT", said])
             while (await client.recv(10))[0] != "OK":
@@ -250,8 +287,9 @@ async def memory_attack(
     rest = sampler.now()
     stop = asyncio.Event()
     answers: dict[str, int] = {}
+    refused: dict[str, int] = {}
     with sampler.running():
-        helper = asyncio.create_task(honest(server, member, stop))
+        helper = asyncio.create_task(honest(server, member, stop, refused))
         clients = []
         for n in range(connections):
             client = await Relay.open(server.url, f"/c/{SLUG}", f"127.0.0.{2 + n % 10}")
@@ -271,10 +309,11 @@ async def memory_attack(
             await client.close()
     print(
         f"4. memory: {connections} connections x {subscriptions} REQs over the evidence, "
-        f"{seconds:g} s: RSS +{(sampler.peak - rest) / MiB:.0f} MiB at peak (target: 200 MB); "
+        f"{seconds:g} s: RSS +{(sampler.peak - rest) / MiB:.0f} MiB at peak (target: 200 MB), "
+        f"the relay's budget held {sampler.counted / MiB:.0f} MiB at peak; "
         f"server alive: {server.proc is not None and server.proc.poll() is None}; honest "
-        f"member served {served} of {asked} (slowest {slowest:.1f} s); one attacker was told "
-        f"{answers or 'nothing yet'}",
+        f"member served {served} of {asked} (slowest {slowest:.1f} s; its REQs CLOSED: "
+        f"{refused or 'none'}); one attacker was told {answers or 'nothing yet'}",
         flush=True,
     )
 
@@ -346,6 +385,107 @@ async def buffer_attack(server: Server, member: Signer, new: int) -> None:
     )
 
 
+async def batches_attack(server: Server, member: Signer, per_batch: int) -> None:
+    sampler = Sampler(server)
+    rest = sampler.now()
+    with sampler.running():
+        readers = []
+        for n in range(10):
+            client = await Relay.open(server.url, f"/c/{SLUG}")
+            await client.auth(member)
+            await client.send(["REQ", f"b{n}", {"kinds": [4701], "limit": 0}])
+            answer = await client.recv()
+            assert answer[0] == "EOSE", answer
+            readers.append(client)
+        batches = [
+            [
+                sign(member, 4701, {"collection": SLUG, "text": f"{b} {n} {time.time_ns()} {TEXT}"})
+                for n in range(per_batch)
+            ]
+            for b in range(2)
+        ]
+        wanted = {e["id"] for batch in batches for e in batch}
+        started = time.perf_counter()
+
+        async def received(client: Relay) -> tuple[int, bool]:
+            got, closed = 0, False
+            while got < len(wanted):
+                try:
+                    message = await client.recv(300)
+                except Exception:
+                    closed = True
+                    break
+                if message[0] == "EVENT" and message[2]["id"] in wanted:
+                    got += 1
+                elif message[0] in ("NOTICE", "CLOSED"):
+                    closed = True
+            return got, closed
+
+        reading = [asyncio.create_task(received(client)) for client in readers]
+        await asyncio.gather(*(publish(server, batch) for batch in batches))
+        published = time.perf_counter() - started
+        results = await asyncio.gather(*reading)
+        for client in readers:
+            await client.close()
+    complete = sum(1 for got, _ in results if got == len(wanted))
+    closed = sum(1 for _, was in results if was)
+    print(
+        f"batches: two batches of {per_batch} texts of {len(TEXT) / 1e6:.1f} MB at once "
+        f"(published in {published:.0f} s): {complete} of 10 prompt subscribers got all "
+        f"{len(wanted)}, {closed} closed (target: 10 and 0); RSS +"
+        f"{(sampler.peak - rest) / MiB:.0f} MiB at peak",
+        flush=True,
+    )
+
+
+async def flood_attack(server: Server, member: Signer, connections: int, events: int) -> None:
+    sampler = Sampler(server)
+    rest = sampler.now()
+    stop = asyncio.Event()
+    shell = len(compact({"collection": SLUG, "text": ""}))
+
+    async def flood(n: int) -> tuple[int, int]:
+        client = await Relay.open(server.url, f"/c/{SLUG}", f"127.0.0.{50 + n}")
+        sent = []
+        for k in range(events):
+            text = f"{n} {k} {time.time_ns()} "
+            text += "\u00e9" * (2_000_000 - shell - len(text))
+            sent.append(sign(member, 4701, {"collection": SLUG, "text": text}))
+        wanted = {e["id"] for e in sent}
+
+        async def answers() -> tuple[int, int]:
+            ok = refused = 0
+            while ok + refused < len(wanted):
+                message = await client.recv(600)
+                if message[0] == "OK" and message[1] in wanted:
+                    ok += message[2] is True
+                    refused += message[2] is not True
+            return ok, refused
+
+        reading = asyncio.create_task(answers())
+        for event in sent:
+            await client.send(["EVENT", event])
+        result = await reading
+        await client.close()
+        return result
+
+    with sampler.running():
+        helper = asyncio.create_task(honest(server, member, stop))
+        started = time.perf_counter()
+        results = await asyncio.gather(*(flood(n) for n in range(connections)))
+        took = time.perf_counter() - started
+        stop.set()
+        asked, served, slowest = await helper
+    print(
+        f"flood: {connections} connections x {events} EVENTs of 2,000,000 characters (about "
+        f"12 MB each on the wire), sent without waiting: OK true {sum(r[0] for r in results)}, "
+        f"false {sum(r[1] for r in results)} in {took:.0f} s; RSS +"
+        f"{(sampler.peak - rest) / MiB:.0f} MiB at peak; honest member served {served} of "
+        f"{asked} (slowest {slowest:.1f} s)",
+        flush=True,
+    )
+
+
 async def attack(ns: argparse.Namespace, server: Server) -> None:
     owner, member = Signer(), Signer()
     server.approve(owner.key.pubkey)
@@ -366,7 +506,7 @@ async def attack(ns: argparse.Namespace, server: Server) -> None:
         f"{Sampler(server).now() / MiB:.0f} MiB",
         flush=True,
     )
-    only = ns.only or ["1", "2", "4", "8", "9"]
+    only = ns.only or ["1", "2", "4", "8", "9", "batches", "flood"]
     if "1" in only:
         await stored_race(server, owner, member, ns.trials, clock)
     if "2" in only:
@@ -375,6 +515,10 @@ async def attack(ns: argparse.Namespace, server: Server) -> None:
         await batch_attack(server, member)
     if "9" in only:
         await buffer_attack(server, member, 12)
+    if "batches" in only:
+        await batches_attack(server, member, ns.batch_texts)
+    if "flood" in only:
+        await flood_attack(server, member, ns.flood_connections, ns.flood_events)
     if "4" in only:
         await memory_attack(server, member, ns.connections, ns.subscriptions, ns.seconds)
 
@@ -386,11 +530,16 @@ def main() -> None:
     parser.add_argument("--subscriptions", type=int, default=100, help="per connection")
     parser.add_argument("--seconds", type=float, default=30, help="the memory attack's length")
     parser.add_argument("--trials", type=int, default=20, help="race trials (default 20)")
-    parser.add_argument("--only", nargs="*", choices=["1", "2", "4", "8", "9"])
+    parser.add_argument("--batch-texts", type=int, default=30, help="per batch (default 30)")
+    parser.add_argument("--flood-connections", type=int, default=2, help="(default 2)")
+    parser.add_argument("--flood-events", type=int, default=32, help="per connection")
+    parser.add_argument("--only", nargs="*", choices=["1", "2", "4", "8", "9", "batches", "flood"])
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-attacks-subs-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
-        env.update(TMS_DATA_DIR=str(Path(tmp) / "data"), TMS_EMBED="off")
+        env.update(
+            TMS_DATA_DIR=str(Path(tmp) / "data"), TMS_EMBED="off", TMS_METRICS_TOKEN=METRICS_TOKEN
+        )
         server = Server(env, Path(tmp) / "server.log")
         print(f"tms serve answered /healthz after {server.start():.1f} s", flush=True)
         try:

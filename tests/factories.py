@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
@@ -321,6 +321,7 @@ def settings(**env: str) -> Settings:
 class Live:
     url: str  # e.g. http://127.0.0.1:12345
     database_url: str
+    app: Any = field(default=None, compare=False, repr=False)  # its state, once started
 
     @property
     def mcp(self) -> str:
@@ -357,9 +358,10 @@ def live_server(
     from tms.relay.limits import MAX_MESSAGE_BYTES
 
     config = config or settings()
+    app = create_app(config, database_url=database_url)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config, database_url=database_url),
+            app,
             host="127.0.0.1",
             port=port,  # 0: one the OS picks
             log_level="warning",
@@ -378,7 +380,7 @@ def live_server(
                 raise RuntimeError("the live server did not start")
             time.sleep(0.02)
         port = server.servers[0].sockets[0].getsockname()[1]
-        live = Live(f"http://127.0.0.1:{port}", database_url)
+        live = Live(f"http://127.0.0.1:{port}", database_url, app)
         wait_until_ready(live.url, deadline)
         yield live
     finally:

@@ -83,6 +83,11 @@ EMBEDDING_QUEUE: Final = Gauge(
 )
 RELAY_CONNECTIONS: Final = Gauge("tms_relay_connections", "Relay WebSocket connections open")
 RELAY_SUBSCRIPTIONS: Final = Gauge("tms_relay_subscriptions", "Relay subscriptions open")
+RELAY_MEMORY: Final = Gauge(
+    "tms_relay_memory_bytes",
+    "Bytes the relay's connections hold, as its memory budget counts them (TMS_RELAY_MEMORY_MB), "
+    "read when scraped",
+)
 WITNESS_SUBMISSIONS: Final = Counter(
     "tms_witness_submissions",
     "Checkpoints submitted to witnesses (tms.witness.submit), by witness and outcome: cosigned, "

@@ -20,7 +20,7 @@ from tms.ledger.access import Access
 from tms.ledger.read.filters import StoredEvents
 from tms.ledger.service import Ledger
 from tms.nostr.filters import parse_filter
-from tms.relay.budget import Budget, ProcessBudget
+from tms.relay.budget import Budget, ProcessBudget, Shared
 from tms.relay.gate import Gate
 from tms.relay.live import Hub, Subscription
 from tms.relay.outbox import Filed
@@ -40,8 +40,8 @@ class Recorder:
         self.budget = Budget(ProcessBudget(MiB), MiB)
         self.sent: list[str] = []
 
-    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None:
-        self.sent.append(json.loads(event_json)["content"])
+    def send_live(self, sub_id: str, event: Shared, filed: Filed) -> None:
+        self.sent.append(json.loads(event.text)["content"])
 
     def overflowed(self, sub_id: str, why: str) -> None:
         raise AssertionError(why)

@@ -380,6 +380,63 @@ async def test_an_auth_again_as_the_same_key_keeps_its_live_events(
     assert [m[2]["id"] for m in sent if m[0] == "EVENT"] == [said["id"]], sent
 
 
+@pytest.mark.parametrize("slug", ["cnt", None])
+async def test_a_count_across_a_removal_is_closed_not_answered(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, slug: str | None
+) -> None:
+    """A COUNT obeys the gate a stored answer obeys: the count is held open (a hook around the
+    real one) while the owner removes the key and says something more; the number would have
+    counted it (before, `COUNT 2`), and the COUNT is `CLOSED restricted:` instead. Before the
+    removal, the same COUNT is answered."""
+    person = key(0x7C)
+    T = now() - 500
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        await Ledger(pool).approve([OWNER.pubkey])
+    finally:
+        await pool.close()
+    await publish(db_url, [terms(OWNER)], [members(OWNER, "cnt", [person.pubkey], created_at=T)])
+    await publish(db_url, [claim(OWNER, "cnt", "said before the removal", created_at=T + 1)])
+    sent: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        sent.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url) as relay,
+    ):
+        await relay.feed.ready.wait()
+        conn = Connection(relay, send, slug=slug, url="ws://x/", address=None, pubkey=person.pubkey)
+        await conn.open()
+        await conn.handle(json.dumps(["COUNT", "before", {"kinds": [4702]}]))
+        await wait_for(lambda: any(m[:2] == ["COUNT", "before"] for m in sent))
+        assert ["COUNT", "before", {"count": 1}] in sent
+        real = relay.stored.count
+        counting, go = asyncio.Event(), asyncio.Event()
+
+        async def held(*args: Any, **kwargs: Any) -> int:
+            counting.set()
+            await go.wait()
+            return int(await real(*args, **kwargs))
+
+        monkeypatch.setattr(relay.stored, "count", held)
+        await conn.handle(json.dumps(["COUNT", "across", {"kinds": [4702]}]))
+        await asyncio.wait_for(counting.wait(), 10)
+        after = claim(OWNER, "cnt", "said after the removal", created_at=T + 3)
+        await publish(db_url, [members(OWNER, "cnt", [], created_at=T + 2)], [after])
+        go.set()
+        await wait_for(lambda: any(m[1] == "across" for m in sent))
+        await wait_for(lambda: not conn.reading.tasks)
+        await conn.close()
+    answer = next(m for m in sent if m[1] == "across")
+    assert answer[0] == "CLOSED", answer
+    assert (
+        answer[2] == "restricted: not a member of collection 'cnt' (or no such collection): "
+        "ask its owner to add your key"
+    )
+
+
 async def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():

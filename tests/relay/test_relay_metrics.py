@@ -41,6 +41,7 @@ async def test_connections_and_subscriptions_are_counted_while_open(live: Live) 
             _, end = await client.req(sub_id, {"kinds": [4702], "limit": 0})
             assert end == ["EOSE", sub_id]
         assert figure("tms_relay_subscriptions") == subscriptions + 2
+        assert figure("tms_relay_memory_bytes") > 0  # their filters, at least
         await client.send(["CLOSE", "a"])
         await settles("tms_relay_subscriptions", subscriptions + 1)
         # a REQ whose filters only search ends at EOSE: never a live subscription

@@ -30,13 +30,14 @@ the server's connections but knows none of our limits. This subclass adds them:
 - the app may `send_texts(texts)`: several text messages framed at once and written in one
   system call, where ASGI's `websocket.send` writes each message on its own. A relay sends
   many small messages at once (a batch's events to each of its subscribers, a group's OKs):
-  one write per message was the largest cost of fanning events out.
+  one write per message was the largest cost of fanning events out; and `drained()`, until
+  the kernel has taken what was written, so that the app counts the bytes until then.
 
-`abort`, `idle`, `authenticated` and `send_texts` reach the app through the scope's extensions,
-under `EXTENSION`. The client's message size is capped by uvicorn (`ws_max_size`, a little above
-what the relay accepts, so that a message just over the relay's limit is answered with a NOTICE
-rather than a close); pings every 20 s (uvicorn's default) find peers that went away without a
-word.
+`abort`, `idle`, `authenticated`, `send_texts` and `drained` reach the app through the scope's
+extensions, under `EXTENSION`. The client's message size is capped by uvicorn (`ws_max_size`, a
+little above what the relay accepts, so that a message just over the relay's limit is answered
+with a NOTICE rather than a close); pings every 20 s (uvicorn's default) find peers that went
+away without a word.
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ class _Lent:
 
     async def send_texts(self, texts: Sequence[str]) -> None:
         await self._protocol.send_texts(texts)
+
+    async def drained(self) -> None:
+        await self._protocol.drained()
 
 
 class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -339,6 +343,13 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         except InvalidState:
             raise ClientDisconnected() from None
         self.transport.write(b"".join(self.conn.data_to_send()))
+
+    async def drained(self) -> None:
+        """Until the transport's buffer is under `WRITE_HIGH_BYTES` again (the kernel has
+        taken what was written), or the connection is gone: what the app counts until then
+        (`tms.relay.outbox`) includes what a client leaves unread in this process. One stored
+        message of 1.9 MB per socket that never read was once held outside every budget."""
+        await self.writable.wait()
 
     def abort(self) -> None:
         if not self.disconnected:

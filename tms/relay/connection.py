@@ -25,7 +25,7 @@ from tms.guard.rates import read_cost
 from tms.nostr.events import is_hex64
 from tms.relay import messages
 from tms.relay.auth import Auth
-from tms.relay.budget import Budget
+from tms.relay.budget import Budget, Shared, size_of
 from tms.relay.gate import Gate
 from tms.relay.limits import OUTBOX_BYTES
 from tms.relay.messages import (
@@ -54,6 +54,7 @@ class Connection:
         send: Callable[[str], Awaitable[None]],
         *,
         send_many: Callable[[list[str]], Awaitable[None]] | None = None,
+        drained: Callable[[], Awaitable[None]] | None = None,
         slug: Slug | None,
         url: str,
         address: str | None,
@@ -61,17 +62,19 @@ class Connection:
         idle: Callable[[bool], None] | None = None,
     ) -> None:
         """`send`: one message to the client; `send_many`: several in one write, when the
-        server can (`tms.http.websocket`); `slug`: the collection this relay is (None: the
-        root, every collection the key reads); `url`: this relay's URL, as AUTH events must
-        name it; `pubkey`: the key a login cookie authenticated; `idle(flag)`: told when the
-        connection has no subscription (the server may then close it to make room for
-        another)."""
+        server can (`tms.http.websocket`), and `drained()` until the kernel has taken them;
+        `slug`: the collection this relay is (None: the root, every collection the key reads);
+        `url`: this relay's URL, as AUTH events must name it; `pubkey`: the key a login cookie
+        authenticated; `idle(flag)`: told when the connection has no subscription (the server
+        may then close it to make room for another)."""
         self.relay = relay
         self.address = address
         self.last_active = time.monotonic()
         self.gate = Gate()
         self.budget = Budget(relay.memory, OUTBOX_BYTES)
-        self.outbox = Outbox(send, send_many, self.budget, relay.behind_seconds, self.gate)
+        self.outbox = Outbox(
+            send, send_many, self.budget, relay.behind_seconds, self.gate, drained=drained
+        )
         self.reading = Reading(relay, self.outbox, self, address=address, idle=idle)
         self.auth = Auth(
             relay,
@@ -94,8 +97,8 @@ class Connection:
     def pubkey(self) -> PubKey | None:
         return self.auth.pubkey
 
-    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None:
-        self.outbox.send_live(sub_id, event_json, filed)
+    def send_live(self, sub_id: str, event: Shared, filed: Filed) -> None:
+        self.outbox.send_live(sub_id, event, filed)
 
     def overflowed(self, sub_id: str, why: str) -> None:
         """A subscription held more than the connection's budget: it ends, not the others."""
@@ -121,7 +124,7 @@ class Connection:
         await self.negentropy.cancel()
         await self.reading.cancel()
         await self.outbox.stop(flush_seconds)
-        self.budget.release()
+        self.budget.release(kept=self.publishing.held)
 
     def idle_for(self) -> float | None:
         """Seconds since the last message, while nothing is subscribed (None: not idle)."""
@@ -167,7 +170,7 @@ class Connection:
             return
         try:
             if isinstance(message, EventMessage):
-                await self.publishing.event(message)
+                await self.publishing.event(message, size_of(text))
             elif isinstance(message, AuthMessage):
                 await self.auth.authenticate(message)
             elif isinstance(message, ReqMessage):

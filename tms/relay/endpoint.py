@@ -7,11 +7,12 @@ site: the cookie counts only when the upgrade's `Origin` is this server's own, s
 can open a socket that rides a member's login (cross-site WebSocket hijacking). A connection from
 another origin still works, and authenticates with AUTH like any Nostr client.
 
-The server's WebSocket protocol (`tms.http.websocket`) lends the app four things through the
+The server's WebSocket protocol (`tms.http.websocket`) lends the app five things through the
 scope: `abort`, to drop a client that no longer reads at all (a polite close would wait for it
 forever), `idle(flag)`, so that a connection without subscriptions counts as idle for the
 connection cap, `authenticated(pubkey)`, so that the cap counts sockets by key as well as by
-address, and `send_texts`, several messages in one write.
+address, `send_texts`, several messages in one write, and `drained`, until the kernel has
+taken them.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ async def relay_socket(websocket: WebSocket) -> None:
             relay,
             websocket.send_text,
             send_many=getattr(lent, "send_texts", None),
+            drained=getattr(lent, "drained", None),
             slug=websocket.path_params.get("slug"),
             url=relay_url(websocket, settings.base_url),
             address=address,

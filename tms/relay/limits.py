@@ -23,9 +23,11 @@ OUTBOX_BYTES: Final = 8 * MiB  # a connection's budget: queued for it, not yet w
 OUTBOX_MESSAGES: Final = 20_000  # messages queued for one connection, at most
 STORED_WINDOW_BYTES: Final = 2 * MiB  # a stored answer queues this much ahead of the client
 LIVE_BEHIND_SECONDS: Final = 15.0  # a live event unwritten this long: the client is behind
-LIVE_QUEUE_BYTES: Final = 64 * MiB  # live events queued for one connection (shared), at most
 BIG_LOADS: Final = 8  # large stored contents read from the database at once, per process
 STALL_SECONDS: Final = 30.0  # a stored answer waits this long for a client to read, at most
+# The process's budget full: a connection that holds the most and whose client has read nothing
+# this long gives way to one that reads and holds no more than its share (`tms.relay.budget`)
+GIVE_WAY_SECONDS: Final = 2.0
 NOTICE_SECONDS: Final = 2.0  # time given to a closing NOTICE to go out
 MAX_IN_FLIGHT: Final = 64  # a connection's events submitted but not yet answered
 MAX_NEG_SESSIONS: Final = 2  # NIP-77: open NEG sessions per connection (each holds its items)

@@ -35,7 +35,7 @@ from tms import metrics
 from tms.ledger.read.filters import Stored, StoredEvents
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
-from tms.relay.budget import Budget, size_of
+from tms.relay.budget import Budget, Shared
 from tms.relay.gate import Gate
 from tms.relay.outbox import Filed
 from tms.types import KIND_MEMBERS, PubKey, Slug
@@ -53,7 +53,7 @@ class Client(Protocol):
     @property
     def budget(self) -> Budget: ...
 
-    def send_live(self, sub_id: str, event_json: str, filed: Filed) -> None: ...
+    def send_live(self, sub_id: str, event: Shared, filed: Filed) -> None: ...
 
     def overflowed(self, sub_id: str, why: str) -> None: ...
 
@@ -71,7 +71,7 @@ class Subscription:
         self.filters = tuple(filters)  # the live ones: `search` is answered once
         self.cost = sum(f.size for f in self.filters)  # bytes its filters hold, while open
         self.slugs = frozenset(slugs)
-        self.buffer: list[tuple[Stored, str]] | None = []  # (event, its JSON) while stored is sent
+        self.buffer: list[tuple[Stored, Shared]] | None = []  # held while stored is sent
         self.held = 0  # bytes in `buffer`, counted in the connection's budget
         self.floors: dict[Slug | None, int] = {}  # each collection's last seq at the REQ
 
@@ -94,12 +94,12 @@ class Subscription:
             return any(gate.allows(slug) for slug in self.slugs)
         return stored.collection in self.slugs and gate.allows(stored.collection)
 
-    def offer(self, stored: Stored, event_json: str) -> None:
+    def offer(self, stored: Stored, event: Shared) -> None:
         if self.buffer is None:
             if self.new(stored) and self.readable(stored):
-                self.client.send_live(self.sub_id, event_json, self.filed(stored))
+                self.client.send_live(self.sub_id, event, self.filed(stored))
             return
-        size = size_of(event_json)
+        size = event.size
         budget = self.client.budget
         if budget.used + size > budget.budget:
             self.drop()
@@ -110,7 +110,7 @@ class Subscription:
                 "with since to go on",
             )
             return
-        self.buffer.append((stored, event_json))
+        self.buffer.append((stored, event))
         self.held += size
         budget.take(size)
 
@@ -118,9 +118,9 @@ class Subscription:
         """The stored answer is out: send what arrived meanwhile that it did not carry."""
         held = self.buffer or []
         self.drop()
-        for stored, event_json in held:
+        for stored, event in held:
             if stored.event.id not in sent and self.new(stored) and self.readable(stored):
-                self.client.send_live(self.sub_id, event_json, self.filed(stored))
+                self.client.send_live(self.sub_id, event, self.filed(stored))
 
     def drop(self) -> None:
         """Let go of what the buffer holds (flushed, or the subscription ends)."""
@@ -184,11 +184,11 @@ class Hub:
                         subs |= self.by_slug.get(slug, set())
             else:
                 subs = set(self.by_slug.get(stored.collection, ()))
-            text: str | None = None
+            shared: Shared | None = None
             for sub in subs:
                 if sub.matches(event):
-                    text = text or event.to_json()
-                    sub.offer(stored, text)
+                    shared = shared or Shared(event.to_json())
+                    sub.offer(stored, shared)
             if event.kind == KIND_MEMBERS and stored.collection is not None:
                 self._member_list(stored.collection, event)
 

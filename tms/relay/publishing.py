@@ -10,6 +10,17 @@ events in flight gets them committed together); an event for other collections w
 those before it are committed. An AUTH, REQ or COUNT first waits until every event before it is
 answered (`settle`: a read after a write sees it). Writes need no AUTH: the key a connection
 authenticated is handed on as who sent the event, for a write policy to see.
+
+An EVENT's bytes (its message as read) count against the connection's memory budget and the
+process's (`tms.relay.budget`) from the moment it is read until it is answered, and past either
+the connection reads nothing more (`room`) until enough of its events are answered: it holds
+back, it never refuses. An honest client then waits a moment for its burst to be committed, and
+loses nothing: nostr-tools, for one, sends an event once and would not send a refused one again.
+Sixty-four events of 16 MiB in flight once held a gigabyte outside every budget; now a
+connection holds its budget and one message at most in flight. One message always passes (a
+connection with nothing in flight reads the next, whatever its size), so a full-size evidence
+event on an otherwise idle connection is always taken, and a process whose budget other
+connections fill still takes one event at a time from each.
 """
 
 from __future__ import annotations
@@ -50,8 +61,12 @@ class Publishing:
         self.pubkey = pubkey
         self.turn = Turn()
         self._inflight: set[asyncio.Task[PublishResult]] = set()  # events not yet answered
+        self.held = 0  # their bytes, in the connection's budget until each is answered
+        self.holding_back = False  # reading waits for events in flight to be answered
 
-    async def event(self, message: EventMessage) -> None:
+    async def event(self, message: EventMessage, size: int) -> None:
+        """Submit the event (`size`: its message's bytes, held until it is answered), then
+        return only once the connection may read another message."""
         while len(self._inflight) >= MAX_IN_FLIGHT:
             await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
         origin = Origin(Door.RELAY, self.pubkey(), self.address)
@@ -66,16 +81,33 @@ class Publishing:
                 wait_for_vectors=False,
             )
         )
-        task.add_done_callback(functools.partial(self._answer, message.id))
+        self.outbox.budget.take(size)
+        self.held += size
+        task.add_done_callback(functools.partial(self._answer, message.id, size))
         self._inflight.add(task)
+        await self.room()
+
+    async def room(self) -> None:
+        """Until the connection may read another message: its events in flight fit its budget
+        and the process's, or none is in flight (they are answered whatever the client does,
+        so this always ends)."""
+        budget = self.outbox.budget
+        try:
+            while self._inflight and (budget.used > budget.budget or budget.process.over):
+                self.holding_back = True
+                await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.holding_back = False
 
     async def settle(self) -> None:
         """Until every event sent so far is committed or refused (and answered)."""
         if self._inflight:
             await asyncio.wait(set(self._inflight))
 
-    def _answer(self, event_id: str, task: asyncio.Task[PublishResult]) -> None:
+    def _answer(self, event_id: str, size: int, task: asyncio.Task[PublishResult]) -> None:
         self._inflight.discard(task)
+        self.held -= size
+        self.outbox.budget.give(size)
         if task.cancelled():
             return
         exc = task.exception()

@@ -2,12 +2,13 @@
 
 Each read runs within what the connection's key may read (`tms.relay.auth`: a `Reader`, or the
 one collection this relay is), asked once per message; each event it sends passes the
-connection's gate as it is queued (`tms.relay.gate`), and each page of a stored answer is
-followed by a fresh reader, so that nothing of a collection the key was removed from goes out
-after the removal, whatever was in flight. A REQ's live filters are registered with the hub
-before the stored answer is read (`tms.relay.live`), so nothing committed meanwhile is missed
-or sent twice. A filter with `search` (NIP-50) is answered once, ranked by the ledger's own
-search over claims and contradictions, and is not live.
+connection's gate as it is queued (`tms.relay.gate`), and each page of a stored answer, and
+each COUNT, is followed by a fresh reader, so that nothing of a collection the key was removed
+from goes out after the removal, whatever was in flight (a COUNT across it is `CLOSED`). A
+REQ's live filters are registered with the hub before the stored answer is read
+(`tms.relay.live`), so nothing committed meanwhile is missed or sent twice. A filter with
+`search` (NIP-50) is answered once, ranked by the ledger's own search over claims and
+contradictions, and is not live.
 
 A stored answer and a COUNT run as tasks of their own, `MAX_READS` at once per connection (the
 others wait their turn): a CLOSE or an EVENT behind them is not held up, and a CLOSE, a REQ
@@ -15,7 +16,8 @@ that replaces the id, or the connection's end cancels them, so abandoned work st
 answer is sent page by page, each event as it is read (a large content is read only when its
 turn comes, and no more than `BIG_LOADS` at once in the process; a page's rows count against
 the connection's budget until sent), and only event ids are kept to send none twice. A new REQ
-is refused while the connection or the process is over its memory budget (`tms.relay.budget`).
+is refused while the connection is over its memory budget, or the process is and no connection
+that reads nothing gives way to it (`tms.relay.budget`).
 The filters a read holds count against the connection's budget too: a live subscription's while
 it is open, a COUNT's or a search's while it waits its turn and runs (a hundred COUNTs of 10 MB
 of filters each once waited uncounted).
@@ -36,7 +38,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
 from tms.errors import Refusal
-from tms.ledger.access import ReadableCollection, Reader
+from tms.ledger.access import ReadableCollection, Reader, not_a_reader
 from tms.ledger.read.filters import BIG_BYTES, PAGE, Stored
 from tms.nostr.filters import Filter
 from tms.relay import messages
@@ -164,11 +166,11 @@ class Reading:
         before: int | None = None
         while left > 0 and self.outbox.ending is None:
             size = min(left, PAGE)
-            await self.client.budget.process.room(0)  # while the process is over: wait
+            budget = self.client.budget
+            await budget.process.room(0, budget)  # while the process is over: wait, or made way
             rows = await self.relay.stored.rows(scope, wanted, before=before, size=size)
             readable = await self._readable(scope)  # after the page's snapshot
             held = [size_of(row["content"] or "") for row in rows]
-            budget = self.client.budget
             budget.take(sum(held))  # the page, until each row is sent
             try:
                 for n, row in enumerate(rows):
@@ -187,18 +189,18 @@ class Reading:
         self, sub_id: str, scope: Scope, row: Any, sent: set[str], readable: frozenset[Slug]
     ) -> None:
         """One stored event, once there is room for it, if the key may still read it then. A
-        large content is read only once there is room (its size is known only then), by at
-        most `BIG_LOADS` at once in the process, and queued at once: nothing large waits in
-        memory for a client to read."""
+        large content is read only once there is room for its size (the row's), by at most
+        `BIG_LOADS` at once in the process, and queued at once: nothing large waits in memory
+        for a client to read."""
         if row["content"] is None:
-            if not await self.outbox.room(BIG_BYTES):
+            if not await self.outbox.room(row["size"]):
                 return
             async with self.relay.loads:
                 stored = await self.relay.stored.stored(row)
             self._queue(sub_id, scope, stored, sent, readable)
             return
-        stored = await self.relay.stored.stored(row)  # its content is in the row
-        if await self.outbox.room(size_of(row["content"])):
+        stored = await self.relay.stored.stored(row)  # its content is in the row, counted
+        if await self.outbox.room(size_of(row["content"]), counted=True):
             self._queue(sub_id, scope, stored, sent, readable)
 
     def _queue(
@@ -263,16 +265,25 @@ class Reading:
         self._start(("COUNT", message.sub_id), self._count(message, scope), held)
 
     async def _count(self, message: CountMessage, scope: Scope) -> None:
+        """The number, if every collection it counted is still readable after the count's
+        snapshot (as a stored answer's page is): one removed meanwhile may have events after
+        the removal in it, so the COUNT is `CLOSED` as a REQ would be."""
         try:
             refusal = await self._filtered(scope, message.filters)
             if refusal is not None:
                 self.outbox.send(messages.closed(message.sub_id, refusal))
                 return
             number = await self.relay.stored.count(scope, message.filters)
+            readable = await self._readable(scope)  # after the count's snapshot
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.outbox.send(messages.closed(message.sub_id, failure(exc)))
+            return
+        lost = [slug for slug in _slugs(scope) if not self._allowed(slug, scope, readable)]
+        if lost:
+            said = f"restricted: {not_a_reader(lost[0])}"
+            self.outbox.send(messages.closed(message.sub_id, said))
             return
         self.outbox.send(messages.count(message.sub_id, number))
 

@@ -86,8 +86,15 @@ async def open_relay(
     reads = await open_reads_pool(database_url, connections, statement_seconds)
     watched = metrics.POOLS.watch({"relay": reads})
     hub = Hub(StoredEvents(pool))
+    memory = ProcessBudget(memory_bytes)
+    metrics.RELAY_MEMORY.set_function(lambda: memory.used)  # this process's relay
     feed = CommitFeed(
-        database_url, pool, wanted=hub.wanted, deliver=hub.deliver, outage=services.outage
+        database_url,
+        pool,
+        wanted=hub.wanted,
+        deliver=hub.deliver,
+        room=memory.live_room,
+        outage=services.outage,
     )
     feed.start()
     try:
@@ -101,7 +108,7 @@ async def open_relay(
             sessions=services.sessions,
             hub=hub,
             feed=feed,
-            memory=ProcessBudget(memory_bytes),
+            memory=memory,
             neg_items=ItemCache(NEG_CACHE_BYTES),
             loads=asyncio.Semaphore(BIG_LOADS),
             behind_seconds=behind_seconds,

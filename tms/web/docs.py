@@ -108,6 +108,7 @@ def limits(settings: Settings) -> dict[str, Any]:
         "relay_outbox_bytes": relay_limits.OUTBOX_BYTES,
         "relay_behind_seconds": f"{settings.relay_behind_seconds:g}",
         "relay_stall_seconds": f"{relay_limits.STALL_SECONDS:g}",
+        "relay_give_way_seconds": f"{relay_limits.GIVE_WAY_SECONDS:g}",
         "relay_reads": relay_limits.MAX_READS,
         "relay_tag_value_chars": MAX_TAG_VALUE_CHARS,
         "relay_idle_seconds": f"{settings.relay_idle_seconds:g}",

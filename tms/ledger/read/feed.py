@@ -21,6 +21,12 @@ no log.
 
 Start-up reads every collection's last `seq` before it listens, then catches up once it
 listens: nothing committed in between is lost. `ready` is set after that first catch-up.
+
+What it fetches (the rows of about `FETCH_EVENTS` events at once, a large content not among
+them) it hands over in runs of about `RUN_BYTES`, each only once its reader has room
+for it (`room`, the relay's `ProcessBudget.live_room`), a large content read only when its run's
+turn comes: two batches of the largest body fetched together once meant 128 MiB handed to every
+subscriber at once, and the feed held every large content of 256 publishes at once.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import functools
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import asyncpg
@@ -53,10 +59,13 @@ RECONNECT_SECONDS: Final = 0.5  # first wait before connecting again; doubles up
 RECONNECT_MAX_SECONDS: Final = 10.0
 RETRY_SECONDS: Final = 1.0  # a fetch that failed is tried again after this
 FETCH_RANGES: Final = 256  # notifications fetched in one round trip, at most
+FETCH_EVENTS: Final = 2000  # and events, about (by their seq spans): the rows held at once
 CATCH_UP_PAGE: Final = 500
+RUN_BYTES: Final = 1024 * 1024  # contents handed over at once, about (one event at least)
 
 _COLUMNS: Final = f"""e.seq, e.id, e.pubkey, e.created_at, e.kind, e.tags, e.sig, e.collection,
-    CASE WHEN octet_length(e.content) <= {BIG_BYTES} THEN e.content END AS content"""
+    CASE WHEN octet_length(e.content) <= {BIG_BYTES} THEN e.content END AS content,
+    octet_length(e.content) AS size"""
 _SQL_FETCH: Final = f"""
     SELECT {_COLUMNS}
     FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[])
@@ -83,6 +92,7 @@ _SQL_POSITIONS: Final = f"""
 Key = Slug | None  # a collection, or None for profiles and terms
 Range = tuple[Key, int, int, int | None]  # first and last seq; only this kind (None: all)
 Deliver = Callable[[Sequence[Stored]], None]
+Room = Callable[[int], Awaitable[None]]
 _CATCH_UP: Final = object()
 
 
@@ -94,10 +104,12 @@ class CommitFeed:
         *,
         wanted: Callable[[Key], bool],
         deliver: Deliver,
+        room: Room | None = None,
         outage: Outage | None = None,
     ) -> None:
         """`wanted(key)`: whether anyone here listens to that collection (else its events are
         passed over unread); `deliver`: takes each fetched run of events, in commit order;
+        `room(size)`: until the reader may take a run of contents of about `size` bytes;
         `outage`: where the database found down is told (one line an outage, not one per
         attempt to reconnect)."""
         self.url = url
@@ -106,6 +118,7 @@ class CommitFeed:
         self.stored = StoredEvents(pool)
         self.wanted = wanted
         self.deliver = deliver
+        self.room = room
         self.seen: dict[Key, int] = {}
         self.ready = asyncio.Event()
         self._inbox: deque[object] = deque()  # notifications and catch-up marks, in order
@@ -194,13 +207,19 @@ class CommitFeed:
                 self.ready.set()
                 continue
             items = [item]
-            while len(items) < FETCH_RANGES and self._inbox and self._inbox[0] is not _CATCH_UP:
+            spans = _span(item)
+            while (
+                len(items) < FETCH_RANGES
+                and self._inbox
+                and self._inbox[0] is not _CATCH_UP
+                and spans + _span(self._inbox[0]) <= FETCH_EVENTS
+            ):
+                spans += _span(self._inbox[0])
                 items.append(self._inbox.popleft())
             ranges = self._unseen(items)
             if ranges:
-                stored = await self._retrying(functools.partial(self._fetch, ranges))
-                if stored:
-                    self.deliver(stored)
+                rows = await self._retrying(functools.partial(self._fetch, ranges))
+                await self._hand_over(rows)
 
     def _unseen(self, items: list[object]) -> list[Range]:
         """What to fetch: the events of collections someone listens to, and of the others
@@ -219,9 +238,31 @@ class CommitFeed:
             self.seen[key] = last
         return ranges
 
-    async def _fetch(self, ranges: list[Range]) -> list[Stored]:
+    async def _fetch(self, ranges: list[Range]) -> list[Any]:
         keys, firsts, lasts, kinds = (list(column) for column in zip(*ranges, strict=True))
-        rows = await self.pool.fetch(_SQL_FETCH, keys, firsts, lasts, kinds)
+        return list(await self.pool.fetch(_SQL_FETCH, keys, firsts, lasts, kinds))
+
+    async def _hand_over(self, rows: Sequence[Any]) -> None:
+        """The rows' events, in order, in runs of about `RUN_BYTES`, each once there is room."""
+        run: list[Any] = []
+        size = 0
+        for row in rows:
+            if run and size + row["size"] > RUN_BYTES:
+                await self._hand_over_run(run, size)
+                run, size = [], 0
+            run.append(row)
+            size += row["size"]
+        if run:
+            await self._hand_over_run(run, size)
+
+    async def _hand_over_run(self, rows: list[Any], size: int) -> None:
+        if self.room is not None:
+            await self.room(size)
+        stored = await self._retrying(functools.partial(self._load, rows))
+        self.deliver(stored)
+
+    async def _load(self, rows: list[Any]) -> list[Stored]:
+        """The events of `rows`, their large contents read now, one by one."""
         return [await self.stored.stored(row) for row in rows]
 
     async def _catch_up(self) -> None:
@@ -237,7 +278,7 @@ class CommitFeed:
                 rows = await self.pool.fetch(_SQL_RANGE, key, seen, last, only)
                 if not rows:
                     break
-                self.deliver([await self.stored.stored(row) for row in rows])
+                await self._hand_over(rows)
                 seen = rows[-1]["seq"]
                 self.seen[key] = seen
             self.seen[key] = last
@@ -262,6 +303,13 @@ class CommitFeed:
             self.outage.failed(f"the commit feed ({what})", exc)
         else:
             log.warning("the commit feed %s: %s", what, one_line(exc, 300))
+
+
+def _span(item: object) -> int:
+    """How many events a notification names, at most (its seq span: other collections' seqs may
+    fall within it)."""
+    assert isinstance(item, tuple)
+    return int(item[2]) - int(item[1]) + 1
 
 
 def _setter(event: asyncio.Event) -> Callable[[object], None]:

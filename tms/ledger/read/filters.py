@@ -41,7 +41,8 @@ PAGE: Final = 100  # events per round trip of a stored answer
 BIG_BYTES: Final = 64 * 1024  # contents larger than this are read one by one, not by the page
 
 _COLUMNS: Final = """seq, id, pubkey, created_at, kind, tags, sig, collection,
-    CASE WHEN octet_length(content) <= {big} THEN content END AS content"""
+    CASE WHEN octet_length(content) <= {big} THEN content END AS content,
+    octet_length(content) AS size"""  # a large content's size, before it is read
 # {slugs}: where the scope's slugs are.
 _PEOPLE: Final = """(SELECT owner FROM collections WHERE slug = ANY({slugs})
     UNION SELECT unnest(members) FROM member_lists WHERE collection = ANY({slugs}))"""
