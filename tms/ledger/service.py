@@ -21,12 +21,11 @@ commit, by whatever `AfterPublish` the runtime hands in.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -185,35 +184,48 @@ class Ledger:
         from here to the answer and counted by outcome and by the kinds it stores
         (`tms.metrics`)."""
         started = time.perf_counter()
-        size = len(events) if isinstance(events, list) else None
-        with _metered(started, size) as outcome:
+        outcome: str | None = None  # how the publish ended, as the metrics count it
+        try:
             if turn is None:
                 batch, action = await self._admit(events, origin, within, now)
-                queued = (
-                    None
-                    if action is Action.SHADOW_REJECT
-                    else self._enqueue(batch, expected, origin)
-                )
+                queued = None
+                if action is not Action.SHADOW_REJECT:
+                    queued = self._enqueue(batch, expected, origin, lock_keys(batch))
             else:
                 async with turn.next():
                     batch, action = await self._admit(events, origin, within, now)
                     queued = None
                     if action is not Action.SHADOW_REJECT:
+                        keys = lock_keys(batch)
                         queued = await turn.join(
-                            lock_keys(batch), lambda: self._enqueue(batch, expected, origin)
+                            keys, lambda: self._enqueue(batch, expected, origin, keys)
                         )
             if queued is None:  # shadow-rejected: a publish's answer, nothing stored
-                outcome[0] = "refused"
-                return await self._shadow(batch, origin, wait_for_vectors)
+                result = await self._shadow(batch, origin, wait_for_vectors)
+                outcome = "refused"
+                return result
             result, plan = await self._committed(batch, queued, wait_for_vectors)
+            outcome = "accepted"
+        except Exception as exc:
+            outcome = _OUTCOMES[outcome_of(exc)]
+            raise
+        finally:  # a caller cancelled (gone) is not a publish answered: nothing is recorded
+            if outcome is not None:
+                _metered(outcome, started, events)
         for item in plan.accepted:
-            metrics.EVENTS_STORED.labels(kind_name(item.event.kind)).inc()
+            _stored(item.event.kind).inc()
         return result
 
-    def _enqueue(self, batch: list[Parsed], expected: Expected | None, origin: Origin) -> Queued:
+    def _enqueue(
+        self,
+        batch: list[Parsed],
+        expected: Expected | None,
+        origin: Origin,
+        keys: tuple[str, ...],
+    ) -> Queued:
         """The batch in its lanes' queue; once it commits, told to the after-commit hooks, whoever
         still waits for its answer (a client gone meanwhile does not stop either)."""
-        queued = self._commits.enqueue(batch, expected)
+        queued = self._commits.enqueue(batch, expected, keys)
         if self.after_commit is not None:
             queued.add_done_callback(functools.partial(_told, self.after_commit, origin))
         return queued
@@ -276,12 +288,14 @@ class Ledger:
         if plan.superseded:  # only then: the usual answer stays exactly SPEC's
             result["superseded"] = plan.superseded
         if not wait_for_vectors:
-            embedding = asyncio.create_task(self._embed(plan), name="tms-embed")
-            self._embedding.add(embedding)
-            embedding.add_done_callback(self._embedding.discard)
             result["embedded"] = 0
+            searchable = self._searchable(plan)
+            if searchable:  # a task only when there is something to embed
+                embedding = asyncio.create_task(self._embed(searchable), name="tms-embed")
+                self._embedding.add(embedding)
+                embedding.add_done_callback(self._embedding.discard)
             return result, plan
-        embedded, error = await self._embed(plan)
+        embedded, error = await self._embed(self._searchable(plan))
         if error is None:
             result["embedded"] = embedded
         else:
@@ -301,16 +315,22 @@ class Ledger:
         hinted: QuoteNotFound = await _off_loop(_QUOTES)(with_nearest, refusal, text)
         return hinted
 
-    async def _embed(self, plan: Plan) -> tuple[int, str | None]:
-        """Vectors for the claims and contradictions just committed (what search reads), within
-        the wait budget; evidence is left to the background catch-up. A failure is reported,
-        never raised: the events are stored, and their vectors are caught up later."""
+    def _searchable(self, plan: Plan) -> list[tuple[Slug, EventId]]:
+        """The claims and contradictions just committed that a publish embeds (what search
+        reads); none without vectors (TMS_EMBED=off)."""
+        if self.vectors is None:
+            return []
         waited_for = embedded_kinds(at_publish=True)
-        searchable = [
+        return [
             (p.collection, p.event.id)
             for p in plan.accepted
             if p.event.kind in waited_for and p.collection is not None
         ]
+
+    async def _embed(self, searchable: list[tuple[Slug, EventId]]) -> tuple[int, str | None]:
+        """Vectors for `searchable`, within the wait budget; evidence is left to the background
+        catch-up. A failure is reported, never raised: the events are stored, and their vectors
+        are caught up later."""
         if self.vectors is None or not searchable:
             return 0, None
         try:
@@ -380,29 +400,31 @@ _VERIFY: Final = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="tms-veri
 _QUOTES: Final = ThreadPoolExecutor(QUOTE_THREADS, thread_name_prefix="tms-quotes")
 
 
-@contextlib.contextmanager
-def _metered(started: float, events: int | None) -> Iterator[list[str | None]]:
+def _metered(outcome: str, started: float, events: object) -> None:
     """A publish's time to its answer (from `started`) and its batch size, by outcome:
     accepted, refused (a `TMSError`: a rule, a schema, a rate limit, a write policy; or a
-    shadow-rejection, which the block says by setting the outcome it is handed), unavailable
-    (the database lost) or error (`tms.errors.outcome_of`). A caller cancelled (gone) is not a
-    publish answered: nothing is recorded."""
-    outcome: list[str | None] = [None]
-    try:
-        yield outcome
-    except Exception as exc:
-        outcome[0] = _OUTCOMES[outcome_of(exc)]
-        raise
-    except BaseException:
-        outcome[0] = None
-        raise
-    else:
-        outcome[0] = outcome[0] or "accepted"
-    finally:
-        if outcome[0] is not None:
-            metrics.PUBLISH_SECONDS.labels(outcome[0]).observe(time.perf_counter() - started)
-            if events is not None:
-                metrics.PUBLISH_EVENTS.observe(events)
+    shadow-rejection), unavailable (the database lost) or error (`tms.errors.outcome_of`)."""
+    seconds = _SECONDS.get(outcome)
+    if seconds is None:
+        seconds = _SECONDS[outcome] = metrics.PUBLISH_SECONDS.labels(outcome)
+    seconds.observe(time.perf_counter() - started)
+    if type(events) is list:
+        metrics.PUBLISH_EVENTS.observe(len(events))
+
+
+def _stored(kind: int) -> Any:
+    """The count of events stored of this kind (`tms.metrics.EVENTS_STORED`), its child looked
+    up once: it is counted for every event."""
+    counter = _STORED.get(kind)
+    if counter is None:
+        counter = _STORED[kind] = metrics.EVENTS_STORED.labels(kind_name(kind))
+    return counter
+
+
+# The metrics' children by label, looked up once (prometheus_client's `labels` costs more than
+# the observation itself).
+_SECONDS: Final[dict[str, Any]] = {}
+_STORED: Final[dict[int, Any]] = {}
 
 
 _OUTCOMES: Final = {

@@ -342,8 +342,8 @@ class _Tree:
 
 
 class LogRows:
-    """The rows one write statement inserts, as arrays (one `unnest` per table), and the
-    checkpoints they seal."""
+    """The rows one write statement inserts, as columns (one source of rows per table), and
+    the checkpoints they seal."""
 
     def __init__(self) -> None:
         self.leaf_rows: tuple[list[str], list[int], list[bytes]] = ([], [], [])

@@ -19,8 +19,7 @@ it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -58,33 +57,62 @@ class Turn:
     def __init__(self) -> None:
         self._last: asyncio.Future[None] | None = None  # done once the last batch has queued
         self._lanes: tuple[str, ...] = ()
-        self._queued: set[Queued] = set()  # this client's batches queued, not yet committed
+        # The last batch this client queued. Its lane commits its batches in the order they
+        # were queued, and a batch for other lanes waits for the ones before it, so once this
+        # one is committed, all of the client's batches are.
+        self._queued: Queued | None = None
 
-    @contextlib.asynccontextmanager
-    async def next(self) -> AsyncIterator[None]:
-        """A batch's turn: entered once the batch before it has queued or failed."""
+    def next(self) -> Place:
+        """A batch's place in line, taken now (`async with` it: entered once the batch before
+        it has queued or failed)."""
         before = self._last
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._last = mine
-        try:
-            if before is not None:
-                await asyncio.shield(before)  # a batch that gives up never cancels its elder
-            yield
-        finally:
-            mine.set_result(None)
-            if self._last is mine:
-                self._last = None
+        return Place(self, before, mine)
 
     async def join(self, lanes: tuple[str, ...], enqueue: Callable[[], Queued]) -> Queued:
         """Queue a batch for `lanes` (inside `next`), after the batches queued before it for
         other lanes are committed."""
-        if lanes != self._lanes and self._queued:
-            await asyncio.wait(set(self._queued))
+        last = self._queued
+        if lanes != self._lanes and last is not None and not last.done():
+            await asyncio.wait((last,))
         self._lanes = lanes
         queued = enqueue()
-        self._queued.add(queued)
-        queued.add_done_callback(self._queued.discard)
+        self._queued = queued
         return queued
+
+
+class Place:
+    """A batch's place in its client's line (`Turn.next`). A plain class rather than a
+    generator's context manager: one is entered for every event a relay connection sends."""
+
+    __slots__ = ("_before", "_mine", "_turn")
+
+    def __init__(
+        self, turn: Turn, before: asyncio.Future[None] | None, mine: asyncio.Future[None]
+    ) -> None:
+        self._turn = turn
+        self._before = before
+        self._mine = mine
+
+    async def __aenter__(self) -> None:
+        before = self._before
+        if before is not None and not before.done():
+            try:
+                await asyncio.shield(before)  # a batch that gives up never cancels its elder
+            except BaseException:
+                self.leave()
+                raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.leave()
+
+    def leave(self) -> None:
+        """The next batch's turn (what leaving the block does)."""
+        if not self._mine.done():
+            self._mine.set_result(None)
+        if self._turn._last is self._mine:
+            self._turn._last = None
 
 
 @dataclass(slots=True)
@@ -108,16 +136,23 @@ class GroupCommitter:
         self._lanes: dict[tuple[str, ...], _Lane] = {}
         self._routed: bool | None = None  # writes one statement per table (tms.ledger.write.routed)
 
-    def enqueue(self, batch: list[Parsed], expected: Expected | None = None) -> Queued:
+    def enqueue(
+        self,
+        batch: list[Parsed],
+        expected: Expected | None = None,
+        keys: tuple[str, ...] | None = None,
+    ) -> Queued:
         """The batch in its lane's queue, now: what it becomes, once judged and (if it passes)
         committed, or its `PublishError` (or the database's error). `expected`: the
         collections' state the batch was made against, checked under their locks before the
-        rules judge it. Batches enqueued in an order are judged in that order."""
-        keys = lock_keys(batch)
-        lane = self._lanes.setdefault(keys, _Lane())
+        rules judge it; `keys`: its lock keys, when the caller has them already. Batches
+        enqueued in an order are judged in that order."""
+        if keys is None:
+            keys = lock_keys(batch)
+        lane = self._lanes.get(keys)
+        if lane is None:
+            lane = self._lanes[keys] = _Lane()
         waiting = _Waiting(batch, asyncio.get_running_loop().create_future(), expected)
-        # A caller that goes away does not stop its batch: its answer is just not read.
-        waiting.done.add_done_callback(_read_exception)
         lane.waiting.append(waiting)
         if lane.task is None:
             lane.task = asyncio.create_task(self._drain(keys, lane), name="tms-commit")
@@ -265,14 +300,13 @@ def _merge(plans: Sequence[Plan]) -> Plan:
 
 
 def _settle(waiting: _Waiting, outcome: Committed | BaseException) -> None:
-    if waiting.done.done():
+    done = waiting.done
+    if done.done():
         return
     if isinstance(outcome, BaseException):
-        waiting.done.set_exception(outcome)
+        done.set_exception(outcome)
+        # Marked as read: a caller that went away does not stop its batch, and its refusal
+        # is just not heard (a caller still waiting gets it all the same).
+        done.exception()
     else:
-        waiting.done.set_result(outcome)
-
-
-def _read_exception(future: asyncio.Future[Committed]) -> None:
-    with contextlib.suppress(asyncio.CancelledError):
-        future.exception()
+        done.set_result(outcome)

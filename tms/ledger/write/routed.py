@@ -99,7 +99,7 @@ async def write(
     for slug in sorted({row[1] for row in added}):  # one collection's claims a statement
         rows = [row for row in added if row[1] == slug]
         sql = counts_added_sql(
-            ", ".join(f"${n + 1}::{t}[]" for n, (_, t) in enumerate(types)),
+            f"unnest({', '.join(f'${n + 1}::{t}[]' for n, (_, t) in enumerate(types))})",
             f"${len(types) + 1}::text[]",
         )
         await conn.execute(sql, *(list(column) for column in zip(*rows, strict=True)), [slug])

@@ -132,15 +132,16 @@ def claim_counts(plan: Plan) -> tuple[list[CountRow], list[CountRow]]:
 
 
 def counts_added_sql(rows: str, slugs: str) -> str:
-    """What a batch adds to claims stored before: `rows` binds `count_types()`' arrays, `slugs`
-    the collections they are in. The update names its collections as a constant array too:
+    """What a batch adds to claims stored before: `rows` reads `count_types()`' rows (a row
+    source: `unnest(...)` of arrays, or `Statement.source`), `slugs` the array of the
+    collections they are in. The update names its collections as a constant array too:
     Citus then sends it to their shards only (the join to the batch's rows alone would reach
     every shard)."""
     columns = claim_count_columns()
     added = ", ".join(f"{c} = t.{c} + u.{c}" for c in columns)
     return f"""
     UPDATE claim_counts AS t SET {added}
-    FROM unnest({rows}) AS u(claim_id, collection, {", ".join(columns)})
+    FROM {rows} AS u(claim_id, collection, {", ".join(columns)})
     WHERE t.collection = ANY({slugs}) AND t.claim_id = u.claim_id
       AND t.collection = u.collection"""
 

@@ -134,14 +134,14 @@ async def write(
 ) -> Written:
     """Insert the accepted events, their typed rows, their links' anchors, their places in the
     embedding queue, the collections they create, the member lists they make current and the
-    rows `also` holds, in one statement: each part a data-modifying CTE over arrays (`unnest`),
-    the typed rows joined to the events' new `seq`. `members_before`: each collection's
-    members when the batch began, so that only the keys a new list adds or drops are
-    written. Returns what it stored, by collection (`notify`); with `announce`, the statement
-    has announced it already, as `notify` would (a round trip less)."""
+    rows `also` holds, in one statement: each part a data-modifying CTE over bound columns
+    (`Statement.source`), the typed rows joined to the events' new `seq`. `members_before`:
+    each collection's members when the batch began, so that only the keys a new list adds or
+    drops are written. Returns what it stored, by collection (`notify`); with `announce`, the
+    statement has announced it already, as `notify` would (a round trip less)."""
     statement = Statement()
     events = [p.event for p in plan.accepted]
-    e = statement.arrays(
+    e = statement.source(
         [
             ([x.id for x in events], "text"),
             ([x.pubkey for x in events], "text"),
@@ -151,13 +151,14 @@ async def write(
             ([x.content for x in events], "text"),
             ([x.sig for x in events], "text"),
             ([p.collection or UNSCOPED for p in plan.accepted], "text"),
-        ]
+        ],
+        ordinality=True,
     )
     statement.parts.append(
         f"""e AS (
             INSERT INTO events (id, pubkey, created_at, kind, tags, content, sig, collection)
             SELECT id, pubkey, created_at, kind, tags, content, sig, collection
-            FROM unnest({e}) WITH ORDINALITY
+            FROM {e}
                  AS u(id, pubkey, created_at, kind, tags, content, sig, collection, position)
             ORDER BY position
             RETURNING id, seq, kind, collection)"""
@@ -165,11 +166,11 @@ async def write(
     for table, records in typed_rows(plan).items():
         columns = table.columns
         names = ", ".join(name for name, _ in columns)
-        arrays = statement.arrays(
+        source = statement.source(
             [([r[i] for r in records], sql_type) for i, (_, sql_type) in enumerate(columns)]
         )
         if not table.sequenced:  # rows beside the event's (a contradiction's claims): no seq
-            select = f"SELECT {names} FROM unnest({arrays}) AS u({names})"
+            select = f"SELECT {names} FROM {source} AS u({names})"
             into = names
         else:
             values = ", ".join(
@@ -177,8 +178,7 @@ async def write(
                 for name, _ in columns[1:]
             )
             select = (
-                f"SELECT u.id, e.seq, {values} FROM unnest({arrays}) AS u({names}) "
-                "JOIN e ON e.id = u.id"
+                f"SELECT u.id, e.seq, {values} FROM {source} AS u({names}) JOIN e ON e.id = u.id"
             )
             into = names.replace("id", "id, seq", 1)
         statement.parts.append(f"t_{table.name} AS (INSERT INTO {table.name} ({into}) {select})")
@@ -196,12 +196,11 @@ async def write(
             f"SELECT id, seq, collection FROM e WHERE kind IN ({', '.join(map(str, embedded))}))"
         )
     if plan.new_collections:
-        made = statement.arrays(
+        made = statement.source(
             [(list(column), "text") for column in zip(*plan.new_collections, strict=True)]
         )
         statement.parts.append(
-            "made AS (INSERT INTO collections (slug, owner, created_by) "
-            f"SELECT * FROM unnest({made}))"
+            f"made AS (INSERT INTO collections (slug, owner, created_by) SELECT * FROM {made} AS u)"
         )
     if plan.member_lists:
         _member_lists(statement, plan, members_before)
@@ -249,18 +248,17 @@ def _member_lists(
     statement.insert("heads", member_heads(plan))
     dropped, added = membership_changes(plan, members_before)
     if dropped:
-        gone = statement.arrays(
+        gone = statement.source(
             [([s for s, _ in dropped], "text"), ([k for _, k in dropped], "text")]
         )
         statement.parts.append(
-            "dropped AS (DELETE FROM memberships m USING unnest("
-            f"{gone}) AS u(collection, pubkey) "
+            f"dropped AS (DELETE FROM memberships m USING {gone} AS u(collection, pubkey) "
             "WHERE m.collection = u.collection AND m.pubkey = u.pubkey)"
         )
     if added:
-        new = statement.arrays([([s for s, _ in added], "text"), ([k for _, k in added], "text")])
+        new = statement.source([([s for s, _ in added], "text"), ([k for _, k in added], "text")])
         statement.parts.append(
-            f"added AS (INSERT INTO memberships (collection, pubkey) SELECT * FROM unnest({new}))"
+            f"added AS (INSERT INTO memberships (collection, pubkey) SELECT * FROM {new} AS u)"
         )
 
 
@@ -270,7 +268,7 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
     inserted, added = claim_counts(plan)
     types = count_types()
     if inserted:
-        arrays = statement.arrays(
+        source = statement.source(
             [([v[i] for v in inserted], sql_type) for i, (_, sql_type) in enumerate(types)]
         )
         names = [name for name, _ in types[2:]]
@@ -279,12 +277,12 @@ def _claim_counts(statement: Statement, plan: Plan) -> None:
             f"""claim_new AS (
                 INSERT INTO claim_counts (claim_id, collection, seq, {counted})
                 SELECT u.claim_id, u.collection, e.seq, {", ".join(f"u.{c}" for c in names)}
-                FROM unnest({arrays}) AS u(claim_id, collection, {counted})
+                FROM {source} AS u(claim_id, collection, {counted})
                 JOIN e ON e.id = u.claim_id)"""
         )
     if added:
-        arrays = statement.arrays(
+        source = statement.source(
             [([v[i] for v in added], sql_type) for i, (_, sql_type) in enumerate(types)]
         )
         slugs = statement.arrays([(sorted({v[1] for v in added}), "text")])
-        statement.parts.append(f"claim_counted AS ({counts_added_sql(arrays, slugs)})")
+        statement.parts.append(f"claim_counted AS ({counts_added_sql(source, slugs)})")
