@@ -170,6 +170,7 @@ def create_app(
                 settings.relay_behind_seconds,
                 connections=settings.relay_connections,
                 statement_seconds=settings.relay_statement_seconds,
+                neg_warm=settings.neg_warm,
             ) as relay,
             scrape.metrics_port(settings, runtime),
         ):

@@ -39,6 +39,7 @@ MAX_THREADS: Final = 4  # default cap: more threads help little on a model this 
 DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
 DEFAULT_RELAY_CONNECTIONS: Final = 4  # the relay's reads' own pool (TMS_RELAY_CONNECTIONS)
 DEFAULT_RELAY_STATEMENT_SECONDS: Final = 10.0  # its statement_timeout (TMS_RELAY_STATEMENT_SECONDS)
+DEFAULT_NEG_WARM: Final = 8  # collections whose NIP-77 lists a server loads at start (TMS_NEG_WARM)
 DEFAULT_PLUGIN_SECONDS: Final = 5.0  # a policy's or filter's call (TMS_PLUGIN_TIMEOUT_SECONDS)
 DEFAULT_HOOK_SECONDS: Final = 30.0  # an after-commit hook's call (TMS_HOOK_TIMEOUT_SECONDS)
 DEFAULT_HOOK_QUEUE: Final = 1000  # batches waiting for each hook (TMS_HOOK_QUEUE)
@@ -123,6 +124,7 @@ class Settings:
     max_exports: int = DEFAULT_EXPORTS  # exports streamed at once, per process
     relay_connections: int = DEFAULT_RELAY_CONNECTIONS  # the relay's reads' pool, per process
     relay_statement_seconds: float = DEFAULT_RELAY_STATEMENT_SECONDS  # one relay read, at most
+    neg_warm: int = DEFAULT_NEG_WARM  # TMS_NEG_WARM: NIP-77 lists loaded at start (0: none)
     export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
     metrics_token: str | None = None  # TMS_METRICS_TOKEN: GET /metrics with it as a bearer token
     metrics_port: int | None = None  # TMS_METRICS_PORT: metrics on a port of their own
@@ -207,6 +209,7 @@ class Settings:
                 3600,
                 "seconds",
             ),
+            neg_warm=int(_number(env, "TMS_NEG_WARM", DEFAULT_NEG_WARM, 0, 1000, "")),
             metrics_token=_metrics_token(env),
             metrics_port=_metrics_port(env, port),
             metrics_host=env.get("TMS_METRICS_HOST", "").strip() or "127.0.0.1",

@@ -497,3 +497,112 @@ async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition never held"
         await asyncio.sleep(0.01)
+
+
+async def test_the_first_sync_after_a_start_finds_the_largest_collections_list_kept(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relay that keeps the largest collection's list from its start (`neg_warm=1`): it loads
+    `rel` (the larger) and not `other`, and the first NEG session after the start reads no
+    whole list from the database; what it is answered from is what the index gives."""
+    from tms.ledger.read import negentropy_items as items_module
+
+    await seed(db_url)
+    start = int(time.time()) - 1000
+    pool = await open_pool(db_url, min_size=1, max_size=1)
+    try:
+        ledger = Ledger(pool)
+        await ledger.submit(
+            [claim(MEMBER, "rel", f"kept {n}", created_at=start + n // 3) for n in range(60)],
+            origin=OPERATOR,
+        )
+        await ledger.submit([claim(OWNER2, "other", "small", created_at=start)], origin=OPERATOR)
+    finally:
+        await pool.close()
+    real_load = items_module._load
+    whole_reads: list[str] = []
+
+    async def counted(pool: Any, slug: str, cap: int) -> Any:
+        whole_reads.append(slug)
+        return await real_load(pool, slug, cap)
+
+    monkeypatch.setattr(items_module, "_load", counted)
+    said: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        said.append(json.loads(text))
+
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, neg_warm=1) as relay,
+    ):
+        await until(lambda: "rel" in relay.neg_items._kept)
+        assert whole_reads == ["rel"] and "other" not in relay.neg_items._kept
+        conn = Connection(
+            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+        )
+        await conn.open()
+        initiator = Initiator(items_of([]), 60_000)
+        await conn.handle(
+            json.dumps(["NEG-OPEN", "n", {"kinds": [4702]}, initiator.initiate().hex()])
+        )
+        await until(lambda: any(m[0] in ("NEG-MSG", "NEG-ERR") for m in said))
+        answer = next(m for m in said if m[0] in ("NEG-MSG", "NEG-ERR"))
+        assert answer[:2] == ["NEG-MSG", "n"], answer
+        _, _, need = initiator.reconcile(bytes.fromhex(answer[2]))
+        await conn.close()
+        assert whole_reads == ["rel"]  # the session read what was committed since, no more
+        pool = await open_pool(db_url, min_size=1, max_size=1)
+        try:
+            scope = (await Access(pool).reader(MEMBER.pubkey)).collection("rel")
+            wanted = parse_filter({"kinds": [4702]}, max_limit=1000)
+            read = await negentropy_items(pool, scope, wanted, 10_000)
+        finally:
+            await pool.close()
+    assert {i.hex() for i in need} == {read.id(i).hex() for i in range(len(read))}
+    assert len(need) == 60
+
+
+async def test_a_large_import_since_a_list_was_kept_reads_the_list_again(
+    live: Live, stored: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past a share of the kept list committed since (here: more than 2), a session reads the
+    whole list again, by COPY, rather than the new events one by one; the answer is the
+    index's either way."""
+    from tms.ledger.read import negentropy_items as items_module
+
+    monkeypatch.setattr(items_module, "_RELOAD_AFTER", 2)
+    monkeypatch.setattr(items_module, "_INSERT_SHARE", 1_000_000)
+    real_load = items_module._load
+    whole_reads: list[str] = []
+
+    async def counted(pool: Any, slug: str, cap: int) -> Any:
+        whole_reads.append(slug)
+        return await real_load(pool, slug, cap)
+
+    monkeypatch.setattr(items_module, "_load", counted)
+    pool = await open_pool(live.database_url, min_size=1, max_size=2)
+    try:
+        reader = await Access(pool).reader(MEMBER.pubkey)
+        rel = reader.collection("rel")
+        wanted = parse_filter({"kinds": [4702]}, max_limit=1000)
+        cache = ItemCache(NEG_CACHE_BYTES)
+        await negentropy_items(pool, rel, wanted, 10_000, cache)
+        before = cache._kept["rel"]
+        middle = stored[30]["created_at"]
+        await Ledger(pool).submit(
+            [
+                claim(MEMBER, "rel", f"import {i} {os.urandom(4).hex()}", created_at=middle)
+                for i in range(3)
+            ],
+            origin=OPERATOR,
+        )
+        assert whole_reads == ["rel"]
+        kept = await negentropy_items(pool, rel, wanted, 10_000, cache)
+        read = await negentropy_items(pool, rel, wanted, 10_000)
+        assert whole_reads == ["rel", "rel"]
+        assert len(cache._kept["rel"].ts) == len(before.ts) + 3
+        assert kept.blob(0, len(kept)) == read.blob(0, len(read))
+        assert kept.timestamps.tolist() == read.timestamps.tolist()
+    finally:
+        await pool.close()

@@ -14,8 +14,9 @@ Two ways to the collections' part, one answer:
   collection `seq` grows in commit order, `tms.ledger.read.feed`, so those are exactly the events
   committed since), merges them in (a few events added to a million cost one copy, not a
   sort), then masks by kind and time. Only the first session of a collection in this process
-  reads the whole list; a million items then cost a mask and a seal (about 0.1 s), not seconds
-  of index scan, and the sessions that ask one collection for the same kinds (no time bounds:
+  reads the whole list (from the index, streamed by binary COPY: `tms.ledger.read.copy_rows`),
+  unless the relay loaded it at start (`ItemCache.warm`: the largest collections'); a million
+  items then cost a mask and a seal (about 0.1 s), not seconds of index scan, and the sessions that ask one collection for the same kinds (no time bounds:
   what a sync asks) while nothing changed share one sealed list (`SHARED_LISTS` kinds' lists a
   collection). Kept lists are bounded together by `NEG_CACHE_BYTES`, least recently used first
   out; a collection whose list alone is larger, or longer than the cap, is never kept.
@@ -39,6 +40,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from tms.ledger.read.copy_rows import CopyRows
 from tms.ledger.read.filters import Scope, _Query, slugs_of
 from tms.nostr.filters import Filter
 from tms.nostr.negentropy import ID_SIZE, Items, insertion_points, item_order
@@ -50,22 +52,34 @@ _COLUMNS: Final = "created_at, id"
 _ROW: Final = np.dtype([("ts", ">i8"), ("id", "V32")])
 _KEPT_ROW: Final = np.dtype([("ts", ">i8"), ("id", "V32"), ("kind", ">i4")])
 _KEPT_VALUE: Final = "int8send(created_at) || decode(id, 'hex') || int4send(kind)"
-# A collection's whole list, and the seq it is current to, in one statement (one snapshot): the
-# list from the index alone (collection, created_at, id) INCLUDE (kind), in its order.
-_SQL_WHOLE: Final = f"""
-    SELECT (SELECT max(seq) FROM events WHERE collection = $1) AS last,
-           (SELECT string_agg({_KEPT_VALUE}, ''::bytea) FROM (
-                SELECT created_at, id, kind FROM events
-                WHERE collection = $1 AND created_at >= 0
-                ORDER BY created_at, id LIMIT $2) AS f) AS data"""
+# A collection's whole list, from the index alone (collection, created_at, id) INCLUDE (kind),
+# in its order, streamed by COPY (`tms.ledger.read.copy_rows`); and the seq it is current to,
+# read first in the same snapshot (a repeatable-read transaction: on Citus both run on the one
+# worker that holds the collection, in one transaction there).
+_SQL_LIST: Final = """
+    SELECT created_at, id, kind FROM events
+    WHERE collection = $1 AND created_at >= 0 ORDER BY created_at, id LIMIT $2"""
+_SQL_LAST: Final = "SELECT max(seq) FROM events WHERE collection = $1"
+# The largest collections, by the size of their newest checkpoint (a log's size is its
+# collection's events): an index look-up each, from the counts row every collection has
+# (sql/009), beside its log on Citus.
+_SQL_LARGEST: Final = """
+    SELECT n.collection AS slug, c.size FROM collection_counts n
+    CROSS JOIN LATERAL (SELECT size FROM tlog_checkpoints t WHERE t.collection = n.collection
+                        ORDER BY size DESC LIMIT 1) AS c
+    ORDER BY c.size DESC, n.collection LIMIT $1"""
 # What was committed to it since `seq` $2 (the primary key's range), up to $3 events.
 _SQL_SINCE: Final = f"""
     SELECT max(seq) AS last,
            string_agg({_KEPT_VALUE}, ''::bytea) FILTER (WHERE created_at >= 0) AS data
     FROM (SELECT seq, created_at, id, kind FROM events
           WHERE collection = $1 AND seq > $2 ORDER BY seq LIMIT $3) AS f"""
-# Past this share of the kept list, new events are sorted in with the rest, not inserted.
+# Past this share of the kept list, new events are sorted in with the rest, not inserted; and a
+# refresh that finds more than this share (or `_RELOAD_AFTER`) committed since reads the whole
+# list again, by COPY, rather than row by row from the table.
 _INSERT_SHARE: Final = 16
+_RELOAD_AFTER: Final = 10_000
+_FEW_KINDS: Final = 8  # the kinds of a list found by masks up to this many, else by a sort
 SHARED_LISTS: Final = 3  # sealed lists shared by sessions, per collection (by their kinds)
 
 Ts = npt.NDArray[np.uint64]
@@ -292,6 +306,36 @@ class ItemCache:
             self._keep(slug, kept)
             return kept
 
+    async def warm(self, pool: Pool, collections: int, cap: int) -> tuple[int, int]:
+        """Load the lists of the `collections` largest collections (as their logs count
+        them), largest first, while they fit in the budget beside what is kept (never one out
+        for another): so that the first sync of a large collection after the server starts
+        finds its list kept, as the next ones do. One collection at a time, under its lock (a
+        session asking for it meanwhile waits for this read instead of making its own).
+        Returns the collections and events loaded."""
+        rows = await pool.fetch(_SQL_LARGEST, collections)
+        loaded = events = 0
+        for row in rows:
+            slug: Slug = row["slug"]
+            if slug in self._kept or slug in self._too_long:
+                continue
+            if row["size"] > cap or self.nbytes + row["size"] * _KEPT_ROW.itemsize > self.budget:
+                continue  # a log counts every event: this one would not be kept
+            async with self._locks.setdefault(slug, asyncio.Lock()):
+                if slug in self._kept:
+                    continue
+                kept = await _load(pool, slug, cap)
+                if len(kept.ts) > cap:
+                    self._too_long.add(slug)
+                    continue
+                if self.nbytes + kept.nbytes > self.budget:
+                    continue
+                self._kept[slug] = kept
+                self._kept.move_to_end(slug, last=False)  # first out: no session asked yet
+            loaded += 1
+            events += len(kept.ts)
+        return loaded, events
+
     def _keep(self, slug: Slug, kept: _Kept) -> None:
         self._kept[slug] = kept
         self._kept.move_to_end(slug)
@@ -303,18 +347,37 @@ class ItemCache:
 
 
 async def _load(pool: Pool, slug: Slug, cap: int) -> _Kept:
-    row = await pool.fetchrow(_SQL_WHOLE, slug, cap + 1)
-    assert row is not None  # scalar subqueries: always one row
-    ts, ids, kinds = await asyncio.to_thread(_kept_rows, row["data"] or b"")
-    return _Kept(row["last"] or 0, ts, ids, kinds, _kinds(kinds))
+    """The collection's whole list (up to one past `cap`), as of one snapshot."""
+    sink = CopyRows()
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        last = await conn.fetchval(_SQL_LAST, slug)
+        await conn.copy_from_query(_SQL_LIST, slug, cap + 1, output=sink.write, format="binary")
+    ts, ids, kinds = sink.result()
+    return await asyncio.to_thread(_kept_of, last or 0, ts, ids, kinds)
+
+
+def _kept_of(last: int, ts: Ts, ids: Ids, kinds: npt.NDArray[np.int32]) -> _Kept:
+    order = item_order(ts, ids)  # the index's order already: checked in O(n), not sorted
+    if order is not None:
+        ts, ids, kinds = ts[order], ids[order], kinds[order]
+    return _Kept(last, ts, ids, kinds, _kinds(kinds))
 
 
 async def _refresh(pool: Pool, kept: _Kept, slug: Slug, cap: int) -> _Kept:
+    # Row by row from the table (by seq) only while it is a few: past that, the whole list
+    # again from the index is cheaper (a server that kept a list, then saw a large import).
     room = max(cap - len(kept.ts), 0) + 1  # one past the cap is enough to know
-    row = await pool.fetchrow(_SQL_SINCE, slug, kept.last, room)
+    few = max(len(kept.ts) // _INSERT_SHARE, _RELOAD_AFTER)
+    row = await pool.fetchrow(_SQL_SINCE, slug, kept.last, min(room, few + 1))
     if row is None or row["last"] is None:  # nothing committed since
         return kept
+    if room > few and _count(row["data"]) > few:
+        return await _load(pool, slug, cap)
     return await asyncio.to_thread(_added, kept, row["last"], row["data"] or b"")
+
+
+def _count(data: bytes | None) -> int:
+    return 0 if data is None else len(data) // _KEPT_ROW.itemsize
 
 
 def _masked(kept: _Kept, wanted: Filter) -> tuple[Ts, Ids]:
@@ -369,7 +432,17 @@ def _added(kept: _Kept, last: int, data: bytes) -> _Kept:
 
 
 def _kinds(kinds: npt.NDArray[np.int32]) -> frozenset[int]:
-    return frozenset(np.unique(kinds).tolist())
+    """The kinds among them: a collection holds a few, so a mask per kind found (a
+    million items in milliseconds) rather than a sort of them all (a tenth of a second)."""
+    found: set[int] = set()
+    rest = kinds
+    while len(rest) and len(found) < _FEW_KINDS:
+        kind = int(rest[0])
+        found.add(kind)
+        rest = rest[rest != kind]
+    if len(rest):
+        found.update(np.unique(rest).tolist())
+    return frozenset(found)
 
 
 def _merged(parts: list[tuple[Ts, Ids]]) -> Items:
