@@ -19,6 +19,11 @@
      items from the database, the next ones find them kept);
    - plain REQ download of the same events: REQs of `limit` 1,000 paged by `until` (up to
      --req-max events; past that the figure is extrapolated from the pages done, and said so).
+   With `--restart`, `tms serve` is stopped and started again after the events are inserted,
+   and the runs begin as soon as it answers /healthz: the first session then meets the server
+   as it is after a restart (its lists loading in the background from the start,
+   TMS_NEG_WARM; `--warm 0` turns that off, to time the first session's own read; `--settle S`
+   waits S seconds first).
    Each: wall time, bytes on the wire (WebSocket payloads both ways), and the server's peak
    resident memory (VmHWM) over its start-up level.
 """
@@ -243,13 +248,25 @@ async def fill(database_url: str, signer: Signer, n: int) -> list[tuple[int, byt
 
 
 def end_to_end(
-    n: int, req_max: int, tmp: Path, chosen: set[str], repeat: int, alternate: int
+    n: int,
+    req_max: int,
+    tmp: Path,
+    chosen: set[str],
+    repeat: int,
+    alternate: int,
+    restart: bool = False,
+    warm: int | None = None,
+    settle: float = 0.0,
 ) -> None:
     """`req_max`: events either download fetches at most (past it: extrapolated, and said);
     `chosen`: the runs (empty, ten, req); `repeat`: how many 10-differing sessions, one after
-    the other; `alternate`: how many times from empty and REQ are run, in turn."""
+    the other; `alternate`: how many times from empty and REQ are run, in turn; `restart`:
+    the server restarted once the events are in; `warm`: its TMS_NEG_WARM (None: default);
+    `settle`: seconds waited after the restart before the runs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
+    if warm is not None:
+        env.update(TMS_NEG_WARM=str(warm))
     server = Server(env, tmp / "server.log")
     server.start()
     signer = Signer()
@@ -264,6 +281,11 @@ def end_to_end(
         items = asyncio.run(fill(database_url, signer, n))
         took = time.perf_counter() - started
         print(f"2. {n:,} events inserted by COPY and vacuumed in {took:.1f} s")
+        if restart:
+            server.stop()
+            ready = server.start()
+            print(f"2. tms serve restarted: /healthz answered in {ready:.2f} s", flush=True)
+            time.sleep(settle)
         url = server.url.replace("http", "ws") + f"/c/{SLUG}"
         items.append((start["created_at"], bytes.fromhex(start["id"])))
         all_but_ten = Items.of(items[:-11] + items[-1:])  # 10 the relay's alone
@@ -356,6 +378,15 @@ def main() -> None:
     parser.add_argument(
         "--alternate", type=int, default=1, help="from empty and REQ, in turn, this many times"
     )
+    parser.add_argument(
+        "--restart", action="store_true", help="restart tms serve once the events are in"
+    )
+    parser.add_argument(
+        "--warm", type=int, default=None, help="the server's TMS_NEG_WARM (default: its own)"
+    )
+    parser.add_argument(
+        "--settle", type=float, default=0.0, help="seconds after the restart before the runs"
+    )
     parser.add_argument("--id-batch", type=int, default=100, help="ids per REQ after NIP-77")
     parser.add_argument("--in-flight", type=int, default=8, help="those REQs sent at once")
     ns = parser.parse_args()
@@ -368,7 +399,15 @@ def main() -> None:
         for n in sizes:
             with tempfile.TemporaryDirectory(prefix="tms-bench-neg-") as tmp:
                 end_to_end(
-                    n, ns.req_max, Path(tmp), set(ns.runs.split(",")), ns.repeat, ns.alternate
+                    n,
+                    ns.req_max,
+                    Path(tmp),
+                    set(ns.runs.split(",")),
+                    ns.repeat,
+                    ns.alternate,
+                    ns.restart,
+                    ns.warm,
+                    ns.settle,
                 )
 
 
