@@ -61,9 +61,10 @@ class CopyRows:
         self._pending = bytearray()
         self._header = False
         self._ended = False
-        self._ts: list[Ts] = []
-        self._ids: list[Ids] = []
-        self._kinds: list[Kinds] = []
+        # Each column's bytes, appended to as rows come (one copy each, no joining at the end).
+        self._ts = bytearray()
+        self._ids = bytearray()
+        self._kinds = bytearray()
         self.rows = 0
 
     async def write(self, chunk: bytes) -> None:
@@ -77,13 +78,11 @@ class CopyRows:
         self._parse()
         if not self._header or not self._ended or self._pending:
             raise CopyFormatError("the COPY stream ended early")
-        if not self._ts:
-            return (
-                np.zeros(0, np.uint64),
-                np.zeros((0, ID_SIZE), np.uint8),
-                np.zeros(0, np.int32),
-            )
-        return np.concatenate(self._ts), np.concatenate(self._ids), np.concatenate(self._kinds)
+        return (
+            np.frombuffer(self._ts, dtype=np.uint64),
+            np.frombuffer(self._ids, dtype=np.uint8).reshape(self.rows, ID_SIZE),
+            np.frombuffer(self._kinds, dtype=np.int32),
+        )
 
     def _parse(self) -> None:
         data = self._pending
@@ -123,7 +122,7 @@ class CopyRows:
             raw = binascii.a2b_hex(rows["id"].tobytes())
         except binascii.Error as exc:
             raise CopyFormatError("an id is not hexadecimal") from exc
-        self._ts.append(rows["ts"].astype(np.uint64))
-        self._ids.append(np.frombuffer(raw, dtype=np.uint8).reshape(len(rows), ID_SIZE))
-        self._kinds.append(rows["kind"].astype(np.int32))
+        self._ts += rows["ts"].astype(np.uint64).tobytes()
+        self._ids += raw
+        self._kinds += rows["kind"].astype(np.int32).tobytes()
         self.rows += len(rows)
