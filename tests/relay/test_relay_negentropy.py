@@ -606,3 +606,43 @@ async def test_a_large_import_since_a_list_was_kept_reads_the_list_again(
         assert kept.timestamps.tolist() == read.timestamps.tolist()
     finally:
         await pool.close()
+
+
+async def test_a_server_stopping_while_it_loads_the_lists_stops_the_loading(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background loading of the lists (held here by a read that never ends) neither
+    holds the relay's start (a REQ is answered meanwhile) nor its end: closing the relay
+    cancels it."""
+    from tms.ledger.read import negentropy_items as items_module
+
+    await seed(db_url)
+    reached, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def forever(pool: Any, slug: str, cap: int) -> Any:
+        reached.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("never")
+
+    monkeypatch.setattr(items_module, "_load", forever)
+    said: list[list[Any]] = []
+
+    async def send(text: str) -> None:
+        said.append(json.loads(text))
+
+    async with open_runtime(settings(TMS_EMBED="off"), db_url) as runtime:
+        started = time.monotonic()
+        async with open_relay(runtime.services, db_url, neg_warm=8) as relay:
+            await asyncio.wait_for(reached.wait(), 10)
+            conn = Connection(
+                relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+            )
+            await conn.open()
+            await conn.handle(json.dumps(["REQ", "r", {"kinds": [4702]}]))
+            await until(lambda: any(m[0] == "EOSE" for m in said))
+            await conn.close()
+        assert cancelled.is_set() and time.monotonic() - started < 10

@@ -16,10 +16,11 @@ Two ways to the collections' part, one answer:
   sort), then masks by kind and time. Only the first session of a collection in this process
   reads the whole list (from the index, streamed by binary COPY: `tms.ledger.read.copy_rows`),
   unless the relay loaded it at start (`ItemCache.warm`: the largest collections'); a million
-  items then cost a mask and a seal (about 0.1 s), not seconds of index scan, and the sessions that ask one collection for the same kinds (no time bounds:
-  what a sync asks) while nothing changed share one sealed list (`SHARED_LISTS` kinds' lists a
-  collection). Kept lists are bounded together by `NEG_CACHE_BYTES`, least recently used first
-  out; a collection whose list alone is larger, or longer than the cap, is never kept.
+  items then cost a mask and a seal (about 0.1 s), not seconds of index scan, and the
+  sessions that ask one collection for the same kinds (no time bounds: what a sync asks) while
+  nothing changed share one sealed list (`SHARED_LISTS` kinds' lists a collection). Kept
+  lists are bounded together by `NEG_CACHE_BYTES`, least recently used first out; a
+  collection whose list alone is larger, or longer than the cap, is never kept.
 - **Read** (any other filter: ids, authors, tags). From the index that holds exactly those
   columns (sql/022), one collection at a time (on Citus each such query runs on the one worker
   that holds it, aggregate and all), as one value: 40 bytes an item end to end, turned into
