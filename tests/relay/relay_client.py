@@ -4,20 +4,42 @@ test says and reads every message the relay sends, so nothing a library smooths 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from factories import MEMBER, OWNER, OWNER2, members, terms
+from factories import MEMBER, OWNER, OWNER2, members, settings, terms
 from websockets.asyncio.client import ClientConnection, connect
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.relay.shared import Relay, open_relay
 from tms.rules.admission import OPERATOR
+from tms.runtime import open_runtime
 from tms.store.database import open_pool
 
 WAIT_SECONDS: Final = 10.0
+
+
+@contextlib.asynccontextmanager
+async def in_process_relay(db_url: str, **options: Any) -> AsyncIterator[Relay]:
+    """The relay of a process over `db_url` and no socket: a test drives a `Connection` by
+    hand, holding the moments a socket would race through. `options`: `open_relay`'s."""
+    async with (
+        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
+        open_relay(runtime.services, db_url, **options) as relay,
+    ):
+        yield relay
+
+
+class Said(list[list[Any]]):
+    """What a hand-driven `Connection` was sent, each message parsed: pass it as `send`."""
+
+    async def __call__(self, text: str) -> None:
+        self.append(json.loads(text))
 
 
 def ws_url(http_url: str, path: str = "/") -> str:

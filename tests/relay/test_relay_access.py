@@ -18,15 +18,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from factories import OWNER, Live, claim, evidence, key, members, settings, terms
-from relay_client import Client, publish, slow_reader, small_buffer_socket, ws_url
+from factories import OWNER, Live, claim, evidence, key, members, terms
+from relay_client import (
+    Client,
+    Said,
+    in_process_relay,
+    publish,
+    slow_reader,
+    small_buffer_socket,
+    ws_url,
+)
 from websockets.asyncio.client import connect
 
 from tms.ledger.access import Reader
 from tms.ledger.service import Ledger
 from tms.relay.connection import Connection
-from tms.relay.shared import open_relay
-from tms.runtime import open_runtime
 from tms.store.database import open_pool
 from tms.types import PubKey
 
@@ -147,10 +153,7 @@ async def test_a_refresh_that_read_the_old_list_brings_nothing_back_on_the_root(
     async def see(text: str) -> None:
         lists.append(text)
 
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         conn = Connection(relay, send, slug=None, url="ws://x/", address=None, pubkey=person.pubkey)
         owner = Connection(relay, see, slug=None, url="ws://x/", address=None, pubkey=OWNER.pubkey)
@@ -220,15 +223,9 @@ async def test_a_removal_the_connection_reads_before_the_feed_still_closes_the_s
     said = claim(OWNER, "lag", "said before the removal", created_at=T + 1)
     await publish(db_url, [terms(OWNER)], [members(OWNER, "lag", [person.pubkey], created_at=T)])
     await publish(db_url, [said])
-    sent: list[list[Any]] = []
+    sent = Said()
 
-    async def send(text: str) -> None:
-        sent.append(json.loads(text))
-
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         held: list[Any] = []
         holding = moment == "page"
@@ -256,7 +253,7 @@ async def test_a_removal_the_connection_reads_before_the_feed_still_closes_the_s
             monkeypatch.setattr(relay.stored, "rows", hold(relay.stored.rows))
         else:
             monkeypatch.setattr(relay.hub.stored, "positions", hold(relay.hub.stored.positions))
-        conn = Connection(relay, send, slug=slug, url="ws://x/", address=None, pubkey=person.pubkey)
+        conn = Connection(relay, sent, slug=slug, url="ws://x/", address=None, pubkey=person.pubkey)
         await conn.open()
         assert conn.gate.allows("lag")
         handling = asyncio.create_task(conn.handle(json.dumps(["REQ", "s", {"kinds": [4702]}])))
@@ -306,10 +303,7 @@ async def test_what_waits_to_be_written_when_the_removal_comes_is_not_written(
             await go.wait()
         sent.append(message)
 
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         conn = Connection(relay, send, slug="wt", url="ws://x/", address=None, pubkey=person.pubkey)
         await conn.open()
@@ -341,18 +335,12 @@ async def test_an_auth_again_as_the_same_key_keeps_its_live_events(
     finally:
         await pool.close()
     await publish(db_url, [terms(OWNER)], [members(OWNER, "again", [person.pubkey], created_at=T)])
-    sent: list[list[Any]] = []
+    sent = Said()
 
-    async def send(text: str) -> None:
-        sent.append(json.loads(text))
-
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         url = "ws://x/c/again"
-        conn = Connection(relay, send, slug="again", url=url, address=None, pubkey=person.pubkey)
+        conn = Connection(relay, sent, slug="again", url=url, address=None, pubkey=person.pubkey)
         await conn.open()
         await conn.handle(json.dumps(["REQ", "live", {"kinds": [4702], "limit": 0}]))
         await wait_for(lambda: ["EOSE", "live"] in sent)
@@ -397,17 +385,11 @@ async def test_a_count_across_a_removal_is_closed_not_answered(
         await pool.close()
     await publish(db_url, [terms(OWNER)], [members(OWNER, "cnt", [person.pubkey], created_at=T)])
     await publish(db_url, [claim(OWNER, "cnt", "said before the removal", created_at=T + 1)])
-    sent: list[list[Any]] = []
+    sent = Said()
 
-    async def send(text: str) -> None:
-        sent.append(json.loads(text))
-
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
-        conn = Connection(relay, send, slug=slug, url="ws://x/", address=None, pubkey=person.pubkey)
+        conn = Connection(relay, sent, slug=slug, url="ws://x/", address=None, pubkey=person.pubkey)
         await conn.open()
         await conn.handle(json.dumps(["COUNT", "before", {"kinds": [4702]}]))
         await wait_for(lambda: any(m[:2] == ["COUNT", "before"] for m in sent))

@@ -28,7 +28,7 @@ from factories import (
     settings,
     terms,
 )
-from relay_client import Client, publish, seed, slow_reader, ws_url
+from relay_client import Client, in_process_relay, publish, seed, slow_reader, ws_url
 
 from tms.http.protocol import ConnectionLimits
 from tms.ledger.read.filters import Stored
@@ -36,9 +36,7 @@ from tms.ledger.service import Ledger
 from tms.nostr.events import Event
 from tms.relay.connection import Connection
 from tms.relay.limits import OUTBOX_BYTES
-from tms.relay.shared import open_relay
 from tms.rules.admission import OPERATOR
-from tms.runtime import open_runtime
 from tms.store.database import open_pool
 
 pytestmark = pytest.mark.anyio
@@ -201,10 +199,7 @@ async def test_a_new_req_is_closed_saying_why_while_the_process_is_over_its_budg
     async def reads(text: str) -> None:
         answered.append(json.loads(text))
 
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url, memory_bytes=1024 * 1024) as relay,
-    ):
+    async with in_process_relay(db_url, memory_bytes=1024 * 1024) as relay:
         await relay.feed.ready.wait()
         hog = Connection(
             relay, never_reads, slug="mem", url="ws://x/", address=None, pubkey=OWNER.pubkey
@@ -270,10 +265,7 @@ async def test_the_heaviest_client_that_reads_nothing_gives_way_to_one_that_read
     async def reads(text: str) -> None:
         answered.append(json.loads(text))
 
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url, memory_bytes=1024 * 1024) as relay,
-    ):
+    async with in_process_relay(db_url, memory_bytes=1024 * 1024) as relay:
         await relay.feed.ready.wait()
         hogs = [
             Connection(
@@ -338,10 +330,7 @@ async def test_counts_waiting_their_turn_hold_their_filters_in_the_budget(
 
     values = [f"{n:04d}" + "v" * 1020 for n in range(1000)]
     wide = [{"kinds": [4702], f"#{letter}": values[:999]} for letter in "abcde"]
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         real = relay.stored.count
         monkeypatch.setattr(relay.stored, "count", slow_count)
@@ -420,10 +409,7 @@ async def test_events_in_flight_count_in_the_connections_budget_and_hold_reading
     texts = big_events(8)
     size = len(texts[0])
     first_over = OUTBOX_BYTES // size + 1  # the event that takes it past its budget
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         held = HeldCommits(relay, monkeypatch)
         conn = Connection(relay, reads, slug="rel", url="ws://x/", address=None, pubkey=None)
@@ -457,10 +443,7 @@ async def test_a_process_over_its_budget_takes_one_event_at_a_time_from_each_con
         answered.append(json.loads(text))
 
     first, second = big_events(4), big_events(2)
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url, memory_bytes=4 * 1024 * 1024) as relay,
-    ):
+    async with in_process_relay(db_url, memory_bytes=4 * 1024 * 1024) as relay:
         await relay.feed.ready.wait()
         held = HeldCommits(relay, monkeypatch)
         one = Connection(relay, reads, slug="rel", url="ws://x/", address=None, pubkey=None)
@@ -493,10 +476,7 @@ async def test_events_answered_after_their_connection_closed_leave_nothing_held(
     async def reads(text: str) -> None:
         pass
 
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         held = HeldCommits(relay, monkeypatch)
         conn = Connection(relay, reads, slug="rel", url="ws://x/", address=None, pubkey=None)
@@ -540,10 +520,7 @@ async def test_a_prompt_subscriber_gets_every_live_event_however_many_come_at_on
         sent.append(text[:80])
 
     content = json.dumps({"collection": "rel", "text": "x" * 14_000_000})
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         conn = Connection(
             relay, reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
@@ -578,10 +555,7 @@ async def test_the_feed_hands_live_events_over_as_the_process_has_room(
         [evidence(MEMBER, "rel", f"{b} {n} {time.time_ns()} {LARGE}") for n in range(3)]
         for b in range(2)
     ]
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url, memory_bytes=budget) as relay,
-    ):
+    async with in_process_relay(db_url, memory_bytes=budget) as relay:
         await relay.feed.ready.wait()
 
         async def reads(text: str) -> None:
@@ -691,10 +665,7 @@ async def test_room_for_a_stored_message_is_taken_as_it_is_found(
         if text.startswith('["EVENT"'):
             await asyncio.Event().wait()
 
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url, memory_bytes=budget) as relay,
-    ):
+    async with in_process_relay(db_url, memory_bytes=budget) as relay:
         await relay.feed.ready.wait()
         memory = relay.memory
         peak, held_at_read = [0], []
@@ -752,10 +723,7 @@ async def test_room_held_by_another_read_of_the_connection_is_not_a_stall(
     async def reads(text: str) -> None:
         got.append(json.loads(text))
 
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         load = relay.stored.stored
 
@@ -795,10 +763,7 @@ async def test_a_page_larger_than_the_process_budget_is_sent_not_waited_on(db_ur
     async def reads(text: str) -> None:
         got.append(json.loads(text))
 
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url, memory_bytes=1024 * 1024) as relay,
-    ):
+    async with in_process_relay(db_url, memory_bytes=1024 * 1024) as relay:
         await relay.feed.ready.wait()
         conn = Connection(
             relay, reads, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey

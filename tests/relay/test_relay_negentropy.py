@@ -28,7 +28,7 @@ from factories import (
     profile,
     settings,
 )
-from relay_client import Client, seed, ws_url
+from relay_client import Client, Said, in_process_relay, seed, ws_url
 
 from tms.ledger.access import Access
 from tms.ledger.read.negentropy_items import ItemCache, TooMany, negentropy_items
@@ -347,10 +347,7 @@ async def test_a_sessions_list_counts_against_the_process_memory_budget(db_url: 
         return send
 
     empty = Initiator(items_of([])).initiate().hex()
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url, memory_bytes=4096) as relay,
-    ):
+    async with in_process_relay(db_url, memory_bytes=4096) as relay:
         a, b = (
             Connection(
                 relay, recorder(n), slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
@@ -403,18 +400,12 @@ async def test_a_list_read_across_a_removal_is_not_answered(
         return await real(*args, **kwargs)
 
     monkeypatch.setattr(relay_negentropy, "negentropy_items", held)
-    said: list[list[Any]] = []
-
-    async def send(text: str) -> None:
-        said.append(json.loads(text))
+    said = Said()
 
     empty = Initiator(items_of([])).initiate().hex()
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         conn = Connection(
-            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+            relay, said, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
         )
         await conn.open()
         opening = asyncio.create_task(
@@ -460,19 +451,13 @@ async def test_a_list_being_read_stops_when_its_session_or_connection_ends(
         raise AssertionError("never")
 
     monkeypatch.setattr(relay_negentropy, "negentropy_items", forever)
-    said: list[list[Any]] = []
-
-    async def send(text: str) -> None:
-        said.append(json.loads(text))
+    said = Said()
 
     empty = Initiator(items_of([])).initiate().hex()
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         conn = Connection(
-            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+            relay, said, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
         )
         await conn.open()
         await asyncio.wait_for(
@@ -527,19 +512,13 @@ async def test_the_first_sync_after_a_start_finds_the_largest_collections_list_k
         return await real_load(pool, slug, cap)
 
     monkeypatch.setattr(items_module, "_load", counted)
-    said: list[list[Any]] = []
+    said = Said()
 
-    async def send(text: str) -> None:
-        said.append(json.loads(text))
-
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url, neg_warm=1) as relay,
-    ):
+    async with in_process_relay(db_url, neg_warm=1) as relay:
         await until(lambda: "rel" in relay.neg_items._kept)
         assert whole_reads == ["rel"] and "other" not in relay.neg_items._kept
         conn = Connection(
-            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+            relay, said, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
         )
         await conn.open()
         initiator = Initiator(items_of([]), 60_000)
@@ -629,17 +608,14 @@ async def test_a_server_stopping_while_it_loads_the_lists_stops_the_loading(
         raise AssertionError("never")
 
     monkeypatch.setattr(items_module, "_load", forever)
-    said: list[list[Any]] = []
-
-    async def send(text: str) -> None:
-        said.append(json.loads(text))
+    said = Said()
 
     async with open_runtime(settings(TMS_EMBED="off"), db_url) as runtime:
         started = time.monotonic()
         async with open_relay(runtime.services, db_url, neg_warm=8) as relay:
             await asyncio.wait_for(reached.wait(), 10)
             conn = Connection(
-                relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+                relay, said, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
             )
             await conn.open()
             await conn.handle(json.dumps(["REQ", "r", {"kinds": [4702]}]))

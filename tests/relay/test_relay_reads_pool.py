@@ -14,11 +14,9 @@ from typing import Any
 import asyncpg
 import pytest
 from factories import MEMBER, Live, fresh_database, live_server, settings
-from relay_client import Client, seed, ws_url
+from relay_client import Client, Said, in_process_relay, seed, ws_url
 
 from tms.relay.connection import Connection
-from tms.relay.shared import open_relay
-from tms.runtime import open_runtime
 
 pytestmark = pytest.mark.anyio
 
@@ -177,21 +175,15 @@ async def test_a_read_stops_when_its_client_closes_it_replaces_it_or_leaves(
 
         return hooked
 
-    sent: list[list[Any]] = []
+    sent = Said()
 
-    async def send(text: str) -> None:
-        sent.append(json.loads(text))
-
-    async with (
-        open_runtime(settings(TMS_EMBED="off"), db_url) as runtime,
-        open_relay(runtime.services, db_url) as relay,
-    ):
+    async with in_process_relay(db_url) as relay:
         await relay.feed.ready.wait()
         rows = relay.stored.rows
         monkeypatch.setattr(relay.stored, "rows", forever("rows"))
         monkeypatch.setattr(relay.stored, "count", forever("count"))
         conn = Connection(
-            relay, send, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
+            relay, sent, slug="rel", url="ws://x/", address=None, pubkey=MEMBER.pubkey
         )
         await conn.open()
         await conn.handle(json.dumps(["REQ", "s", {"kinds": [4702]}]))
