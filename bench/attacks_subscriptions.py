@@ -169,6 +169,23 @@ async def publish(server: Server, events: list[Any]) -> None:
     await asyncio.to_thread(publish_now, server, events)
 
 
+async def received(client: Relay, wanted: set[str], seconds: float) -> tuple[int, bool]:
+    """How many of `wanted` a prompt subscriber got, and whether it was closed or told to go
+    (a NOTICE, a CLOSED, or nothing for `seconds`)."""
+    got, closed = 0, False
+    while got < len(wanted):
+        try:
+            message = await client.recv(seconds)
+        except Exception:
+            closed = True
+            break
+        if message[0] == "EVENT" and message[2]["id"] in wanted:
+            got += 1
+        elif message[0] in ("NOTICE", "CLOSED"):
+            closed = True
+    return got, closed
+
+
 def members(owner: Signer, slug: str, keys: list[str], when: int) -> Any:
     return sign(owner, 4705, {"collection": slug, "members": keys}, when)
 
@@ -334,21 +351,7 @@ async def batch_attack(server: Server, member: Signer) -> None:
     wanted = {e["id"] for e in batch}
     await publish(server, batch)
 
-    async def received(client: Relay) -> tuple[int, bool]:
-        got, closed = 0, False
-        while got < len(batch):
-            try:
-                message = await client.recv(30)
-            except Exception:
-                closed = True
-                break
-            if message[0] == "EVENT" and message[2]["id"] in wanted:
-                got += 1
-            elif message[0] in ("NOTICE", "CLOSED"):
-                closed = True
-        return got, closed
-
-    results = await asyncio.gather(*(received(client) for client in readers))
+    results = await asyncio.gather(*(received(client, wanted, 30) for client in readers))
     for client in readers:
         await client.close()
     complete = sum(1 for got, _ in results if got == len(batch))
@@ -407,21 +410,7 @@ async def batches_attack(server: Server, member: Signer, per_batch: int) -> None
         wanted = {e["id"] for batch in batches for e in batch}
         started = time.perf_counter()
 
-        async def received(client: Relay) -> tuple[int, bool]:
-            got, closed = 0, False
-            while got < len(wanted):
-                try:
-                    message = await client.recv(300)
-                except Exception:
-                    closed = True
-                    break
-                if message[0] == "EVENT" and message[2]["id"] in wanted:
-                    got += 1
-                elif message[0] in ("NOTICE", "CLOSED"):
-                    closed = True
-            return got, closed
-
-        reading = [asyncio.create_task(received(client)) for client in readers]
+        reading = [asyncio.create_task(received(client, wanted, 300)) for client in readers]
         await asyncio.gather(*(publish(server, batch) for batch in batches))
         published = time.perf_counter() - started
         results = await asyncio.gather(*reading)
