@@ -111,6 +111,35 @@ async def test_concurrent_submissions_advance_a_witness_once_per_size(ledger: Le
     assert key.verifier().find(text, signatures) is not None
 
 
+@pytest.mark.anyio
+async def test_a_refused_submission_never_reaches_the_database(db_url: str) -> None:
+    """Issue 33.6: the witness read its stored state before judging, so a flood of requests it
+    refuses anyway (an unknown origin, a malformed or unsigned note, a signature line copied a
+    hundred times) took a connection each. Over a pool that is closed, and so fails at any
+    touch, each is now answered; only a submission worth deciding reaches the database."""
+    pool = await asyncpg.create_pool(db_url, min_size=0, max_size=1)
+    await pool.close()
+    logs = TrustedLogs.parse(f"log other.example/c/ {OTHER_LOG.verifier().encode()}\n")
+    witness = WitnessService(pool, logs, CosignerKey.generate("w.example/witness"))
+    note = _note(5)
+    line = note.rsplit("\n", 2)[1] + "\n"
+    stranger = Checkpoint(ORIGIN, 5, root_of(_leaves(5))).sign(NoteSigner.generate("x.example"))
+    refused = {
+        b"old 0\n\nnot a checkpoint\n": 400,
+        Submission(
+            0, (), Checkpoint("nobody.example/log", 1, bytes(32)).sign(OTHER_LOG)
+        ).body(): 404,
+        Submission(0, (), stranger).body(): 403,
+        Submission(0, (), note + line * 99).body(): 400,
+        Submission(9, (), note).body(): 400,
+    }
+    for body, status in refused.items():
+        answer = await witness.add_checkpoint(body)
+        assert answer.status == status, answer.body
+    with pytest.raises(asyncpg.InterfaceError):  # one worth deciding: the store is asked
+        await witness.add_checkpoint(Submission(0, (), note).body())
+
+
 # --- two servers witnessing each other ----------------------------------------------------
 
 

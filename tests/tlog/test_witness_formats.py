@@ -16,13 +16,15 @@ from hypothesis import strategies as st
 from tms.errors import LogError
 from tms.tlog.cosignature import CosignerKey, CosignerVerifier, signed_message
 from tms.tlog.merkle import consistency_ranges, leaf_hash, nodes_for, proof_hashes, root_of
-from tms.tlog.note import Checkpoint, NoteSigner, split_note
+from tms.tlog.note import Checkpoint, NoteSigner, NoteVerifier, split_note
 from tms.tlog.policy import Policy
 from tms.tlog.witness import (
     Stored,
     Submission,
+    TrustedLog,
     TrustedLogs,
     WitnessRefusal,
+    admit,
     judge,
     parse_size,
     signed_lines,
@@ -203,9 +205,11 @@ def test_judge_gives_each_status_the_protocol_names() -> None:
         (Submission(4, (), Checkpoint(ORIGIN, 4, bytes(32)).sign(LOG)), stored, 422),
         (Submission(9, (), _note(4)), stored, 400),  # old above new
         (Submission(0, (), _note(4, NoteSigner.generate("tms.example"))), None, 403),
-        # a line naming the trusted key (name and key ID) whose signature fails: 403, even
-        # beside a good one
-        (Submission(0, (), _note(4) + _bad_line(_note(5))), None, 403),
+        # a line naming the trusted key (name and key ID) whose signature fails: 403
+        (Submission(0, (), _only_bad_line(4)), None, 403),
+        # beside a good one, two lines by one key: refused as malformed before either is
+        # verified (test_a_line_copied_a_hundred_times_costs_no_verification)
+        (Submission(0, (), _note(4) + _bad_line(_note(5))), None, 400),
         # size 0 must carry the empty tree's root; from size 0 the proof is empty
         (Submission(0, (), Checkpoint(ORIGIN, 0, bytes(32)).sign(LOG)), None, 422),
         (Submission(0, _proof(2, 4), _note(4)), None, 422),
@@ -221,6 +225,11 @@ def test_judge_gives_each_status_the_protocol_names() -> None:
         assert refused.value.status == status, (submission.old, status, str(refused.value))
         if status == 409:
             assert refused.value.size == 4
+
+
+def _only_bad_line(size: int) -> str:
+    """The checkpoint at `size` whose one signature line is the log key's over another note."""
+    return _note(size).rsplit("\n", 2)[0] + "\n" + _bad_line(_note(size + 1))
 
 
 def _bad_line(other_note: str) -> str:
@@ -255,3 +264,63 @@ def test_a_prefix_origin_covers_every_collection_and_nothing_else() -> None:
     assert not logs.keys_for("tms.example/c/") and not logs.keys_for("tms.example.evil/c/x")
     exact = TrustedLogs.parse(f"log tms.example/c/lab {LOG.verifier().encode()}\n")
     assert exact.keys_for("tms.example/c/lab") and not exact.keys_for("tms.example/c/lab2")
+
+
+class _Counting(NoteVerifier):
+    """The log's real key, counting the signatures it is asked to verify."""
+
+    verified: list[bytes]
+
+    def verifies(self, text: str, signature: bytes) -> bool:
+        self.verified.append(signature)
+        return NoteVerifier.verifies(self, text, signature)
+
+
+def _counting_logs() -> tuple[TrustedLogs, _Counting]:
+    key = _Counting(LOG.verifier().name, LOG.verifier().public)
+    object.__setattr__(key, "verified", [])
+    return TrustedLogs((TrustedLog("tms.example/c/", key),)), key
+
+
+def test_a_line_copied_a_hundred_times_costs_no_verification() -> None:
+    """Issue 33.6: a published checkpoint with its valid signature line copied 100 times cost
+    100 verifications (11 ms of CPU) before being answered; now the copies are refused as
+    malformed (400) before any signature is verified, and an honest note costs one."""
+    logs, key = _counting_logs()
+    note = _note(4)
+    line = note.rsplit("\n", 2)[1] + "\n"
+    copied = note + line * 99
+    assert len(split_note(copied)[1]) == 100
+    with pytest.raises(WitnessRefusal) as refused:
+        admit(Submission(0, (), copied), logs)
+    assert refused.value.status == 400
+    assert str(refused.value) == "the checkpoint carries 100 signature lines by tms.example"
+    assert key.verified == []
+    # the note opened by a verifier is refused alike, with nothing verified
+    with pytest.raises(LogError, match=r"carries 100 signature lines by tms\.example$"):
+        key.open(copied)
+    assert key.verified == []
+    # an honest checkpoint: one verification, however many other keys' lines it carries
+    others = "".join(
+        NoteSigner.generate(f"other{i}.example").sign(split_note(note)[0]).rsplit("\n", 2)[1] + "\n"
+        for i in range(20)
+    )
+    assert admit(Submission(0, (), note + others), logs).size == 4
+    assert len(key.verified) == 1
+
+
+def test_what_needs_no_stored_state_is_judged_without_it() -> None:
+    """`admit` refuses what any witness refuses whatever it holds (form, origin, signature,
+    an old size above the new one), so the service reads the database only for the rest."""
+    logs, key = _counting_logs()
+    refused_alone = [
+        (Submission(0, (), "not a note\n"), 400),
+        (Submission(0, (), Checkpoint("elsewhere/c/x", 1, _root(1)).sign(LOG)), 404),
+        (Submission(0, (), _only_bad_line(4)), 403),
+        (Submission(9, (), _note(4)), 400),
+    ]
+    for submission, status in refused_alone:
+        with pytest.raises(WitnessRefusal) as refused:
+            admit(submission, logs)
+        assert refused.value.status == status
+    assert len(key.verified) == 2  # the bad line, and the good one of the old-above-new case

@@ -155,29 +155,49 @@ class Stored:
     root: bytes
 
 
-def judge(submission: Submission, logs: TrustedLogs, stored: Stored | None) -> Checkpoint:
-    """The checkpoint to cosign, or `WitnessRefusal` with the protocol's status (C2SP
-    tlog-witness as it stands, in its order): 404 for an origin not witnessed; 403 when no
-    trusted key signed, or when a signature line names a trusted key (name and key ID) and does
-    not verify; 400 for an old size above the new one; 409 when `old` is not the stored size;
-    422 for a size-0 checkpoint whose root is not the empty tree's, a proof sent with `old` 0,
-    the same size with another root, or a consistency proof that does not hold."""
-    note = submission.note
+def admit(submission: Submission, logs: TrustedLogs) -> Checkpoint:
+    """What can be judged of a submission without the witness's state, so that a request the
+    witness refuses anyway costs it no database read: 400 for a checkpoint that is not a signed
+    note, 404 for an origin not witnessed, 400 for a note with more than one line naming a
+    trusted key (refused before any signature is verified: each such line would cost a
+    verification, and a log signs a checkpoint once per key), 403 when no trusted key signed or
+    a line naming one does not verify, 400 for an old size above the new one. At most one
+    signature is verified per trusted key."""
     try:
-        text, _ = split_note(note)
+        text, signatures = split_note(submission.note)
         checkpoint = Checkpoint.parse(text)
     except LogError as exc:
         raise WitnessRefusal(400, f"the checkpoint is not a signed note: {exc}") from None
     keys = logs.keys_for(checkpoint.origin)
     if not keys:
         raise WitnessRefusal(404, f"this witness does not witness {shown(checkpoint.origin)!r}")
-    signed = [_signed_by(key, note) for key in keys]
+    lines = [[sig for name, sig in signatures if key.names(name, sig)] for key in keys]
+    for key, found in zip(keys, lines, strict=True):
+        if len(found) > 1:
+            raise WitnessRefusal(
+                400, f"the checkpoint carries {len(found)} signature lines by {key.name}"
+            )
+    signed = [key.verifies(text, found[0]) for key, found in zip(keys, lines, strict=True) if found]
     if False in signed:
         raise WitnessRefusal(403, "a signature by a key this witness trusts does not verify")
     if True not in signed:
         raise WitnessRefusal(403, "no signature by a key this witness trusts for the origin")
     if submission.old > checkpoint.size:
         raise WitnessRefusal(400, "the old size is above the checkpoint's size")
+    return checkpoint
+
+
+def judge(submission: Submission, logs: TrustedLogs, stored: Stored | None) -> Checkpoint:
+    """The checkpoint to cosign, or `WitnessRefusal` with the protocol's status (C2SP
+    tlog-witness as it stands, in its order): `admit`'s, then `decide`'s."""
+    return decide(submission, admit(submission, logs), stored)
+
+
+def decide(submission: Submission, checkpoint: Checkpoint, stored: Stored | None) -> Checkpoint:
+    """An admitted checkpoint against the last one the witness cosigned of its log: 409 when
+    `old` is not the stored size; 422 for a size-0 checkpoint whose root is not the empty
+    tree's, a proof sent with `old` 0, the same size with another root, or a consistency proof
+    that does not hold."""
     current = stored.size if stored is not None else 0
     if submission.old != current:
         raise WitnessRefusal(409, f"this witness last cosigned size {current}", size=current)
@@ -202,19 +222,6 @@ def judge(submission: Submission, logs: TrustedLogs, stored: Stored | None) -> C
     return checkpoint
 
 
-def _signed_by(key: NoteVerifier, note: str) -> bool | None:
-    """True: the note carries this key's signature and it verifies; False: a line names this
-    key and does not verify; None: no line names it."""
-    _, signatures = split_note(note)
-    if not any(name == key.name and sig[:4] == key.key_id for name, sig in signatures):
-        return None
-    try:
-        key.open(note)
-    except LogError:
-        return False
-    return True
-
-
 def signed_lines(note: str, keys: list[NoteVerifier]) -> str:
     """The note with only the signature lines of `keys` (those a witness verified): what it
     keeps and serves beside its own cosignature, never lines nobody checked."""
@@ -222,6 +229,6 @@ def signed_lines(note: str, keys: list[NoteVerifier]) -> str:
     kept = [
         f"{DASH} {name} {base64.b64encode(sig).decode('ascii')}\n"
         for name, sig in signatures
-        if any(name == k.name and sig[:4] == k.key_id for k in keys)
+        if any(k.names(name, sig) for k in keys)
     ]
     return f"{text}\n" + "".join(kept)

@@ -1,8 +1,10 @@
-"""This server as a witness of other logs: `add-checkpoint` decided (`tms.tlog.witness.judge`)
-against the last checkpoint it cosigned of that log, and that checkpoint advanced by a
-compare-and-set on its size, so that of two submissions racing from one size at most one
-advances it and the other is told the new size (409), as the protocol requires. The size is
-persisted before the cosignature is answered: a witness restarted loses no cosigned size.
+"""This server as a witness of other logs: `add-checkpoint` judged first on what it carries
+alone (`tms.tlog.witness.admit`: form, origin, the log's signature), before anything stored is
+read, then decided (`decide`) against the last checkpoint it cosigned of that log, and that
+checkpoint advanced by a compare-and-set on its size, so that of two submissions racing from
+one size at most one advances it and the other is told the new size (409), as the protocol
+requires. The size is persisted before the cosignature is answered: a witness restarted loses
+no cosigned size.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Final
 
 from tms.store.database import Pool
 from tms.tlog.cosignature import CosignerKey
-from tms.tlog.note import split_note
+from tms.tlog.note import Checkpoint, split_note
 from tms.tlog.witness import (
     NOTE_CONTENT_TYPE,
     SIZE_CONTENT_TYPE,
@@ -21,7 +23,8 @@ from tms.tlog.witness import (
     Submission,
     TrustedLogs,
     WitnessRefusal,
-    judge,
+    admit,
+    decide,
     origin_hash,
     signed_lines,
 )
@@ -59,18 +62,24 @@ class WitnessService:
             submission = Submission.parse(body)
             if self.key is None:  # no log is witnessed here: every origin is unknown
                 raise WitnessRefusal(404, "this server witnesses no log")
-            return await self._add(submission, self.key)
+            # Everything that needs no stored state first: a request refused anyway (malformed,
+            # an origin not witnessed, a signature that does not verify) never reaches the
+            # database, and costs at most one signature verification per trusted key.
+            checkpoint = admit(submission, self.logs)
+            return await self._add(submission, checkpoint, self.key)
         except WitnessRefusal as refused:
             if refused.status == 409 and refused.size is not None:
                 return Answer(409, SIZE_CONTENT_TYPE, f"{refused.size}\n")
             return Answer(refused.status, NOTE_CONTENT_TYPE, f"{refused}\n")
 
-    async def _add(self, submission: Submission, key: CosignerKey) -> Answer:
+    async def _add(
+        self, submission: Submission, checkpoint: Checkpoint, key: CosignerKey
+    ) -> Answer:
         async with self.pool.acquire() as conn:
-            origin = submission.note.split("\n", 1)[0]
+            origin = checkpoint.origin
             row = await conn.fetchrow(_SQL_STORED, origin)
             stored = None if row is None else Stored(row["size"], bytes(row["root"]))
-            checkpoint = judge(submission, self.logs, stored)
+            decide(submission, checkpoint, stored)
             text, _ = split_note(submission.note)  # its extension lines are cosigned too
             line = key.cosign(text, int(time.time()))
             # Kept and served (the monitoring view): the log's signatures this witness
