@@ -13,8 +13,10 @@ Four budgets, each a list of limits in `limits`' notation ("10/second;300/minute
 A relay REQ or COUNT spends the address budget by its size (`read_cost`): one unit a filter (a
 COUNT's, which reads every match rather than a page, `COUNT_UNITS`), and one more for each
 `READ_VALUES_PER_UNIT` ids, authors, kinds or tag values it names; an everyday one-filter REQ
-costs one unit, as any request does. A call never costs more than a limit's whole amount, so a
-large REQ is slowed to the rate the budget allows, never refused for good.
+costs one unit, as any request does. A witness's `add-checkpoint`, which anyone may post and
+which costs a signature verification and a database read, spends `ADD_CHECKPOINT_UNITS`. A call
+never costs more than a limit's whole amount, so a large REQ is slowed to the rate the budget
+allows, never refused for good.
 
 The counts live in each server process: behind a proxy spreading clients over N processes, a
 client gets up to N times a budget. That is the trade for needing no shared store;
@@ -47,6 +49,9 @@ DEFAULT_LOGIN: Final = "5/minute;30/hour"
 IPV6_PREFIX: Final = 64
 READ_VALUES_PER_UNIT: Final = 100  # a filter's ids, authors, kinds and tag values per extra unit
 COUNT_UNITS: Final = 5  # a COUNT filter's units: it reads every match, a REQ page at most 100
+# A witness's add-checkpoint (tms.witness.routes), unauthenticated: a signature verification per
+# trusted key, a database read, and when it advances a write and a cosignature.
+ADD_CHECKPOINT_UNITS: Final = 5
 
 
 def read_cost(filters: Sequence[Filter], *, count: bool = False) -> int:

@@ -5,8 +5,9 @@ The client's address is the peer's, or the one a trusted proxy forwarded (`tms.g
 it is kept for the request in `tms.guard.clients.CURRENT`, where the refusal log finds it. A
 request over its address's budget (`TMS_RATE_ADDRESS`, `tms.guard.rates`) is noted in the
 refusal log and answered 429 with `Retry-After`: a JSON-RPC error at `/mcp` (its id is not read:
-nothing of the body is), `{"error": ...}` elsewhere. `/healthz` and `/static/` are never
-limited, so a monitor and the pages' files always get through.
+nothing of the body is), `{"error": ...}` elsewhere. A witness's `add-checkpoint`, which anyone
+may post, spends more of the budget than other requests (`ADD_CHECKPOINT_UNITS`). `/healthz`
+and `/static/` are never limited, so a monitor and the pages' files always get through.
 
 It also counts the requests being served other than exports, for the exports to make way
 while there are any (`tms.guard.exports`).
@@ -23,12 +24,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tms.errors import RateLimited, Refusal
 from tms.guard import clients
 from tms.guard.clients import Network
+from tms.guard.rates import ADD_CHECKPOINT_UNITS
 from tms.http.bodies import content_length, discard
 from tms.http.statuses import answer
 
 UNLIMITED: Final = ("/healthz", "/static/")
 DISCARD_BYTES: Final = 1024 * 1024  # of a refused request's body, read so the client hears us
 DISCARD_SECONDS: Final = 2.0
+ADD_CHECKPOINT: Final = "/witness/add-checkpoint"
 TOO_MANY: Final = -32000  # JSON-RPC: a server error of the implementation's own
 
 
@@ -56,7 +59,7 @@ class Gate:
                 return
             runtime = scope["app"].state.runtime
             try:
-                await runtime.services.throttle.address(address)
+                await runtime.services.throttle.address(address, _cost(scope))
             except RateLimited as exc:
                 runtime.services.refusals.record(Refusal.RATE_LIMITED, route_name(scope))
                 await _refuse(exc, scope, receive, send)
@@ -68,6 +71,11 @@ class Gate:
                 await self.app(scope, receive, send)
         finally:
             clients.CURRENT.reset(token)
+
+
+def _cost(scope: Scope) -> int:
+    """The units of the address budget a request spends before it is read."""
+    return ADD_CHECKPOINT_UNITS if scope["path"] == ADD_CHECKPOINT else 1
 
 
 def route_name(scope: Scope) -> str:
@@ -84,6 +92,8 @@ def route_name(scope: Scope) -> str:
                 return f"log {route}"
         if "/tile/" in path:
             return "log tile"
+    if path.startswith("/witness/"):
+        return "witness add-checkpoint" if path == ADD_CHECKPOINT else "witness"
     if path in ("/login", "/publish", "/fetch"):
         return f"page {path[1:]}"
     return "page"

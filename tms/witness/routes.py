@@ -8,7 +8,10 @@
                                               the cosignature (the monitoring view)
 
 No authentication beyond the log's signature, as the protocol says; the body is bounded
-(`tms.tlog.witness.MAX_BODY_BYTES`) and read within the HTTP door's limits.
+(`tms.tlog.witness.MAX_BODY_BYTES`) and read within the HTTP door's limits. Anyone may post, so
+`add-checkpoint` spends more of its address's rate budget than other requests
+(`tms.guard.rates.ADD_CHECKPOINT_UNITS`), and what it refuses other than a 409 (the protocol's
+everyday answer to a stale `old`) is noted in the refusal log like any door's refusals.
 """
 
 from __future__ import annotations
@@ -20,11 +23,20 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from tms import metrics
+from tms.errors import Refusal
 from tms.http.bodies import small_body
 from tms.tlog.witness import MAX_BODY_BYTES, NOTE_CONTENT_TYPE
 from tms.witness.state import WitnessService
 
 NO_STORE: Final = {"Cache-Control": "no-store"}
+# How the refusal log files the protocol's refusals: a log key the witness does not trust (or a
+# signature that fails) as a bad signature, the rest as invalid.
+REFUSED: Final = {
+    400: Refusal.INVALID,
+    403: Refusal.BAD_SIGNATURE,
+    404: Refusal.INVALID,
+    422: Refusal.INVALID,
+}
 
 
 def _service(request: Request) -> WitnessService:
@@ -36,6 +48,9 @@ async def add_checkpoint(request: Request) -> Response:
     body = await small_body(request.scope, request.receive, MAX_BODY_BYTES)
     answer = await _service(request).add_checkpoint(body)
     metrics.WITNESSED.labels(str(answer.status)).inc()
+    refused = REFUSED.get(answer.status)
+    if refused is not None:
+        request.app.state.runtime.services.refusals.record(refused, "witness add-checkpoint")
     # The content type exactly as given: a 409's `text/x.tlog.size` takes no charset (starlette
     # would add one to a text/* media type), as clients compare it whole.
     headers = {**NO_STORE, "Content-Type": answer.content_type}
