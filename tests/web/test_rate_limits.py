@@ -343,12 +343,12 @@ def test_a_witness_flood_from_one_address_gets_a_429(live: Live) -> None:
     a database read; it spends ADD_CHECKPOINT_UNITS (5) of the address's budget (20 a minute
     here), so the fifth is a 429 with Retry-After. The refusals (this server witnesses no log:
     404) are in the refusal log with the rate limit's."""
-    with Client(live, "198.51.100.9") as client:
+    with Client(live, "198.51.100.19") as client:
         body = b"old 0\n\nnobody.example/log\n1\n" + b"A" * 43 + b"=\n\n"
         answers = [client.http.post("/witness/add-checkpoint", content=body) for _ in range(5)]
         assert [a.status_code for a in answers] == [404, 404, 404, 404, 429]
         assert 1 <= int(answers[-1].headers["Retry-After"]) <= 60
-        rows = refusals(live.database_url, "198.51.100.9", 5)
+        rows = refusals(live.database_url, "198.51.100.19", 5)
         assert [(r["kind"], r["tool"]) for r in rows] == [
             ("invalid", "witness add-checkpoint")
         ] * 4 + [("rate_limited", "witness add-checkpoint")]
