@@ -191,7 +191,13 @@ async def open_runtime(
         )
         if witnessing.policy is not None:
             submitter = Submitter(
-                url, pool, witnessing.policy, services.tlog.cosigned, services.tlog, services.access
+                url,
+                pool,
+                witnessing.policy,
+                services.tlog.cosigned,
+                services.tlog,
+                services.access,
+                outage=outage,
             )
             submitter.start()
             stack.push_async_callback(submitter.close)

@@ -12,7 +12,17 @@ with the policy's key for it before they are kept; 409 says which size the witne
 becomes `old` for one more try at once (a witness holding a size above this log's newest, or
 refusing with 403/404/422, is logged loudly: a witness that saw a tree this server did not
 sign, or a log key it does not trust, needs the operator). Failures back off, doubling from
-`RETRY_SECONDS` up to `MAX_RETRY_SECONDS`, and are counted in `/metrics`.
+`RETRY_SECONDS` up to `MAX_RETRY_SECONDS`, and are counted in `/metrics`; a witness that
+answers again after failing is logged once.
+
+A witness is a peer, not trusted to be honest (DESIGN.md, "Witnesses and mirrors"): its answer
+is read by streaming (`tms.fetch.bounded`), at most `MAX_ANSWER_BYTES`, the whole call within
+`DEADLINE` seconds, so one that answers without end or a byte at a time costs one failure, never
+the server's memory or a submission stuck for good.
+
+The database away meets the submitter at each look: that is reported to the server's outage
+(`tms.store.outage`), which logs it once; any other failure of a look is logged once for each
+kind, and the look that works again says how many failed meanwhile.
 """
 
 from __future__ import annotations
@@ -27,11 +37,13 @@ import asyncpg
 import httpx
 
 from tms import metrics
-from tms.errors import LogError, one_line
+from tms.errors import LogError, is_database_down, one_line
+from tms.fetch.bounded import PeerError, request
 from tms.ledger.access import Access
 from tms.ledger.log.cosigned import Cosigned, Standing
 from tms.ledger.log.reads import LogReads
 from tms.store.database import Pool, application_name
+from tms.store.outage import Outage
 from tms.tlog.note import split_note
 from tms.tlog.policy import Policy, Witness
 from tms.tlog.witness import SIZE_CONTENT_TYPE, Submission, parse_size
@@ -40,7 +52,10 @@ from tms.types import Slug
 log = logging.getLogger(__name__)
 
 INTERVAL: Final = 1.0  # seconds between looks for checkpoints to submit
-TIMEOUT: Final = 10.0  # one add-checkpoint call, connecting included
+TIMEOUT: Final = 10.0  # each step of a call (connect, write, read) within the deadline
+DEADLINE: Final = 10.0  # one add-checkpoint call, connecting to last byte
+# A witness answers a few signature lines; even post-quantum ones (5 kB each) fit many times.
+MAX_ANSWER_BYTES: Final = 64 * 1024
 RETRY_SECONDS: Final = 2.0
 MAX_RETRY_SECONDS: Final = 300.0
 _LOCK_SQL: Final = "SELECT pg_try_advisory_lock(hashtextextended('tms-witness:' || $1, 0))"
@@ -58,6 +73,7 @@ class Submitter:
         access: Access,
         *,
         interval: float = INTERVAL,
+        outage: Outage | None = None,
     ) -> None:
         self.database_url = database_url
         self.pool = pool
@@ -66,6 +82,9 @@ class Submitter:
         self.tlog = tlog
         self.access = access
         self.interval = interval
+        self.outage = outage or Outage()
+        self._paused: str | None = None  # the kind of failure the looks last met, if any
+        self._failed_looks = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -86,11 +105,31 @@ class Submitter:
                     try:
                         await self._pass(http, keys, locks)
                     except Exception as exc:  # the database away: try again next time
-                        log.warning("witnessing paused: %s", one_line(exc))
+                        self._look_failed(exc)
                         await _close(locks)
+                    else:
+                        self._look_worked()
                     await asyncio.sleep(self.interval)
         finally:
             await _close(locks)
+
+    def _look_failed(self, exc: Exception) -> None:
+        """One line for each kind of failure, however many looks meet it: the database away is
+        the outage's to log (`tms.store.outage`), anything else is logged when it first comes."""
+        self._failed_looks += 1
+        if is_database_down(exc):
+            self.outage.failed("the witness submitter", exc)
+            kind = "database"
+        else:
+            kind = type(exc).__name__
+            if kind != self._paused:
+                log.warning("witnessing paused: %s", one_line(exc))
+        self._paused = kind
+
+    def _look_worked(self) -> None:
+        if self._paused is not None and self._paused != "database":
+            log.warning("witnessing resumes, after %d failed looks", self._failed_looks)
+        self._paused, self._failed_looks = None, 0
 
     async def _pass(
         self, http: httpx.AsyncClient, keys: list[str], locks: list[asyncpg.Connection]
@@ -146,11 +185,22 @@ class Submitter:
                 body = Submission(
                     old, tuple(base64.b64decode(h) for h in proof["hashes"]), note
                 ).body()
-                answer = await http.post(url, content=body)
-            except (httpx.HTTPError, LogError) as exc:
+                answer = await request(
+                    http,
+                    "POST",
+                    url,
+                    max_bytes=MAX_ANSWER_BYTES,
+                    deadline=DEADLINE,
+                    content=body,
+                )
+            except (PeerError, LogError) as exc:
                 return await self._failed(slug, witness, failures, f"unreachable: {one_line(exc)}")
-            if answer.status_code == 200:
-                text, signatures = split_note(note + answer.text)
+            if answer.status == 200:
+                try:
+                    text, signatures = split_note(note + answer.text)
+                except LogError as exc:
+                    why = f"answered 200 without cosignature lines: {exc}"
+                    return await self._failed(slug, witness, failures, why, loud=True)
                 try:
                     cosignature = witness.key.find(text, signatures)
                 except LogError as exc:
@@ -160,12 +210,20 @@ class Submitter:
                     return await self._failed(slug, witness, failures, why, loud=True)
                 await self.cosigned.record(slug, size, key, cosignature)
                 metrics.WITNESS_SUBMISSIONS.labels(witness.name, "cosigned").inc()
+                if failures:
+                    log.warning(
+                        "witness %s answers again on the log of '%s', after %d %s",
+                        witness.name,
+                        slug,
+                        failures,
+                        "failure" if failures == 1 else "failures",
+                    )
                 return None
-            if answer.status_code == 409 and answer.headers.get("content-type", "").startswith(
+            if answer.status == 409 and answer.headers.get("content-type", "").startswith(
                 SIZE_CONTENT_TYPE
             ):
                 try:
-                    held = parse_size(answer.content)
+                    held = parse_size(answer.body)
                 except LogError as exc:
                     return await self._failed(slug, witness, failures, str(exc))
                 metrics.WITNESS_SUBMISSIONS.labels(witness.name, "conflict").inc()
@@ -182,9 +240,9 @@ class Submitter:
                 old = held
                 await self.cosigned.stands_at(slug, key, held)
                 continue
-            said = " ".join(answer.text[:300].split()) or answer.reason_phrase
-            loud = answer.status_code in (403, 404, 422)
-            why = f"answered {answer.status_code}: {said}"
+            said = " ".join(answer.body[:300].decode("utf-8", "replace").split()) or "(no body)"
+            loud = answer.status in (403, 404, 422)
+            why = f"answered {answer.status}: {said}"
             return await self._failed(slug, witness, failures, why, loud=loud)
         return None
 
