@@ -21,7 +21,15 @@ from typing import Any, ClassVar
 
 import asyncpg
 import pytest
-from factories import LOG_SIGNER, Live, claim, fresh_database, live_server, settings
+from factories import (
+    LOG_SIGNER,
+    Live,
+    allow_connections,
+    claim,
+    fresh_database,
+    live_server,
+    settings,
+)
 from factories import terms as terms_event
 from mcp_helpers import Caller, approve
 from prometheus_client import REGISTRY
@@ -219,3 +227,37 @@ def _wait_for_failures(live: Live, caller: Caller, owner: SecretKey) -> dict[str
         assert 1 <= served["size"] <= size and served["quorum"] is False  # served
         last = size
         time.sleep(0.2)
+
+
+def test_a_database_outage_is_the_outage_s_to_log_not_the_submitter_s(
+    witness: str,
+    tmp_path: Path,
+    pg_server_url: str,
+    template_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 34.3: the submitter looks every second and logged "witnessing paused" at each
+    look that met the database away (9 lines in one outage, beside the outage's two). It now
+    reports to the server's outage (tms.store.outage), which logs the start and the end once."""
+    caplog.set_level(logging.DEBUG, "tms")
+    config = settings(TMS_EMBED="off", TMS_WITNESS_POLICY=str(_policy(tmp_path / "p", witness)))
+    with fresh_database(pg_server_url, template_url) as url, live_server(url, config):
+        time.sleep(1.5)  # the submitter has looked, and found nothing to submit
+        start = len(caplog.records)
+        asyncio.run(allow_connections(pg_server_url, url, False))
+        try:
+            time.sleep(3.5)  # three of its looks, or more
+        finally:
+            asyncio.run(allow_connections(pg_server_url, url, True))
+        deadline = time.monotonic() + 15
+        while not any("database answers again" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records[start:]]
+            time.sleep(0.1)
+        time.sleep(1.5)  # a look after the return
+        during = caplog.records[start:]
+    submitter = [r.getMessage() for r in during if r.name == "tms.witness.submit"]
+    assert submitter == [], submitter
+    met = [r.getMessage() for r in during if r.name == "tms.database" and r.levelno >= 30]
+    assert met[0].startswith("database unavailable, first noticed by "), met
+    assert met[-1].startswith("database answers again"), met
+    assert any("the witness submitter" in r.getMessage() for r in during), "not reported"
