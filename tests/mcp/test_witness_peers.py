@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import asyncpg
+import httpx
 import pytest
 from factories import (
     LOG_SIGNER,
@@ -28,6 +29,7 @@ from factories import (
     claim,
     fresh_database,
     live_server,
+    nip98_header,
     settings,
 )
 from factories import terms as terms_event
@@ -47,6 +49,7 @@ DEADLINE = 2.0  # the submitter's, for this test: the trickle never finishes wit
 KEYS = {name: CosignerKey.generate(f"{name}.example/witness") for name in ("endless", "trickle")}
 KEYS |= {name: CosignerKey.generate(f"{name}.example/witness") for name in ("liar", "garbage")}
 KEYS["flaky"] = CosignerKey.generate("flaky.example/witness")  # fails once, then cosigns
+ONCE = CosignerKey.generate("once.example/witness")  # cosigns once, then fails (its own test)
 
 
 class Witness(socketserver.BaseRequestHandler):
@@ -83,6 +86,14 @@ class Witness(socketserver.BaseRequestHandler):
         note = self.body.decode().split("\n\n", 1)[1]
         text, _ = split_note(note)
         self._answer(sock, KEYS["flaky"].cosign(text, int(time.time())).encode())
+
+    def once(self, sock: socket.socket) -> None:
+        """An honest witness the first time, then away (a 503) for good."""
+        if self.calls["once"] > 1:
+            sock.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            return
+        text, _ = split_note(self.body.decode().split("\n\n", 1)[1])
+        self._answer(sock, ONCE.cosign(text, int(time.time())).encode())
 
     def _count(self, mode: str, n: int) -> None:
         with self.lock:
@@ -261,3 +272,52 @@ def test_a_database_outage_is_the_outage_s_to_log_not_the_submitter_s(
     assert met[0].startswith("database unavailable, first noticed by "), met
     assert met[-1].startswith("database answers again"), met
     assert any("the witness submitter" in r.getMessage() for r in during), "not reported"
+
+
+def test_the_collection_page_says_how_many_entries_await_cosigning(
+    witness: str, tmp_path: Path, pg_server_url: str, template_url: str
+) -> None:
+    """Issue 34.8: the page said "quorum met" of the checkpoint its witnesses cosigned, and
+    nothing of the entries signed since, which no witness has vouched for."""
+    policy = tmp_path / "p"
+    policy.write_text(
+        f"log {LOG_SIGNER.verifier().encode()}\n"
+        f"witness once {ONCE.verifier().encode()} {witness}/once\nquorum once\n"
+    )
+    config = settings(TMS_EMBED="off", TMS_WITNESS_POLICY=str(policy))
+    owner = SecretKey.generate()
+    with fresh_database(pg_server_url, template_url) as url, live_server(url, config) as live:
+        approve(url, owner)
+        caller = Caller(live)
+        try:
+            caller.publish(terms_event(owner), claim(owner, "lab", "the one claim cosigned"))
+            deadline = time.monotonic() + 30
+            while not caller.tool(owner, "get_checkpoint", collection="lab")["quorum"]:
+                assert time.monotonic() < deadline, "never cosigned"
+                time.sleep(0.2)
+            caller.publish(claim(owner, "lab", "a second claim"), claim(owner, "lab", "a third"))
+            with page_session(live, owner) as http:
+                page = http.get("/c/lab")
+        finally:
+            caller.close()
+    assert page.status_code == 200
+    said = " ".join(page.text.split('id="witnessed"')[1].split(">", 1)[1].split("<")[0].split())
+    assert said == (
+        "Log of 1 entry witnessed by 1 of 1 (once): quorum met; 2 newer entries await cosigning"
+    ), said
+
+
+@contextlib.contextmanager
+def page_session(live: Live, key: SecretKey) -> Iterator[httpx.Client]:
+    """Logged in to the pages, as a browser is (NIP-98 login, the session cookie)."""
+    with httpx.Client(base_url=live.url) as client:
+        challenge = client.get("/login/challenge").json()
+        signed = key.sign(
+            27235, "", int(time.time()), [["u", challenge["url"]], ["method", "POST"]]
+        )
+        answer = client.post(
+            challenge["url"], headers={"Authorization": nip98_header(signed), "Origin": live.url}
+        )
+        assert answer.status_code == 200, answer.text
+    with httpx.Client(base_url=live.url, cookies=answer.cookies) as client:
+        yield client

@@ -71,16 +71,19 @@ async def collection(request: Request) -> Response:
 
 async def _witnessed(tlog: LogReads, readable: ReadableCollection) -> dict[str, Any] | None:
     """What the witnesses vouch for (`tms.witness`): None when the server names none, or the
-    collection has no log yet."""
+    collection has no log yet. `waiting`: the entries signed since the checkpoint shown, which
+    no witness has cosigned yet (a quorum met says nothing of them)."""
     policy = tlog.cosigned.policy
     if policy is None:
         return None
     try:
         info = await tlog.witnessed(readable)
+        latest = await tlog.checkpoint(readable)
     except LogError:
         return None
     return {
         "size": info["size"],
+        "waiting": max(0, latest["size"] - info["size"]),
         "by": info.get("witnessed_by", []),
         "of": len(policy.witnesses),
         "quorum": info.get("quorum"),
