@@ -77,6 +77,23 @@ def _help(entry: object, args: list[str]) -> str:
     return out.getvalue()
 
 
+def test_every_metric_is_in_the_metrics_list_by_the_name_a_scraper_sees() -> None:
+    """Each metric `tms/metrics.py` defines is in docs/operating.md's metrics list, a counter
+    with the `_total` the exposition adds; and no document names a counter without it (the
+    witness submissions were once `tms_witness_submissions` in docs/transparency-log.md)."""
+    code = (ROOT / "tms" / "metrics.py").read_text()
+    defined = re.findall(r'(Counter|Gauge|Histogram)\(\s*"(tms_[a-z_]+)"', code)
+    assert len(defined) > 10, "the pattern is stale"
+    metrics = read(OPERATING).split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    for kind, name in defined:
+        exposed = f"{name}_total" if kind == "Counter" else name
+        assert f"`{exposed}" in metrics, f"{exposed} is not in docs/operating.md's metrics list"
+    counters = {name for kind, name in defined if kind == "Counter"}
+    for document in DOCUMENTS:
+        for named in re.findall(r"`(tms_[a-z_]+)", read(document)):
+            assert named not in counters, f"{document.name} names {named} without _total"
+
+
 def test_every_command_is_shown() -> None:
     commands = re.findall(r"^    (\w[\w-]*)\s", _help(main, ["--help"]), re.MULTILINE)
     assert "refusals" in commands and "serve" in commands and "verify-export" in commands
