@@ -29,7 +29,6 @@ from factories import (
 )
 from relay_client import Client, Said, in_process_relay, publish, seed, ws_url
 
-from tms.ledger.read import neg_threads
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.nostr.negentropy import Initiator, Items
@@ -237,8 +236,6 @@ async def test_reconciliation_runs_on_its_own_bounded_threads(relay_db: str) -> 
     """asyncio's default pool, which parses bodies, anchors quotes and extends the log, held
     by work that does not end: a NEG-OPEN is still built and answered, on NIP-77's own
     threads, of which there are a few."""
-    pool = neg_threads.pool()
-    assert pool._max_workers == neg_threads.RECONCILERS <= 4
     loop = asyncio.get_running_loop()
     async with in_process_relay(relay_db) as relay:
         said = Said()
@@ -258,3 +255,6 @@ async def test_reconciliation_runs_on_its_own_bounded_threads(relay_db: str) -> 
             held.set()
             await blocked
         await conn.close()
+    from tms.ledger.read import neg_threads
+
+    assert neg_threads.pool()._max_workers == neg_threads.RECONCILERS <= 4
