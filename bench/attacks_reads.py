@@ -50,7 +50,7 @@ from typing import Any, Final
 
 import asyncpg
 import httpx
-from serving import Server, Signer, call, compact
+from serving import HEADERS, Server, Signer, call, compact
 from websockets.asyncio.client import ClientConnection, connect
 
 from tms.guard import rates
@@ -372,7 +372,7 @@ class Publisher:
                 response = await http.post(
                     f"{self.server.url}/mcp",
                     content=compact(body).encode(),
-                    headers={"Accept": "application/json, text/event-stream"},
+                    headers=HEADERS,
                 )
                 took = time.perf_counter() - started
                 result = response.json().get("result", {}) if response.status_code == 200 else {}
