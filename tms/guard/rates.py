@@ -54,10 +54,12 @@ DEFAULT_ADDRESS: Final = "40/second;1200/minute"
 DEFAULT_KEY: Final = "20/second;600/minute"
 DEFAULT_FETCH: Final = "10/minute;100/hour"
 DEFAULT_LOGIN: Final = "5/minute;30/hour"
-# A unit is one page of a stored answer: 100 events a second is 10,000 rows a second for a key,
-# and a member's sync of 100,000 events (one NEG-OPEN, then 1,000 pages of ids) spends about
-# 1,100 units: well within a minute.
-DEFAULT_READ: Final = "100/second;3000/minute"
+# A unit is one page of a stored answer (100 rows): a key reads at most 300,000 rows a minute,
+# in bursts of 20,000 a second. A member's sync of 100,000 events (one NEG-OPEN of 101 units,
+# then 1,000 pages of ids) spends about 1,100: within half a minute, and its NEG-OPEN leaves
+# room in its second for the messages after it. One key building lists of 60,000 events
+# (61 units each) builds at most 49 a minute, from however many addresses.
+DEFAULT_READ: Final = "200/second;3000/minute"
 IPV6_PREFIX: Final = 64
 PAGE_ROWS: Final = 100  # rows of a stored answer's page: what one unit reads
 READ_VALUES_PER_UNIT: Final = 100  # a filter's authors, kinds and tag values per extra unit
