@@ -96,9 +96,7 @@ def test_a_filter_is_capped_as_a_whole_not_only_list_by_list() -> None:
     wide = {f"#{letter}": [f"v{n}" for n in range(MAX_VALUES // 4)] for letter in letters[:5]}
     with pytest.raises(FilterError) as caught:
         parse_filter(wide, max_limit=10)
-    assert f"{5 * (MAX_VALUES // 4):,} authors, kinds and tag values in all" in str(
-        caught.value
-    )
+    assert f"{5 * (MAX_VALUES // 4):,} authors, kinds and tag values in all" in str(caught.value)
     assert f"at most {MAX_VALUES:,} per filter" in str(caught.value)
     with pytest.raises(FilterError, match="at most 1,024 per value"):
         parse_filter({"#t": ["x" * (MAX_TAG_VALUE_CHARS + 1)]}, max_limit=10)

@@ -140,8 +140,8 @@ async def test_a_read_past_the_statement_timeout_is_closed_with_error(hurried: L
 
 async def test_a_big_req_spends_more_of_the_budget_than_a_small_one(metered: Live) -> None:
     """100 units a minute of the key's reads: a one-filter REQ spends one, as before; ten
-    filters of 1,000 authors spend the whole minute's budget, so with a few spent already it is refused, and
-    the small REQs still pass."""
+    filters of 1,000 authors spend the whole minute's budget, so with a few spent already it
+    is refused, and the small REQs still pass."""
     authors = [f"{n:064x}" for n in range(999)]  # with its kind, a filter holds 1,000 values
     big = [{"authors": authors, "kinds": [4702 + n]} for n in range(10)]
     async with await member(metered) as client:
