@@ -21,8 +21,17 @@ printed beside the figures.
    back to back for `--seconds` (10): how many were answered or refused, and the honest REQ's
    latency meanwhile (the issue: 5-8 times its latency at rest).
 
-`--default-limits` keeps the default `TMS_RATE_ADDRESS` (benchmarks turn rate limits off), to see
-what the relay's prices for REQ and COUNT leave an attacker.
+33. NIP-77 priced as one request (issue 33 item 7): `--neg-seconds` (30) of one member key on
+   `--neg-addresses` (20) addresses (127.0.0.10 on), a connection each, opening NEG sessions
+   over the whole collection back to back (each with another `since`, so that no two share a
+   list), while an honest client reads (a one-filter REQ every 200 ms) and another key
+   publishes (one claim through `/mcp` every 200 ms): both latencies at rest and meanwhile,
+   and how many NEG-OPENs were answered or refused (the issue: 421 lists in 30 s, the relay 65
+   times slower, publish 7 times).
+
+`--parts` picks the attacks (`abandoned,search,counts,negentropy`, all by default).
+`--default-limits` keeps the default `TMS_RATE_ADDRESS`, `TMS_RATE_KEY` and `TMS_RATE_READ`
+(benchmarks turn rate limits off), to see what the relay's prices leave an attacker.
 """
 
 from __future__ import annotations
@@ -41,10 +50,11 @@ from typing import Any, Final
 
 import asyncpg
 import httpx
-from serving import Server, Signer, call, compact
+from serving import HEADERS, Server, Signer, call, compact
 from websockets.asyncio.client import ClientConnection, connect
 
-from tms.guard.rates import DEFAULT_ADDRESS
+from tms.guard import rates
+from tms.nostr.negentropy import Initiator, Items
 from tms.store.database import embedded_url, start_embedded
 
 COLLECTION: Final = "reads"
@@ -111,7 +121,12 @@ def seed_sql(events: int, contradictions: int) -> str:
     INSERT INTO contradiction_claims (contradiction_id, claim_id, collection)
     SELECT s.id, encode(sha256(('event ' || (2 * (s.g - {claims}) - k))::bytea), 'hex'),
            '{COLLECTION}'
-    FROM seedrows s, generate_series(0, 1) AS k WHERE s.kind = 4704;"""
+    FROM seedrows s, generate_series(0, 1) AS k WHERE s.kind = 4704;
+    UPDATE collection_counts SET
+        claims = claims + (SELECT count(*) FROM seedrows WHERE kind = 4702),
+        contradictions = contradictions + (SELECT count(*) FROM seedrows WHERE kind = 4704),
+        evidence = evidence + (SELECT count(*) FROM seedrows WHERE kind = 4701)
+    WHERE collection = '{COLLECTION}';"""
 
 
 async def seed(data_dir: Path, events: int, contradictions: int) -> asyncpg.Connection:
@@ -130,6 +145,7 @@ async def seed(data_dir: Path, events: int, contradictions: int) -> asyncpg.Conn
 
 class Relay:
     def __init__(self, server: Server, signer: Signer) -> None:
+        self.server = server
         self.url = f"ws://127.0.0.1:{server.port}/c/{COLLECTION}"
         self.signer = signer
 
@@ -324,16 +340,114 @@ async def attack_counts(relay: Relay, count: int, seconds: float) -> None:
     print(f"   honest REQ meanwhile: {ms(honest.latencies)} (issue: 5-8 times at rest)")
 
 
+class Publisher:
+    """One honest key publishing a claim through `/mcp` every 200 ms, its latencies kept."""
+
+    def __init__(self, server: Server, signer: Signer) -> None:
+        self.server = server
+        self.signer = signer
+        self.latencies: list[float] = []
+        self.failed: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Publisher:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(timeout=120) as http:
+            n = 0
+            while True:
+                n += 1
+                event = self.signer.sign(
+                    4702, {"collection": COLLECTION, "text": f"honest {n} {time.time_ns()}"}
+                )
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "publish", "arguments": {"events": [event]}},
+                }
+                started = time.perf_counter()
+                response = await http.post(
+                    f"{self.server.url}/mcp",
+                    content=compact(body).encode(),
+                    headers=HEADERS,
+                )
+                took = time.perf_counter() - started
+                result = response.json().get("result", {}) if response.status_code == 200 else {}
+                if response.status_code != 200 or result.get("isError"):
+                    self.failed.append(response.text[:120])
+                else:
+                    self.latencies.append(took)
+                await asyncio.sleep(0.2)
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def attack_negentropy(
+    relay: Relay, owner: Signer, attacker: Relay, addresses: int, seconds: float
+) -> None:
+    print(f"\n33. NEG sessions: one key on {addresses} addresses for {seconds:.0f} s")
+    empty = Initiator(Items.of([])).initiate().hex()
+    async with Honest(relay) as honest, Publisher(relay.server, owner) as publisher:
+        await asyncio.sleep(10)
+    print(f"   at rest: honest REQ {ms(honest.latencies)}")
+    print(f"            publish {ms(publisher.latencies)}")
+    tally: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    stop = time.perf_counter() + seconds
+
+    async def sessions(n: int) -> None:
+        ws = await attacker.open(f"127.0.0.{10 + n}")
+        try:
+            k = 0
+            while time.perf_counter() < stop:
+                k += 1
+                wanted = {"since": 1700000000 + (n * 1000 + k) % 50}  # never one list twice
+                await ws.send(json.dumps(["NEG-OPEN", f"n{k}", wanted, empty]))
+                message = json.loads(await ws.recv())
+                await ws.send(json.dumps(["NEG-CLOSE", f"n{k}"]))
+                tally[message[0]] = tally.get(message[0], 0) + 1
+                if message[0] == "NEG-ERR":
+                    reason = message[2].split(":", 1)[0]
+                    reasons[reason] = reasons.get(reason, 0) + 1
+                    await asyncio.sleep(0.1)
+        finally:
+            await ws.close()
+
+    async with Honest(relay) as honest, Publisher(relay.server, owner) as publisher:
+        await asyncio.gather(*(sessions(n) for n in range(addresses)))
+    answered, refused = tally.get("NEG-MSG", 0), tally.get("NEG-ERR", 0)
+    print(f"   NEG-OPENs answered {answered:,} (lists built), refused {refused:,} {reasons or ''}")
+    print(f"   meanwhile: honest REQ {ms(honest.latencies)} (issue: 65 times at rest)")
+    print(f"              publish {ms(publisher.latencies)}, failed {len(publisher.failed)} "
+          "(issue: 7 times at rest)")  # fmt: skip
+
+
 # --- the run -------------------------------------------------------------------------------------
 
 
-async def attacks(ns: argparse.Namespace, server: Server, signer: Signer, data_dir: Path) -> None:
+async def attacks(
+    ns: argparse.Namespace, server: Server, signer: Signer, attacker: Signer, data_dir: Path
+) -> None:
     conn = await seed(data_dir, ns.events, ns.contradictions)
+    parts = set(ns.parts.split(","))
     try:
         relay = Relay(server, signer)
-        await attack_abandoned(relay, conn, ns.abandoned)
-        await attack_search(relay, server, signer)
-        await attack_counts(relay, ns.counters, ns.seconds)
+        if "abandoned" in parts:
+            await attack_abandoned(relay, conn, ns.abandoned)
+        if "search" in parts:
+            await attack_search(relay, server, signer)
+        if "counts" in parts:
+            await attack_counts(relay, ns.counters, ns.seconds)
+        if "negentropy" in parts:
+            await attack_negentropy(
+                relay, signer, Relay(server, attacker), ns.neg_addresses, ns.neg_seconds
+            )
     finally:
         await conn.close()
 
@@ -343,17 +457,27 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     env.update(TMS_DATA_DIR=str(data_dir), TMS_EMBED="off")
     if ns.default_limits:
-        env.update(TMS_RATE_ADDRESS=DEFAULT_ADDRESS)
+        env.update(TMS_RATE_ADDRESS=rates.DEFAULT_ADDRESS, TMS_RATE_KEY=rates.DEFAULT_KEY)
+        read = getattr(rates, "DEFAULT_READ", None)  # absent from code before issue 33
+        if read is not None:
+            env.update(TMS_RATE_READ=read)
     server = Server(env, tmp / "server.log")
     signer = Signer()
+    attacker = Signer()  # a member: reads, never writes
     print(f"tms serve answered /healthz after {server.start():.1f} s", flush=True)
     try:
         server.approve(signer.key.pubkey)
         with httpx.Client(timeout=60) as http:
             terms = server.agreement()
             first = signer.sign(4702, {"collection": COLLECTION, "text": "The first claim."})
-            call(http, server.url, "publish", {"events": [signer.sign(4706, terms), first]})
-        asyncio.run(attacks(ns, server, signer, data_dir))
+            listed = signer.sign(4705, {"collection": COLLECTION, "members": [attacker.key.pubkey]})
+            call(
+                http,
+                server.url,
+                "publish",
+                {"events": [signer.sign(4706, terms), first, listed]},
+            )
+        asyncio.run(attacks(ns, server, signer, attacker, data_dir))
     except Exception:
         print(server.log_tail())
         raise
@@ -369,9 +493,20 @@ def main() -> None:
     parser.add_argument("--counters", type=int, default=20, help="COUNT flooders (default 20)")
     parser.add_argument("--seconds", type=float, default=10, help="COUNT flood (default 10 s)")
     parser.add_argument(
+        "--parts",
+        default="abandoned,search,counts,negentropy",
+        help="which attacks (default: abandoned,search,counts,negentropy)",
+    )
+    parser.add_argument(
+        "--neg-addresses", type=int, default=20, help="one key's addresses (default 20)"
+    )
+    parser.add_argument(
+        "--neg-seconds", type=float, default=30, help="NEG sessions opened for (default 30 s)"
+    )
+    parser.add_argument(
         "--default-limits",
         action="store_true",
-        help="keep the default TMS_RATE_ADDRESS (benchmarks turn rate limits off)",
+        help="keep the default TMS_RATE_ADDRESS, _KEY and _READ (benchmarks turn them off)",
     )
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-bench-reads-") as tmp:

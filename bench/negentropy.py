@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -47,6 +48,7 @@ import numpy as np
 from serving import Server, Signer, call
 from websockets.asyncio.client import ClientConnection, connect
 
+from tms.guard import rates
 from tms.nostr.negentropy import Initiator, Items, Responder
 from tms.relay.limits import NEG_FRAME_BYTES
 from tms.store.database import embedded_url, start_embedded
@@ -57,7 +59,8 @@ T0: Final = 1_700_000_000
 BATCH: Final = 1000  # a plain REQ download's limit, the relay's max_limit
 # A NIP-77 client fetches what it needs by id: REQs of one stored page's worth (100: a REQ of
 # 1,000 ids is answered in 10 pages, each looking all 1,000 up again), several in flight.
-FETCH: Final = {"batch": 100, "in_flight": 8}  # --id-batch, --in-flight
+FETCH: Final = {"batch": 100, "in_flight": 8}  # --id-batch, --in-flight; and "limited"
+LIMITS: Final[dict[str, str]] = {}  # the server's rate limits (--default-limits)
 
 
 # --- 1. the algorithm alone ------------------------------------------------------------------
@@ -177,19 +180,26 @@ async def negentropy(wire: Wire, mine: Items, most: int) -> tuple[int, int, floa
 
 async def fetch_ids(wire: Wire, ids: list[str], batch: int) -> int:
     """The events of these ids: REQs of `batch` ids, all sent at once; how many came."""
-    open_subs = set()
+    open_subs: dict[str, list[str]] = {}
     for k in range(0, len(ids), batch):
         sub = f"get{k // batch}"
         chunk = ids[k : k + batch]
         await wire.send(["REQ", sub, {"ids": chunk, "limit": len(chunk)}])
-        open_subs.add(sub)
+        open_subs[sub] = chunk
     got = 0
     while open_subs:
         message = await wire.recv()
         if message[0] == "EVENT":
             got += 1
+        elif message[0] == "CLOSED" and message[2].startswith("rate-limited:"):
+            # As a client paces itself (--default-limits): the seconds it is told, then again.
+            FETCH["limited"] = FETCH.get("limited", 0) + 1
+            retry = re.search(r"try again in (\d+) s", message[2])
+            await asyncio.sleep(int(retry.group(1)) if retry else 1)
+            chunk = open_subs[message[1]]
+            await wire.send(["REQ", message[1], {"ids": chunk, "limit": len(chunk)}])
         elif message[0] in ("EOSE", "CLOSED") and message[1] in open_subs:
-            open_subs.discard(message[1])
+            del open_subs[message[1]]
             if message[0] == "EOSE":
                 await wire.send(["CLOSE", message[1]])
     return got
@@ -241,6 +251,10 @@ async def fill(database_url: str, signer: Signer, n: int) -> list[tuple[int, byt
             records=records,
             columns=["id", "pubkey", "created_at", "kind", "tags", "content", "sig", "collection"],
         )
+        # What the write path keeps for every publish: the relay prices a NEG-OPEN by it.
+        await conn.execute(
+            "UPDATE collection_counts SET claims = claims + $2 WHERE collection = $1", SLUG, n
+        )
         await conn.execute("VACUUM ANALYZE events")
     finally:
         await conn.close()
@@ -264,7 +278,7 @@ def end_to_end(
     the server restarted once the events are in; `warm`: its TMS_NEG_WARM (None: default);
     `settle`: seconds waited after the restart before the runs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
-    env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off")
+    env.update(TMS_DATA_DIR=str(tmp / "data"), TMS_EMBED="off", **LIMITS)
     if warm is not None:
         env.update(TMS_NEG_WARM=str(warm))
     server = Server(env, tmp / "server.log")
@@ -307,7 +321,8 @@ def end_to_end(
             print(
                 f"2. {n:>9,} events, {name:<21}: {took:7.2f} s ({reconciled:.2f} s reconciling, "
                 f"{rounds} rounds), {wire[0].total / 1000:11,.1f} kB on the wire, {fetched:,} "
-                f"events fetched, server peak +{(peak(server) - base) / 2**20:,.0f} MB{note}",
+                f"events fetched, server peak +{(peak(server) - base) / 2**20:,.0f} MB{note}"
+                f"{', REQs told rate-limited: ' + str(FETCH.pop('limited', 0)) if LIMITS else ''}",
                 flush=True,
             )
 
@@ -389,7 +404,21 @@ def main() -> None:
     )
     parser.add_argument("--id-batch", type=int, default=100, help="ids per REQ after NIP-77")
     parser.add_argument("--in-flight", type=int, default=8, help="those REQs sent at once")
+    parser.add_argument(
+        "--default-limits",
+        action="store_true",
+        help="the default TMS_RATE_ADDRESS, _KEY and _READ (off otherwise); the client then "
+        "waits as each rate-limited: says, and the refusals are counted",
+    )
     ns = parser.parse_args()
+    if ns.default_limits:
+        LIMITS.update(
+            TMS_RATE_ADDRESS=rates.DEFAULT_ADDRESS,
+            TMS_RATE_KEY=rates.DEFAULT_KEY,
+        )
+        read = getattr(rates, "DEFAULT_READ", None)  # absent from code before issue 33
+        if read is not None:
+            LIMITS.update(TMS_RATE_READ=read)
     FETCH.update(batch=ns.id_batch, in_flight=ns.in_flight)
     sizes = [int(s) for s in ns.sizes.split(",")]
     if "algorithm" in ns.parts:

@@ -46,7 +46,9 @@ def tms_command() -> list[str]:
 
 # Benchmarks measure the server, not its rate limits: every client here is on 127.0.0.1, often
 # with one key. A benchmark's own environment may still set them.
-UNLIMITED: Final = {f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY", "FETCH", "LOGIN")}
+UNLIMITED: Final = {
+    f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY", "FETCH", "LOGIN", "READ")
+}
 
 
 class Server:

@@ -299,7 +299,9 @@ async def allow_connections(server_url: str, database_url: str, allowed: bool) -
 # --- a live server -----------------------------------------------------------------------------
 
 
-UNLIMITED: Final = {f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY", "FETCH", "LOGIN")}
+UNLIMITED: Final = {
+    f"TMS_RATE_{budget}": "off" for budget in ("ADDRESS", "KEY", "FETCH", "LOGIN", "READ")
+}
 
 # The live servers' checkpoint key (TMS_LOG_KEY), fixed so that failures are reproducible.
 LOG_SIGNER: Final = NoteSigner("127.0.0.1", Ed25519PrivateKey.from_private_bytes(bytes([7]) * 32))

@@ -23,6 +23,7 @@ from tms.guard.rates import (
     DEFAULT_FETCH,
     DEFAULT_KEY,
     DEFAULT_LOGIN,
+    DEFAULT_READ,
     RateLimits,
     parse_rates,
 )
@@ -187,6 +188,7 @@ class Settings:
                 key=parse_rates("TMS_RATE_KEY", env.get("TMS_RATE_KEY", DEFAULT_KEY)),
                 fetch=parse_rates("TMS_RATE_FETCH", env.get("TMS_RATE_FETCH", DEFAULT_FETCH)),
                 login=parse_rates("TMS_RATE_LOGIN", env.get("TMS_RATE_LOGIN", DEFAULT_LOGIN)),
+                read=parse_rates("TMS_RATE_READ", env.get("TMS_RATE_READ", DEFAULT_READ)),
             ),
             trusted_proxies=parse_networks(
                 "TMS_TRUSTED_PROXIES", env.get("TMS_TRUSTED_PROXIES", "")

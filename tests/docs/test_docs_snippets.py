@@ -41,6 +41,7 @@ from tms.web import docs
 
 FENCE: Final = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 RUN_SECONDS: Final = 120
+BIG: Final = 1200  # claims in `big`: over the 1,000 ids a filter once took
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +99,24 @@ def live(
         finally:
             await pool.close()
 
+    async def big(url: str) -> None:
+        """`big`: more events than one page of ids once took (issue 33), read by the relayers."""
+        start = int(time.time()) - 10_000
+        claims = [claim(owner, "big", f"big {n}", created_at=start + n) for n in range(BIG)]
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            ledger = Ledger(pool)
+            await ledger.submit(
+                [members(owner, "big", [bot.pubkey for bot in relayers])], origin=OPERATOR
+            )
+            for n in range(0, BIG, 1000):
+                await ledger.submit(claims[n : n + 1000], origin=OPERATOR)
+        finally:
+            await pool.close()
+
     with fresh_database(pg_server_url, template_url, "tms_docs") as url:
         asyncio.run(seed(url))
+        asyncio.run(big(url))
         with live_server(url, settings(TMS_EMBED="off")) as server:
             yield server
 
@@ -139,11 +156,12 @@ def run_relay_snippet(
     key: SecretKey,
     collection: str,
     fresh: Path | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess[str]:
     """A relay snippet exactly as printed, alone in a fresh directory (for JavaScript, one
     inside `where`, the installed nostr-tools, which ESM finds up the tree), with only the key
-    and the collection it reads from the environment; `fresh`: that directory, to run in it
-    again."""
+    and the collection it reads from the environment (and `env`); `fresh`: that directory, to
+    run in it again."""
     fresh = fresh or Path(tempfile.mkdtemp(dir=where, prefix="relay-"))
     script = fresh / ("relay.py" if language == "python" else "relay.mjs")
     script.write_text(block, encoding="utf-8")
@@ -151,7 +169,7 @@ def run_relay_snippet(
     return subprocess.run(
         [*command, script.name],
         cwd=fresh,
-        env=environment(BOT_SECRET_HEX=key.secret.hex(), TMS_COLLECTION=collection),
+        env=environment(BOT_SECRET_HEX=key.secret.hex(), TMS_COLLECTION=collection, **env),
         capture_output=True,
         text=True,
         timeout=RUN_SECONDS,
@@ -438,6 +456,68 @@ def test_each_sync_snippet_keeps_a_copy_in_step_and_is_refused_as_req_is(
         assert "restricted: " in line and f"'{slug}'" in line, refused.stderr
         said[slug] = line.replace(f"'{slug}'", "<slug>").replace(f"/c/{slug}", "<relay>")
     assert said["mcas"] == said["stray"]
+
+
+# Loaded before the script (NODE_OPTIONS=--import): every WebSocket it opens, by URL, to a file.
+RECORD_SOCKETS: Final = """import { appendFileSync } from 'node:fs'
+const Real = globalThis.WebSocket
+globalThis.WebSocket = class extends Real {
+  constructor (url, ...rest) {
+    appendFileSync(process.env.SOCKETS_OPENED, `${url}\\n`)
+    super(url, ...rest)
+  }
+}
+"""
+
+
+def recording(fresh: Path) -> tuple[dict[str, str], Path]:
+    """The environment that records every socket a Node script opens, and where it does."""
+    hook = fresh / "record-sockets.mjs"
+    hook.write_text(RECORD_SOCKETS, encoding="utf-8")
+    opened = fresh / "sockets-opened.txt"
+    return {"NODE_OPTIONS": f"--import={hook.as_uri()}", "SOCKETS_OPENED": str(opened)}, opened
+
+
+def test_the_ndk_sync_copies_a_collection_over_1000_events_and_opens_no_other_relay(
+    live: Live, relayers: tuple[SecretKey, SecretKey], js_current_packages: Path
+) -> None:
+    """Issue 33: NDK fetches what NIP-77 said it lacks with one REQ of every id; past 1,000 the
+    relay refused it (`CLOSED invalid: ...`), NDK swallowed that, and the script said `synced:
+    0 new, 0 held` and exit 0. It now copies all of `big`. And NDK's defaults opened
+    wss://purplepag.es and wss://nos.lol besides: a global WebSocket that records every URL
+    opened shows the script opens this relay alone."""
+    guide = httpx.get(live.url + "/docs.md").text
+    block = sync_snippet(guide, "js")
+    fresh = Path(tempfile.mkdtemp(dir=js_current_packages, prefix="sync-big-"))
+    env, opened = recording(fresh)
+    result = run_relay_snippet("js", block, js_current_packages, relayers[1], "big", fresh, **env)
+    new, held = _synced(result)
+    readable = stored(
+        live,
+        "SELECT count(*) FROM events WHERE collection = 'big' OR (collection = '~unscoped' "
+        "AND pubkey IN (SELECT owner FROM collections WHERE slug = 'big' UNION "
+        "SELECT unnest(members) FROM member_lists WHERE collection = 'big'))",
+    )
+    assert new == held == readable > BIG
+    urls = opened.read_text(encoding="utf-8").splitlines()
+    relay = "ws" + live.url.removeprefix("http") + "/c/big"
+    assert urls and {url.rstrip("/") for url in urls} == {relay}, urls
+
+
+def test_the_ndk_sync_stops_at_a_closed_with_the_relays_words(
+    live: Live, relayers: tuple[SecretKey, SecretKey], js_current_packages: Path
+) -> None:
+    """A server whose read budget is 10 units a minute: the NEG-OPEN over `big` costs 2, the
+    REQ of its 1,200 ids 13 (capped at the minute's 10), and is `CLOSED` `rate-limited:`. The
+    script says so on one line and exits 1, instead of `synced: 0 new` and 0."""
+    config = settings(TMS_EMBED="off", TMS_RATE_READ="10/minute")
+    with live_server(live.database_url, config) as tight:  # another process, the same ledger
+        block = sync_snippet(httpx.get(tight.url + "/docs.md").text, "js")
+        result = run_relay_snippet("js", block, js_current_packages, relayers[1], "big")
+    assert result.returncode == 1, result.stdout + result.stderr
+    [said] = result.stderr.strip().splitlines()
+    assert said.startswith("refused: rate-limited: ") and "this key's reads" in said, said
+    assert result.stdout == ""
 
 
 def published(live: Live, events: list[dict[str, object]]) -> None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from tms.nostr.events import Event
 from tms.nostr.filters import (
+    MAX_IDS,
     MAX_TAG_VALUE_CHARS,
     MAX_VALUES,
     VALUE_OVERHEAD,
@@ -74,15 +75,28 @@ def test_empty_lists_and_closed_windows_match_nothing() -> None:
     assert not parse_filter({"since": 4, "until": 4}, max_limit=10).empty
 
 
+def test_ids_have_a_cap_of_their_own_and_may_ask_for_as_many_as_they_name() -> None:
+    """Issue 33: NDK fetches what NIP-77 said it lacks with one filter of every id (6,007 once
+    met `at most 1,000 per filter`): ids go up to `MAX_IDS`, beside 1,000 other values, and such
+    a filter's `limit` may be as large as its ids, never larger."""
+    ids = [f"{n:064x}" for n in range(MAX_IDS + 1)]
+    wanted = parse_filter({"ids": ids[:6007], "limit": 6007, "kinds": [4702]}, max_limit=1000)
+    assert wanted.ids is not None and len(wanted.ids) == 6007
+    with pytest.raises(FilterError, match=f"ids has {MAX_IDS + 1:,} values; at most {MAX_IDS:,}"):
+        parse_filter({"ids": ids}, max_limit=1000)
+    with pytest.raises(FilterError, match="limit 6008 is more than this relay's max_limit, 1000"):
+        parse_filter({"ids": ids[:6007], "limit": 6008}, max_limit=1000)
+    with pytest.raises(FilterError, match="limit 1001 is more"):
+        parse_filter({"kinds": [4702], "limit": 1001}, max_limit=1000)
+
+
 def test_a_filter_is_capped_as_a_whole_not_only_list_by_list() -> None:
     """52 tag fields of 1,000 values each once made one filter of 52,000 values (issue 26)."""
     letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
     wide = {f"#{letter}": [f"v{n}" for n in range(MAX_VALUES // 4)] for letter in letters[:5]}
     with pytest.raises(FilterError) as caught:
         parse_filter(wide, max_limit=10)
-    assert f"{5 * (MAX_VALUES // 4):,} ids, authors, kinds and tag values in all" in str(
-        caught.value
-    )
+    assert f"{5 * (MAX_VALUES // 4):,} authors, kinds and tag values in all" in str(caught.value)
     assert f"at most {MAX_VALUES:,} per filter" in str(caught.value)
     with pytest.raises(FilterError, match="at most 1,024 per value"):
         parse_filter({"#t": ["x" * (MAX_TAG_VALUE_CHARS + 1)]}, max_limit=10)

@@ -59,10 +59,11 @@ def hurried(many: str) -> Iterator[Live]:
 
 @pytest.fixture(scope="module")
 def metered(pg_server_url: str, template_url: str) -> Iterator[Live]:
-    """A relay allowing 100 requests a minute from an address."""
+    """A relay allowing a key 100 units of reads a minute (the address: one unit a message, as
+    many as it likes here)."""
     with fresh_database(pg_server_url, template_url, "tms_relay_rates") as url:
         asyncio.run(seed(url))
-        with live_server(url, settings(TMS_EMBED="off", TMS_RATE_ADDRESS="100/minute")) as live:
+        with live_server(url, settings(TMS_EMBED="off", TMS_RATE_READ="100/minute")) as live:
             yield live
 
 
@@ -138,9 +139,9 @@ async def test_a_read_past_the_statement_timeout_is_closed_with_error(hurried: L
 
 
 async def test_a_big_req_spends_more_of_the_budget_than_a_small_one(metered: Live) -> None:
-    """100 requests a minute: a one-filter REQ spends one, as before; ten filters of 1,000
-    authors spend the whole minute's budget, so with a few spent already it is refused, and
-    the small REQs still pass."""
+    """100 units a minute of the key's reads: a one-filter REQ spends one, as before; ten
+    filters of 1,000 authors spend the whole minute's budget, so with a few spent already it
+    is refused, and the small REQs still pass."""
     authors = [f"{n:064x}" for n in range(999)]  # with its kind, a filter holds 1,000 values
     big = [{"authors": authors, "kinds": [4702 + n]} for n in range(10)]
     async with await member(metered) as client:

@@ -8,9 +8,10 @@ saying which field and why (`FilterError`), never silently widened or narrowed.
 
 NIP-01 today asks for whole ids and keys (64 lowercase hex characters): prefixes are refused.
 
-A filter's size is capped as a whole, not only list by list: `MAX_VALUES` counts the ids,
-authors, kinds and every tag's values together (52 tag fields of 1,000 values each once made one
-filter of 52,000), and a tag value is at most `MAX_TAG_VALUE_CHARS`. What a parsed filter holds
+A filter's size is capped as a whole, not only list by list: `MAX_VALUES` counts the authors,
+kinds and every tag's values together (52 tag fields of 1,000 values each once made one filter of
+52,000), and a tag value is at most `MAX_TAG_VALUE_CHARS`. Ids have a cap of their own,
+`MAX_IDS`, and a filter of ids may ask a `limit` up to their number. What a parsed filter holds
 in memory (`Filter.size`) is what a relay counts against a connection's budget while it is open.
 """
 
@@ -24,7 +25,11 @@ from typing import Any, Final
 from tms.errors import InvalidEvent, shown
 from tms.nostr.events import Event, check_text, is_hex64
 
-MAX_VALUES: Final = 1000  # ids, authors, kinds and tag values, together, in one filter
+MAX_VALUES: Final = 1000  # authors, kinds and tag values, together, in one filter
+# Ids in one filter: a sync fetches what NIP-77 said it lacks in one REQ (NDK sends every id in
+# one filter). Each is one probe of the ids' index; 20,000 hold about 3 MB, within a relay
+# connection's budget beside a stored answer's window.
+MAX_IDS: Final = 20_000
 MAX_TAG_VALUE_CHARS: Final = 1024
 VALUE_OVERHEAD: Final = 96  # bytes a value costs in a set beyond its characters, about
 MAX_SEARCH_CHARS: Final = 1000
@@ -111,9 +116,10 @@ def _bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def parse_filter(obj: object, *, max_limit: int) -> Filter:
-    """One filter from a REQ or COUNT, or `FilterError`. `limit` above `max_limit` is refused
-    rather than cut, so a client never mistakes a cut answer for the whole."""
+def parse_filter(obj: object, *, max_limit: int, max_ids: int = MAX_IDS) -> Filter:
+    """One filter from a REQ or COUNT, or `FilterError`. `limit` above `max_limit` (or, for a
+    filter of ids, above their number) is refused rather than cut, so a client never mistakes a
+    cut answer for the whole."""
     if not isinstance(obj, dict):
         raise FilterError("a filter must be a JSON object")
     unknown = sorted(name for name in obj if name not in FIELDS and not _TAG_FIELD.fullmatch(name))
@@ -123,21 +129,24 @@ def parse_filter(obj: object, *, max_limit: int) -> Filter:
             f"unknown filter field {names}: this relay knows ids, authors, kinds, #<letter>, "
             "since, until, limit and search"
         )
-    ids = _hex_list(obj, "ids")
+    ids = _hex_list(obj, "ids", max_ids)
     authors = _hex_list(obj, "authors")
     kinds = _int_list(obj, "kinds")
     tags = {name[1:]: _tag_values(obj, name) for name in obj if name.startswith("#")}
-    total = sum(len(values) for values in (ids, authors, kinds, *tags.values()) if values)
+    total = sum(len(values) for values in (authors, kinds, *tags.values()) if values)
     if total > MAX_VALUES:
         raise FilterError(
-            f"the filter has {total:,} ids, authors, kinds and tag values in all; at most "
+            f"the filter has {total:,} authors, kinds and tag values in all; at most "
             f"{MAX_VALUES:,} per filter"
         )
     since = _integer(obj, "since", MAX_TIMESTAMP)
     until = _integer(obj, "until", MAX_TIMESTAMP)
     limit = _integer(obj, "limit", None)
-    if limit is not None and limit > max_limit:
-        raise FilterError(f"limit {limit} is more than this relay's max_limit, {max_limit}")
+    if limit is not None and limit > max(max_limit, len(ids or ())):
+        raise FilterError(
+            f"limit {limit} is more than this relay's max_limit, {max_limit} (a filter of ids "
+            "may ask for as many as it names)"
+        )
     search = obj.get("search")
     if search is not None:
         if not isinstance(search, str) or not search.strip():
@@ -151,19 +160,19 @@ def parse_filter(obj: object, *, max_limit: int) -> Filter:
     return Filter(ids, authors, kinds, since, until, limit, tags, search)
 
 
-def _values(obj: dict[str, object], name: str) -> list[object] | None:
+def _values(obj: dict[str, object], name: str, most: int = MAX_VALUES) -> list[object] | None:
     values = obj.get(name)
     if values is None:
         return None
     if not isinstance(values, list):
         raise FilterError(f"{name} must be a list")
-    if len(values) > MAX_VALUES:
-        raise FilterError(f"{name} has {len(values):,} values; at most {MAX_VALUES:,} per filter")
+    if len(values) > most:
+        raise FilterError(f"{name} has {len(values):,} values; at most {most:,} per filter")
     return values
 
 
-def _hex_list(obj: dict[str, object], name: str) -> frozenset[str] | None:
-    values = _values(obj, name)
+def _hex_list(obj: dict[str, object], name: str, most: int = MAX_VALUES) -> frozenset[str] | None:
+    values = _values(obj, name, most)
     if values is None:
         return None
     for value in values:

@@ -112,13 +112,14 @@ class Auth:
         self.reader = await self.gate.refresh(self.relay.access.reader)
         self.outbox.send(messages.ok(str(event_id), True, ""))
 
-    async def scope(self, sub_id: str) -> Reader | ReadableCollection:
-        """What this key reads here, or `Refused` (auth-required / restricted / rate-limited)."""
+    async def scope(self, sub_id: str, cost: int = 1) -> Reader | ReadableCollection:
+        """What this key reads here, or `Refused` (auth-required / restricted / rate-limited);
+        `cost`: what the read spends of the key's read budget (`tms.guard.rates`)."""
         if self.pubkey is None:
             self._refused(Refusal.UNAUTHENTICATED)
             raise Refused(sub_id, AUTH_REQUIRED)
         try:
-            await self.relay.throttle.key(self.pubkey)
+            await self.relay.throttle.read(self.pubkey, cost)
         except RateLimited as exc:
             self.relay.refusals.refused(exc, ROUTE)
             raise Refused(sub_id, reason(exc)) from None

@@ -3,7 +3,9 @@
 A message is parsed within bounds (`tms.relay.messages`) and goes to the part that answers it:
 EVENT to `tms.relay.publishing`, AUTH to `tms.relay.auth`, REQ, COUNT and CLOSE to
 `tms.relay.reading`, NEG-OPEN, NEG-MSG and NEG-CLOSE (NIP-77) to `tms.relay.negentropy`; each
-but a CLOSE or NEG-CLOSE first spends the address's rate limit. EVENTs are
+but a CLOSE or NEG-CLOSE first spends one unit of the address's rate limit, and each read then
+spends its key's read budget by what it reads (`tms.guard.rates`), whatever address it comes
+from. EVENTs are
 committed without waiting for each other; an AUTH, REQ or COUNT first waits until the events
 before it are answered (a read after a write sees it). A REQ's stored answer and a COUNT then
 run as tasks of their own (`tms.relay.reading`), so that a CLOSE or an EVENT behind them is not
@@ -17,11 +19,12 @@ never a dropped message.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable
 
 from tms.errors import RateLimited, Refusal
-from tms.guard.rates import read_cost
+from tms.guard.rates import neg_msg_cost, read_cost
 from tms.nostr.events import is_hex64
 from tms.relay import messages
 from tms.relay.auth import Auth
@@ -161,26 +164,31 @@ class Connection:
         if not isinstance(message, EventMessage):
             await self.publishing.settle()  # a read after a write sees it
         try:
-            cost = 1
-            if isinstance(message, ReqMessage | CountMessage):  # reads: priced by their size
-                cost = read_cost(message.filters, count=isinstance(message, CountMessage))
-            await self.relay.throttle.address(self.address, cost)
+            await self.relay.throttle.address(self.address)  # a message, whatever it asks
         except RateLimited as exc:
             self._limited(message, exc)
             return
+        # A read spends its key's read budget by what it reads, asked with what the key reads
+        # (`Auth.scope`): a NEG-OPEN's list is priced by its items once its scope is known.
+        cost = 1
+        if isinstance(message, ReqMessage | CountMessage):
+            cost = read_cost(message.filters, count=isinstance(message, CountMessage))
+        elif isinstance(message, NegMsg):
+            cost = neg_msg_cost(len(message.message))
+        scope = functools.partial(self.auth.scope, cost=cost)
         try:
             if isinstance(message, EventMessage):
                 await self.publishing.event(message, size_of(text))
             elif isinstance(message, AuthMessage):
                 await self.auth.authenticate(message)
             elif isinstance(message, ReqMessage):
-                await self.reading.req(message, self.auth.scope)
+                await self.reading.req(message, scope)
             elif isinstance(message, NegOpen):
-                await self.negentropy.open(message, self.auth.scope)
+                await self.negentropy.open(message, scope)
             elif isinstance(message, NegMsg):
-                await self.negentropy.message(message, self.auth.scope)
+                await self.negentropy.message(message, scope)
             else:
-                await self.reading.count(message, self.auth.scope)
+                await self.reading.count(message, scope)
         except Refused as exc:
             self.outbox.send(messages.closed(exc.sub_id, str(exc)))
         except Exception as exc:  # not the client's doing (the database is away, ...)

@@ -55,8 +55,9 @@ def with_info(page: Handler) -> Handler:
     async def handler(request: Request) -> Response:
         if info.wants_info(request.headers.get("accept")):
             slug = request.path_params.get("slug")
+            relay: Relay | None = getattr(request.app.state, "relay", None)
             return JSONResponse(
-                info.document(slug),
+                info.document(slug, None if relay is None else relay.throttle.limits),
                 media_type=info.MEDIA_TYPE,
                 headers={**info.CORS, "Vary": "Accept", "Cache-Control": "no-store"},
             )

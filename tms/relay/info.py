@@ -1,16 +1,40 @@
 """NIP-11: the relay information document, `GET` of a relay's URL with
-`Accept: application/nostr+json`, readable from any origin (CORS), as NIP-11 asks."""
+`Accept: application/nostr+json`, readable from any origin (CORS), as NIP-11 asks.
+
+`limitation` states every limit a client needs to send what the relay takes and to pace itself:
+NIP-11's own fields where it has one (`max_message_length`, `max_filters`, `max_limit`, ...),
+and beside them, under names of our own, the ids a filter may name (`max_ids_per_filter`: a sync
+fetches what NIP-77 said it lacks in one filter), NIP-77's bounds, and `rate_limits`: each budget
+a relay message spends (`address`: every message; `read`: what a key's reads cost, whatever
+address they come from) as `[{"amount", "seconds"}]`, and what each read costs in its units
+(`read_costs`), so that a mirror spends no more than its budget refills.
+"""
 
 from __future__ import annotations
 
 from importlib.metadata import version
 from typing import Any, Final
 
+from limits import RateLimitItem
+
+from tms.guard.rates import (
+    COUNT_UNITS,
+    NEG_BYTES_PER_UNIT,
+    NEG_ITEMS_PER_UNIT,
+    PAGE_ROWS,
+    READ_VALUES_PER_UNIT,
+    RateLimits,
+    seconds_of,
+)
+from tms.nostr.filters import MAX_IDS, MAX_VALUES
 from tms.relay.limits import (
     DEFAULT_LIMIT,
     MAX_FILTERS,
     MAX_LIMIT,
     MAX_MESSAGE_BYTES,
+    MAX_NEG_MESSAGE_BYTES,
+    MAX_NEG_RECORDS,
+    MAX_NEG_SESSIONS,
     MAX_SUBID_CHARS,
     MAX_SUBSCRIPTIONS,
 )
@@ -31,9 +55,11 @@ def wants_info(accept: str | None) -> bool:
     return accept is not None and MEDIA_TYPE in accept.lower()
 
 
-def document(slug: Slug | None) -> dict[str, Any]:
-    """The document of one collection's relay (`slug`) or of the root relay. It names no
-    member and says nothing of whether the collection exists: the same for every slug."""
+def document(slug: Slug | None, rates: RateLimits | None = None) -> dict[str, Any]:
+    """The document of one collection's relay (`slug`) or of the root relay, under the server's
+    `rates` (none: no rate limits). It names no member and says nothing of whether the
+    collection exists: the same for every slug."""
+    rates = rates or RateLimits()
     if slug is None:
         name = "TMS ledger"
         description = (
@@ -65,5 +91,30 @@ def document(slug: Slug | None) -> dict[str, Any]:
             "restricted_writes": True,
             "payment_required": False,
             "created_at_upper_limit": MAX_FUTURE_SECONDS,
+            "max_ids_per_filter": MAX_IDS,
+            "max_values_per_filter": MAX_VALUES,  # authors, kinds and tag values together
+            "max_neg_sessions": MAX_NEG_SESSIONS,
+            "max_neg_records": MAX_NEG_RECORDS,
+            "max_neg_message_bytes": MAX_NEG_MESSAGE_BYTES,
+            "rate_limits": {
+                "address": _windows(rates.address),
+                "read": _windows(rates.read),
+                "read_costs": {
+                    "unit_rows": PAGE_ROWS,
+                    "req_filter": 1,
+                    "count_filter": COUNT_UNITS,
+                    "ids_per_unit": PAGE_ROWS,
+                    "values_per_unit": READ_VALUES_PER_UNIT,
+                    "neg_open": 1,
+                    "neg_items_per_unit": NEG_ITEMS_PER_UNIT,
+                    "neg_msg": 1,
+                    "neg_msg_bytes_per_unit": NEG_BYTES_PER_UNIT,
+                },
+            },
         },
     }
+
+
+def _windows(items: tuple[RateLimitItem, ...]) -> list[dict[str, int]]:
+    """A budget as NIP-11 readers can use it: at most `amount` units in any `seconds`."""
+    return [{"amount": item.amount, "seconds": seconds_of(item)} for item in items]

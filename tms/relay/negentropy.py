@@ -16,12 +16,17 @@ against the process's memory budget (`tms.relay.budget`) while the session is op
 many sessions share it (`ItemCache.lease`: sessions of one collection share its kept list): a
 NEG-OPEN whose list would take the process past it is refused ("blocked:", try again), unless the
 process holds nothing else (one session always fits, as one message does). Before, a few hundred
-sessions of two million items each could hold the machine's memory. The list is built once per
-session (`tms.ledger.read.negentropy_items`: from the collection's list this process keeps,
+sessions of two million items each could hold the machine's memory. That room is checked, and
+the key pays for the list from its read budget (`tms.guard.rates.neg_open_cost`, by the items the
+filter can match as the collections' counts have them), before the list is built: one key on
+twenty addresses once built 421 lists over 60,000 events in 30 s, each refused only after it was
+built. A NEG-MSG pays by its bytes (`neg_msg_cost`), spent with its scope. The list is built once
+per session (`tms.ledger.read.negentropy_items`: from the collection's list this process keeps,
 brought up to date with what was committed since, or read from an index), as a task of its own
 that a NEG-CLOSE, a NEG-OPEN replacing it or the connection's end cancels (a NEG-MSG waits for
-its NEG-OPEN's answer); sealing it and answering a message run in a worker thread, so that a
-large list never holds the event loop.
+its NEG-OPEN's answer); sealing it and answering a message run on NIP-77's own few threads
+(`tms.ledger.read.neg_threads`), so that a large list never holds the event loop, and a flood
+of 1 MiB NEG-MSGs never queues ahead of what asyncio's default pool runs for everything else.
 """
 
 from __future__ import annotations
@@ -31,16 +36,18 @@ import functools
 from dataclasses import dataclass
 from typing import Final
 
-from tms.errors import Refusal
+from tms.errors import RateLimited, Refusal
+from tms.guard.rates import neg_open_cost
 from tms.ledger.access import ReadableCollection
-from tms.ledger.read.negentropy_items import TooMany, negentropy_items
+from tms.ledger.read.neg_threads import reconciling
+from tms.ledger.read.negentropy_items import ITEM_BYTES, TooMany, most_items, negentropy_items
 from tms.nostr.negentropy import NegentropyError, Responder
 from tms.relay.gate import Gate
 from tms.relay.limits import MAX_NEG_RECORDS, MAX_NEG_SESSIONS, NEG_FRAME_BYTES
 from tms.relay.messages import Refused
 from tms.relay.neg_messages import NegMsg, NegOpen, neg_err, neg_msg
 from tms.relay.outbox import Outbox
-from tms.relay.prefixes import failure
+from tms.relay.prefixes import failure, reason
 from tms.relay.reading import Scope, ScopeOf, refused_by_filter
 from tms.relay.shared import ROUTE, Relay
 from tms.types import PubKey, Slug
@@ -104,6 +111,8 @@ class Negentropy:
         if refusal is not None:
             self._err(message.sub_id, refusal)
             return
+        if not await self._affordable(message, scope):
+            return
         try:
             items = await negentropy_items(
                 self.relay.stored.pool,
@@ -147,6 +156,42 @@ class Negentropy:
         session = _Session(scope.pubkey, _slugs(scope), Responder(items, NEG_FRAME_BYTES))
         self.sessions[message.sub_id] = session
         await self._answer(message.sub_id, session, message.message)
+
+    async def _affordable(self, message: NegOpen, scope: Scope) -> bool:
+        """Before the list is built: the key pays for the items it can hold (its read budget,
+        whatever address it comes from: `tms.guard.rates.neg_open_cost`, the message's first
+        unit spent already), and the process has room for them, unless the list is one a
+        session holds already (shared, it takes nothing more). Else the NEG-ERR is sent, and
+        nothing was read but the collections' counts."""
+        try:
+            most = min(
+                await most_items(self.relay.stored.pool, scope, message.filter), MAX_NEG_RECORDS
+            )
+        except Exception as exc:  # not the client's doing (the database is away, ...)
+            self._err(message.sub_id, failure(exc))
+            return False
+        cost = neg_open_cost(most) - 1
+        if cost > 0:
+            try:
+                await self.relay.throttle.read(scope.pubkey, cost)
+            except RateLimited as exc:
+                self.relay.refusals.refused(exc, ROUTE)
+                self._err(message.sub_id, reason(exc))
+                return False
+        process = self.outbox.budget.process
+        size = most * ITEM_BYTES
+        if (
+            process.used > 0
+            and process.used + size > process.budget
+            and not self.relay.neg_items.shares(list(_slugs(scope)), message.filter)
+        ):
+            self.relay.refusals.record(Refusal.TOO_LARGE, ROUTE, scope.pubkey, self.address)
+            self._err(
+                message.sub_id,
+                MEMORY_FULL.format(size=size, used=process.used, budget=process.budget),
+            )
+            return False
+        return True
 
     async def message(self, message: NegMsg, scope_of: ScopeOf) -> None:
         opening = self._opening.get(message.sub_id)
@@ -193,7 +238,7 @@ class Negentropy:
 
     async def _answer(self, sub_id: str, session: _Session, query: bytes) -> None:
         try:
-            reply = await asyncio.to_thread(session.responder.respond, query)
+            reply = await reconciling(session.responder.respond, query)
         except NegentropyError as exc:
             self.relay.refusals.record(Refusal.INVALID, ROUTE, session.pubkey, self.address)
             self._err(sub_id, f"invalid: not a Negentropy V1 message this relay can use: {exc}")

@@ -25,13 +25,14 @@ from starlette.routing import Route
 
 from tms.config import Settings
 from tms.fetch.client import MAX_BYTES, MAX_REDIRECTS, TOTAL_TIMEOUT
+from tms.guard.rates import NEG_BYTES_PER_UNIT, NEG_ITEMS_PER_UNIT
 from tms.http.bodies import BIG_BODIES, BIG_WAIT_SECONDS, MAX_BODY, SMALL_BODY, MiB
 from tms.http.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.http.protocol import MAX_HEAD_BYTES
 from tms.ledger.read.reads import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
-from tms.nostr.filters import MAX_TAG_VALUE_CHARS
+from tms.nostr.filters import MAX_IDS, MAX_TAG_VALUE_CHARS
 from tms.nostr.filters import MAX_VALUES as FILTER_VALUES
 from tms.nostr.nip42 import MAX_AGE_SECONDS as NIP42_SECONDS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
@@ -98,6 +99,9 @@ def limits(settings: Settings) -> dict[str, Any]:
         "rate_key": _rates(rates.key),
         "rate_fetch": _rates(rates.fetch),
         "rate_login": _rates(rates.login),
+        "rate_read": _rates(rates.read),
+        "neg_items_per_unit": NEG_ITEMS_PER_UNIT,
+        "neg_kib_per_unit": NEG_BYTES_PER_UNIT // 1024,
         "auth_minutes": NIP42_SECONDS // 60,
         "relay_message_bytes": relay_limits.MAX_MESSAGE_BYTES,
         "relay_subscriptions": relay_limits.MAX_SUBSCRIPTIONS,
@@ -105,6 +109,7 @@ def limits(settings: Settings) -> dict[str, Any]:
         "relay_max_limit": relay_limits.MAX_LIMIT,
         "relay_default_limit": relay_limits.DEFAULT_LIMIT,
         "relay_values": FILTER_VALUES,
+        "relay_ids": MAX_IDS,
         "relay_outbox_bytes": relay_limits.OUTBOX_BYTES,
         "relay_behind_seconds": f"{settings.relay_behind_seconds:g}",
         "relay_stall_seconds": f"{relay_limits.STALL_SECONDS:g}",

@@ -43,11 +43,19 @@ import numpy.typing as npt
 
 from tms.ledger.read.copy_rows import CopyRows
 from tms.ledger.read.filters import Scope, _Query, slugs_of
+from tms.ledger.read.neg_threads import reconciling
 from tms.nostr.filters import Filter
 from tms.nostr.negentropy import ID_SIZE, Items, insertion_points, item_order
 from tms.rules.kinds import unscoped_kinds
 from tms.store.database import Pool
-from tms.types import UNSCOPED, Slug
+from tms.types import (
+    KIND_CLAIM,
+    KIND_CONTRADICTION,
+    KIND_EVIDENCE,
+    KIND_LINK,
+    UNSCOPED,
+    Slug,
+)
 
 _COLUMNS: Final = "created_at, id"
 _ROW: Final = np.dtype([("ts", ">i8"), ("id", "V32")])
@@ -88,8 +96,43 @@ Ids = npt.NDArray[np.uint8]
 Tuple2 = tuple[Ts, Ids]
 
 
+ITEM_BYTES: Final = 72  # a sealed list's bytes an item (`Items.nbytes`), about
+# What each collection holds of the kinds its counts row keeps (sql/009): one row each.
+_SQL_COUNTS: Final = """
+    SELECT coalesce(sum(evidence), 0) AS evidence, coalesce(sum(claims), 0) AS claims,
+           coalesce(sum(links), 0) AS links, coalesce(sum(contradictions), 0) AS contradictions
+    FROM collection_counts WHERE collection = ANY($1::text[])"""
+_COUNTED: Final = {
+    KIND_EVIDENCE: "evidence",
+    KIND_CLAIM: "claims",
+    KIND_LINK: "links",
+    KIND_CONTRADICTION: "contradictions",
+}
+# Beyond the counted kinds: member lists, the people's profiles and terms; a few per collection
+# and person, never priced by the thousand.
+_UNCOUNTED: Final = 100
+
+
 class TooMany(Exception):
     """More items than the caller's cap."""
+
+
+async def most_items(pool: Pool, scope: Scope, wanted: Filter) -> int:
+    """How many items `wanted` can match in `scope`, at most, from the collections' counts (a
+    row each, no list read): what a NEG-OPEN is priced by, and the memory its list would take
+    is checked against, before anything is built. `since` and `until` are not looked at: an
+    honest sync asks for the whole collection, and a narrower window pays as the whole."""
+    slugs = slugs_of(scope)
+    if wanted.empty or not slugs:
+        return 0
+    row = await pool.fetchrow(_SQL_COUNTS, slugs)
+    kinds = (
+        _COUNTED if wanted.kinds is None else {k: _COUNTED[k] for k in wanted.kinds & set(_COUNTED)}
+    )
+    most = _UNCOUNTED + sum(int(row[column]) for column in kinds.values()) if row else _UNCOUNTED
+    if wanted.ids is not None:
+        most = min(most, len(wanted.ids))
+    return most
 
 
 async def negentropy_items(
@@ -129,7 +172,7 @@ async def _read(pool: Pool, slugs: list[Slug], wanted: Filter, cap: int) -> Item
         ids.append(found)
     # Sorting (when several collections), checking and summing a million items take a few
     # hundred milliseconds: off the event loop.
-    return await asyncio.to_thread(Items, np.concatenate(stamps), np.concatenate(ids))
+    return await reconciling(Items, np.concatenate(stamps), np.concatenate(ids))
 
 
 def _people_queries(slugs: list[Slug], wanted: Filter) -> list[tuple[str, list[Any]]]:
@@ -222,6 +265,18 @@ class ItemCache:
         del self._leases[id(items)]
         return items.nbytes
 
+    def shares(self, slugs: list[Slug], wanted: Filter) -> bool:
+        """Whether a session holds the list a NEG-OPEN of `wanted` over `slugs` would likely be
+        given (its collection's kept list, sealed for these kinds): it then takes no more
+        memory, and is let in while memory is short, as `charge` would find once it is built."""
+        if len(slugs) != 1 or wanted.since is not None or wanted.until is not None:
+            return False
+        kept = self._kept.get(slugs[0])
+        if kept is None or not self.serves(wanted):
+            return False
+        found = kept.sealed.get(_sealed_key(kept, wanted))
+        return found is not None and id(found[1]) in self._leases
+
     @staticmethod
     def serves(wanted: Filter) -> bool:
         """Whether a filter is one of kinds, since and until only."""
@@ -242,21 +297,21 @@ class ItemCache:
         if not query._scoped(wanted):
             if total > cap:
                 raise TooMany(f"more than {cap:,}")
-            return await asyncio.to_thread(_merged, people)
+            return await reconciling(_merged, people)
         if len(slugs) == 1 and wanted.since is None and wanted.until is None:
             # What a sync of a collection asks: one list for every session that asks the same
             return await self._shared(pool, slugs[0], wanted, people, cap)
         parts = list(people)
         for slug in slugs:
             kept = await self._current(pool, slug, cap)
-            ts, ids = await asyncio.to_thread(_masked, kept, wanted)
+            ts, ids = await reconciling(_masked, kept, wanted)
             total += len(ts)
             if total > cap:
                 raise TooMany(f"more than {cap:,}")
             parts.append((ts, ids))
         if total > cap:
             raise TooMany(f"more than {cap:,}")
-        return await asyncio.to_thread(_merged, parts)
+        return await reconciling(_merged, parts)
 
     async def _shared(
         self, pool: Pool, slug: Slug, wanted: Filter, people: list[Tuple2], cap: int
@@ -265,10 +320,7 @@ class ItemCache:
         sealed once and shared by every session that asks for the same while nothing changed
         (a few kinds' lists kept per collection, the least recently asked first out)."""
         kept = await self._current(pool, slug, cap)
-        universe = kept.present | unscoped_kinds()
-        key = None if wanted.kinds is None else frozenset(wanted.kinds & universe)
-        if key == universe:
-            key = None  # every kind there is: as no kinds at all
+        key = _sealed_key(kept, wanted)
         mark = b"".join(ts.tobytes() + ids.tobytes() for ts, ids in people)
         async with self._locks.setdefault(slug, asyncio.Lock()):
             found = kept.sealed.get(key)
@@ -278,10 +330,10 @@ class ItemCache:
             if wanted.kinds is None or kept.present <= wanted.kinds:
                 scoped = (kept.ts, kept.ids)  # all of them: the kept arrays themselves
             else:
-                scoped = await asyncio.to_thread(_masked, kept, wanted)
+                scoped = await reconciling(_masked, kept, wanted)
             if len(scoped[0]) + sum(len(ts) for ts, _ in people) > cap:
                 raise TooMany(f"more than {cap:,}")
-            items = await asyncio.to_thread(_merged, [scoped, *people])
+            items = await reconciling(_merged, [scoped, *people])
             kept.sealed[key] = (mark, items)
             kept.sealed.move_to_end(key)
             while len(kept.sealed) > SHARED_LISTS:
@@ -354,7 +406,7 @@ async def _load(pool: Pool, slug: Slug, cap: int) -> _Kept:
         last = await conn.fetchval(_SQL_LAST, slug)
         await conn.copy_from_query(_SQL_LIST, slug, cap + 1, output=sink.write, format="binary")
     ts, ids, kinds = sink.result()
-    return await asyncio.to_thread(_kept_of, last or 0, ts, ids, kinds)
+    return await reconciling(_kept_of, last or 0, ts, ids, kinds)
 
 
 def _kept_of(last: int, ts: Ts, ids: Ids, kinds: npt.NDArray[np.int32]) -> _Kept:
@@ -374,7 +426,14 @@ async def _refresh(pool: Pool, kept: _Kept, slug: Slug, cap: int) -> _Kept:
         return kept
     if room > few and _count(row["data"]) > few:
         return await _load(pool, slug, cap)
-    return await asyncio.to_thread(_added, kept, row["last"], row["data"] or b"")
+    return await reconciling(_added, kept, row["last"], row["data"] or b"")
+
+
+def _sealed_key(kept: _Kept, wanted: Filter) -> frozenset[int] | None:
+    """Which of a collection's shared lists a filter of kinds asks for (None: every kind)."""
+    universe = kept.present | unscoped_kinds()
+    key = None if wanted.kinds is None else frozenset(wanted.kinds & universe)
+    return None if key == universe else key  # every kind there is: as no kinds at all
 
 
 def _count(data: bytes | None) -> int:
