@@ -21,6 +21,9 @@ publish `--texts` evidence texts of about 1.9 MB into a collection with one memb
 batches: 10 members subscribe and read promptly; two batches of `--batch-texts` evidence texts
    (30: about the largest body, 64 MiB) are published at once, so that the commit feed finds
    them together (target: every subscriber gets them all, none is closed; RSS bounded);
+doors: `--door-batches` batches of `--batch-texts` evidence texts through `/mcp`, and as many
+   through the pages' publish (logged in), all at once (target: every batch stored or told to
+   retry (503); RSS bounded by the process's two big bodies, not by one per batch sent);
 flood: `--flood-connections` connections of a member each send `--flood-events` full-size
    EVENTs (2,000,000 characters of content, escaped as JSON sends them: about 12 MB each)
    without waiting for an OK, while the honest member of attack 4 is served (target: every
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import socket
@@ -40,6 +44,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -475,6 +480,68 @@ async def flood_attack(server: Server, member: Signer, connections: int, events:
     )
 
 
+def page_session(server: Server, signer: Signer) -> httpx.Client:
+    """A client logged in to the pages as `signer`, sending their Origin and CSRF token."""
+    http = httpx.Client(base_url=server.url, timeout=600)
+    challenge = http.get("/login/challenge").json()
+    tags = [["u", challenge["url"]], ["method", "POST"]]
+    event = signer.key.sign(27235, "", int(time.time()), tags)
+    header = "Nostr " + base64.b64encode(event.to_json().encode()).decode()
+    answer = http.post(challenge["url"], headers={"Authorization": header, "Origin": server.url})
+    assert answer.status_code == 200, answer.text
+    csrf = http.get("/").text.split('name="tms-csrf" content="')[1].split('"')[0]
+    http.headers.update({"Origin": server.url, "X-CSRF-Token": csrf})
+    return http
+
+
+async def doors_attack(server: Server, member: Signer, per_door: int, per_batch: int) -> None:
+    """`per_door` batches of `per_batch` evidence texts through `/mcp` and as many through the
+    pages' publish, all at once: the big bodies' one budget (`tms.http.bodies.BigBodies`)."""
+    batches = [
+        [
+            sign(member, 4701, {"collection": SLUG, "text": f"d{b} {n} {time.time_ns()} {TEXT}"})
+            for n in range(per_batch)
+        ]
+        for b in range(2 * per_door)
+    ]
+    bodies = [compact({"events": batch}).encode() for batch in batches[per_door:]]
+    pages = [page_session(server, member) for _ in range(per_door)]
+
+    def by_mcp(batch: list[Any]) -> str:
+        try:
+            publish_now(server, batch)
+        except RuntimeError as exc:
+            return str(exc)[:80]
+        return "ok"
+
+    def by_page(http: httpx.Client, body: bytes) -> str:
+        answer = http.post("/publish", content=body)
+        return "ok" if answer.status_code == 200 else f"{answer.status_code}"
+
+    sampler = Sampler(server)
+    rest = sampler.now()
+    started = time.perf_counter()
+    loop = asyncio.get_running_loop()
+    with sampler.running(), ThreadPoolExecutor(2 * per_door) as threads:  # all at once
+        said = await asyncio.gather(
+            *(loop.run_in_executor(threads, by_mcp, batch) for batch in batches[:per_door]),
+            *(
+                loop.run_in_executor(threads, by_page, http, body)
+                for http, body in zip(pages, bodies, strict=True)
+            ),
+        )
+    for http in pages:
+        http.close()
+    size = sum(map(len, bodies)) / len(bodies) / MiB
+    print(
+        f"doors: {per_door} batches through /mcp and {per_door} through the pages, at once, "
+        f"each {per_batch} texts ({size:.0f} MiB): {said.count('ok')} stored, others "
+        f"{sorted(x for x in said if x != 'ok')} in {time.perf_counter() - started:.0f} s; "
+        f"RSS +{(sampler.peak - rest) / MiB:.0f} MiB at peak (rest {rest / MiB:.0f} MiB)",
+        flush=True,
+    )
+
+
 async def attack(ns: argparse.Namespace, server: Server) -> None:
     owner, member = Signer(), Signer()
     server.approve(owner.key.pubkey)
@@ -495,7 +562,7 @@ async def attack(ns: argparse.Namespace, server: Server) -> None:
         f"{Sampler(server).now() / MiB:.0f} MiB",
         flush=True,
     )
-    only = ns.only or ["1", "2", "4", "8", "9", "batches", "flood"]
+    only = ns.only or ["1", "2", "4", "8", "9", "batches", "flood", "doors"]
     if "1" in only:
         await stored_race(server, owner, member, ns.trials, clock)
     if "2" in only:
@@ -506,6 +573,8 @@ async def attack(ns: argparse.Namespace, server: Server) -> None:
         await buffer_attack(server, member, 12)
     if "batches" in only:
         await batches_attack(server, member, ns.batch_texts)
+    if "doors" in only:
+        await doors_attack(server, member, ns.door_batches, ns.batch_texts)
     if "flood" in only:
         await flood_attack(server, member, ns.flood_connections, ns.flood_events)
     if "4" in only:
@@ -522,7 +591,10 @@ def main() -> None:
     parser.add_argument("--batch-texts", type=int, default=30, help="per batch (default 30)")
     parser.add_argument("--flood-connections", type=int, default=2, help="(default 2)")
     parser.add_argument("--flood-events", type=int, default=32, help="per connection")
-    parser.add_argument("--only", nargs="*", choices=["1", "2", "4", "8", "9", "batches", "flood"])
+    parser.add_argument("--door-batches", type=int, default=8, help="per door (default 8)")
+    parser.add_argument(
+        "--only", nargs="*", choices=["1", "2", "4", "8", "9", "batches", "flood", "doors"]
+    )
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-attacks-subs-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}

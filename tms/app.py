@@ -67,7 +67,7 @@ from starlette.staticfiles import StaticFiles
 from tms.config import Settings, load_secret
 from tms.errors import TMSError, database_down_types, one_line
 from tms.extension.loading import Extensions, load_extensions
-from tms.http.bodies import Disconnected, MiB
+from tms.http.bodies import BigBodies, Disconnected, MiB
 from tms.http.gate import Gate
 from tms.http.login import Keyring
 from tms.http.metered import Metered
@@ -151,11 +151,13 @@ def create_app(
     secret, chosen = load_secret(settings)
     if chosen is not None:
         log.warning("%s", chosen)
+    big_bodies = BigBodies()  # one budget for the big bodies of every door (`tms.http.bodies`)
     door = Door(
         Renderer(),
         Keyring(secret),
         base_url=settings.base_url,
         profile_relays=settings.profile_relays,
+        big_bodies=big_bodies,
     )
 
     @asynccontextmanager
@@ -174,7 +176,7 @@ def create_app(
             ) as relay,
             scrape.metrics_port(settings, runtime),
         ):
-            front = McpFront(runtime.services.refusals)
+            front = McpFront(runtime.services.refusals, big_bodies)
             app.state.runtime = runtime
             app.state.relay = relay
             app.state.mcp = front
@@ -193,6 +195,7 @@ def create_app(
     app = Starlette(routes=list(routes), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.state.settings = settings
     app.state.door = door
+    app.state.big_bodies = big_bodies
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
     app.add_middleware(  # every answer
         SecurityHeaders, relays=settings.profile_relays, base_url=settings.base_url

@@ -126,3 +126,29 @@ async def test_stopping_gives_the_queue_its_grace_then_drops_the_rest() -> None:
     assert batches("slow", "dropped") - dropped >= 3
     hooks.submit(committed(9))  # after stop: dropped, counted, no error
     assert batches("slow", "dropped") - dropped >= 4
+
+
+async def test_a_hook_failing_on_every_batch_is_one_line_then_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not a traceback per batch: the first failure in one line (plugin, hook, the error's
+    text), the other 49 summed up in one more when the spell ends (here: at stop)."""
+
+    async def down(batch: Committed) -> None:
+        raise ConnectionError(f"webhook down\n(batch {int(batch.ids[0], 16)})")
+
+    hooks = AfterCommitHooks([("down", down)], queue=100, seconds=5)
+    await hooks.start()
+    with caplog.at_level(logging.INFO, "tms.extension"):
+        for number in range(50):
+            hooks.submit(committed(number))
+        await hooks.stop()
+    lines = [line for record in caplog.records for line in record.getMessage().splitlines()]
+    first, summed = lines  # and nothing else
+    assert (
+        first
+        == "plugin down: its after-commit hook failed: ConnectionError: webhook down (batch 0)"
+    )
+    assert summed.startswith("plugin down: its after-commit hook failed 49 more times in the last ")
+    assert summed.endswith(" s: ConnectionError: webhook down (batch 49)")
+    assert not any(record.exc_info for record in caplog.records)

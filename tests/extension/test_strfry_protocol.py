@@ -5,7 +5,10 @@ batch of hundreds of events; what each request carries."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import os
 import shlex
 import sys
 import time
@@ -24,6 +27,8 @@ from tms.extension.loading import load_extensions
 from tms.extension.policies import WritePolicies
 from tms.extension.strfry import (
     MAX_ANSWER_BYTES,
+    STDERR_CHARS,
+    STDERR_LINES,
     StrfryPolicy,
     parse_answer,
     plugin_environment,
@@ -237,3 +242,98 @@ async def test_the_built_in_plugin_as_an_operator_enables_it(tmp_path: Path) -> 
         assert (decision.action, decision.policy) == (Action.REJECT, "strfry")
     decision = await extensions.admission.admit(batch("fine"), RELAY)  # stopped with the server
     assert decision.action is Action.REJECT
+
+
+# --- what the command may see, and how long it may take ------------------------------------------
+
+
+async def test_the_command_sees_nothing_of_the_servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started from the server's directory, with the server's log on its stderr and secrets in
+    its environment: the command runs in an empty directory of its own, holds only its pipes
+    (and the file it opened itself), and gets only the allow-listed variables."""
+    server = tmp_path / "server"
+    (server / "data").mkdir(parents=True)
+    (server / "data" / "secret").write_text("the server's secret")
+    (server / "data" / "log-key").write_text("the server's log key")
+    server_log = server / "server.log"
+    monkeypatch.chdir(server)
+    environ = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "LC_ALL": "C.UTF-8",
+        "TMS_SECRET": "s" * 40,
+        "TMS_DATABASE_URL": "postgresql://tms:password@db/tms",
+        "AWS_SECRET_ACCESS_KEY": "not the plugin's",
+    }
+    notes = tmp_path / "notes.jsonl"
+    command = f"{shlex.quote(sys.executable)} {SCRIPT} {notes}"
+    policy = StrfryPolicy("strfry", command, 5.0, environ=environ)
+    saved = os.dup(2)
+    log_fd = os.open(server_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log_fd, 2)  # the server's stderr is its log, as under systemd or `>> log`
+    try:
+        assert await WritePolicies([policy]).admit(batch("probe"), RELAY) is ACCEPTED
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log_fd)
+        await policy.close()
+    noted = [json.loads(line) for line in notes.read_text().splitlines()]
+    [probe] = [note["probe"] for note in noted if "probe" in note]
+    assert Path(probe["cwd"]) != server and probe["listing"] == []
+    assert not Path(probe["cwd"]).exists()  # removed when the command ended
+    assert set(probe["opened"].values()) == {"FileNotFoundError"}
+    assert probe["env"] == ["HOME", "LC_ALL", "PATH", "PWD"]  # PWD: /bin/sh sets it
+    fds = probe["fds"]
+    assert all(fds[fd].startswith("pipe:") for fd in ("0", "1", "2")), fds
+    assert set(fds.values()) - {fds["0"], fds["1"], fds["2"]} == {str(notes)}, fds
+
+
+async def test_a_batch_has_the_deadline_however_fast_each_event_is(tmp_path: Path) -> None:
+    """Three events of 0.4 s each, each within the 1 s strfry gives an event: the batch is
+    over its 1 s, refused, and the command started again for the next."""
+    plugin = Plugin(tmp_path, seconds=1.0)
+    try:
+        timed_out = failures("timeout")
+        decision = await plugin.admit("slow:0.4", "slow:0.4", "slow:0.4")
+        assert decision.action is Action.REJECT
+        assert decision.message.endswith("write policy 'strfry' did not answer within 1 s")
+        assert failures("timeout") == timed_out + 1
+        assert await plugin.admit("fine") is ACCEPTED
+        assert len(plugin.starts()) == 2
+    finally:
+        await plugin.policy.close()
+
+
+async def test_a_slow_batch_does_not_hold_the_batches_behind_it(tmp_path: Path) -> None:
+    """A batch the command hangs on, and one from another door asked meanwhile (queued behind
+    it in the one command): the first is refused at its deadline and the command killed; the
+    second is asked again of the new command, and accepted."""
+    plugin = Plugin(tmp_path, seconds=2.0)  # room for the new command to start
+    try:
+        assert await plugin.admit("warm up") is ACCEPTED
+        slow = asyncio.create_task(plugin.admit("hang"))
+        while len(plugin.requests()) < 2:  # the command has read it, and hangs
+            await asyncio.sleep(0.01)
+        other = asyncio.create_task(plugin.admit("fine", origin=Origin(Door.MCP, address="::1")))
+        decision = await slow
+        assert decision.action is Action.REJECT
+        assert decision.message.endswith("write policy 'strfry' did not answer within 2 s")
+        assert await other is ACCEPTED
+        assert len(plugin.starts()) == 2
+    finally:
+        await plugin.policy.close()
+
+
+async def test_the_commands_stderr_is_logged_in_bounds(
+    plugin: Plugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, "tms.extension.strfry"):
+        assert await plugin.admit("chatty") is ACCEPTED
+        await plugin.policy.close()  # its stderr read to the end
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("strfry: stderr:")]
+    assert len(said) == STDERR_LINES
+    assert said[0].startswith("strfry: stderr: line 0 xxx")
+    assert all(len(line) <= len("strfry: stderr: ") + STDERR_CHARS for line in said)

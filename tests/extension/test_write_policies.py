@@ -277,3 +277,21 @@ async def test_many_events_cost_one_pass(anyio_backend: str) -> None:
     events: Sequence[CoreEvent] = batch(*(str(i) for i in range(1000)))
     assert await runner(("c", counting)).admit(events, ORIGIN) is ACCEPTED
     assert count == 1000
+
+
+async def test_a_policy_failing_on_every_batch_is_one_line_not_a_traceback_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def broken(event: Event, origin: Origin) -> Verdict:
+        raise RuntimeError("secret internals\nover two lines")
+
+    policies = runner(("broken", broken))
+    with caplog.at_level(logging.INFO, "tms.extension"):
+        for number in range(50):
+            decision = await policies.admit(batch(f"e{number}"), ORIGIN)
+            assert decision.action is Action.REJECT
+    lines = [line for record in caplog.records for line in record.getMessage().splitlines()]
+    assert lines == [
+        "plugin broken: its write policy failed: RuntimeError: secret internals over two lines"
+    ]
+    assert not any(record.exc_info for record in caplog.records)

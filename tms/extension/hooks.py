@@ -6,9 +6,10 @@ publish. Each hook has a queue of its own (`TMS_HOOK_QUEUE` batches) and one wor
 it for one batch at a time, in commit order, with a timeout (`TMS_HOOK_TIMEOUT_SECONDS`): one
 slow webhook delays only itself. A full queue drops the batch for that hook and counts it
 (`tms_plugin_hook_batches_total{outcome="dropped"}`) rather than wait; what a hook raises is
-logged and counted, never raised into a request. These are notifications, not a journal: a
-batch dropped, or still queued when the server stops (after `STOP_GRACE_SECONDS` to drain),
-is not delivered later.
+logged in one line and counted, never raised into a request; a hook failing batch after batch
+is one line, then one line a minute saying how often (`tms.extension.repeats`). These are
+notifications, not a journal: a batch dropped, or still queued when the server stops (after
+`STOP_GRACE_SECONDS` to drain), is not delivered later.
 """
 
 from __future__ import annotations
@@ -20,17 +21,22 @@ from collections.abc import Sequence
 from typing import Final
 
 from tms.extension.api import AfterCommit, Committed
+from tms.extension.repeats import Repeats
 from tms.metrics import PLUGIN_FAILURES, PLUGIN_HOOK_BATCHES
 
 log = logging.getLogger("tms.extension")
 
 STOP_GRACE_SECONDS: Final = 5.0
+SEAM: Final = "after-commit hook"  # as the log names it
 OUTCOMES: Final = ("done", "failed", "dropped")
 
 
 class _Hook:
-    def __init__(self, name: str, hook: AfterCommit, size: int, seconds: float) -> None:
+    def __init__(
+        self, name: str, hook: AfterCommit, size: int, seconds: float, repeats: Repeats
+    ) -> None:
         self.name = name
+        self.repeats = repeats
         self.hook = hook
         self.seconds = seconds
         self.queue: asyncio.Queue[Committed] = asyncio.Queue(size)
@@ -75,19 +81,20 @@ class _Hook:
         try:
             async with deadline:
                 await self.hook(committed)
-        except TimeoutError:
+        except TimeoutError as exc:
             if deadline.expired():
-                log.warning(
-                    "plugin %s: its after-commit hook did not finish within %g s",
+                self.repeats.failed(
                     self.name,
-                    self.seconds,
+                    SEAM,
+                    f"it did not finish within {self.seconds:g} s",
+                    logging.WARNING,
                 )
                 self._failed("timeout")
             else:
-                log.exception("plugin %s: its after-commit hook failed", self.name)
+                self.repeats.failed(self.name, SEAM, exc)
                 self._failed("raised")
-        except Exception:
-            log.exception("plugin %s: its after-commit hook failed", self.name)
+        except Exception as exc:
+            self.repeats.failed(self.name, SEAM, exc)
             self._failed("raised")
         else:
             self.counted["done"].inc()
@@ -105,7 +112,8 @@ class AfterCommitHooks:
     def __init__(
         self, hooks: Sequence[tuple[str, AfterCommit]], *, queue: int, seconds: float
     ) -> None:
-        self._hooks = [_Hook(name, hook, queue, seconds) for name, hook in hooks]
+        self._repeats = Repeats(log)
+        self._hooks = [_Hook(name, hook, queue, seconds, self._repeats) for name, hook in hooks]
         self._stopped = False
 
     @property
@@ -153,3 +161,4 @@ class AfterCommitHooks:
             while not hook.queue.empty():
                 hook.queue.get_nowait()
                 hook.queue.task_done()
+        self._repeats.flush()

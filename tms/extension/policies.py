@@ -23,12 +23,14 @@ from typing import Final, Protocol
 from prometheus_client import Counter
 
 from tms.extension.api import Event, Read, ReadFilter, Verdict, WritePolicy, reject
+from tms.extension.repeats import Repeats
 from tms.metrics import PLUGIN_FAILURES, PLUGIN_READS_REFUSED, PLUGIN_VERDICTS
 from tms.nostr.events import Event as CoreEvent
 from tms.rules.admission import ACCEPTED, Action, Admission, Decision, Origin
 
 log = logging.getLogger("tms.extension")
 
+SEAM: Final = "write policy"  # as the log names it
 MAX_MESSAGE_CHARS: Final = 500  # of a policy's message, as the client is told it
 BLOCKED_PREFIX: Final = "blocked:"  # the relay adds it; strfry plugins often write it themselves
 _ACTION_LABELS: Final = {
@@ -74,6 +76,7 @@ class EventPolicy:
         self.name = name
         self._policy = policy
         self._seconds = seconds
+        self._repeats = Repeats(log)
 
     async def judge(self, events: Sequence[Event], origin: Origin) -> list[Verdict]:
         verdicts: list[Verdict] = []
@@ -88,20 +91,15 @@ class EventPolicy:
                         raise
                     verdicts.append(self._timeout(event))
                     break
-                except Exception:
-                    verdicts.append(self._failure(event, exc_info=True))
+                except Exception as exc:
+                    verdicts.append(self._failure(event, exc))
                     break
                 if deadline.expired():  # the policy swallowed the cancellation
                     verdicts.append(self._timeout(event))
                     break
                 if not isinstance(verdict, Verdict):
-                    log.error(
-                        "plugin %s: its write policy answered %s, not a Verdict (event %s)",
-                        self.name,
-                        type(verdict).__name__,
-                        event.id,
-                    )
-                    verdicts.append(self._failure(event, exc_info=False))
+                    answered = f"it answered {type(verdict).__name__}, not a Verdict"
+                    verdicts.append(self._failure(event, answered))
                     break
                 verdicts.append(verdict)
                 if verdict.action is Action.REJECT:
@@ -111,18 +109,15 @@ class EventPolicy:
         return verdicts
 
     def _timeout(self, event: Event) -> Verdict:
-        log.warning(
-            "plugin %s: its write policy did not answer within %g s (event %s)",
-            self.name,
-            self._seconds,
-            event.id,
-        )
+        said = f"it did not answer within {self._seconds:g} s (event {event.id})"
+        self._repeats.failed(self.name, SEAM, said, logging.WARNING)
         PLUGIN_FAILURES.labels(self.name, "write_policy", "timeout").inc()
         return reject(timed_out(self.name, self._seconds))
 
-    def _failure(self, event: Event, *, exc_info: bool) -> Verdict:
-        if exc_info:
-            log.exception("plugin %s: its write policy failed (event %s)", self.name, event.id)
+    def _failure(self, event: Event, error: Exception | str) -> Verdict:
+        """One line in the log (`tms.extension.repeats`: a policy failing on every batch is
+        summed up), never a traceback per event; the client is told only which policy."""
+        self._repeats.failed(self.name, SEAM, error)
         PLUGIN_FAILURES.labels(self.name, "write_policy", "raised").inc()
         return reject(failed(self.name))
 
@@ -231,6 +226,7 @@ class ReadFilters:
     def __init__(self, filters: Sequence[tuple[str, ReadFilter]], seconds: float) -> None:
         self._filters = tuple(filters)
         self._seconds = seconds
+        self._repeats = Repeats(log)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -244,28 +240,24 @@ class ReadFilters:
             try:
                 async with deadline:
                     answer = await read_filter(read)
-            except TimeoutError:
+            except TimeoutError as exc:
                 if deadline.expired():
-                    log.warning(
-                        "plugin %s: its read filter did not answer within %g s", name, self._seconds
-                    )
+                    said = f"it did not answer within {self._seconds:g} s"
+                    self._repeats.failed(name, "read filter", said, logging.WARNING)
                     PLUGIN_FAILURES.labels(name, "read_filter", "timeout").inc()
                     return timed_out(name, self._seconds, "read filter")
-                log.exception("plugin %s: its read filter failed", name)
+                self._repeats.failed(name, "read filter", exc)
                 PLUGIN_FAILURES.labels(name, "read_filter", "raised").inc()
                 return failed(name, "read filter")
-            except Exception:
-                log.exception("plugin %s: its read filter failed", name)
+            except Exception as exc:
+                self._repeats.failed(name, "read filter", exc)
                 PLUGIN_FAILURES.labels(name, "read_filter", "raised").inc()
                 return failed(name, "read filter")
             if answer is None:
                 continue
             if not isinstance(answer, str):
-                log.error(
-                    "plugin %s: its read filter answered %s, not a message or None",
-                    name,
-                    type(answer).__name__,
-                )
+                said = f"it answered {type(answer).__name__}, not a message or None"
+                self._repeats.failed(name, "read filter", said)
                 PLUGIN_FAILURES.labels(name, "read_filter", "raised").inc()
                 return failed(name, "read filter")
             PLUGIN_READS_REFUSED.labels(name).inc()

@@ -8,10 +8,14 @@ Whatever an unauthenticated client sends costs a bounded amount of memory and ti
 - a body over `SMALL_BODY` first waits for one of `BIG_BODIES` slots (`Busy` after
   `BIG_WAIT_SECONDS`), goes to a file as it arrives (this process holds none of it), and can
   then be inspected by a worker process at a lower CPU priority, with a memory cap, so its
-  parsing never holds the event loop;
+  parsing never holds the event loop. The slots are the process's (`BigBodies`), one budget for
+  every door that takes big bodies (MCP and the pages), and a body holds its slot until the
+  request that read it is done, its submit included: a 64 MiB batch parsed and being stored
+  costs a few hundred MB, and a slot freed once it was read let the pages queue every batch
+  sent (16 of them took 3 GB);
 - a client that hangs up mid-body is `Disconnected`, for the door to log in one line.
 
-Each door owns one `BodyReader` (its slots and its worker pool) and decides what to say.
+Each door owns one `BodyReader` (its worker pool, the process's slots) and decides what to say.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from tms.orphans import exit_with_parent
 MiB: Final = 1024 * 1024
 SMALL_BODY: Final = 1 * MiB  # bodies up to this are read into memory and inspected in place
 MAX_BODY: Final = 64 * MiB  # the largest body: a batch of full-size evidence documents
-BIG_BODIES: Final = 2  # bodies over SMALL_BODY held and inspected at once, per reader
+BIG_BODIES: Final = 2  # bodies over SMALL_BODY read, parsed and submitted at once, per process
 MAX_BRACKETS: Final = 1_000_000  # '[' and '{' in a body: far more than any batch has
 BIG_WAIT_SECONDS: Final = 30.0  # a big body waits this long for a slot, then `Busy`
 INSPECT_SECONDS: Final = 30.0
@@ -80,16 +84,54 @@ class Disconnected(Exception):
     """The client hung up before sending its whole body."""
 
 
+class BigBodies:
+    """The process's slots for big bodies, shared by every door that reads them: a body takes
+    one as it grows past `SMALL_BODY` (waiting `BIG_WAIT_SECONDS` at most, then `Busy`) and
+    gives it back when the request that read it is done. `held` and `waiting` are for the
+    tests and the benches to watch."""
+
+    def __init__(self, slots: int = BIG_BODIES) -> None:
+        self.slots = slots
+        self._free = asyncio.Semaphore(slots)
+        self.held = 0
+        self.waiting = 0
+
+    async def take(self, stack: AsyncExitStack) -> None:
+        """One slot, given back when `stack` closes."""
+        self.waiting += 1
+        try:
+            await asyncio.wait_for(self._free.acquire(), BIG_WAIT_SECONDS)
+        except TimeoutError:
+            raise Busy from None
+        finally:
+            self.waiting -= 1
+        self.held += 1
+        stack.callback(self._give)
+
+    def _give(self) -> None:
+        self.held -= 1
+        self._free.release()
+
+
 class BodyReader:
-    def __init__(self, max_body: int = MAX_BODY) -> None:
+    def __init__(self, max_body: int = MAX_BODY, big: BigBodies | None = None) -> None:
+        """`big`: the process's slots (a reader of its own has its own: one whose bodies are
+        never big)."""
         self.max_body = max_body
-        self._slots = asyncio.Semaphore(BIG_BODIES)
+        self.big = BigBodies() if big is None else big
         self._workers: ProcessPoolExecutor | None = None
 
-    async def read(self, scope: Scope, receive: Receive, stack: AsyncExitStack) -> bytes | Path:
+    async def read(
+        self,
+        scope: Scope,
+        receive: Receive,
+        stack: AsyncExitStack,
+        held: AsyncExitStack | None = None,
+    ) -> bytes | Path:
         """The body: in memory when small, else in a file written as it arrives (deleted
         when `stack` closes), so that a big body costs this process no memory until it has
-        passed inspection."""
+        passed inspection. A big body's slot is given back when `held` closes (else `stack`):
+        the caller's request, once it is done with what the body made."""
         limit = self.max_body
         length = content_length(scope)
         if length is not None and length > limit:
@@ -117,7 +159,7 @@ class BodyReader:
                     "characters; send fewer events per batch"
                 )
             if spill is None and (size > SMALL_BODY or (length or 0) > SMALL_BODY):
-                await self._admit(stack)
+                await self.big.take(stack if held is None else held)
                 spill = stack.enter_context(_spill_file())
                 spill.writelines(chunks)
                 chunks.clear()
@@ -157,12 +199,15 @@ class BodyReader:
         receive: Receive,
         parse: Callable[[bytes], T],
         check: Callable[[Path], object] | None = None,
+        *,
+        held: AsyncExitStack | None = None,
     ) -> T:
         """The body, `parse`d in a thread (never on the event loop). A body big enough to go
         to a file is first `check`ed in a worker process (its shape within bounds) and only
-        then read into this one."""
+        then read into this one. A caller that stores what `parse` made (a batch to submit) passes
+        `held`, its own request's stack: the slot counts the batch until that closes."""
         async with AsyncExitStack() as stack:
-            body = await self.read(scope, receive, stack)
+            body = await self.read(scope, receive, stack, held)
             if isinstance(body, Path):
                 if check is not None:
                     await self.inspect(check, body)
@@ -173,13 +218,6 @@ class BodyReader:
         if self._workers is not None:
             self._workers.shutdown(wait=False, cancel_futures=True)
             self._workers = None
-
-    async def _admit(self, stack: AsyncExitStack) -> None:
-        try:
-            await asyncio.wait_for(self._slots.acquire(), BIG_WAIT_SECONDS)
-        except TimeoutError:
-            raise Busy from None
-        stack.callback(self._slots.release)
 
 
 async def small_body(scope: Scope, receive: Receive, limit: int) -> bytes:

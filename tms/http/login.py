@@ -27,6 +27,7 @@ from typing import Final
 from starlette.requests import Request
 
 from tms.errors import AuthError, Refusal
+from tms.http.origin import signed_origin
 
 NONCE_SECONDS: Final = 60
 SESSION_SECONDS: Final = 12 * 3600
@@ -99,11 +100,11 @@ class Keyring:
 
 
 def request_url(request: Request, base_url: str | None) -> str:
-    """The absolute URL a client signs in NIP-98's `u` tag: `TMS_BASE_URL` when the server sits
-    behind a proxy, else the scheme and Host the request names; then the path and query exactly
-    as the client sent them (still percent-encoded), so that a client signing the URL it requests
-    always matches."""
-    origin = base_url or f"{request.url.scheme}://{request.url.netloc}"
+    """The absolute URL a client signs in NIP-98's `u` tag: this server's origin as NIP-42's
+    relay tag names it too (`tms.http.origin`: `TMS_BASE_URL`, else the address the server
+    listens on, never the client's `Host`), then the path and query exactly as the client sent
+    them (still percent-encoded), so that a client signing the URL it requests always matches."""
+    origin = signed_origin(request, base_url)
     raw_path = request.scope.get("raw_path")
     path = raw_path.decode("latin-1") if raw_path else request.url.path
     query = request.scope.get("query_string", b"").decode("latin-1")

@@ -34,6 +34,7 @@ from tms.guard.refusals import RefusalLog
 from tms.http.bodies import (
     MAX_BODY,
     SMALL_BODY,
+    BigBodies,
     BodyError,
     BodyReader,
     Disconnected,
@@ -61,12 +62,16 @@ STARTING_SECONDS: Final = 30.0  # a request that comes as the server starts wait
 class McpFront:
     """The ASGI app at `/mcp`: checks each body, then hands it to `app` (the SDK's)."""
 
-    def __init__(self, refusals: RefusalLog | None = None) -> None:
+    def __init__(
+        self, refusals: RefusalLog | None = None, big_bodies: BigBodies | None = None
+    ) -> None:
+        """`big_bodies`: the process's slots for big bodies, shared with the pages; a body
+        holds one until its call is answered (its publish stored)."""
         self.app: ASGIApp | None = None  # the SDK's, once it has loaded (`serve`)
         self.broken: str | None = None  # why it never will (`failed`)
         self.refusals = refusals or RefusalLog(None)
         self._ready = asyncio.Event()
-        self._bodies = BodyReader(MAX_BODY)
+        self._bodies = BodyReader(MAX_BODY, big_bodies)
 
     def serve(self, app: ASGIApp) -> None:
         self.app = app

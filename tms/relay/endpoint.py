@@ -33,6 +33,7 @@ from tms import metrics
 from tms.config import Settings
 from tms.guard import clients
 from tms.http.login import COOKIE, Keyring
+from tms.http.origin import signed_origin
 from tms.http.websocket import EXTENSION
 from tms.nostr.nip42 import normalize_relay_url
 from tms.relay import info, messages
@@ -191,19 +192,11 @@ def _text(data: bytes) -> str | None:
 
 
 def relay_url(websocket: WebSocket, base_url: str | None) -> str:
-    """This relay's URL as an AUTH event must name it: the public origin (`TMS_BASE_URL` behind
-    a proxy, as for NIP-98), else the address the server listens on, and the path. Never the
-    client's `Host` header: an AUTH signed for another relay (`ws://evil.example/`) would pass
-    by sending `Host: evil.example`, and NIP-42's relay tag is there to stop that replay."""
-    if base_url is not None:
-        origin = base_url
-    else:
-        server = websocket.scope.get("server")
-        host, port = server if server else ("127.0.0.1", None)
-        if ":" in str(host):  # IPv6
-            host = f"[{host}]"
-        netloc = str(host) if port is None else f"{host}:{port}"
-        origin = f"{websocket.url.scheme}://{netloc}"
+    """This relay's URL as an AUTH event must name it: the origin NIP-98 names too
+    (`tms.http.origin`: `TMS_BASE_URL`, else the address the server listens on, never the
+    client's `Host`, or an AUTH signed for `ws://evil.example/` would pass by sending
+    `Host: evil.example`), and the path."""
+    origin = signed_origin(websocket, base_url)
     raw = websocket.scope.get("raw_path")
     path = raw.decode("latin-1") if raw else websocket.url.path
     return normalize_relay_url(origin + path) or origin + path

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 
 from tms.errors import sendable
-from tms.http.bodies import BodyReader, MiB
+from tms.http.bodies import BigBodies, BodyReader, MiB
 from tms.http.login import COOKIE, CSRF_HEADER, Keyring, Session
 from tms.http.statuses import Refused
 from tms.ledger.access import ReadableCollection, Reader
@@ -62,12 +62,14 @@ class Door:
         *,
         base_url: str | None,
         profile_relays: tuple[str, ...],
+        big_bodies: BigBodies | None = None,
     ) -> None:
+        """`big_bodies`: the process's slots for big bodies, shared with `/mcp`."""
         self.render_template = renderer
         self.keyring = keyring
         self.base_url = base_url
         self.profile_relays = profile_relays
-        self.bodies = BodyReader()
+        self.bodies = BodyReader(big=big_bodies)
         self.hint_bodies = BodyReader(HINT_BODY)
         self.texts = Texts()  # evidence texts kept for the submit page's quote hints
 

@@ -27,6 +27,7 @@ from tms.http.login import (
     SESSION_SECONDS,
     request_url,
 )
+from tms.http.origin import signed_origin
 from tms.http.statuses import Refused
 from tms.nostr import nip98
 from tms.nostr.nip19 import npub_encode
@@ -83,7 +84,7 @@ async def home(request: Request) -> Response:
 async def login_challenge(request: Request) -> Response:
     door = door_of(request)
     nonce = door.keyring.mint_nonce(int(time.time()))
-    url = f"{door.origin(request)}/login?nonce={nonce}"
+    url = f"{signed_origin(request, door.base_url)}/login?nonce={nonce}"  # as `login` checks it
     return ok({"nonce": nonce, "url": url, "method": "POST", "seconds": NONCE_SECONDS})
 
 

@@ -8,6 +8,7 @@ normalization as data, so that the page checks quotes as the server will.
 from __future__ import annotations
 
 import asyncio
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Final
 
@@ -63,26 +64,28 @@ async def submit(request: Request) -> Response:
 
 async def publish(request: Request) -> Response:
     """A batch signed in the browser, stored by the ledger as any other batch. Every event
-    must be the session's key's: the page publishes what its user signed."""
+    must be the session's key's: the page publishes what its user signed. A big body holds
+    its slot of the process's (`tms.http.bodies.BigBodies`) until it is stored."""
     door = door_of(request)
     services = services_of(request)
     session = await door.writer(request)
-    events, expected = await door.bodies.parsed(
-        request.scope, request.receive, _parse_batch, _check_batch_file
-    )
-    for position, event in enumerate(events):
-        signer = event.get("pubkey") if isinstance(event, dict) else None
-        if signer != session.pubkey:
-            raise Refused(
-                400,
-                f"events[{position}] is not signed by the key you are logged in with; "
-                "sign with the same extension account",
-            ).refused_as(Refusal.INVALID, session.pubkey)
-    id_shaped = id_shaped_claim(events)  # a pasted id never becomes a claim's text
-    if id_shaped is not None:
-        raise Refused(400, id_shaped).refused_as(Refusal.INVALID, session.pubkey)
-    origin = Origin(Door.WEB, session.pubkey, clients.CURRENT.get())
-    return ok(await services.ledger.submit(events, origin=origin, expected=expected or None))
+    async with AsyncExitStack() as held:  # a big body's slot: until the batch is stored
+        events, expected = await door.bodies.parsed(
+            request.scope, request.receive, _parse_batch, _check_batch_file, held=held
+        )
+        for position, event in enumerate(events):
+            signer = event.get("pubkey") if isinstance(event, dict) else None
+            if signer != session.pubkey:
+                raise Refused(
+                    400,
+                    f"events[{position}] is not signed by the key you are logged in with; "
+                    "sign with the same extension account",
+                ).refused_as(Refusal.INVALID, session.pubkey)
+        id_shaped = id_shaped_claim(events)  # a pasted id never becomes a claim's text
+        if id_shaped is not None:
+            raise Refused(400, id_shaped).refused_as(Refusal.INVALID, session.pubkey)
+        origin = Origin(Door.WEB, session.pubkey, clients.CURRENT.get())
+        return ok(await services.ledger.submit(events, origin=origin, expected=expected or None))
 
 
 async def fetch(request: Request) -> Response:
