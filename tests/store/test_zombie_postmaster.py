@@ -6,8 +6,8 @@ psutil (and so the wheel) reports running, so the watch never restarted it. Here
 process plays that PID 1: it makes itself the child subreaper while the embedded PostgreSQL
 starts, so the postmaster is adopted by it, and it reaps nothing until told to. The postmaster
 is killed with SIGKILL: the watch reports it stopped and says why it cannot start it again (its
-lock file names a process that exists); once reaped, as an init would at once, the watch starts
-it again."""
+lock file names a process that exists: logged once, after 20 tries, since an init reaps at
+once); once reaped, as an init does, the watch starts it again."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from typing import Final
 
 import pytest
 
+from tms.store import embedded
 from tms.store.embedded import EmbeddedPostgres, alive
 
 PR_SET_CHILD_SUBREAPER: Final = 36
@@ -69,18 +70,21 @@ def until(what: str, done: Callable[[], bool]) -> None:
 
 @pytest.mark.anyio
 async def test_a_zombie_postmaster_is_restarted_once_reaped(
-    adopted: EmbeddedPostgres, caplog: pytest.LogCaptureFixture
+    adopted: EmbeddedPostgres, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pid = adopted._server.get_pid()
     assert pid is not None and adopted.running()
     if parent(pid) != os.getpid():
         pytest.skip("the postmaster was not adopted by this process")
     caplog.set_level(logging.INFO, logger="tms.store.embedded")
+    monkeypatch.setattr(embedded, "UNREAPED_TRIES", 2)  # said after 2 tries rather than 20
     watch = asyncio.create_task(adopted.supervise())
     try:
         os.kill(pid, signal.SIGKILL)
         await asyncio.to_thread(until, "the postmaster is a zombie", lambda: state(pid) == "Z")
         assert not alive(pid) and not adopted.running()  # psutil alone says it runs
+        with pytest.raises(embedded.Unreaped, match=f"pid {pid}"):
+            adopted.restart()
         await asyncio.to_thread(
             until, "the watch says why it cannot start it", lambda: "a zombie" in caplog.text
         )

