@@ -79,8 +79,11 @@ def section_blocks(heading: str) -> list[str]:
     ]
 
 
-def bash(script: str, cwd: Path, logs: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    path = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+def bash(
+    script: str, cwd: Path, logs: Path, PATH: str = "", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`script` by bash with `uv run` as above; `PATH` goes before this checkout's programs."""
+    path = f"{PATH}{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
     return subprocess.run(
         ["bash", "-c", UV + script],
         cwd=cwd,
@@ -148,6 +151,7 @@ def test_the_documented_backup_and_restore_keep_the_log_verifiable(
     blocks = section_blocks("Backups and restores")
     [per_collection] = [b for b in blocks if "tms collections --slugs" in b]
     [whole] = [b for b in blocks if "tms backup" in b]
+    [dump_by_hand] = [b for b in blocks if "tms database-url" in b]
     [restoring] = [b for b in blocks if "tms restore --create" in b]
     owner = SecretKey.generate()
     port = free_port()
@@ -185,6 +189,15 @@ def test_the_documented_backup_and_restore_keep_the_log_verifiable(
             copied = site / "backup" / name
             assert copied.read_bytes() == (site / "tms-data" / name).read_bytes()
             assert copied.stat().st_mode & 0o777 == 0o600
+        # The by-hand pg_dump, on the URL `tms database-url` prints (the wheel's pg_dump).
+        wheel = client_program("pg_dump").parent
+        done = bash(dump_by_hand, site, tmp_path, PATH=f"{wheel}{os.pathsep}")
+        assert done.returncode == 0, done.stderr
+        [by_hand] = (site / "backup").glob("by-hand-*.dump")
+        listed = subprocess.run(
+            [str(wheel / "pg_restore"), "--list", str(by_hand)], capture_output=True, text=True
+        )
+        assert listed.returncode == 0 and "TABLE DATA public events " in listed.stdout
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0
 

@@ -106,6 +106,30 @@ def _keys_note(settings: Settings) -> str | None:
     return f"keep {' and '.join(files)} with it: the backup does not hold them"
 
 
+async def database_url() -> int:
+    """The URL of the database the other commands open, on stdout, for PostgreSQL's own
+    programs: `TMS_DATABASE_URL` as set, else the running embedded PostgreSQL's `tms` database
+    (its socket directory in the query string). An embedded one that is not running has no URL
+    to give (this command starting it would stop it again as it exits): one line, exit 1."""
+    from tms.store.database import DATABASE_NAME, with_database
+    from tms.store.embedded import running_url
+
+    settings = Settings.from_env()
+    if settings.database_url is not None:
+        print(settings.database_url)
+        return 0
+    url = running_url(settings.data_dir)
+    if url is None:
+        print(
+            f"tms: the embedded PostgreSQL in {settings.data_dir} is not running: its URL holds "
+            "only while it runs, so run this while `tms serve` does",
+            file=sys.stderr,
+        )
+        return 1
+    print(with_database(url, DATABASE_NAME))
+    return 0
+
+
 async def backup(target: Path) -> int:
     """`pg_dump` of the whole database into `target`, complete or not at all."""
     settings = Settings.from_env()

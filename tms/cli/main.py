@@ -17,10 +17,10 @@ runs the command they name; each command lives in a module of its own:
   `migrate [--distribute]` (`tms.cli.migrate`) applies the migrations (the server does
   too, at start-up) and, on a Citus coordinator, distributes the ledger (`tms.store.citus`);
   `approve`, `revoke` and `approved` (`tms.cli.approvals`); `collections` and `export`
-  (`tms.cli.backups`); `backup` and `restore`, the whole database as a pg_dump archive
-  (`tms.cli.dumps`); `refusals` (`tms.cli.refusals`). A bad key is one line on stderr and
-  exit 2 (`tms.cli.notation`); a database that cannot be used, or an unknown collection, one
-  line and exit 1.
+  (`tms.cli.backups`); `backup` and `restore`, the whole database as a pg_dump archive, and
+  `database-url`, the URL for PostgreSQL's own programs (`tms.cli.dumps`); `refusals`
+  (`tms.cli.refusals`). A bad key is one line on stderr and exit 2 (`tms.cli.notation`); a
+  database that cannot be used, or an unknown collection, one line and exit 1.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from tms.cli.approvals import approve, approved, revoke
 from tms.cli.backups import collections, export
 from tms.cli.database import run_on_database
-from tms.cli.dumps import backup, restore
+from tms.cli.dumps import backup, database_url, restore
 from tms.cli.fetch import fetch
 from tms.cli.migrate import migrate
 from tms.cli.notation import pubkeys, since_when
@@ -69,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(run_on_database(collections(ns.slugs), create=ns.create))
     if ns.command == "export":
         raise SystemExit(run_on_database(export(ns.slug, ns.checkpoint), create=ns.create))
+    if ns.command == "database-url":
+        raise SystemExit(run_on_database(database_url()))
     if ns.command == "backup":
         raise SystemExit(run_on_database(backup(ns.file)))
     if ns.command == "restore":

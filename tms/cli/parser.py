@@ -135,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="end with the log's signed checkpoint line, for tms verify-export",
     )
     _creates(export)
+    _command(
+        commands,
+        "database-url",
+        "print the URL of the database the other commands open (for pg_dump, psql...)",
+        "TMS_DATABASE_URL as set, else the embedded PostgreSQL's, which holds only while it runs "
+        "(while tms serve does): refused when it is not running, or when there is no database.",
+    )
     backup = _command(
         commands,
         "backup",

