@@ -102,9 +102,7 @@ def serve(
 def test_one_text_format_a_summary_once_no_access_log_and_plugins_made_once(
     db_url: str, tmp_path: Path, site: Path
 ) -> None:
-    said, out = serve(
-        db_url, tmp_path, requests=1, PYTHONPATH=str(site), TMS_PLUGINS="counted"
-    )
+    said, out = serve(db_url, tmp_path, requests=1, PYTHONPATH=str(site), TMS_PLUGINS="counted")
     assert out == ""
     assert said, "nothing logged"
     for line in said:
