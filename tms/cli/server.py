@@ -53,7 +53,7 @@ def serve(
     until SIGTERM or Ctrl-C, and exit 0 after a clean shutdown (the embedded PostgreSQL stops
     with the last process using it). Everything said from then on is the server's log
     (`tms.cli.logs`)."""
-    from tms.app import create_app
+    from tms.app import ROUTES, create_app
     from tms.extension.loading import load_extensions
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
@@ -82,9 +82,10 @@ def serve(
             # The plugins, once: one that cannot be enabled, or whose tool, prompt or route
             # collides with the core's or another's, stops start-up before the database.
             extensions = load_extensions(settings)
-            app = create_app(settings, extensions=extensions)
+            extensions.route_table(ROUTES)  # the app's table, as `create_app` builds it below
             log.info("database: %s", describe(settings))
             asyncio.run(usable_database(settings))
+            app = create_app(settings, extensions=extensions)
         except BaseException:
             listener.close()
             raise
