@@ -139,6 +139,10 @@ class Settings:
     hook_queue: int = DEFAULT_HOOK_QUEUE  # TMS_HOOK_QUEUE
     strfry_command: str | None = None  # TMS_STRFRY_COMMAND: run by the plugin `strfry`
     strfry_seconds: float = DEFAULT_STRFRY_SECONDS  # TMS_STRFRY_TIMEOUT_SECONDS
+    log_level: str = "info"  # TMS_LOG_LEVEL (`tms serve --log-level`): debug, info, warning, error
+    log_format: str = "text"  # TMS_LOG_FORMAT: text, or json (one object a line)
+    access_log: bool = False  # TMS_ACCESS_LOG: a line per HTTP request answered
+    new_log_key: bool = False  # `--new-log-key`: make a log key for a database with checkpoints
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -230,14 +234,29 @@ class Settings:
             strfry_seconds=_number(
                 env, "TMS_STRFRY_TIMEOUT_SECONDS", DEFAULT_STRFRY_SECONDS, 0.01, 600, "seconds"
             ),
+            log_level=log_level("TMS_LOG_LEVEL", env.get("TMS_LOG_LEVEL", "")),
+            log_format=_choice(env, "TMS_LOG_FORMAT", LOG_FORMATS),
+            access_log=_choice(env, "TMS_ACCESS_LOG", ("off", "on")) == "on",
         )
 
-    def serving(self, host: str | None, port: int | None) -> Settings:
-        """These settings as `tms serve --host/--port` override them: one listen address for
-        everything that reads it (the log's origin as well as the listener), whichever of the
-        flag or `TMS_HOST`/`TMS_PORT` gave it. The metrics port may not be that port either."""
+    def serving(
+        self,
+        host: str | None,
+        port: int | None,
+        *,
+        level: str | None = None,
+        new_log_key: bool = False,
+    ) -> Settings:
+        """These settings as `tms serve --host/--port/--log-level/--new-log-key` override them:
+        one listen address for everything that reads it (the log's origin as well as the
+        listener), whichever of the flag or `TMS_HOST`/`TMS_PORT` gave it. The metrics port may
+        not be that port either."""
         served = dataclasses.replace(
-            self, host=host or self.host, port=self.port if port is None else port
+            self,
+            host=host or self.host,
+            port=self.port if port is None else port,
+            log_level=self.log_level if level is None else log_level("--log-level", level),
+            new_log_key=new_log_key or self.new_log_key,
         )
         if not 0 < served.port < 65536:
             raise ConfigError(f"--port must be between 1 and 65535, got {served.port}")
@@ -320,6 +339,27 @@ def generated(
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read or create {what} {path}: {exc}") from None
     return value, True
+
+
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+LOG_FORMATS: Final = ("text", "json")
+
+
+def log_level(name: str, text: str) -> str:
+    """`TMS_LOG_LEVEL` or `--log-level`: the least severe level logged (default info)."""
+    level = text.strip().lower() or "info"
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{name} must be one of {', '.join(LOG_LEVELS)}, got {text!r:.40}")
+    return level
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (the first when unset)."""
+    text = env.get(name, "")
+    value = text.strip().lower() or choices[0]
+    if value not in choices:
+        raise ConfigError(f"{name} must be {' or '.join(choices)}, got {text!r:.40}")
+    return value
 
 
 def _secret(env: Mapping[str, str]) -> str | None:

@@ -9,9 +9,10 @@ private network. Neither set: no metrics are served (the public `/metrics` is a 
 
 The doors, the ledger and the guards count here (a counter's `inc` costs well under a
 microsecond); what lives elsewhere is read when a scrape asks: the database pools' use, and
-the embedding queue's depth, labelled with the database's name since every server on it reports
-the same queue (`refresh`, also run every `REFRESH_SECONDS` while a metrics port
-is open, since that listener runs in a thread of its own and cannot query the database).
+the embedding queue's depth, labelled with the database (`database_label`: the embedded one's data
+directory, else `host:port/name`) since every server on it reports the same queue (`refresh`,
+also run every `REFRESH_SECONDS` while a metrics port is open, since that listener runs in a
+thread of its own and cannot query the database).
 
 The relay door (tms/relay) reports its live connections and subscriptions through
 `RELAY_CONNECTIONS` and `RELAY_SUBSCRIPTIONS` (`inc()` when one opens, `dec()` when it closes;
@@ -25,7 +26,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Final
+from urllib.parse import parse_qsl, urlsplit
 
 from asyncpg import Pool
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
@@ -225,10 +228,36 @@ POOLS: Final = _Pools()
 REGISTRY.register(POOLS)
 
 
+_DATABASES: Final[dict[int, str]] = {}  # id of a pool: its database's label (`name_database`)
+
+
+def database_label(url: str, data_dir: Path | None = None) -> str:
+    """What the `database` label says of a database: the embedded one's data directory (every
+    embedded database is called `tms`, and lives on its own socket), else `host:port/name` from
+    its URL (no user, no password), so that two databases never share a series."""
+    if data_dir is not None:
+        return str(data_dir)
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    host = parts.hostname or query.get("host", "") or "localhost"
+    port = parts.port or query.get("port", "") or 5432
+    name = parts.path.lstrip("/") or query.get("dbname", "") or parts.username or ""
+    return f"{host}:{port}/{name}"
+
+
+def name_database(pool: Pool, label: str) -> None:
+    """Report `pool`'s database under `label` (`database_label`)."""
+    _DATABASES[id(pool)] = label
+
+
+def forget_database(pool: Pool) -> None:
+    _DATABASES.pop(id(pool), None)
+
+
 async def refresh(pool: Pool) -> None:
-    """Figures the database holds: the embedding queue's depth, under the database's name (one
-    table, the same for every server on it). A database that does not answer leaves the last
-    value."""
+    """Figures the database holds: the embedding queue's depth, under the database's label (one
+    table, the same for every server on it; `name_database`, else the database's name). A
+    database that does not answer leaves the last value."""
     try:
         row = await pool.fetchrow(
             "SELECT current_database() AS name, count(*) AS depth FROM embedding_queue", timeout=5
@@ -237,7 +266,7 @@ async def refresh(pool: Pool) -> None:
         log.debug("metrics: the embedding queue could not be counted: %s", exc)
         return
     if row is not None:
-        EMBEDDING_QUEUE.labels(row["name"]).set(row["depth"])
+        EMBEDDING_QUEUE.labels(_DATABASES.get(id(pool), row["name"])).set(row["depth"])
 
 
 async def refresh_forever(pool: Pool) -> None:

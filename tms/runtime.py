@@ -22,8 +22,8 @@ from typing import Any, Final, Protocol
 import asyncpg
 
 from tms import metrics
-from tms.config import EmbeddingConfig, Settings, load_log_key
-from tms.errors import EmbeddingError, is_database_down, one_line
+from tms.config import LOG_KEY_FILE, EmbeddingConfig, Settings, load_log_key
+from tms.errors import ConfigError, EmbeddingError, is_database_down, one_line
 from tms.fetch import pool as fetch_pool
 from tms.guard.exports import Exports
 from tms.guard.rates import Throttle
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 PUBLISH_CONNECTIONS: Final = 8  # publish transactions at once (one per group of collections)
 POOL_CLOSE_SECONDS: Final = 10.0
+BACKFILL_QUIET_SECONDS: Final = 2.0  # a back-fill still running then says it started
 VECTORS_RETRY_SECONDS: Final = 1.0  # starting vector search, while the database is down
 
 
@@ -131,6 +132,7 @@ async def open_runtime(
         outage = Outage()
         stack.enter_context(outage.folding_asyncpg())
         url = database_url if database_url is not None else settings.database_url
+        url_given = url
         if url is None:
             embedded = await database.start_embedded(settings.data_dir)
             url = await database.embedded_url(embedded)
@@ -140,6 +142,10 @@ async def open_runtime(
         stack.push_async_callback(fetch_pool.shutdown)  # the extraction workers, if started
         pool = await database.open_pool(url, part="main")
         stack.push_async_callback(close_pool, pool)
+        await database.note_older_releases(pool)
+        embedded_in = settings.data_dir if url_given is None else None
+        metrics.name_database(pool, metrics.database_label(url, embedded_in))
+        stack.callback(metrics.forget_database, pool)
         # Exports hold a connection for as long as the download lasts: give them their own
         # few, one for each export allowed at once (TMS_MAX_EXPORTS), so that slow downloaders
         # never take a connection publishing needs.
@@ -172,6 +178,7 @@ async def open_runtime(
         refusals = RefusalLog(RefusalStore(pool), settings.refusals_keep, outage=outage)
         refusals.start()
         stack.push_async_callback(refusals.close)  # before the pool closes: the last records
+        await refuse_new_log_key(pool, settings)
         signer, chosen = load_log_key(settings)
         if chosen is not None:
             log.warning("%s", chosen)
@@ -206,7 +213,9 @@ async def open_runtime(
         # collection's lock, so nothing waits for the whole back-fill (tms.ledger.log.tree).
         building_logs = asyncio.create_task(_backfill_logs(services), name="tms-tlog")
         stack.push_async_callback(_cancel, building_logs)
-        if settings.embedding.enabled:
+        if not settings.embedding.enabled:
+            services.ledger.without_vectors()
+        else:
             # The model loads after the server is up: until then search answers by keyword
             # with a note saying so, and a publish waits for it within its embedding budget.
             services.search.unavailable = VECTORS_STARTING
@@ -227,6 +236,24 @@ async def open_runtime(
             Exports(settings.max_exports, settings.export_wait),
             WitnessService(pool, witnessing.logs, witnessing.key),
             TOOLS if extensions is None else extensions.tools_served,
+        )
+
+
+async def refuse_new_log_key(pool: asyncpg.Pool, settings: Settings) -> None:
+    """Refuse, in one line naming the fix, to make a new log key for a database that holds
+    signed checkpoints (a restore into a new data directory without the old `log-key`): the
+    append-only log would go on under a key no member knows, every checkpoint before it
+    reading as another server's. `--new-log-key` (`Settings.new_log_key`) is the operator's
+    word that this is meant."""
+    path = settings.data_dir / LOG_KEY_FILE
+    if settings.log_key is not None or settings.new_log_key or path.is_file():
+        return
+    if await pool.fetchval("SELECT EXISTS (SELECT 1 FROM tlog_checkpoints)"):
+        raise ConfigError(
+            f"this database holds signed checkpoints, and there is no log key ({path}, "
+            "TMS_LOG_KEY) to go on signing them: copy the old server's log-key there (or set "
+            "TMS_LOG_KEY); --new-log-key makes a new one, and every checkpoint signed before "
+            "then reads as another server's"
         )
 
 
@@ -334,14 +361,28 @@ async def _key_stored_claims(pool: asyncpg.Pool) -> None:
 
 
 async def _told(what: str, unit: str, backfill: Awaitable[int]) -> int:
-    """A start-up back-fill, its start and end (with the rows it wrote) told in the upgrade log,
-    which the commands print: after a migration, one may run for minutes."""
-    database.upgrade.info("back-fill of %s: started", what)
+    """A start-up back-fill, told in the upgrade log (which the commands print) only when it
+    has work: after a migration, one may run for minutes, so one still running after
+    `BACKFILL_QUIET_SECONDS` says it started, and one that wrote rows says how many. One with
+    nothing to do, as at nearly every start, says nothing."""
     started = time.monotonic()
-    done = await backfill
-    database.upgrade.info(
-        "back-fill of %s: done, %d %s in %.1f s", what, done, unit, time.monotonic() - started
-    )
+    running = asyncio.ensure_future(backfill)
+    try:
+        done = await asyncio.wait_for(asyncio.shield(running), BACKFILL_QUIET_SECONDS)
+    except TimeoutError:
+        database.upgrade.info("back-fill of %s: started", what)
+        done = await running
+    except BaseException:
+        running.cancel()
+        raise
+    if done:
+        database.upgrade.info(
+            "back-fill of %s: done, %s %s in %.1f s",
+            what,
+            f"{done:,}",
+            unit,
+            time.monotonic() - started,
+        )
     return done
 
 

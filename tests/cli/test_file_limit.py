@@ -11,8 +11,10 @@ import sys
 SCRIPT = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, int(sys.argv[1])))
+from tms.cli.logs import configure
 from tms.cli.server import _connection_limits
 from tms.config import Settings
+configure(Settings.from_env({}))
 limits = _connection_limits(Settings.from_env({"TMS_MAX_CONNECTIONS": sys.argv[2]}))
 print(limits.max_connections, limits.websockets, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 """

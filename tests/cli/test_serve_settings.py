@@ -65,9 +65,9 @@ def test_host_flag_and_tms_host_are_one_setting_and_the_metrics_port_is_named(
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
-    output = (tmp_path / "out").read_text()
-    assert f"tms: serving on http://127.0.0.1:{port}\n" in output
-    assert f"tms: metrics on http://127.0.0.1:{metrics}/metrics\n" in output
+    said = (tmp_path / "err").read_text()
+    assert f" INFO tms.serve: serving on http://127.0.0.1:{port}\n" in said
+    assert f"; metrics on http://127.0.0.1:{metrics}/metrics;" in said
 
 
 def _serve(database: str, *args: str, **values: str) -> subprocess.CompletedProcess[str]:

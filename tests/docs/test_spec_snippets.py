@@ -142,7 +142,8 @@ def serving(database_url: str, workdir: Path, fetch_allow: str) -> Iterator[tupl
         port = free_port()
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [TMS, "serve", "--host", "127.0.0.1", "--port", str(port)],
+                # The seed's checkpoints were signed with a throwaway key: a new one, knowingly.
+                [TMS, "serve", "--host", "127.0.0.1", "--port", str(port), "--new-log-key"],
                 cwd=workdir,
                 env=environment(
                     TMS_DATABASE_URL=database_url,

@@ -16,7 +16,6 @@ from factories import (
     OWNER,
     Live,
     claim,
-    database_name,
     evidence,
     free_port,
     fresh_database,
@@ -31,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tms.config import Settings
 from tms.errors import ConfigError
+from tms.metrics import database_label
 
 TOKEN: Final = "scrape-me-0123456789abcdefghij"
 BEARER: Final = {"Authorization": f"Bearer {TOKEN}"}
@@ -88,7 +88,7 @@ def test_the_public_port_serves_metrics_to_the_token_only(metered: Live) -> None
     assert value(after, "tms_db_pool_waiting", pool="publish") == 0
     assert (
         "tms_embedding_queue_depth",
-        (("database", database_name(metered.database_url)),),
+        (("database", database_label(metered.database_url)),),
     ) in after
     assert value(after, "tms_relay_connections") >= 0
     for name, labels, added in (
@@ -115,7 +115,7 @@ def test_the_series_an_operator_graphs(metered: Live) -> None:
     for pool in ("main", "export", "publish"):
         assert value(samples, "tms_db_pool_max_connections", pool=pool) >= 1
     queues = [dict(labels) for name, labels in samples if name == "tms_embedding_queue_depth"]
-    assert {"database": database_name(metered.database_url)} in queues
+    assert {"database": database_label(metered.database_url)} in queues
     assert all(set(labels) == {"database"} for labels in queues)
 
 

@@ -17,6 +17,7 @@ import asyncpg
 import httpx
 import pytest
 from factories import (
+    LOG_SIGNER,
     MEMBER,
     OWNER,
     TMS,
@@ -42,7 +43,13 @@ def servers(
 ) -> Iterator[tuple[list[str], str]]:
     with fresh_database(pg_server_url, template_url, "tms_relay2") as database:
         asyncio.run(seed(database))
-        env = environment(TMS_DATABASE_URL=database, TMS_EMBED="off", **UNLIMITED)
+        env = environment(
+            TMS_DATABASE_URL=database,
+            TMS_EMBED="off",
+            # The seed signed checkpoints: the servers go on with a log key, as an operator's do.
+            TMS_LOG_KEY=LOG_SIGNER.encode(),
+            **UNLIMITED,
+        )
         logs = tmp_path_factory.mktemp("relay-processes")
         ports = [free_port(), free_port()]
         running = []

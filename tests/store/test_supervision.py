@@ -219,9 +219,15 @@ def test_an_outage_is_one_line_in_the_log_and_its_end_another(
         assert time.monotonic() < deadline, err.read_bytes()[start:].decode()
         time.sleep(0.1)
     time.sleep(1.5)  # anything late (the refusal log's next write) would show by now
-    logged = err.read_bytes()[start:].decode().splitlines()
-    assert "Traceback" not in "\n".join(logged)
-    assert len(logged) == 2, logged
+    lines = err.read_bytes()[start:].decode().splitlines()
+    assert "Traceback" not in "\n".join(lines)
+    # Each line is `time level logger: message` (tms.cli.logs); the outage is two warnings,
+    # beside which the INFO lines say what came back (the embedded server, the commit feed).
+    said = [line.split(" ", 2) for line in lines]
+    logged = [words[2].split(": ", 1)[1] for words in said if words[1] != "INFO"]
+    told = [words[2].split(": ", 1)[1] for words in said if words[1] == "INFO"]
+    assert any(line.startswith("the embedded PostgreSQL in ") for line in told), told
+    assert len(logged) == 2, lines
     assert logged[0].startswith("database unavailable, first noticed by ")
     assert logged[0].endswith("nothing more is logged about it until it answers again")
     assert re.fullmatch(

@@ -81,7 +81,7 @@ def report_upgrades() -> None:
     """Print the migrations applied and the back-fills run (the `tms.upgrade` log) on stderr,
     one line each, for the operator watching a start or an upgrade."""
     upgrade = logging.getLogger("tms.upgrade")
-    if upgrade.handlers:
+    if upgrade.handlers or logging.getLogger("tms").handlers:  # set up already (`tms.cli.logs`)
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tms: %(message)s"))
@@ -91,9 +91,15 @@ def report_upgrades() -> None:
 
 
 async def usable_database(settings: Settings) -> str:
-    """The database URL, once the database is known to start, answer and be migrated."""
+    """The database URL, once the database is known to start, answer and be migrated, and to
+    have the log key its checkpoints were signed with, if any (`refuse_new_log_key`)."""
+    from tms.runtime import refuse_new_log_key
+
     url, pool = await open_pool(settings, max_size=1)
-    await pool.close()
+    try:
+        await refuse_new_log_key(pool, settings)
+    finally:
+        await pool.close()
     return url
 
 

@@ -204,7 +204,7 @@ async def restore(source: Path) -> int:
             "every checkpoint it signed before reads as another server's",
             file=sys.stderr,
         )
-    if SECRET_FILE in missing and settings.database_url is None:
+    if SECRET_FILE in missing:
         print(
             f"tms: warning: no {settings.data_dir / SECRET_FILE} and no TMS_SECRET: copy the old "
             "server's secret there too, or every login ends",

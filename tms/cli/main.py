@@ -50,9 +50,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ns.command == "fetch":
         raise SystemExit(fetch(ns.url))
     if ns.command == "serve":
-        raise SystemExit(serve(ns.host, ns.port))
+        raise SystemExit(serve(ns.host, ns.port, ns.log_level, new_log_key=ns.new_log_key))
     if ns.command == "stdio":
-        raise SystemExit(stdio(create=ns.create))
+        raise SystemExit(stdio(create=ns.create, new_log_key=ns.new_log_key))
     if ns.command == "migrate":
         raise SystemExit(
             run_on_database(migrate(ns.distribute, ns.despite_older), create=ns.create)

@@ -19,7 +19,7 @@ async def migrate(distribute: bool, despite_older: bool = False) -> int:
 
     from tms.errors import DatabaseError
     from tms.store import citus
-    from tms.store.database import application_name, database_url
+    from tms.store.database import application_name, database_url, newest_schema
     from tms.store.database import migrate as apply_migrations
 
     settings = Settings.from_env()
@@ -40,7 +40,14 @@ async def migrate(distribute: bool, despite_older: bool = False) -> int:
         raise DatabaseError(f"cannot migrate the database: {one_line(exc)}") from exc
     finally:
         await conn.close()
-    print(f"applied: {', '.join(applied)}" if applied else "applied: none (up to date)")
+    # Each migration was named on stderr as it was applied: the result says only how many.
+    schema = f"schema {newest_schema():03d}"
+    count = len(applied)
+    print(
+        f"{schema}: {count} migration{'' if count == 1 else 's'} applied"
+        if applied
+        else f"{schema}: up to date"
+    )
     if on_citus:
         width = max(len(table) for table in placed)
         for table, where in sorted(placed.items(), key=lambda item: (item[1], item[0])):

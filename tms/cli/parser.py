@@ -8,6 +8,8 @@ import argparse
 from importlib.metadata import version
 from pathlib import Path
 
+from tms.config import LOG_LEVELS
+
 
 def _command(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -30,6 +32,17 @@ def _creates(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """A command that opens the database: `--create` lets it make a new embedded one."""
     command.add_argument("--create", action="store_true", help=CREATE_HELP)
     return command
+
+
+NEW_LOG_KEY_HELP = (
+    "start even though the database holds checkpoints and there is no log key (no "
+    "TMS_DATA_DIR/log-key, no TMS_LOG_KEY): a new key is made, and every checkpoint signed "
+    "before reads as another server's. Without it, start-up refuses: copy the old log-key first"
+)
+
+
+def _new_log_key(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--new-log-key", action="store_true", help=NEW_LOG_KEY_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (overrides TMS_HOST)")
     serve.add_argument("--port", type=int, help="port to listen on (overrides TMS_PORT)")
+    serve.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help="the least severe log lines shown (overrides TMS_LOG_LEVEL; default info)",
+    )
+    _new_log_key(serve)
     stdio = _command(
         commands,
         "stdio",
@@ -71,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "need signing (tms-sign event).",
     )
     _creates(stdio)
+    _new_log_key(stdio)
     migrate = _command(
         commands,
         "migrate",

@@ -8,22 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import ipaddress
+import logging
 import os
 import signal
 import socket
 import sys
 from typing import TYPE_CHECKING, Final
 
-from tms.cli.database import announce, usable_database
+from tms.cli.database import announce, describe, usable_database
+from tms.cli.logs import configure as configure_logging
 from tms.config import Settings
 from tms.errors import ConfigError, TMSError
 from tms.nostr.events import SecretKey
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
     from tms.extension.loading import Extensions
     from tms.http.protocol import ConnectionLimits
+
+log = logging.getLogger("tms.serve")
 
 # The cyclic garbage collector's youngest generation is collected after this many allocations
 # (Python's default: 700). A publish allocates a few hundred containers that die young by
@@ -33,17 +40,21 @@ SHUTDOWN_GRACE_SECONDS = 30  # in-flight requests (a long export) get this long 
 FILES_BESIDES_CONNECTIONS = 200  # database connections, workers, logs, the model's files
 
 
-def serve(host: str | None, port: int | None) -> int:
-    """Check the database first, so that a failure is one line rather than a traceback from
-    inside the server; then serve until SIGTERM or Ctrl-C, and exit 0 after a clean shutdown
-    (the embedded PostgreSQL stops with the last process using it)."""
-    import uvicorn
-
+def serve(
+    host: str | None,
+    port: int | None,
+    level: str | None = None,
+    *,
+    new_log_key: bool = False,
+) -> int:
+    """Check everything that can be checked first, so that a failure is one line rather than a
+    traceback from inside the server: the settings, the listen address (bound before the
+    database is touched), the plugins (loaded once), the database and its log key; then serve
+    until SIGTERM or Ctrl-C, and exit 0 after a clean shutdown (the embedded PostgreSQL stops
+    with the last process using it). Everything said from then on is the server's log
+    (`tms.cli.logs`)."""
     from tms.app import ROUTES, create_app
     from tms.extension.loading import load_extensions
-    from tms.http.protocol import GuardedHttpProtocol
-    from tms.http.websocket import uvicorn_options
-    from tms.relay.limits import MAX_MESSAGE_BYTES
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
     # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
@@ -51,44 +62,124 @@ def serve(host: str | None, port: int | None) -> int:
     signal.signal(signal.SIGINT, _exit_cleanly)
     try:
         # --host and --port are TMS_HOST and TMS_PORT for everything, the log's origin too.
-        settings = Settings.from_env().serving(host, port)
-        host, port = settings.host, settings.port
-        warning = origin_warning(settings.base_url, host)
+        settings = Settings.from_env().serving(host, port, level=level, new_log_key=new_log_key)
+    except TMSError as exc:
+        print(f"tms: {exc}", file=sys.stderr)
+        return 1
+    configure_logging(settings)
+    try:
+        warning = origin_warning(settings.base_url, settings.host)
         if warning is not None:
-            print(f"tms: warning: {warning}", file=sys.stderr, flush=True)
+            log.warning("%s", warning)
         if settings.metrics_port is not None:
             free_port(settings.metrics_host, settings.metrics_port, "TMS_METRICS_PORT")
-        # The plugins first: one that cannot be enabled, or whose tool, prompt or route collides
-        # with the core's or another's, stops start-up before anything else is touched.
-        extensions = load_extensions(settings)
-        extensions.route_table(ROUTES)  # the app's table, as `create_app` builds it below
-        announce(settings, create=True)  # the server may make its data directory's database
-        asyncio.run(usable_database(settings))
-        app = create_app(settings, extensions=extensions)
+        # Bound now, listened on once the app has started: a port another process holds stops
+        # start-up here, before the database is migrated, and nobody connects to a server that
+        # is not up yet (a connection is refused until then).
+        listener = bind_port(settings.host, settings.port)
+        try:
+            summary = enabled(settings)
+            # The plugins, once: one that cannot be enabled, or whose tool, prompt or route
+            # collides with the core's or another's, stops start-up before the database.
+            extensions = load_extensions(settings)
+            extensions.route_table(ROUTES)  # the app's table, as `create_app` builds it below
+            log.info("database: %s", describe(settings))
+            asyncio.run(usable_database(settings))
+            app = create_app(settings, extensions=extensions)
+        except BaseException:
+            listener.close()
+            raise
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 1
     limits = _connection_limits(settings)
-    app = create_app(settings)
     quiet_collector()
-    origin = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    public = f" (public URL {settings.base_url})" if settings.base_url else ""
-    print(f"tms: serving on {origin}{public}", flush=True)
-    if settings.metrics_port is not None:
-        where = settings.metrics_host
-        where = f"[{where}]" if ":" in where else where
-        print(f"tms: metrics on http://{where}:{settings.metrics_port}/metrics", flush=True)
-    uvicorn.run(
+    log.info("enabled: %s", summary)
+    return _run(app, settings, limits, listener)
+
+
+def _run(
+    app: Starlette, settings: Settings, limits: ConnectionLimits, listener: socket.socket
+) -> int:
+    import uvicorn
+
+    from tms.http.protocol import GuardedHttpProtocol
+    from tms.http.websocket import uvicorn_options
+    from tms.relay.limits import MAX_MESSAGE_BYTES
+
+    class Server(uvicorn.Server):
+        """uvicorn's server on the socket bound at start, saying where it serves once it does."""
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                public = settings.base_url
+                log.info(
+                    "serving on %s%s",
+                    _origin(settings.host, settings.port),
+                    f" (public URL {public})" if public else "",
+                )
+
+    config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
+        host=settings.host,
+        port=settings.port,
         lifespan="on",
         http=GuardedHttpProtocol.with_limits(limits),
         **uvicorn_options(limits, MAX_MESSAGE_BYTES),  # the relay's WebSocket connections
         proxy_headers=False,  # X-Forwarded-For is read by the app, from TMS_TRUSTED_PROXIES only
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        log_config=None,  # the log is set up already (`tms.cli.logs`)
+        log_level=None,
+        access_log=settings.access_log,
     )
-    return 0
+    server = Server(config)
+    try:
+        server.run(sockets=[listener])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        listener.close()
+    return 0 if server.started else 1
+
+
+def _origin(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def enabled(settings: Settings) -> str:
+    """The start-up log's one line of what this server runs with, beyond the defaults: the
+    plugins by name, vector search, the witnesses its checkpoints go to, the logs it witnesses
+    (and its witness key, when made now), the metrics' address, the access log."""
+    from tms.witness.settings import WITNESS_KEY_FILE, WitnessSettings
+
+    key_file = settings.data_dir / WITNESS_KEY_FILE
+    making_key = settings.witness_logs is not None and settings.witness_key is None
+    made = making_key and not key_file.exists()
+    witnessing = WitnessSettings.load(settings)  # a file that cannot be read stops start-up
+    parts = [f"plugins {', '.join(settings.plugins)}" if settings.plugins else "no plugins"]
+    parts.append(
+        f"vector search ({settings.embedding.model})"
+        if settings.embedding.enabled
+        else "no vector search (TMS_EMBED=off)"
+    )
+    if witnessing.policy is not None:
+        count = len(witnessing.policy.witnesses)
+        parts.append(f"checkpoints submitted to {count} witness{'es' if count != 1 else ''}")
+    if settings.witness_logs is not None:
+        logs = len(witnessing.logs.logs)
+        said = f"witnessing {logs} log{'s' if logs != 1 else ''}"
+        if made:
+            said += f" (witness key generated into {key_file})"
+        parts.append(said)
+    if settings.metrics_port is not None:
+        where = settings.metrics_host
+        where = f"[{where}]" if ":" in where else where
+        parts.append(f"metrics on http://{where}:{settings.metrics_port}/metrics")
+    elif settings.metrics_token is not None:
+        parts.append("metrics at /metrics with TMS_METRICS_TOKEN")
+    parts.append("access log" if settings.access_log else "no access log (TMS_ACCESS_LOG=off)")
+    return "; ".join(parts)
 
 
 def quiet_collector() -> None:
@@ -113,6 +204,30 @@ def origin_warning(base_url: str | None, host: str) -> str | None:
         "/docs, the login challenge and NIP-98 checks take this server's origin from each "
         "request's Host header. Set TMS_BASE_URL to the public origin (https://...)."
     )
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """A socket bound to the listen address, not yet listening (uvicorn listens on it once the
+    app has started); one line naming the setting when it cannot be bound."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"TMS_HOST/--host: cannot listen on {host}: {exc}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"TMS_PORT/--port: cannot listen on {host} port {port}: {exc.strerror or exc}"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def free_port(host: str, port: int, name: str) -> None:
@@ -154,12 +269,13 @@ def _connection_limits(settings: Settings) -> ConnectionLimits:
     connections = settings.max_connections
     if soft != resource.RLIM_INFINITY and connections > soft - FILES_BESIDES_CONNECTIONS:
         connections = max(10, soft - FILES_BESIDES_CONNECTIONS)
-        print(
-            f"tms: only {soft:,} file descriptors allowed (the hard limit): holding at most "
-            f"{connections:,} connections, not TMS_MAX_CONNECTIONS={settings.max_connections:,}; "
-            "raise the hard limit (ulimit -Hn, LimitNOFILE=) to hold them all",
-            file=sys.stderr,
-            flush=True,
+        log.warning(
+            "only %s file descriptors allowed (the hard limit): holding at most %s connections, "
+            "not TMS_MAX_CONNECTIONS=%s; raise the hard limit (ulimit -Hn, LimitNOFILE=) to hold "
+            "them all",
+            f"{soft:,}",
+            f"{connections:,}",
+            f"{settings.max_connections:,}",
         )
     return ConnectionLimits.of(settings, connections)
 
@@ -175,14 +291,14 @@ def raise_file_limit(wanted: int) -> int:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         except (ValueError, OSError) as exc:  # a container may forbid it
-            print(f"tms: could not raise the open-file limit from {soft:,}: {exc}", file=sys.stderr)
+            log.warning("could not raise the open-file limit from %s: %s", f"{soft:,}", exc)
             return soft
-        print(f"tms: open-file limit raised from {soft:,} to {target:,}", file=sys.stderr)
+        log.info("open-file limit raised from %s to %s", f"{soft:,}", f"{target:,}")
         return target
     return soft
 
 
-def stdio(*, create: bool = False) -> int:
+def stdio(*, create: bool = False, new_log_key: bool = False) -> int:
     """MCP over stdin and stdout against the server's database (a new embedded one only with
     `create`: an agent started from another directory would otherwise see an empty ledger).
     stdout carries the protocol only: the SDK points fd 1 at stderr while serving, and the
@@ -191,7 +307,7 @@ def stdio(*, create: bool = False) -> int:
     from tms.nostr.keys import parse_secret
 
     try:
-        settings = Settings.from_env()
+        settings = dataclasses.replace(Settings.from_env(), new_log_key=new_log_key)
         # A plugin that cannot be enabled is one line; one that prints as it loads must not
         # write into the protocol's stream.
         with contextlib.redirect_stdout(sys.stderr):

@@ -231,7 +231,7 @@ def load_extensions(settings: Settings, environ: Mapping[str, str] | None = None
     loaded = [_load(name, declared.get(name, []), settings, environ) for name in settings.plugins]
     extensions = Extensions(loaded, settings, environ=environ)
     if loaded:
-        log.info("%s", extensions.describe())
+        log.debug("%s", extensions.describe())  # `tms serve` names them in its summary
     return extensions
 
 

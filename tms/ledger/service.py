@@ -161,6 +161,12 @@ class Ledger:
         self._commits = GroupCommitter(publish_pool or pool, _off_loop(_QUOTES), self.log)
         self._embedding: set[asyncio.Task[tuple[int, str | None]]] = set()  # not waited for
 
+    def without_vectors(self) -> None:
+        """Stop queueing published events for vectors (TMS_EMBED=off): nothing would take them
+        off the queue. A server started with vectors on queues whatever has none then
+        (`tms.search.vectors`), so nothing is lost by it."""
+        self._commits.queue_vectors = False
+
     # --- the one path ------------------------------------------------------------------------
 
     async def submit(

@@ -94,11 +94,9 @@ def _connections(count: int) -> str:
     return f"{count} connection" + ("" if count == 1 else "s")
 
 
-async def refuse_if_older_servers(conn: Connection, migrations: list[Migration]) -> None:
-    """Raise, in one line naming them, if a TMS older than the schema `migrations` would build
-    is connected to this database (other than this connection)."""
-    newest = max(m.version for m in migrations)
-    rows = await conn.fetch(
+async def _tms_connections(conn: Connection) -> list[asyncpg.Record]:
+    """The TMS connections to this database other than `conn`, by name and client."""
+    return await conn.fetch(
         """SELECT application_name, coalesce(host(client_addr), 'local') AS client,
                   count(*) AS connections
            FROM pg_stat_activity
@@ -107,21 +105,67 @@ async def refuse_if_older_servers(conn: Connection, migrations: list[Migration])
            GROUP BY 1, 2""",
         OLD_FEED_NAME,
     )
-    older = sorted(  # in Python: the database's collation may order names otherwise
-        (row for row in rows if older_server(row["application_name"], newest)),
-        key=lambda row: (row["application_name"], row["client"]),
-    )
+
+
+def _named(rows: list[asyncpg.Record]) -> str:
+    """Connections as the log names them, five at most, in a stable order (sorted in Python:
+    the database's collation may order names otherwise)."""
+    rows = sorted(rows, key=lambda row: (row["application_name"], row["client"]))
+    return "; ".join(
+        f"{row['application_name']} from {row['client']} ({_connections(row['connections'])})"
+        for row in rows[:5]
+    ) + ("; ..." if len(rows) > 5 else "")
+
+
+async def refuse_if_older_servers(conn: Connection, migrations: list[Migration]) -> None:
+    """Raise, in one line naming them, if a TMS older than the schema `migrations` would build
+    is connected to this database (other than this connection)."""
+    newest = max(m.version for m in migrations)
+    rows = await _tms_connections(conn)
+    older = [row for row in rows if older_server(row["application_name"], newest)]
     if not older:
         return
-    named = "; ".join(
-        f"{row['application_name']} from {row['client']} ({_connections(row['connections'])})"
-        for row in older[:5]
-    ) + ("; ..." if len(older) > 5 else "")
     raise DatabaseError(
-        f"older TMS servers are using this database ({named}): migrating it to schema "
+        f"older TMS servers are using this database ({_named(older)}): migrating it to schema "
         f"{newest:03d} would break them: stop every older server first (or run `tms migrate "
         "--despite-older` to migrate all the same)"
     )
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """A release's number as a tuple to compare (`0.1.10` after `0.1.9`); its local part,
+    after `+`, left out."""
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+", 1)[0])[:4])
+
+
+def older_release(name: str) -> bool:
+    """Whether a connection's `application_name` is that of an older TMS than this one: an
+    older schema, or the same schema and an older release."""
+    if older_server(name, newest_schema()):
+        return True
+    match = _APPLICATION_NAME.fullmatch(name)
+    return (
+        match is not None
+        and int(match.group(2)) == newest_schema()
+        and _release(match.group(1)) < _release(installed_version("tms"))
+    )
+
+
+async def note_older_releases(pool: asyncpg.Pool) -> None:
+    """Log, once at start-up, the older TMS releases still connected to this database (the
+    migration refuses only those of an older schema: one of the same schema runs on, and an
+    operator upgrading should hear that it does)."""
+    async with pool.acquire() as conn:
+        rows = await _tms_connections(conn)
+    older = [row for row in rows if older_release(row["application_name"])]
+    if older:
+        log.warning(
+            "older TMS releases are connected to this database (%s): this is tms %s schema "
+            "%03d; stop them once every client has moved here",
+            _named(older),
+            installed_version("tms"),
+            newest_schema(),
+        )
 
 
 def load_migrations(folder: Path | None = None) -> list[Migration]:
@@ -193,8 +237,13 @@ async def migrate(
             if not applied_now:  # the first to apply: nobody older may be using the schema
                 if not despite_older:
                     await refuse_if_older_servers(conn, migrations)
-                pending = [m.name for m in migrations if m.version not in recorded]
-                upgrade.info("migrating the database, in one transaction: %s", ", ".join(pending))
+                pending = [m for m in migrations if m.version not in recorded]
+                upgrade.info(
+                    "migrating the database to schema %03d, in one transaction: %d migration%s",
+                    max(m.version for m in migrations),
+                    len(pending),
+                    "" if len(pending) == 1 else "s",
+                )
             started = time.monotonic()
             await conn.execute(migration.sql)
             await conn.execute(

@@ -66,7 +66,8 @@ async def metrics_port(settings: Settings, runtime: Runtime) -> AsyncIterator[No
     refresher = asyncio.create_task(
         metrics.refresh_forever(runtime.ledger.pool), name="tms-metrics"
     )
-    log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
+    # `tms serve` says where in its start-up summary (`tms.cli.server.enabled`)
+    log.debug("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
     try:
         yield
     finally:

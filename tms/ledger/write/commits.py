@@ -135,6 +135,7 @@ class GroupCommitter:
         self.log = log
         self._lanes: dict[tuple[str, ...], _Lane] = {}
         self._routed: bool | None = None  # writes one statement per table (tms.ledger.write.routed)
+        self.queue_vectors = True  # False with TMS_EMBED=off: no vectors, so no embedding queue
 
     def enqueue(
         self,
@@ -233,10 +234,19 @@ class GroupCommitter:
             # single PostgreSQL announces what it wrote itself.
             also = [*log_rows.rows(), keys]
             if self._routed:
-                written = await routed.write(conn, merged, members_before, also)
+                written = await routed.write(
+                    conn, merged, members_before, also, queue_vectors=self.queue_vectors
+                )
                 await writes.notify(conn, written)
             else:
-                await writes.write(conn, merged, members_before, also, announce=True)
+                await writes.write(
+                    conn,
+                    merged,
+                    members_before,
+                    also,
+                    announce=True,
+                    queue_vectors=self.queue_vectors,
+                )
             signed = log_rows.checkpoints()
         return [o if isinstance(o, Exception) else (o, signed) for o in outcomes]
 

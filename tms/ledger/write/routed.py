@@ -64,6 +64,8 @@ async def write(
     plan: Plan,
     members_before: dict[Slug, set[PubKey]],
     also: Sequence[Rows] = (),
+    *,
+    queue_vectors: bool = True,
 ) -> Written:
     """Store `plan` as `tms.ledger.write.writes.write` does, and the rows `also` holds; return what
     it stored, by collection (`tms.ledger.write.writes.notify`)."""
@@ -106,7 +108,9 @@ async def write(
     await insert(conn, collection_counts(plan))
     embedded = embedded_kinds()
     queued = [
-        (p.event.id, seq[p.event.id], p.collection) for p in accepted if p.event.kind in embedded
+        (p.event.id, seq[p.event.id], p.collection)
+        for p in accepted
+        if queue_vectors and p.event.kind in embedded
     ]
     await insert(conn, Rows("embedding_queue", _QUEUE_COLUMNS, queued))
     await insert(conn, Rows("collections", _COLLECTION_COLUMNS, list(plan.new_collections)))

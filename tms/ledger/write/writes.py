@@ -131,6 +131,7 @@ async def write(
     also: Sequence[Rows] = (),
     *,
     announce: bool = False,
+    queue_vectors: bool = True,
 ) -> Written:
     """Insert the accepted events, their typed rows, their links' anchors, their places in the
     embedding queue, the collections they create, the member lists they make current and the
@@ -190,7 +191,7 @@ async def write(
     if counts.rows:
         statement.insert("collection_counted", counts)
     embedded = embedded_kinds()
-    if any(x.kind in embedded for x in events):  # vectors come after commit (search)
+    if queue_vectors and any(x.kind in embedded for x in events):  # vectors after commit
         statement.parts.append(
             "queue AS (INSERT INTO embedding_queue (event_id, seq, collection) "  # no id lookups
             f"SELECT id, seq, collection FROM e WHERE kind IN ({', '.join(map(str, embedded))}))"
