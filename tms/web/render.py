@@ -42,6 +42,11 @@ def _cut(text: object, limit: int = 300) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
+def _thousands(value: object) -> str:
+    """A count as every page, script and the CLI write it: 6,000."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def _when(value: object) -> str:
     """An ISO 8601 time or a Unix time, as a reader wants it: minutes, UTC."""
     if isinstance(value, int):
@@ -118,6 +123,7 @@ class Renderer:
             npub=_npub,
             shortkey=_short_key,
             cut=_cut,
+            thousands=_thousands,
             when=_when,
             http_url=_http_url,
             similarity=_similarity,
