@@ -36,3 +36,40 @@ def test_connect_without_javascript_says_it_needs_it_and_an_extension(
         expect(page.locator("#connect-no-script")).to_have_count(0)  # noscript is text then
     finally:
         with_script.close()
+
+
+# Every word of the Limits table's cells on one line (a word broken mid-word has two boxes).
+BROKEN_WORDS: Final = """() => {
+  const heading = document.getElementById('limits')
+  let table = heading.nextElementSibling
+  while (table && table.tagName !== 'TABLE') table = table.nextElementSibling
+  const broken = []
+  const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT)
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const match of node.textContent.matchAll(/[^\\s-]+/g)) { // a line may end at a hyphen
+      const range = document.createRange()
+      range.setStart(node, match.index)
+      range.setEnd(node, match.index + match[0].length)
+      const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)))
+      if (lines.size > 1) broken.push(match[0])
+    }
+  }
+  return broken
+}"""
+
+
+def test_the_docs_limits_table_keeps_its_words_whole_on_a_phone(
+    browser: Browser, site: Live
+) -> None:
+    for name, viewport in WIDTHS.items():
+        context = browser.new_context(viewport=viewport)  # type: ignore[arg-type]
+        try:
+            page = context.new_page()
+            page.goto(site.url + "/docs#limits")
+            assert page.evaluate(BROKEN_WORDS) == []
+            # the page itself never scrolls sideways: only the table may
+            assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+            page.locator("#limits").scroll_into_view_if_needed()
+            shot(page, f"docs-limits-{name}", full_page=False)
+        finally:
+            context.close()
