@@ -98,7 +98,7 @@ def bars(items: list[tuple[str, int]]) -> dict[str, Any]:
 
 
 def _events(count: int) -> str:
-    return f"{count} event{'' if count == 1 else 's'}"
+    return f"{count:,} event{'' if count == 1 else 's'}"
 
 
 def _nice(peak: int) -> int:
