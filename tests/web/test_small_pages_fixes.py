@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from browser import DESKTOP, PHONE, shot
-from factories import Live
+from browser import DESKTOP, PHONE, Person, connect, on_ledger, shot
+from factories import Live, claim, key, terms
 from playwright.sync_api import Browser, expect
 
+from tms.ledger.service import Ledger
+from tms.rules.admission import OPERATOR
+
 WIDTHS: Final = {"desktop": DESKTOP, "phone": PHONE}
+ONE: Final = key(0xD1)  # one claim, in a collection of its own
 
 
 def test_connect_without_javascript_says_it_needs_it_and_an_extension(
@@ -73,3 +77,20 @@ def test_the_docs_limits_table_keeps_its_words_whole_on_a_phone(
             shot(page, f"docs-limits-{name}", full_page=False)
         finally:
             context.close()
+
+
+def test_the_dashboard_axis_of_one_record_reads_0_and_1(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    async def seed(ledger: Ledger) -> None:
+        await ledger.approve([ONE.pubkey])
+        await ledger.submit([terms(ONE), claim(ONE, "single", "One claim.")], origin=OPERATOR)
+
+    on_ledger(site.database_url, seed)
+    page = connect(browser, site, ONE, people).page
+    page.goto(site.url + "/dashboard?c=single")
+    ticks = page.locator("#activity svg").first.locator("text.tick[text-anchor=end]")  # the y axis
+    expect(ticks).to_have_text(["0", "1"])
+    shot(page, "dashboard-one-record", full_page=False)
+    page.set_viewport_size(PHONE)
+    shot(page, "dashboard-one-record-phone", full_page=False)
