@@ -34,6 +34,7 @@ function showChoice () {
 
 async function lookUp () {
   const relays = (panel.dataset.relays || '').split(' ').filter(Boolean)
+  if (!relays.length) return // the server names none (TMS_PROFILE_RELAYS empty): nothing to ask
   const event = await lookupProfile(loggedInKey(), relays)
   const lookup = $('#lookup-status')
   const fields = event ? profileFields(event) : null
