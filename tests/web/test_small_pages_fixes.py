@@ -4,10 +4,11 @@ phone without breaking words; counts are written with thousands separators every
 
 from __future__ import annotations
 
+import json
 from typing import Final
 
 from browser import DESKTOP, PHONE, Person, connect, on_ledger, shot
-from factories import Live, claim, key, terms
+from factories import Live, claim, key, profile, terms
 from playwright.sync_api import Browser, expect
 
 from tms.ledger.service import Ledger
@@ -15,6 +16,15 @@ from tms.rules.admission import OPERATOR
 
 WIDTHS: Final = {"desktop": DESKTOP, "phone": PHONE}
 ONE: Final = key(0xD1)  # one claim, in a collection of its own
+NOSTR: Final = key(0xD2)  # a profile made elsewhere on Nostr
+FOUND: Final = {
+    "about": "Reads histamine papers; ex-nurse.",
+    "picture": "https://example.org/me.png",
+    "nip05": "me@example.org",
+    "lud16": "me@getalby.com",
+    "website": "https://example.org",
+}
+FOUND_TAGS: Final = [["i", "github:me", "abc"]]
 
 
 def test_connect_without_javascript_says_it_needs_it_and_an_extension(
@@ -94,3 +104,30 @@ def test_the_dashboard_axis_of_one_record_reads_0_and_1(
     shot(page, "dashboard-one-record", full_page=False)
     page.set_viewport_size(PHONE)
     shot(page, "dashboard-one-record-phone", full_page=False)
+
+
+def test_editing_a_profile_from_nostr_keeps_its_fields_and_its_about(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    async def seed(ledger: Ledger) -> None:
+        await ledger.approve([NOSTR.pubkey])
+        await ledger.submit(
+            [terms(NOSTR), profile(NOSTR, "Nora", tags=FOUND_TAGS, **FOUND)], origin=OPERATOR
+        )
+
+    on_ledger(site.database_url, seed)
+    person = connect(browser, site, NOSTR, people)
+    page = person.page
+    expect(page.locator("#profile-shown-about")).to_have_text(f"— {FOUND['about']}")
+    page.click("#edit-profile")
+    expect(page.locator("#edit-about")).to_have_value(FOUND["about"])
+    page.fill("#edit-name", "Nora N.")
+    shot(page, "profile-edit-found", full_page=False)
+    page.click("#save-edit")
+    expect(page.locator("#profile-shown-name")).to_have_text("Nora N.")
+    signed = person.signed[-1]
+    assert signed["kind"] == 0 and signed["tags"] == FOUND_TAGS
+    assert json.loads(signed["content"]) == {**FOUND, "name": "Nora N."}
+    expect(page.locator("#profile-shown-about")).to_have_text(f"— {FOUND['about']}")
+    page.set_viewport_size(PHONE)
+    shot(page, "profile-edit-found-phone", full_page=False)

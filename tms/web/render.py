@@ -102,6 +102,13 @@ def _profile_about(about: object) -> tuple[str, str]:
     return "human", text
 
 
+def _profile_about_ours(about: object) -> bool:
+    """Whether an `about` is as the home page's forms write it (`human`, `agent: note`): an
+    edit then writes it so again; any other `about` (a profile from elsewhere) stays as typed."""
+    kind, colon, note = str(about or "").partition(":")
+    return kind.strip() in PROFILE_KINDS and bool(colon or not note)
+
+
 def _http_url(url: object) -> str | None:
     """A URL fit for a link: http(s) only, never `javascript:` or `data:`."""
     if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
@@ -128,6 +135,7 @@ class Renderer:
             http_url=_http_url,
             similarity=_similarity,
             profile_about=_profile_about,
+            profile_about_ours=_profile_about_ours,
             paragraphs=_paragraphs,
         )
         versions = {
