@@ -500,6 +500,12 @@ function reviewChecks (checked) {
   return { found, duplicates }
 }
 
+// A refusal's words without where the batch had the record (`events[0] (d3cb…): `), for
+// showing beside that record.
+function plainWords (message) {
+  return String(message || '').replace(/^events\[\d+\](?: \([0-9a-f]+…\))?: /, '')
+}
+
 function refuse (found) {
   for (const item of found) {
     if (Array.isArray(item)) rowFailed(item[0], item[1])
@@ -633,11 +639,16 @@ async function signAndPublish (slug) {
   const answer = await publish(events)
   if (!answer.ok) {
     const position = failedPosition(answer.data.error)
-    const row = position === null ? null : owners[position]
+    const row = position === null ? undefined : owners[position] // null: the evidence
+    const words = plainWords(answer.data.error)
     if (row) {
-      rowFailed(row, answer.data.error)
+      rowFailed(row, words)
       say(publishStatus, 'Refused: nothing was stored. The row marked in red says why.', 'error')
       row.scrollIntoView({ block: 'center' })
+    } else if (row === null) {
+      show(evidenceCheck, 'error', element('p', '', `Refused: ${words}`))
+      say(publishStatus, 'Refused: nothing was stored. The evidence above says why.', 'error')
+      evidenceCheck.scrollIntoView({ block: 'center' })
     } else {
       say(publishStatus, `Refused: nothing was stored. ${answer.data.error}`, 'error')
     }
