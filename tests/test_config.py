@@ -9,6 +9,7 @@ import pytest
 
 from tms.config import DEFAULT_PROFILE_RELAYS, Settings, load_log_key, load_secret
 from tms.errors import ConfigError
+from tms.web.security import content_security_policy
 
 
 def test_the_secret_is_generated_once_into_the_data_directory(tmp_path: Path) -> None:
@@ -54,6 +55,11 @@ def test_profile_relays_are_websocket_origins() -> None:
     assert Settings.from_env({}).profile_relays == DEFAULT_PROFILE_RELAYS
     relays = Settings.from_env({"TMS_PROFILE_RELAYS": "wss://a.example/, ws://127.0.0.1:7000"})
     assert relays.profile_relays == ("wss://a.example", "ws://127.0.0.1:7000")
+    # set but empty: none, so the pages contact no other origin
+    for empty in ("", " ", ","):
+        assert Settings.from_env({"TMS_PROFILE_RELAYS": empty}).profile_relays == ()
+    policy = content_security_policy(Settings.from_env({"TMS_PROFILE_RELAYS": ""}).profile_relays)
+    assert "wss:" not in policy and "connect-src 'self';" in policy
     for bad in ("https://a.example", "wss://a.example; script-src *", "wss://a b"):
         with pytest.raises(ConfigError, match="TMS_PROFILE_RELAYS"):
             Settings.from_env({"TMS_PROFILE_RELAYS": bad})

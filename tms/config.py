@@ -421,9 +421,10 @@ def _plugins(env: Mapping[str, str]) -> tuple[str, ...]:
 def _relays(env: Mapping[str, str]) -> tuple[str, ...]:
     """`TMS_PROFILE_RELAYS`: comma-separated ws:// or wss:// origins (ws:// is for a relay on
     this machine, as the tests run one). They go into the pages' Content-Security-Policy, so
-    nothing that could widen it is accepted: no paths with spaces, quotes or semicolons."""
+    nothing that could widen it is accepted: no paths with spaces, quotes or semicolons. Unset:
+    the two public relays; set but empty: none, and the pages contact no other origin."""
     text = env.get("TMS_PROFILE_RELAYS")
-    if text is None or not text.strip():
+    if text is None:
         return DEFAULT_PROFILE_RELAYS
     relays = []
     for item in text.split(","):

@@ -8,7 +8,8 @@ NIP-01's machine-readable prefix (`tms.relay.prefixes`). The ledger's errors, th
 door meets, are defined here; a door's own protocol errors live with the door that raises them
 (the relay's `ProtocolError` and `Refused` in `tms.relay.messages`, the pages' `Refused` in
 `tms.web.door`, a body's `BodyError` in `tms.http.bodies`, a filter's `FilterError` in
-`tms.nostr.filters`). Nothing here imports anything but the standard library.
+`tms.nostr.filters`). Nothing here imports anything but the standard library when loaded;
+asyncpg's classes are imported the first time a failure is classified (`_driver_errors`).
 
 Each error also says how the refusal log (`tms.guard.refusals`) files it: its `refusal` kind
 (None for what is not a refusal of the caller, such as a database that is down), and `pubkey`,
@@ -273,7 +274,8 @@ def told(exc: BaseException) -> str:
 # say) as an internal error carrying libpq's or its own words for it, rather than a connection
 # error (which it does use when a worker cannot be reached at all). Lost at the commit, the
 # outcome is unknown, as with any database lost then: a publish sent again is safe (what was
-# stored is skipped). The one place a message's text is read: the driver's, never a door's.
+# stored is skipped). Besides `FetchError`, which files its own message by how it begins, the
+# one place a message's text is read to classify it: the driver's, never a door's.
 _WORKER_LOST: Final = re.compile(
     "server closed the connection unexpectedly|could not receive data from server"
     "|no connection to the server|SSL SYSCALL error|connection not open"

@@ -333,6 +333,8 @@ class ProfileInfo(TypedDict):
     created_at: int
     name: str
     about: str | None
+    content: str  # the signed content, exactly (JSON)
+    tags: str  # the signed tags, as compact JSON
 
 
 class MemberListInfo(TypedDict):

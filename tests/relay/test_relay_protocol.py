@@ -59,7 +59,9 @@ def test_nip11_on_the_root_and_every_collection_with_cors(live: Live) -> None:
         assert limits["max_subscriptions"] == MAX_SUBSCRIPTIONS
         assert limits["max_filters"] == MAX_FILTERS
         assert limits["max_limit"] == MAX_LIMIT
-        assert limits["auth_required"] is True and limits["restricted_writes"] is True
+        # NIP-11's auth_required is AUTH before any action at all: writing needs none here
+        # (test_event_ok_duplicate_and_every_refusal_prefix), reading does
+        assert limits["auth_required"] is False and limits["restricted_writes"] is True
         assert document["software"] and document["version"]
     existing = httpx.get(live.url + "/c/rel", headers={"Accept": "application/nostr+json"})
     missing = httpx.get(live.url + "/c/zzz", headers={"Accept": "application/nostr+json"})

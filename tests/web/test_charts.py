@@ -37,3 +37,21 @@ def test_a_month_of_bars_and_its_labels_stay_inside_the_chart(width: int) -> Non
         assert half <= label["x"] <= width - half
     assert chart["bars"][1]["label"] == "2026-12-02: 1 event"
     assert [t["value"] for t in chart["ticks"]] == [0, 5, 10]
+
+
+@pytest.mark.parametrize(
+    ("counts", "ticks"),
+    [
+        ([0], [0, 1]),
+        ([], [0, 1]),
+        ([1, 0], [0, 1]),
+        ([2], [0, 1, 2]),
+        ([3], [0, 5]),
+        ([7], [0, 5, 10]),
+    ],
+)
+def test_the_y_axis_counts_in_whole_numbers_each_once(counts: list[int], ticks: list[int]) -> None:
+    chart = charts.activity(activity(counts))
+    assert [t["value"] for t in chart["ticks"]] == ticks
+    assert all(isinstance(t["value"], int) for t in chart["ticks"])
+    assert chart["ticks"][-1]["y"] == charts.TOP  # the top tick at the top of the plot

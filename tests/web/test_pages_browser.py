@@ -319,7 +319,9 @@ def test_a_wrong_quote_shows_the_error_and_stores_nothing(
     page.click("#publish")  # the text is stored already (the test before): warned first
     expect(page.locator("#publish-status")).to_contain_text("already evidence in field-notes")
     page.click("#publish")
-    expect(row.locator(".row-error")).to_contain_text("events[1]")
+    # in plain words beside the row, not where the batch had it (`events[1] (ab12…): `)
+    expect(row.locator(".row-error")).to_contain_text("U+0000 (NUL), which cannot be stored")
+    expect(row.locator(".row-error")).not_to_contain_text("events[")
     expect(page.locator("#publish-status")).to_contain_text("nothing was stored")
     shot(page, "submit-refused")
     assert stored(site, "SELECT count(*) FROM events") == before

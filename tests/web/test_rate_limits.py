@@ -132,7 +132,7 @@ def test_an_address_over_its_budget_gets_a_429_with_retry_after(live: Live) -> N
             assert elsewhere.http.get("/terms").status_code == 200
         rows = refusals(live.database_url, "198.51.100.1", 2)
         assert [(r["kind"], r["tool"], r["pubkey"]) for r in rows] == [
-            ("rate_limited", "page", None),
+            ("rate_limited", "terms", None),  # the route's name in the table, as after routing
             ("rate_limited", "mcp", None),
         ]
 

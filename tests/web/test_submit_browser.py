@@ -446,3 +446,44 @@ def test_the_pages_sha256_is_the_servers_with_or_without_crypto_subtle(
     for sample, (subtle, fallback) in zip(samples, digests, strict=True):
         expected = hashlib.sha256(sample.encode()).hexdigest()
         assert subtle == fallback == expected, sample[:20]
+
+
+# --- 34.10: offsets in code points, a prefilled note's punctuation ------------------------------
+
+
+def test_a_quote_is_found_at_code_points_as_the_ledger_counts_them(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    """Characters outside the BMP (two UTF-16 units in JavaScript) count once, as Python's `len`
+    and the ledger's anchors count them."""
+    person = submit_page(browser, site, people)
+    page = person.page
+    astral = "\U0001d504\U0001d505 \U0001f600 " + other_text("astral")
+    page.fill("#text", astral)
+    expect(page.locator("#text-count")).to_have_text(f"{len(astral)} characters")
+    quote = "normal DAO activity"
+    row = fill_row(page, "Half had normal DAO.", quote)
+    start = astral.index(quote)
+    expect(row.locator(".quote-check")).to_contain_text(
+        f"✓ Found at characters {start}\N{EN DASH}{start + len(quote)}:"
+    )
+    expect(row.locator(".quote-check mark")).to_have_text(quote)
+    # the text and the quote's preview in the pages' one font, not a serif of their own
+    font = "e => getComputedStyle(e).fontFamily"
+    body = page.eval_on_selector("body", font)
+    assert "sans-serif" in body
+    for shown in ("#text", ".quote-check .preview"):
+        assert page.eval_on_selector(shown, font) == body, shown
+    both_widths(page, "submit-code-points")
+
+
+def test_the_prefilled_note_ends_a_quoted_sentence_once(
+    browser: Browser, site: Live, people: list[Person]
+) -> None:
+    person = submit_page(browser, site, people, f"&to={BOTH['id']}&relation=REBUTS")
+    note = person.page.locator("#prefill-note")
+    expect(note).to_have_text(
+        "Row 1 links this evidence to the contradiction: “Adults are not children.” Add the "
+        "evidence (fetch or paste it), then the row's quote and reason."
+    )
+    shot(person.page, "submit-prefilled-note", full_page=False)

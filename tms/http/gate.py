@@ -1,5 +1,7 @@
-"""The first thing every HTTP request meets, as plain ASGI middleware: who the client is, and
-its address's rate limit, before a byte of the body is read or a signature verified.
+"""What every HTTP request meets before its route, as plain ASGI middleware (inside only
+`tms.http.metered.Metered`, which counts it, and `tms.web.security.SecurityHeaders`, which adds
+headers to its answer): who the client is, and its address's rate limit, before a byte of the
+body is read or a signature verified.
 
 The client's address is the peer's, or the one a trusted proxy forwarded (`tms.guard.clients`);
 it is kept for the request in `tms.guard.clients.CURRENT`, where the refusal log finds it. A
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tms.errors import RateLimited, Refusal
@@ -79,23 +82,18 @@ def _cost(scope: Scope) -> int:
 
 
 def route_name(scope: Scope) -> str:
-    """What the refusal log calls a route: a name, never the path (it may hold a slug)."""
+    """What the refusal log calls a route: its name in the route table, as the routes' own
+    refusals name it after routing (`tms.web.answers.route_of`), never the path (it may hold a
+    slug); "page" for a path no route answers."""
     path: str = scope["path"]
-    if path == "/mcp":
-        return "mcp"
-    if path.endswith("/export.jsonl"):
+    if path.endswith("/export.jsonl"):  # every request asks (below): the one name read by path
         return "export"
-    if path.startswith("/c/"):
-        # The log's routes: /c/<slug>/checkpoint, /c/<slug>/consistency, /c/<slug>/tile/...
-        for route in ("checkpoint", "consistency"):
-            if path.endswith(f"/{route}"):
-                return f"log {route}"
-        if "/tile/" in path:
-            return "log tile"
-    if path.startswith("/witness/"):
-        return "witness add-checkpoint" if path == ADD_CHECKPOINT else "witness"
-    if path in ("/login", "/publish", "/fetch"):
-        return f"page {path[1:]}"
+    router = getattr(scope.get("app"), "router", None)
+    for route in getattr(router, "routes", ()):
+        match, _ = route.matches(scope)
+        if match is not Match.NONE:  # PARTIAL: the path's route, another method
+            name = getattr(route, "name", None)
+            return name if isinstance(name, str) and name else "page"
     return "page"
 
 

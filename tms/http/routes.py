@@ -1,10 +1,14 @@
 """The HTTP route table as a value that only grows: the core's route groups, then the enabled
 plugins' routes, added to a copy of it (`tms.app` builds the application from that). Two routes
-that would answer the same request (the same path, parameters compared by place whatever their
-names, the same protocol and a method in common) are a loud start-up error naming both sides
+with the same path (parameters compared by place whatever their names and converters), the same
+protocol and a method in common are a loud start-up error naming both sides
 (`tms.registry.Collision`), never one silently shadowing the other.
 
-Starlette tries routes in the order they were added; the table keeps that order.
+Paths that differ are not compared further, though a `{name:path}` parameter, which spans
+slashes, lets two of them match one request: the log's `/c/{slug:path}/checkpoint` and the claim
+page's `/c/{slug}/claims/{event_id}` both match `/c/x/claims/checkpoint`. Starlette tries
+routes in the order they were added, and the table keeps that order, so the first answers (here
+the log's route, with the 404 of the slug `x/claims`, which no collection can have).
 """
 
 from __future__ import annotations

@@ -25,17 +25,13 @@ def lock_keys(batch: Sequence[Parsed]) -> tuple[str, ...]:
     return tuple(sorted({p.collection or UNSCOPED for p in batch}))
 
 
-async def lock(conn: Connection, batch: Sequence[Parsed]) -> None:
-    """Serialize batches that touch the same collection (or any profile or terms), so that two
-    racing to create one collection end with one owner and a batch sent twice at once is
-    stored once."""
-    await hold_locks(conn, lock_keys(batch))
-
-
 async def hold_locks(conn: Connection, keys: Sequence[str]) -> None:
-    """Take these lock keys (collections' slugs) until the transaction ends: also for work on
-    a collection outside a publish (building its log) that must not interleave with one. One
-    statement per key, in sorted order, so that two batches never wait on each other in a
-    cycle."""
+    """Take these lock keys (collections' slugs) until the transaction ends. A publish holds
+    its batches' `lock_keys` (`tms.ledger.write.writes.locked_transaction`: through this on
+    Citus, with its `BEGIN` on a single PostgreSQL), so that two batches racing to create
+    one collection end with one owner and a batch sent twice at once is stored once; work on a
+    collection outside a publish (building its log) takes its slug, so as not to interleave with
+    one. One statement per key, in sorted order, so that two batches never wait on each other
+    in a cycle."""
     for key in sorted(keys):
         await conn.fetchval(_SQL_LOCK, key)

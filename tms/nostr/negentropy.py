@@ -172,12 +172,6 @@ class Items:
         (about 72 bytes an item)."""
         return self.timestamps.nbytes + self.ids.nbytes + len(self._blob) + self._prefix.nbytes
 
-    @property
-    def own_bytes(self) -> int:
-        """What this list holds beyond the arrays it was given sorted (its ids end to end and
-        the prefix sums): a kept list's cost of being sealed."""
-        return len(self._blob) + self._prefix.nbytes
-
     def id(self, i: int) -> bytes:
         return self._blob[i * ID_SIZE : (i + 1) * ID_SIZE]
 

@@ -3,9 +3,11 @@ paths as the pages: a browser's GET stays the page), and a GET of either with
 `Accept: application/nostr+json` is the NIP-11 document.
 
 A connection is authenticated by NIP-42 AUTH, or by the login cookie of a browser on this very
-site: the cookie counts only when the upgrade's `Origin` is this server's own, so no other site
-can open a socket that rides a member's login (cross-site WebSocket hijacking). A connection from
-another origin still works, and authenticates with AUTH like any Nostr client.
+site: the cookie counts only when the upgrade's `Origin` is this server's own or absent, so no
+other site can open a socket that rides a member's login (cross-site WebSocket hijacking: a
+browser always sends `Origin` on an upgrade; a client that sends none is not a browser page and
+holds the cookie itself). A connection from another origin still works, and authenticates with
+AUTH like any Nostr client.
 
 The server's WebSocket protocol (`tms.http.websocket`) lends the app five things through the
 scope: `abort`, to drop a client that no longer reads at all (a polite close would wait for it

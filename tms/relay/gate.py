@@ -42,7 +42,8 @@ class Gate:
     def __init__(self) -> None:
         self.pubkey: PubKey | None = None
         self.slugs: frozenset[Slug] = frozenset()
-        self.changes = 0  # member lists the hub applied: a reader read across one is stale
+        # member lists the hub applied, and resets (a new key): a reader read across one is stale
+        self.changes = 0
         self.moves = 0  # changes of `slugs`, by the hub, a new key or a reader read
         self.moved: Callable[[], None] | None = None  # told when a reader read changed `slugs`
         self._lock = asyncio.Lock()

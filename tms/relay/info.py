@@ -87,7 +87,7 @@ def document(slug: Slug | None, rates: RateLimits | None = None) -> dict[str, An
             "default_limit": DEFAULT_LIMIT,
             "max_subid_length": MAX_SUBID_CHARS,
             "max_content_length": MAX_CONTENT_CHARS,
-            "auth_required": True,
+            "auth_required": False,  # NIP-11: AUTH before any action; EVENT needs none here
             "restricted_writes": True,
             "payment_required": False,
             "created_at_upper_limit": MAX_FUTURE_SECONDS,

@@ -31,7 +31,8 @@ GIVE_WAY_SECONDS: Final = 2.0
 NOTICE_SECONDS: Final = 2.0  # time given to a closing NOTICE to go out
 MAX_IN_FLIGHT: Final = 64  # a connection's events submitted but not yet answered
 MAX_NEG_SESSIONS: Final = 2  # NIP-77: open NEG sessions per connection (each holds its items)
-MAX_NEG_RECORDS: Final = 2_000_000  # items in one NEG session's list, about 80 MB
+# items in one NEG session's list: about 144 MB at its most (`Items.nbytes`, about 72 bytes an item)
+MAX_NEG_RECORDS: Final = 2_000_000
 # NIP-77: the collections' item lists this process keeps for the sessions to come, together at
 # most (76 bytes an item: a 2,000,000-event collection fits; `tms.ledger.read.negentropy_items`)
 NEG_CACHE_BYTES: Final = 256 * MiB

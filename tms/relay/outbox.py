@@ -1,11 +1,13 @@
 """One connection's messages to send: one queue, written by a task of its own, counted in bytes
 against the connection's memory budget (`tms.relay.budget`).
 
-Whatever has queued up meanwhile goes out in one write (`send_many`, up to `WRITE_BYTES`), so
-that a batch's events reach a subscriber, and a group's OKs a writer, in one system call rather
-than one each. A message counts until the kernel has taken it (`drained`), not merely until
-it was handed to the socket's buffer in this process, where a client that does not read leaves
-it (once there, only its framed bytes are held, not the text too).
+When the server can write several messages at once (`send_many`, `tms.http.websocket`),
+whatever has queued up meanwhile goes out in one write (up to `WRITE_BYTES`), so that a batch's
+events reach a subscriber, and a group's OKs a writer, in one system call rather than one each;
+and given `drained`, a message counts until the kernel has taken it, not merely until it was
+handed to the socket's buffer in this process, where a client that does not read leaves it (once
+there, only its framed bytes are held, not the text too). Without `send_many`, messages go one
+`send` at a time, each counted until that send returns.
 
 Three kinds of message, three rules:
 - a live event is queued as the event's JSON, which every subscriber shares (`Shared`), and

@@ -155,6 +155,11 @@ def translate_error(where: str, exc: ValidationError) -> InvalidEvent:
         return InvalidEvent(f"field '{field}' is missing from {where}", f"content.{field}")
     if error["type"] == "literal_error":
         reason = "must be " + str(error.get("ctx", {}).get("expected", "")).replace("'", "")
+    elif error["type"] in ("too_long", "string_too_long"):
+        # pydantic's "at most 10000 items after validation", as SPEC words a limit
+        most = error.get("ctx", {}).get("max_length")
+        unit = "characters" if isinstance(error.get("input"), str) else "items"
+        reason = f"longer than {most:,} {unit}" if isinstance(most, int) else error["msg"]
     else:
         reason = _TYPE_WORDS.get(error["type"], error["msg"])
     if len(error["loc"]) > 1 and isinstance(error["loc"][1], int):

@@ -49,6 +49,12 @@ _SQL_CLAIMS_KEYWORD: Final = """
     SELECT h.*, e.received_at FROM hits h JOIN events e ON e.seq = h.seq AND e.collection = $1
     ORDER BY h.rank DESC, h.seq DESC, h.id"""
 
+# How many claims a keyword search matches: what ranking them reads anyway (every match is
+# ranked before the best are cut), counted from the same GIN index.
+_SQL_CLAIMS_KEYWORD_COUNT: Final = """
+    SELECT count(*) FROM claims c, websearch_to_tsquery('english', $2) q
+    WHERE c.collection = $1 AND c.search @@ q"""
+
 # A contradiction searched as one document: its reason, then its claims' stored `search`
 # vectors, folded on with `||` (which shifts positions, so a phrase never spans two parts;
 # PostgreSQL has no tsvector aggregate). A part that would take the document past a tsvector's
@@ -192,6 +198,18 @@ class Search:
                 return {"method": "vector", "note": note, "items": items}
         items = await self.claims_by_keyword(readable, text, limit)
         return {"method": "keyword", "note": note, "items": items}
+
+    async def claims_total(
+        self, readable: ReadableCollection, text: str, method: Method, claims: int
+    ) -> int:
+        """How many claims a search by `method` (as `claims` answered it) ranks in all, for a page
+        that shows them a page at a time: by keyword, those matching; by meaning, every claim of
+        the collection (`claims`, its kept count) but those still waiting for a vector."""
+        vectors = self.vectors
+        if method == "vector" and vectors is not None:
+            return max(0, claims - await vectors.pending_claims(readable.slug))
+        count = await self.pool.fetchval(_SQL_CLAIMS_KEYWORD_COUNT, readable.slug, text)
+        return int(count or 0)
 
     async def contradictions(
         self, readable: ReadableCollection, text: str, limit: int

@@ -44,9 +44,12 @@ def activity(data: Activity, width: int = WIDTH) -> dict[str, Any]:
                 "label": f"{bucket['start']}: {_events(bucket['events'])}",
             }
         )
+    # Counts: whole numbers only, each once. An empty chart's axis runs to 1; a top of 1 or 5
+    # gets no tick halfway, where no whole number is.
+    top = max(scale, 1)
     ticks = [
-        {"y": round(TOP + plot_height - plot_height * f, 2), "value": round(scale * f)}
-        for f in (0, 0.5, 1)
+        {"y": round(TOP + plot_height - plot_height * value / top, 2), "value": value}
+        for value in ([0, top] if top % 2 else [0, top // 2, top])
     ]
     labels = []
     if buckets:
@@ -95,7 +98,7 @@ def bars(items: list[tuple[str, int]]) -> dict[str, Any]:
 
 
 def _events(count: int) -> str:
-    return f"{count} event{'' if count == 1 else 's'}"
+    return f"{count:,} event{'' if count == 1 else 's'}"
 
 
 def _nice(peak: int) -> int:

@@ -5,6 +5,7 @@ signing; for a member, the same list to read (who else is in)."""
 from __future__ import annotations
 
 from typing import Any, Final
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,7 +22,8 @@ from tms.search.search import Method
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, MAX_QUERY_CHARS
 from tms.web.door import door_of, ok, page, services_of
 
-CLAIMS_SHOWN: Final = 100
+CLAIMS_SHOWN: Final = 100  # a page of claims
+SEARCH_PAGES: Final = 10  # a search shows its best 1,000: the rest is better found by refining it
 EVIDENCE_SHOWN: Final = 100
 MAX_NOTE_CHARS: Final = 80  # of a profile name, shown as a note on the members page
 # What the page follows live (static/collection.js); what committed between its rendering and
@@ -42,14 +44,30 @@ async def collection(request: Request) -> Response:
         sort = "recent"
     text = (request.query_params.get("q") or "").strip()[:MAX_QUERY_CHARS]
     method: Method = "keyword" if request.query_params.get("method") == "keyword" else "vector"
+    asked = _page_number(request.query_params.get("page"))
     search = None
     claims: list[Any] = []
-    if text:
-        search = await services.search.claims(readable, text, method, CLAIMS_SHOWN)
-    else:
-        claims = list(await services.reads.list_claims(readable, sort, CLAIMS_SHOWN))
-    evidence = await services.reads.list_evidence(readable, False, None, EVIDENCE_SHOWN)
     [info] = await services.reads.list_collections(readable.reader())
+    if text:
+        # a search ranks from the best down: a later page is the top of a longer ranking
+        shown = min(asked, SEARCH_PAGES)
+        search = await services.search.claims(readable, text, method, shown * CLAIMS_SHOWN)
+        total = await services.search.claims_total(readable, text, search["method"], info["claims"])
+        pages = min(SEARCH_PAGES, _pages(total))
+        page_number = min(shown, pages)
+        search["items"] = search["items"][(page_number - 1) * CLAIMS_SHOWN :][:CLAIMS_SHOWN]
+        pager = {"sort": None, "q": text, "method": method}
+    else:
+        # the count kept as records are stored (sql/009), never a count of the claims
+        total = info["claims"]
+        pages = _pages(total)
+        page_number = min(asked, pages)
+        offset = (page_number - 1) * CLAIMS_SHOWN
+        claims = list(await services.reads.list_claims(readable, sort, CLAIMS_SHOWN, offset))
+        pager = {"sort": sort, "q": None, "method": None}
+    first = (page_number - 1) * CLAIMS_SHOWN + 1
+    listed = len(search["items"]) if search is not None else len(claims)
+    evidence = await services.reads.list_evidence(readable, False, None, EVIDENCE_SHOWN)
     witnessed = await _witnessed(services.tlog, readable)
     return await door.render(
         request,
@@ -62,11 +80,34 @@ async def collection(request: Request) -> Response:
         method=method,
         search=search,
         claims=claims,
+        page=page_number,
+        pages=pages,
+        shown={
+            "first": first,
+            "last": first + listed - 1,
+            "of": total,
+            "more": total > pages * CLAIMS_SHOWN,
+            "cap": pages * CLAIMS_SHOWN,
+        },
+        pager_base="?" + urlencode({k: v for k, v in pager.items() if v}) + "&page=",
+        pager_label="Pages of claims",
         evidence=evidence,
         evidence_cut=len(evidence) == EVIDENCE_SHOWN,
         live={"after": after, "kinds": LIVE_KINDS, "caught_up": CAUGHT_UP_KINDS},
         witnessed=witnessed,
     )
+
+
+def _page_number(value: str | None) -> int:
+    """`?page=N` as a page number: 1 when absent or not a plain positive number."""
+    if value is None or not value.isdigit() or not value.isascii():
+        return 1
+    return max(1, min(int(value[:9]), 10**8))
+
+
+def _pages(total: int) -> int:
+    """Pages of CLAIMS_SHOWN for `total` claims; one, empty, for none."""
+    return max(1, -(-total // CLAIMS_SHOWN))
 
 
 async def _witnessed(tlog: LogReads, readable: ReadableCollection) -> dict[str, Any] | None:

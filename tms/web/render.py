@@ -42,6 +42,11 @@ def _cut(text: object, limit: int = 300) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
+def _thousands(value: object) -> str:
+    """A count as every page, script and the CLI write it: 6,000."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def _when(value: object) -> str:
     """An ISO 8601 time or a Unix time, as a reader wants it: minutes, UTC."""
     if isinstance(value, int):
@@ -97,6 +102,13 @@ def _profile_about(about: object) -> tuple[str, str]:
     return "human", text
 
 
+def _profile_about_ours(about: object) -> bool:
+    """Whether an `about` is as the home page's forms write it (`human`, `agent: note`): an
+    edit then writes it so again; any other `about` (a profile from elsewhere) stays as typed."""
+    kind, colon, note = str(about or "").partition(":")
+    return kind.strip() in PROFILE_KINDS and bool(colon or not note)
+
+
 def _http_url(url: object) -> str | None:
     """A URL fit for a link: http(s) only, never `javascript:` or `data:`."""
     if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
@@ -118,10 +130,12 @@ class Renderer:
             npub=_npub,
             shortkey=_short_key,
             cut=_cut,
+            thousands=_thousands,
             when=_when,
             http_url=_http_url,
             similarity=_similarity,
             profile_about=_profile_about,
+            profile_about_ours=_profile_about_ours,
             paragraphs=_paragraphs,
         )
         versions = {

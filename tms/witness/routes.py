@@ -50,7 +50,7 @@ async def add_checkpoint(request: Request) -> Response:
     metrics.WITNESSED.labels(str(answer.status)).inc()
     refused = REFUSED.get(answer.status)
     if refused is not None:
-        request.app.state.runtime.services.refusals.record(refused, "witness add-checkpoint")
+        request.app.state.runtime.services.refusals.record(refused, ADD_CHECKPOINT)
     # The content type exactly as given: a 409's `text/x.tlog.size` takes no charset (starlette
     # would add one to a text/* media type), as clients compare it whole.
     headers = {**NO_STORE, "Content-Type": answer.content_type}
@@ -71,8 +71,10 @@ async def monitoring(request: Request) -> Response:
     return PlainTextResponse(note, media_type=NOTE_CONTENT_TYPE, headers=NO_STORE)
 
 
+ADD_CHECKPOINT: Final = "witness add-checkpoint"  # its name in the refusal log, gate included
+
 ROUTES: Final = [
-    Route("/witness/add-checkpoint", add_checkpoint, methods=["POST"]),
-    Route("/witness/key", key, methods=["GET"]),
-    Route("/witness/{origin}/checkpoint", monitoring, methods=["GET"]),
+    Route("/witness/add-checkpoint", add_checkpoint, methods=["POST"], name=ADD_CHECKPOINT),
+    Route("/witness/key", key, methods=["GET"], name="witness"),
+    Route("/witness/{origin}/checkpoint", monitoring, methods=["GET"], name="witness"),
 ]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from tms.store.database import Connection, Pool
+from tms.store.database import Pool
 from tms.tlog.cosignature import Cosignature
 from tms.tlog.policy import Policy
 from tms.types import Slug
@@ -31,8 +31,6 @@ _SQL_COSIGNED: Final = """
                      ORDER BY size DESC LIMIT $2)
     GROUP BY c.size, c.root, c.note
     ORDER BY c.size DESC"""
-_SQL_LINES_AT: Final = """
-    SELECT line FROM tlog_cosignatures WHERE collection = $1 AND size = $2 ORDER BY witness"""
 _SQL_RECORD: Final = """
     INSERT INTO tlog_cosignatures (collection, size, witness, signed_time, line)
     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING"""
@@ -100,11 +98,6 @@ class Cosigned:
         rows = await self.pool.fetch(_SQL_COSIGNED, slug, LOOK_BACK)
         judged = [self._judge(r["size"], bytes(r["root"]), r["note"], r["lines"]) for r in rows]
         return next((w for w in judged if w.quorum), judged[0] if judged else None)
-
-    async def attach(self, conn: Connection, slug: Slug, size: int, note: str) -> Witnessed:
-        """The checkpoint at `size` with the cosignatures stored for it."""
-        lines = [r["line"] for r in await conn.fetch(_SQL_LINES_AT, slug, size)]
-        return self._judge(size, b"", note, lines)
 
     def _judge(self, size: int, root: bytes, note: str, lines: Sequence[str]) -> Witnessed:
         cosigned = note + "".join(f"{line}\n" for line in lines)

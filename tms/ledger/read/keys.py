@@ -21,15 +21,18 @@ from tms.ledger.read import records
 from tms.results import MemberListInfo, ProfileInfo
 from tms.rules.terms import current_terms
 from tms.store.database import Pool
-from tms.types import PubKey, Slug
+from tms.types import UNSCOPED, PubKey, Slug
 
 _SQL_TERMS_SIGNED: Final = """
     SELECT EXISTS (SELECT 1 FROM terms_signatures
                    WHERE pubkey = $1 AND version = $2 AND sha256 = $3)"""
 # The replaceable rule: newest created_at, ties to the lowest id.
-_SQL_PROFILE: Final = """
-    SELECT id, pubkey, created_at, name, about FROM profiles WHERE pubkey = $1
-    ORDER BY created_at DESC, id LIMIT 1"""
+_SQL_PROFILE: Final = f"""
+    WITH p AS (
+        SELECT id, pubkey, created_at, name, about FROM profiles WHERE pubkey = $1
+        ORDER BY created_at DESC, id LIMIT 1)
+    SELECT p.*, e.content, e.tags FROM p
+    JOIN events e ON e.id = p.id AND e.collection = '{UNSCOPED}'"""
 _SQL_MEMBER_LIST: Final = """
     SELECT c.slug, c.owner, h.list_id, h.created_at,
            ARRAY(SELECT m.pubkey FROM memberships m WHERE m.collection = c.slug
@@ -69,6 +72,9 @@ class Keys:
             "created_at": row["created_at"],
             "name": row["name"],
             "about": row["about"],
+            # as signed: an edit keeps what other clients put there (picture, nip05, lud16)
+            "content": row["content"],
+            "tags": row["tags"],
         }
 
     async def names(self, pubkeys: Iterable[PubKey]) -> dict[PubKey, str]:

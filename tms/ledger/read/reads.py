@@ -157,7 +157,7 @@ class Reads:
     # --- claims ----------------------------------------------------------------------------
 
     async def list_claims(
-        self, readable: ReadableCollection, sort: str | None, limit: int
+        self, readable: ReadableCollection, sort: str | None, limit: int, offset: int = 0
     ) -> list[ClaimSummary]:
         """Claims with their SUPPORTS, QUALIFIES and REBUTS link counts and `findings` (the
         contradictions they belong to).
@@ -168,7 +168,8 @@ class Reads:
         newest first, then id. The count sorts read the top of their index over the counts
         kept as links and contradictions are stored (sql/008), never the collection's links.
         No sort is `recent`: someone asking for claims without saying how most likely wants
-        what was just added."""
+        what was just added. `offset` skips that many first (the collection page's later pages):
+        the index is walked past them, a cost that grows with the offset, not the collection."""
         collection = readable.slug
         sort = DEFAULT_SORT if sort is None else sort
         if sort not in CLAIM_SORTS:
@@ -177,9 +178,9 @@ class Reads:
             if sort == "recent":
                 rows = await conn.fetch(
                     limited(
-                        """WITH page AS (
+                        f"""WITH page AS (
                                SELECT id, seq, pubkey, text FROM claims WHERE collection = $1
-                               ORDER BY seq DESC LIMIT :limit)
+                               ORDER BY seq DESC LIMIT :limit OFFSET {page_size(offset)})
                            SELECT p.*, e.received_at FROM page p
                            JOIN events e ON e.seq = p.seq AND e.collection = $1
                            ORDER BY p.seq DESC""",
@@ -189,7 +190,7 @@ class Reads:
                 )
                 counts = await records.claim_counts(conn, collection, [r["id"] for r in rows])
             else:
-                rows = await conn.fetch(_claims_sorted_sql(sort, limit), collection)
+                rows = await conn.fetch(_claims_sorted_sql(sort, limit, offset), collection)
                 counts = {r["id"]: {name: r[name] for name in records.COUNT_NAMES} for r in rows}
             names = await records.authors(conn, (r["pubkey"] for r in rows))
         return [
@@ -378,7 +379,7 @@ class Reads:
             return await excerpts.evidence_window(conn, readable.slug, event_id, offset, chars)
 
 
-def _claims_sorted_sql(sort: str, limit: int) -> str:
+def _claims_sorted_sql(sort: str, limit: int, offset: int = 0) -> str:
     """The top of the sort's own index over the counts kept as links are stored (sql/008):
     the cost of a page, not of the collection."""
     key = _SORT_KEYS[sort]
@@ -386,7 +387,7 @@ def _claims_sorted_sql(sort: str, limit: int) -> str:
         WITH page AS (
             SELECT claim_id AS id, seq, supports, qualifies, rebuts, findings
             FROM claim_counts WHERE collection = $1
-            ORDER BY {key}, seq DESC, claim_id LIMIT {page_size(limit)})
+            ORDER BY {key}, seq DESC, claim_id LIMIT {page_size(limit)} OFFSET {page_size(offset)})
         SELECT p.*, c.pubkey, c.text, e.received_at
         FROM page p JOIN claims c ON c.id = p.id AND c.collection = $1
         JOIN events e ON e.seq = p.seq AND e.collection = $1

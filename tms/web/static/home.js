@@ -34,6 +34,7 @@ function showChoice () {
 
 async function lookUp () {
   const relays = (panel.dataset.relays || '').split(' ').filter(Boolean)
+  if (!relays.length) return // the server names none (TMS_PROFILE_RELAYS empty): nothing to ask
   const event = await lookupProfile(loggedInKey(), relays)
   const lookup = $('#lookup-status')
   const fields = event ? profileFields(event) : null
@@ -158,7 +159,7 @@ if (shown) {
     try {
       say(editStatus, signing(['your new profile'], 0))
       const createdAt = editedAt(Number(shown.dataset.createdAt), Math.floor(Date.now() / 1000))
-      const profile = await sign(0, { name, about: note ? `${kind}: ${note}` : kind }, [], createdAt)
+      const profile = await sign(0, edited(shown, name, kind, note), storedTags(shown), createdAt)
       say(editStatus, 'Publishing…')
       const answer = await publish([profile])
       if (!answer.ok) throw new Error(`The server refused it: ${answer.data.error}`)
@@ -174,6 +175,31 @@ if (shown) {
       saveEdit.disabled = false
     }
   })
+}
+
+// The edited profile: the stored one's content with the name and about the form holds, so what
+// other clients put there (picture, nip05, lud16, ...) is kept. An about written here before
+// (`human`, `agent: note`) is written so again; any other stays as typed, unless the key now
+// says it is an agent.
+function edited (shown, name, kind, note) {
+  let stored = {}
+  try {
+    const parsed = JSON.parse(shown.dataset.content || '{}')
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) stored = parsed
+  } catch { /* a content that is no JSON object keeps nothing */ }
+  const ours = shown.dataset.aboutKind === 'ours' || kind === 'agent'
+  const about = ours ? (note ? `${kind}: ${note}` : kind) : note
+  const content = { ...stored, name }
+  if (about) content.about = about
+  else delete content.about
+  return content
+}
+
+function storedTags (shown) {
+  try {
+    const tags = JSON.parse(shown.dataset.tags || '[]')
+    return Array.isArray(tags) ? tags : []
+  } catch { return [] }
 }
 
 // --- creating a collection ---------------------------------------------------------------------

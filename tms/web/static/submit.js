@@ -138,7 +138,7 @@ function reindex () {
 
 // The text's length, and near the limit its size as signed (the URL, title and source count).
 function updateCount () {
-  let count = `${text.value.length.toLocaleString('en')} characters`
+  let count = `${characters(text.value).toLocaleString('en')} characters`
   if (text.value.length > MAX_CONTENT * 0.9) {
     const size = evidenceSize()
     count += ` · ${size.toLocaleString('en')} of the ${MAX_CONTENT.toLocaleString('en')} one evidence holds, as signed`
@@ -241,7 +241,10 @@ function checkQuote (row) {
   const source = text.value
   out.classList.add('found')
   row.dataset.quote = 'found'
-  out.append(`✓ Found at characters ${start.toLocaleString('en')}–${end.toLocaleString('en')}:`)
+  // where the ledger and the docs say it is: in code points, not the UTF-16 units sliced here
+  const first = characters(source.slice(0, start))
+  const last = first + characters(source.slice(start, end))
+  out.append(`✓ Found at characters ${first.toLocaleString('en')}–${last.toLocaleString('en')}:`)
   const mark = element('mark', '', source.slice(start, end))
   const before = source.slice(Math.max(0, start - CONTEXT), start)
   const after = source.slice(end, end + CONTEXT)
@@ -497,6 +500,12 @@ function reviewChecks (checked) {
   return { found, duplicates }
 }
 
+// A refusal's words without where the batch had the record (`events[0] (d3cb…): `), for
+// showing beside that record.
+function plainWords (message) {
+  return String(message || '').replace(/^events\[\d+\](?: \([0-9a-f]+…\))?: /, '')
+}
+
 function refuse (found) {
   for (const item of found) {
     if (Array.isArray(item)) rowFailed(item[0], item[1])
@@ -630,11 +639,16 @@ async function signAndPublish (slug) {
   const answer = await publish(events)
   if (!answer.ok) {
     const position = failedPosition(answer.data.error)
-    const row = position === null ? null : owners[position]
+    const row = position === null ? undefined : owners[position] // null: the evidence
+    const words = plainWords(answer.data.error)
     if (row) {
-      rowFailed(row, answer.data.error)
+      rowFailed(row, words)
       say(publishStatus, 'Refused: nothing was stored. The row marked in red says why.', 'error')
       row.scrollIntoView({ block: 'center' })
+    } else if (row === null) {
+      show(evidenceCheck, 'error', element('p', '', `Refused: ${words}`))
+      say(publishStatus, 'Refused: nothing was stored. The evidence above says why.', 'error')
+      evidenceCheck.scrollIntoView({ block: 'center' })
     } else {
       say(publishStatus, `Refused: nothing was stored. ${answer.data.error}`, 'error')
     }
@@ -754,8 +768,11 @@ if (form) {
       const note = $('#prefill-note')
       const result = first.check
       if (!note || !result || result.check.as !== 'id' || !result.check.target) return
-      note.replaceChildren(`Row 1 links this evidence to the `, ...targetLabel(result.slug, result.check.target),
-        `. Add the evidence (fetch or paste it), then the row's quote and reason.`)
+      const label = targetLabel(result.slug, result.check.target)
+      // a quoted text that ends its sentence ends this one too: `placebo.”`, never `placebo.”.`
+      const ended = typeof label[label.length - 1] === 'string' && /[.!?…]”$/.test(label[label.length - 1])
+      note.replaceChildren('Row 1 links this evidence to the ', ...label,
+        `${ended ? '' : '.'} Add the evidence (fetch or paste it), then the row's quote and reason.`)
       note.hidden = false
     })
   }
