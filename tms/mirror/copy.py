@@ -146,6 +146,15 @@ class Copy:
         for event in fresh:
             self.pending[event.id] = event
 
+    def forget(self, ids: Iterable[str]) -> None:
+        """Pending events the relay no longer serves (NIP-77 says only this side holds them):
+        nothing of its log can cover them, so they are not kept sync after sync."""
+        gone = [i for i in ids if i in self.pending]
+        for event_id in gone:
+            del self.pending[event_id]
+        if gone:
+            self._settle()
+
     def extend(
         self,
         checkpoint: Checkpoint,
