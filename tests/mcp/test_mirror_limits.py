@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from prometheus_client import REGISTRY
 from factories import Live, claim, environment, fresh_database, live_server, settings, terms
 from mcp_helpers import Caller, approve
+from prometheus_client import REGISTRY
 
 from tms.guard.rates import DEFAULT_ADDRESS, DEFAULT_FETCH, DEFAULT_KEY, DEFAULT_LOGIN
 from tms.mirror.copy import PENDING
@@ -46,7 +46,8 @@ def servers(pg_server_url: str, template_url: str) -> Iterator[Servers]:
         live_server(database, settings(TMS_EMBED="off")) as unlimited,
     ):
         approve(database, OWNER)
-        publish(unlimited, terms(OWNER), *[claim(OWNER, "bulk", f"bulk {i}") for i in range(EVENTS)])
+        bulk = [claim(OWNER, "bulk", f"bulk {i}") for i in range(EVENTS)]
+        publish(unlimited, terms(OWNER), *bulk)
         with live_server(database, DEFAULTS) as limited:
             yield Servers(unlimited, limited)
 
