@@ -1,15 +1,18 @@
 """How fast a mirror may ask: a member's own sync is not abuse, so it keeps to the server's rate
 limits instead of being exempted from them.
 
-The server counts two budgets a mirror spends (`tms.guard.rates`): its address's (every
-WebSocket message and HTTP request, a REQ by the ids it names) and its key's (every read: REQ,
-NEG-OPEN, NEG-MSG, COUNT, and each EVENT). What each allows is learnt from what the server says:
-the NIP-11 document's `limitation` (`rate_limits`: `{"address": "40/second;1200/minute", "key":
-...}`, when it states them), and every refusal, whose words name the budget and the limit ("too
-many requests from this address (at most 40 per second); try again in 1 s") and say how long to
+The server counts budgets a mirror spends (`tms.guard.rates`): its address's (every WebSocket
+message and HTTP request) and its key's (its reads: REQ, NEG-OPEN, NEG-MSG, COUNT; a server
+may count them as `key`, one a message, or as `read`, by what each reads). What each allows is
+learnt from what the server says: the NIP-11 document's `limitation.rate_limits` (each budget as
+`[{"amount", "seconds"}]` or in `limits`' notation, "40/second;1200/minute", and `read_costs`,
+what each read costs), and every refusal, whose words name the budget and the limit ("too many
+requests from this address (at most 40 per second); try again in 1 s") and say how long to
 wait, as an HTTP 429's `Retry-After` does. Each budget then paces itself as a token bucket a
 little under each limit it knows, so that a long first copy runs at the rate the server allows
-rather than into its refusals; a refusal waits what it was told and goes on.
+rather than into its refusals; a refusal waits what it was told and goes on. A server that
+states no prices is taken to price as this repository's did before it stated them: a REQ one
+address unit and one more for each hundred ids, each read one unit of the key's.
 
 A server that says it is rate-limited for ever is not waited for ever: a told wait counts at most
 `LONGEST_WAIT` seconds, and `MAX_REFUSALS` refusals in a row with nothing served between them
@@ -23,7 +26,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from tms.errors import TMSError
 
@@ -33,8 +36,10 @@ MAX_REFUSALS: Final = 30  # rate-limited answers in a row, nothing served betwee
 UNITS: Final = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}
 ADDRESS: Final = "address"
 KEY: Final = "key"
+READ: Final = "read"
 _LIMIT: Final = re.compile(r"(\d+)\s*(?:/|per)\s*(?:(\d+)\s*)?(second|minute|hour|day)s?")
-_TOLD: Final = re.compile(r"from this (address|key)[^(]*\(at most ([^)]*)\)")
+_TOLD: Final = re.compile(r"from this (address|key's reads|key)[^(]*\(at most ([^)]*)\)")
+_BUDGETS: Final = {"address": ADDRESS, "key": KEY, "key's reads": READ}
 _AGAIN: Final = re.compile(r"try again in (\d+(?:\.\d+)?)\s*s")
 
 
@@ -100,38 +105,87 @@ class Budget:
             bucket.at = now
 
 
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """What the server says a read costs of the key's `read` budget (NIP-11's
+    `rate_limits.read_costs`); None: it says nothing, and prices as before (`Pace`)."""
+
+    ids_per_unit: int = 100
+    neg_items_per_unit: int = 1000
+    neg_msg_bytes_per_unit: int = 4096
+
+    @classmethod
+    def of(cls, stated: object) -> Prices | None:
+        if not isinstance(stated, dict):
+            return None
+        known = {
+            name: value
+            for name in ("ids_per_unit", "neg_items_per_unit", "neg_msg_bytes_per_unit")
+            if isinstance(value := stated.get(name), int) and value > 0
+        }
+        return cls(**known)
+
+
 @dataclass
 class Pace:
-    """The mirror's two budgets on one server, and the refusals it met in a row."""
+    """The mirror's budgets on one server, what its reads cost, and the refusals it met in a
+    row."""
 
-    budgets: dict[str, Budget] = field(default_factory=lambda: {ADDRESS: Budget(), KEY: Budget()})
+    budgets: dict[str, Budget] = field(
+        default_factory=lambda: {ADDRESS: Budget(), KEY: Budget(), READ: Budget()}
+    )
+    prices: Prices | None = None
+    ids_per_filter: int | None = None  # NIP-11's `max_ids_per_filter`, when stated
     refusals: int = 0
 
     @classmethod
     def of(cls, info: Mapping[str, object]) -> Pace:
-        """From a NIP-11 document: the limits its `limitation` states, if any."""
+        """From a NIP-11 document: the limits and prices its `limitation` states, if any."""
         pace = cls()
         limitation = info.get("limitation")
-        stated = limitation.get("rate_limits") if isinstance(limitation, dict) else None
-        if isinstance(stated, dict):
-            for name, text in stated.items():
-                if name in pace.budgets and isinstance(text, str):
-                    for amount, seconds in limits_of(text):
-                        pace.budgets[name].learn(amount, seconds)
+        if not isinstance(limitation, dict):
+            return pace
+        ids = limitation.get("max_ids_per_filter")
+        if isinstance(ids, int) and ids > 0:
+            pace.ids_per_filter = ids
+        stated = limitation.get("rate_limits")
+        if not isinstance(stated, dict):
+            return pace
+        pace.prices = Prices.of(stated.get("read_costs"))
+        for name, limits in stated.items():
+            if name in pace.budgets:
+                for amount, seconds in _windows(limits):
+                    pace.budgets[name].learn(amount, seconds)
         return pace
 
-    async def take(self, address: float = 1, key: float = 0) -> None:
-        """Wait until the server's budgets allow this much, then count it spent."""
+    def costs(self, message: list[Any]) -> dict[str, float]:
+        """What sending `message` spends of each budget, as the server prices it."""
+        kind = message[0]
+        filters = [f for f in message[2:] if isinstance(f, dict)] if kind == "REQ" else []
+        ids = [len(f.get("ids", ())) for f in filters]
+        if self.prices is None:  # as priced before NIP-11 stated it
+            read = 1 if kind in ("REQ", "COUNT", "NEG-OPEN", "NEG-MSG", "EVENT") else 0
+            return {ADDRESS: 1 + sum(n // 100 for n in ids), KEY: read, READ: 0}
+        read = 0
+        if kind == "REQ":
+            read = sum(max(1, -(-n // self.prices.ids_per_unit)) for n in ids)
+        elif kind == "NEG-OPEN":
+            read = 1
+        elif kind == "NEG-MSG" and len(message) > 2:
+            read = 1 + len(str(message[2])) // 2 // self.prices.neg_msg_bytes_per_unit
+        return {ADDRESS: 1, KEY: 1 if kind == "EVENT" else 0, READ: read}
+
+    async def take(self, costs: Mapping[str, float] | None = None) -> None:
+        """Wait until the server's budgets allow `costs` (one address unit when not given),
+        then count them spent."""
+        spent = {name: cost for name, cost in (costs or {ADDRESS: 1}).items() if cost}
         while True:
-            wait = self.budgets[ADDRESS].wait_for(address)
-            if key:
-                wait = max(wait, self.budgets[KEY].wait_for(key))
+            wait = max(self.budgets[name].wait_for(cost) for name, cost in spent.items())
             if wait <= 0:
                 break
             await asyncio.sleep(wait)
-        self.budgets[ADDRESS].spend(address)
-        if key:
-            self.budgets[KEY].spend(key)
+        for name, cost in spent.items():
+            self.budgets[name].spend(cost)
 
     def refused(self, words: str, retry_after: str | None = None) -> float:
         """A rate-limited answer: learn the limit its words name, hold the budget for the wait
@@ -144,7 +198,7 @@ class Pace:
                 f"served between: {words[:200]}"
             )
         told = _TOLD.search(words)
-        name = told.group(1) if told else ADDRESS
+        name = _BUDGETS[told.group(1)] if told else ADDRESS
         for amount, seconds in limits_of(told.group(2)) if told else []:
             self.budgets[name].learn(amount, seconds)
         again = _AGAIN.search(words)
@@ -160,6 +214,22 @@ class Pace:
     def served(self) -> None:
         """Something was answered: the refusals in a row start again from none."""
         self.refusals = 0
+
+
+def _windows(stated: object) -> list[tuple[int, float]]:
+    """A budget's limits as NIP-11 states them: `[{"amount", "seconds"}]`, or a string in
+    `limits`' notation."""
+    if isinstance(stated, str):
+        return limits_of(stated)
+    out: list[tuple[int, float]] = []
+    for window in stated if isinstance(stated, list) else []:
+        if isinstance(window, dict):
+            amount, seconds = window.get("amount"), window.get("seconds")
+            if not isinstance(amount, int) or not isinstance(seconds, int | float):
+                continue
+            if amount > 0 and seconds > 0:
+                out.append((amount, float(seconds)))
+    return out
 
 
 def is_rate_limited(words: object) -> bool:

@@ -68,6 +68,9 @@ TIMEOUT: Final = 30.0  # opening the WebSocket
 # pages that each look every id up again), several REQs in flight.
 IDS_PER_REQ: Final = 100
 IN_FLIGHT: Final = 8
+# A relay that states its prices and `max_ids_per_filter` is asked for up to this many ids in one
+# REQ (it reads them a page at a time, and prices them so): fewer messages of its address budget.
+MOST_IDS_PER_REQ: Final = 1000
 FRAME_SIZE_LIMIT: Final = 256 * 1024  # our Negentropy messages, before hex
 QUIET_SECONDS: Final = 1.0  # after live events stop this long, sync and check again
 RESYNC_SECONDS: Final = 60.0
@@ -265,8 +268,9 @@ class Mirror:
 
     async def _fetch(self, relay: _Relay, wanted: list[str]) -> int:
         fetched = 0
-        for start in range(0, len(wanted), IDS_PER_REQ * IN_FLIGHT):
-            found = await relay.by_ids(wanted[start : start + IDS_PER_REQ * IN_FLIGHT])
+        step = relay.ids_per_req() * IN_FLIGHT
+        for start in range(0, len(wanted), step):
+            found = await relay.by_ids(wanted[start : start + step])
             self.copy.hold(found)
             fetched += len(found)
         return fetched
@@ -370,15 +374,17 @@ class _Relay:
         self.behind = False  # live events were let go: the next sync fetches them
         self.deadline = 0.0
 
-    async def send(self, message: list[Any], *, reads: int = 0) -> None:
-        """Send, once the server's budgets allow: the address's (a message, and a REQ's ids by
-        hundreds, as the relay prices them) and the key's (`reads`)."""
-        cost = 1
-        if message[0] == "REQ":
-            cost += sum(len(f.get("ids", ())) // 100 for f in message[2:] if isinstance(f, dict))
-        await self.pace.take(cost, reads)
+    async def send(self, message: list[Any]) -> None:
+        """Send, once the server's budgets allow what it costs (`Pace.costs`)."""
+        await self.pace.take(self.pace.costs(message))
         await self.ws.send(json.dumps(message, separators=(",", ":"), ensure_ascii=False))
         self.progress()
+
+    def ids_per_req(self) -> int:
+        stated = self.pace.ids_per_filter
+        if self.pace.prices is None or stated is None:
+            return IDS_PER_REQ
+        return max(1, min(stated, MOST_IDS_PER_REQ))
 
     def progress(self) -> None:
         """Something asked for came (or was just asked): the relay has `answer_seconds` more."""
@@ -456,7 +462,7 @@ class _Relay:
         first = initiator.initiate()
         have: list[bytes] = []
         need: list[bytes] = []
-        await self.send(["NEG-OPEN", NEG_ID, {}, first.hex()], reads=1)
+        await self.send(["NEG-OPEN", NEG_ID, {}, first.hex()])
         message: bytes | None = first
         rounds = chars = 0
         while message is not None:
@@ -498,24 +504,27 @@ class _Relay:
                     "reconciliation of this size takes; stopped"
                 )
             if message is not None:
-                await self.send(["NEG-MSG", NEG_ID, message.hex()], reads=1)
+                await self.send(["NEG-MSG", NEG_ID, message.hex()])
         await self.send(["NEG-CLOSE", NEG_ID])
         return have, need
 
     async def by_ids(self, ids: list[str]) -> list[Event]:
         """The events of these ids the relay serves, each checked, of this collection and
-        asked for (any other is dropped): REQs of `IDS_PER_REQ` ids, `IN_FLIGHT` at once, each
+        asked for (any other is dropped): REQs of `ids_per_req` ids, `IN_FLIGHT` at once, each
         slot's id reused (a REQ replaces an open one of its id, so no CLOSE is spent between);
         one refused as rate-limited is asked again once the wait it was told has passed."""
-        chunks = deque(ids[at : at + IDS_PER_REQ] for at in range(0, len(ids), IDS_PER_REQ))
+        per = self.ids_per_req()
+        chunks = deque(ids[at : at + per] for at in range(0, len(ids), per))
         free = [GET_ID.format(slot) for slot in range(IN_FLIGHT)]
         asked: dict[str, set[str]] = {}
+        used: set[str] = set()
         events: list[Event] = []
         while chunks or asked:
             while chunks and free:
                 sub, chunk = free.pop(), chunks.popleft()
-                await self.send(["REQ", sub, {"ids": chunk, "limit": len(chunk)}], reads=1)
+                await self.send(["REQ", sub, {"ids": chunk, "limit": len(chunk)}])
                 asked[sub] = set(chunk)
+                used.add(sub)
             message = await self._until(
                 lambda m: m[0] in ("EVENT", "EOSE", "CLOSED") and len(m) > 1 and m[1] in asked
             )
@@ -542,15 +551,14 @@ class _Relay:
                 continue
             self.pace.served()
             self.progress()
-        for sub in [GET_ID.format(slot) for slot in range(IN_FLIGHT)]:
-            with contextlib.suppress(MirrorError):
-                await self.send(["CLOSE", sub])
+        for sub in sorted(used):
+            await self.send(["CLOSE", sub])
         return events
 
     async def publish(self, events: list[Event]) -> int:
         waiting = {e.id for e in events}
         for event in events:
-            await self.send(["EVENT", event.to_dict()], reads=1)
+            await self.send(["EVENT", event.to_dict()])
         accepted = 0
         while waiting:
             answer = await self._until(lambda m: m[0] == "OK" and len(m) > 3 and m[1] in waiting)
@@ -564,7 +572,7 @@ class _Relay:
         return accepted
 
     async def follow(self) -> None:
-        await self.send(["REQ", LIVE_ID, {"limit": 0}], reads=1)
+        await self.send(["REQ", LIVE_ID, {"limit": 0}])
 
     async def live(self, quiet: float, longest: float) -> list[Event]:
         """Live events, once they have stopped arriving for `quiet` seconds (or after
