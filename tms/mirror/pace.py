@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -175,15 +175,19 @@ class Pace:
             read = 1 + len(str(message[2])) // 2 // self.prices.neg_msg_bytes_per_unit
         return {ADDRESS: 1, KEY: 1 if kind == "EVENT" else 0, READ: read}
 
-    async def take(self, costs: Mapping[str, float] | None = None) -> None:
-        """Wait until the server's budgets allow `costs` (one address unit when not given),
-        then count them spent."""
+    async def take(
+        self,
+        costs: Mapping[str, float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """Wait (with `sleep`: a relay's connection reads meanwhile) until the server's budgets
+        allow `costs` (one address unit when not given), then count them spent."""
         spent = {name: cost for name, cost in (costs or {ADDRESS: 1}).items() if cost}
         while True:
             wait = max(self.budgets[name].wait_for(cost) for name, cost in spent.items())
             if wait <= 0:
                 break
-            await asyncio.sleep(wait)
+            await sleep(wait)
         for name, cost in spent.items():
             self.budgets[name].spend(cost)
 

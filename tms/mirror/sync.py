@@ -38,7 +38,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -97,6 +97,7 @@ class Bounds:
     neg_rounds: int = 32  # NIP-77 rounds, and one more for each `neg_ids_per_round` ids learnt
     neg_ids_per_round: int = 500
     live_bytes: int = 32 * 1024 * 1024  # live events held between syncs; past it, a sync runs
+    early_messages: int = 20_000  # answers read while waiting out a rate limit, put aside
     extra_entries: int = 40 * TILE_WIDTH  # a checkpoint past the events served: published since
 
 
@@ -157,6 +158,8 @@ class Mirror:
         self.say = say
         self.bounds = bounds
         self.pace = Pace()
+        # how a wait is waited: once connected, reading the relay meanwhile (`_Relay.pause`)
+        self.pause: Callable[[float], Awaitable[None]] = asyncio.sleep
         self.copy = Copy.open(directory)
         self.tiles = HeldTiles(directory)
         # served, not yet covered by a checkpoint (kept on disk: a stopped sync resumes)
@@ -173,6 +176,7 @@ class Mirror:
                 self.target.relay, max_size=MAX_MESSAGE_BYTES, open_timeout=TIMEOUT
             ) as ws:
                 relay = _Relay(ws, self.pace, self.bounds, self.target.slug)
+                self.pause = relay.pause
                 await relay.authenticate(self.key, self.target.relay)
                 report = await self.sync(relay, http)
                 if once:
@@ -320,15 +324,13 @@ class Mirror:
         url = f"{self.target.base}{path}"
         cap: int = getattr(self.bounds, f"{what}_bytes")
         while True:
-            await self.pace.take()
+            await self.pace.take(sleep=self.pause)
             headers = {"Authorization": _nip98(self.key, url)} if signed else {}
             answer = await request(
                 http, "GET", url, max_bytes=cap, deadline=self.bounds.http_seconds, headers=headers
             )
             if answer.status == 429:
-                await asyncio.sleep(
-                    self.pace.refused(answer.text, answer.headers.get("retry-after"))
-                )
+                await self.pause(self.pace.refused(answer.text, answer.headers.get("retry-after")))
                 continue
             if answer.status != 200:
                 said = _said(answer.text, 300)
@@ -373,10 +375,11 @@ class _Relay:
         self.arrived_bytes = 0
         self.behind = False  # live events were let go: the next sync fetches them
         self.deadline = 0.0
+        self.early: deque[list[Any]] = deque()  # read during a `pause`, for `_next`
 
     async def send(self, message: list[Any]) -> None:
         """Send, once the server's budgets allow what it costs (`Pace.costs`)."""
-        await self.pace.take(self.pace.costs(message))
+        await self.pace.take(self.pace.costs(message), self.pause)
         await self.ws.send(json.dumps(message, separators=(",", ":"), ensure_ascii=False))
         self.progress()
 
@@ -391,29 +394,59 @@ class _Relay:
         self.deadline = asyncio.get_running_loop().time() + self.bounds.answer_seconds
 
     async def _next(self) -> list[Any]:
-        """The next message for a request, by the deadline: NOTICEs and live events (kept
-        aside) do not renew it."""
+        """The next message for a request (first those put aside by `pause`), by the deadline:
+        NOTICEs and live events (kept aside) do not renew it."""
+        if self.early:
+            return self.early.popleft()
         try:
             async with asyncio.timeout_at(self.deadline):
-                while True:
-                    raw = await self.ws.recv()
-                    try:
-                        message = json.loads(raw)
-                    except ValueError:
-                        raise MirrorError("the relay sent a message that is not JSON") from None
-                    if not isinstance(message, list) or not message:
-                        continue
-                    if message[0] == "EVENT" and len(message) == 3 and message[1] == LIVE_ID:
-                        self._live(message[2], len(raw))
-                        continue
-                    if message[0] == "NOTICE":
-                        log.warning("the relay says: %s", _said(str(message[1:]), 300))
-                        continue
-                    return message
+                while (message := await self._read()) is None:
+                    pass
+                return message
         except TimeoutError:
             raise _Silent(
                 f"the relay answered nothing asked for within {self.bounds.answer_seconds:g} s"
             ) from None
+
+    async def _read(self) -> list[Any] | None:
+        """One message off the connection: a request's, or None (a live event, kept aside; a
+        NOTICE, logged; anything else of no request)."""
+        raw = await self.ws.recv()
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            raise MirrorError("the relay sent a message that is not JSON") from None
+        if not isinstance(message, list) or not message:
+            return None
+        if message[0] == "EVENT" and len(message) == 3 and message[1] == LIVE_ID:
+            self._live(message[2], len(raw))
+            return None
+        if message[0] == "NOTICE":
+            log.warning("the relay says: %s", _said(str(message[1:]), 300))
+            return None
+        return message
+
+    async def pause(self, seconds: float) -> None:
+        """Wait, reading meanwhile (what comes is put aside for `_next`, up to
+        `Bounds.early_messages`): a connection left unread stops reading, its pings'
+        answers too, and is closed as dead, by either side, after 20 s."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        while (left := until - loop.time()) > 0:
+            try:
+                async with asyncio.timeout(left):
+                    message = await self._read()
+            except TimeoutError:
+                break
+            if message is None:
+                continue
+            if len(self.early) >= self.bounds.early_messages:
+                raise MirrorError(
+                    f"the relay sent more than {self.bounds.early_messages:,} messages while "
+                    "this side waited out its rate limit: stopped"
+                )
+            self.early.append(message)
+        self.progress()
 
     def _live(self, raw: object, size: int) -> None:
         if self.arrived_bytes + size > self.bounds.live_bytes:
@@ -445,7 +478,7 @@ class _Relay:
                 return
             if not is_rate_limited(said):
                 raise MirrorError(f"the relay refused the key's AUTH: {_said(said, 300)}")
-            await asyncio.sleep(self.pace.refused(said))
+            await self.pause(self.pace.refused(said))
 
     async def reconcile(self, items: Items) -> tuple[list[bytes], list[bytes]]:
         """NIP-77 over everything the relay serves here: (ids only we have, ids only it has).
@@ -454,7 +487,7 @@ class _Relay:
             try:
                 return await self._reconcile(items)
             except _Limited as exc:
-                await asyncio.sleep(self.pace.refused(exc.said))
+                await self.pause(self.pace.refused(exc.said))
 
     async def _reconcile(self, items: Items) -> tuple[list[bytes], list[bytes]]:
         bounds = self.bounds
@@ -547,7 +580,7 @@ class _Relay:
                 if not is_rate_limited(said):
                     raise MirrorError(f"the relay closed the request: {_said(said, 300)}")
                 chunks.append(sorted(rest))
-                await asyncio.sleep(self.pace.refused(said))
+                await self.pause(self.pace.refused(said))
                 continue
             self.pace.served()
             self.progress()
@@ -588,7 +621,7 @@ class _Relay:
                     said = str(message[2]) if len(message) > 2 else ""
                     if not is_rate_limited(said):
                         raise _Stop(f"the relay closed the live subscription: {_said(said, 300)}")
-                    await asyncio.sleep(self.pace.refused(said))
+                    await self.pause(self.pace.refused(said))
                     await self.follow()
             if self.arrived and len(self.arrived) == seen:
                 break
