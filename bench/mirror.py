@@ -10,7 +10,14 @@ then:
    share of the collection; after each kill the directory must open as a copy (its pending
    events checked again) and the next run resumes from it: the events each run fetched;
 3. the resumed copy against the server's export (`/c/<slug>/export.jsonl`): equal byte for
-   byte, and `tms verify-export` of it against its `state.json`: OK.
+   byte, and `tms verify-export` of it against its `state.json`: OK;
+4. the server restarted with its default rate limits (`TMS_RATE_*` unset: a member's sync is
+   not exempted from them): a first copy into an empty directory in one `--once` run, then
+   `--pause` seconds later (the first run spent the minute's budgets; cron comes later) `--new`
+   more claims published and a second run: wall time and exit code of each.
+
+`--limits off` runs parts 1-3 only (the server unlimited, as before), `--limits default` part 4
+only, `both` (the default) all four.
 
 Prints figures and any difference; asserts nothing.
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import resource
 import signal
 import subprocess
 import tempfile
@@ -31,11 +39,18 @@ import httpx
 from publish import claim
 from serving import Server, Signer, call, tms_command
 
+from tms.guard.rates import DEFAULT_ADDRESS, DEFAULT_FETCH, DEFAULT_KEY, DEFAULT_LOGIN
 from tms.mirror.copy import PENDING, Copy
 from tms.nostr.events import Event
 
 SLUG: Final = "bench"
 BATCH: Final = 1000
+DEFAULT_LIMITS: Final = {
+    "TMS_RATE_ADDRESS": DEFAULT_ADDRESS,
+    "TMS_RATE_KEY": DEFAULT_KEY,
+    "TMS_RATE_FETCH": DEFAULT_FETCH,
+    "TMS_RATE_LOGIN": DEFAULT_LOGIN,
+}
 
 
 def nip98(signer: Signer, url: str) -> dict[str, str]:
@@ -90,76 +105,13 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
             f"(load average {os.getloadavg()[0]:.2f})",
             flush=True,
         )
-
-        whole = tmp / "whole"
-        started = time.perf_counter()
-        proc = mirror(server, signer, whole)
-        out, err = proc.communicate()
-        took = time.perf_counter() - started
-        print(
-            f"1. uninterrupted: exit {proc.returncode}, {took:.1f} s, {fetched(out):,} events "
-            f"fetched {err.strip()}",
-            flush=True,
-        )
-
-        killed = tmp / "killed"
-        total = ns.events + 1
-        for k in range(1, ns.kills + 1):
-            threshold = total * k // (ns.kills + 1)
-            held = pending_events(killed)
-            proc = mirror(server, signer, killed)
-            started = time.perf_counter()
-            while proc.poll() is None and pending_events(killed) < threshold:
-                time.sleep(0.05)
-            proc.send_signal(signal.SIGKILL)
-            out, _ = proc.communicate()
-            code = proc.returncode
-            opened = Copy.open(killed)  # raises if the kill left it unusable
-            print(
-                f"2. run {k}: killed after {time.perf_counter() - started:.1f} s (exit {code}); "
-                f"it started holding {held:,} pending, the directory opens holding "
-                f"{len(opened.pending):,} pending, {len(opened.entries):,} verified",
-                flush=True,
-            )
-        started = time.perf_counter()
-        proc = mirror(server, signer, killed)
-        out, err = proc.communicate()
-        print(
-            f"2. resumed: exit {proc.returncode}, {time.perf_counter() - started:.1f} s, "
-            f"{fetched(out):,} events fetched {err.strip()}",
-            flush=True,
-        )
-
-        url = f"{server.url}/c/{SLUG}/export.jsonl"
-        exported = httpx.get(url, headers=nip98(signer, url), timeout=300).content
-        copy = (killed / "copy.jsonl").read_bytes()
-        same = copy == exported and (whole / "copy.jsonl").read_bytes() == exported
-        print(
-            f"3. the copies against the export ({len(exported):,} bytes): "
-            + ("equal byte for byte" if same else "DIFFERENT"),
-            flush=True,
-        )
-        key = httpx.get(f"{server.url}/log-key", timeout=30).text.strip()
-        started = time.perf_counter()
-        checked = subprocess.run(
-            [
-                *tms_command(),
-                "verify-export",
-                str(killed / "copy.jsonl"),
-                "--checkpoint",
-                str(killed / "state.json"),
-                "--key",
-                key,
-            ],
-            capture_output=True,
-            text=True,
-        )
-        last = (checked.stdout.strip().splitlines() or [""])[-1]
-        print(
-            f"3. tms verify-export of the resumed copy: exit {checked.returncode} in "
-            f"{time.perf_counter() - started:.1f} s: {last} {checked.stderr.strip()}",
-            flush=True,
-        )
+        if ns.limits in ("off", "both"):
+            unlimited(ns, server, signer, tmp)
+        if ns.limits in ("default", "both"):
+            server.stop()
+            server = Server({**env, **DEFAULT_LIMITS}, tmp / "server.log")
+            server.start()
+            limited(ns, server, signer, tmp)
         print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
     except Exception:
         print(server.log_tail())
@@ -168,10 +120,121 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
         server.stop()
 
 
+def limited(ns: argparse.Namespace, server: Server, signer: Signer, tmp: Path) -> None:
+    """Part 4: under the server's default rate limits."""
+    directory = tmp / "limited"
+    for run, label in ((1, "first copy"), (2, f"after {ns.new:,} new")):
+        if run == 2:
+            # The first run spent the server's budgets for the minute: a run from cron comes
+            # later, and meets them whole.
+            time.sleep(ns.pause)
+            with httpx.Client(timeout=300) as http:
+                events = [claim(signer, SLUG) for _ in range(ns.new)]
+                for start in range(0, len(events), BATCH):
+                    call(http, server.url, "publish", {"events": events[start : start + BATCH]})
+        load = os.getloadavg()[0]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        proc = mirror(server, signer, directory)
+        out, err = proc.communicate()
+        took = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the mirror's own CPU time
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        print(
+            f"4. default rate limits, {label}: exit {proc.returncode}, {took:.1f} s "
+            f"({cpu:.1f} s of CPU), {fetched(out):,} events fetched (load average {load:.2f} at "
+            f"the start) {err.strip()[-300:]}",
+            flush=True,
+        )
+
+
+def unlimited(ns: argparse.Namespace, server: Server, signer: Signer, tmp: Path) -> None:
+    """Parts 1-3: the server unlimited."""
+    whole = tmp / "whole"
+    started = time.perf_counter()
+    proc = mirror(server, signer, whole)
+    out, err = proc.communicate()
+    took = time.perf_counter() - started
+    print(
+        f"1. uninterrupted: exit {proc.returncode}, {took:.1f} s, {fetched(out):,} events "
+        f"fetched {err.strip()}",
+        flush=True,
+    )
+
+    killed = tmp / "killed"
+    total = ns.events + 1
+    for k in range(1, ns.kills + 1):
+        threshold = total * k // (ns.kills + 1)
+        held = pending_events(killed)
+        proc = mirror(server, signer, killed)
+        started = time.perf_counter()
+        while proc.poll() is None and pending_events(killed) < threshold:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate()
+        code = proc.returncode
+        opened = Copy.open(killed)  # raises if the kill left it unusable
+        print(
+            f"2. run {k}: killed after {time.perf_counter() - started:.1f} s (exit {code}); "
+            f"it started holding {held:,} pending, the directory opens holding "
+            f"{len(opened.pending):,} pending, {len(opened.entries):,} verified",
+            flush=True,
+        )
+    started = time.perf_counter()
+    proc = mirror(server, signer, killed)
+    out, err = proc.communicate()
+    print(
+        f"2. resumed: exit {proc.returncode}, {time.perf_counter() - started:.1f} s, "
+        f"{fetched(out):,} events fetched {err.strip()}",
+        flush=True,
+    )
+
+    url = f"{server.url}/c/{SLUG}/export.jsonl"
+    exported = httpx.get(url, headers=nip98(signer, url), timeout=300).content
+    copy = (killed / "copy.jsonl").read_bytes()
+    same = copy == exported and (whole / "copy.jsonl").read_bytes() == exported
+    print(
+        f"3. the copies against the export ({len(exported):,} bytes): "
+        + ("equal byte for byte" if same else "DIFFERENT"),
+        flush=True,
+    )
+    key = httpx.get(f"{server.url}/log-key", timeout=30).text.strip()
+    started = time.perf_counter()
+    checked = subprocess.run(
+        [
+            *tms_command(),
+            "verify-export",
+            str(killed / "copy.jsonl"),
+            "--checkpoint",
+            str(killed / "state.json"),
+            "--key",
+            key,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    last = (checked.stdout.strip().splitlines() or [""])[-1]
+    print(
+        f"3. tms verify-export of the resumed copy: exit {checked.returncode} in "
+        f"{time.perf_counter() - started:.1f} s: {last} {checked.stderr.strip()}",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000, help="claims in the collection")
     parser.add_argument("--kills", type=int, default=3, help="SIGKILLs before the run that ends")
+    parser.add_argument(
+        "--limits",
+        choices=("off", "default", "both"),
+        default="both",
+        help="the server's rate limits: off (parts 1-3), default (part 4), both",
+    )
+    parser.add_argument("--new", type=int, default=1000, help="claims before part 4's rerun")
+    parser.add_argument(
+        "--pause", type=float, default=61, help="seconds between part 4's runs (a minute's budget)"
+    )
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-bench-mirror-") as tmp:
         run(ns, Path(tmp))

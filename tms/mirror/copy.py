@@ -91,18 +91,32 @@ class Copy:
             raise LogError(f"{state_path} cannot be read: {exc}") from None
         copy.state = state
         path = directory / COPY
+        unscoped = unscoped_kinds()
+        leaves: list[bytes] = []
         with open(path, "r+b") as file:
             file.truncate(state.bytes)  # an append a kill cut short is not part of the copy
             file.seek(0)
-            for raw_line in file:
-                line = raw_line.rstrip(b"\n").decode("utf-8")
-                event = Event.from_json(line)
-                copy.events[event.id] = line
-                copy.stamps[event.id] = event.created_at
-                if event.kind not in unscoped_kinds():
-                    copy.entries.append(event.id)
-                    copy.authors.add(event.pubkey)
-                    copy.tree.append([leaf_hash(bytes.fromhex(event.id))])
+            # Each line as JSON, not as a checked event: this side wrote it after checking it,
+            # and the root below catches a changed entry; a second run over a large copy
+            # starts in a fraction of the time (tms verify-export checks every line whole).
+            for number, raw_line in enumerate(file, 1):
+                line = raw_line.rstrip(b"\n").decode("utf-8", errors="replace")
+                try:
+                    fields = json.loads(line)
+                    event_id, stamp, kind = fields["id"], fields["created_at"], fields["kind"]
+                    pubkey = fields["pubkey"]
+                    leaf = leaf_hash(bytes.fromhex(event_id))
+                except (ValueError, TypeError, KeyError):
+                    raise MirrorMismatch(
+                        f"{path}, line {number}, is not an event: the copy was changed by hand"
+                    ) from None
+                copy.events[event_id] = line
+                copy.stamps[event_id] = stamp
+                if kind not in unscoped:
+                    copy.entries.append(event_id)
+                    copy.authors.add(pubkey)
+                    leaves.append(leaf)
+        copy.tree.append(leaves)
         if len(copy.entries) != state.size or copy.tree.root().hex() != state.root:
             raise MirrorMismatch(
                 f"{path} does not hash to the checkpoint {state_path} keeps "
@@ -145,6 +159,15 @@ class Copy:
             os.fsync(file.fileno())
         for event in fresh:
             self.pending[event.id] = event
+
+    def forget(self, ids: Iterable[str]) -> None:
+        """Pending events the relay no longer serves (NIP-77 says only this side holds them):
+        nothing of its log can cover them, so they are not kept sync after sync."""
+        gone = [i for i in ids if i in self.pending]
+        for event_id in gone:
+            del self.pending[event_id]
+        if gone:
+            self._settle()
 
     def extend(
         self,
