@@ -6,7 +6,8 @@ One sync:
 2. reconcile with NIP-77 (this side the Negentropy initiator) over everything the relay serves
    there: the events the copy lacks are fetched by id with `REQ` and each is checked (id and
    signature); with `push`, the events only the copy holds are published (`EVENT`), as
-   restoring a fresh server from a mirror needs;
+   restoring a fresh server from a mirror needs, in the copy's order and only onto a log that
+   is a prefix of the copy's (`tms.mirror.push`);
 3. read the log key (the first time: `GET /log-key`, kept from then on; a server whose key
    changed is refused), the checkpoint the server serves (`GET /c/<slug>/checkpoint`, with
    NIP-98), and with a witness policy demand its quorum;
@@ -37,6 +38,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from tms.errors import LogError, TMSError
+from tms.mirror import push
 from tms.mirror.copy import Copy, MirrorMismatch
 from tms.nostr.events import Event, SecretKey
 from tms.nostr.negentropy import Initiator, Items
@@ -155,9 +157,13 @@ class Mirror:
             found = await relay.by_ids(wanted[start : start + IDS_PER_REQ * IN_FLIGHT])
             self.copy.hold(found)
             report.fetched += len(found)
-        if self.push and have:
-            report.pushed = await relay.publish(self._in_copy_order(have))
         verifier = await self._log_key(http)
+        if self.push and have:
+            target = await push.target_log(
+                http, self.target.base, self.target.slug, self.key, verifier
+            )
+            lacking = {i.hex() for i in have}
+            report.pushed = await relay.publish(push.plan(self.copy, self.pending, lacking, target))
         note = await self._get(http, f"/c/{self.target.slug}/checkpoint")
         checkpoint = open_checkpoint(note, verifier)
         if checkpoint.origin.rpartition("/c/")[2] != self.target.slug:
@@ -191,15 +197,6 @@ class Mirror:
             + (f", {report.pushed} pushed" if self.push else "")
         )
         return report
-
-    def _in_copy_order(self, ids: list[bytes]) -> list[Event]:
-        """The events to push, in the copy's order (the log's, each profile and terms before
-        the entry it precedes), then those no checkpoint covers yet: a fresh server given them
-        so builds the same log, root and all."""
-        wanted = {i.hex() for i in ids}
-        out = [Event.from_json(line) for i, line in self.copy.events.items() if i in wanted]
-        rest = [e for i, e in self.pending.items() if i in wanted and i not in self.copy.events]
-        return out + sorted(rest, key=lambda e: (e.created_at, e.id))
 
     async def _log_key(self, http: httpx.AsyncClient) -> NoteVerifier:
         kept = self.copy.state.log_key if self.copy.state is not None else None
@@ -331,17 +328,12 @@ class _Relay:
         return events
 
     async def publish(self, events: list[Event]) -> int:
-        waiting = {e.id for e in events}
-        for event in events:
-            await self.send(["EVENT", event.to_dict()])
-        accepted = 0
-        while waiting:
-            answer = await self._until(lambda m: m[0] == "OK" and m[1] in waiting)
-            waiting.discard(answer[1])
-            if answer[2] is not True:
-                raise MirrorError(f"the relay refused event {answer[1]}: {answer[3]}")
-            accepted += 1
-        return accepted
+        """The events in order, each once the one before it is stored (`tms.mirror.push`)."""
+        return await push.send_in_order(events, self.send, self._ok)
+
+    async def _ok(self, event_id: str) -> tuple[bool, str]:
+        answer = await self._until(lambda m: m[0] == "OK" and m[1] == event_id)
+        return answer[2] is True, str(answer[3]) if len(answer) > 3 else ""
 
     async def live(self, quiet: float, longest: float) -> list[Event]:
         """Live events, once they have stopped arriving for `quiet` seconds (or after
