@@ -19,6 +19,14 @@ then:
 `--limits off` runs parts 1-3 only (the server unlimited, as before), `--limits default` part 4
 only, `both` (the default) all four.
 
+With `--push` (issue 33, item 2), instead: publishes `--events` claims into server A, copies
+them with `tms mirror --once`, then restores a second server B (its own database, the same
+`TMS_LOG_KEY`, the server's DEFAULT rate limits: `TMS_RATE_KEY` 20/second;600/minute,
+`TMS_RATE_ADDRESS` 40/second;1200/minute) with `tms mirror --once --push`, SIGKILLed after
+`--kills` random delays (up to `--kill-within` seconds each) and run again until it exits 0:
+the events B holds after each kill, the wall time of the whole restore, and B's root against
+A's.
+
 Prints figures and any difference; asserts nothing.
 """
 
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import random
 import resource
 import signal
 import subprocess
@@ -42,6 +51,7 @@ from serving import Server, Signer, call, tms_command
 from tms.guard.rates import DEFAULT_ADDRESS, DEFAULT_FETCH, DEFAULT_KEY, DEFAULT_LOGIN
 from tms.mirror.copy import PENDING, Copy
 from tms.nostr.events import Event
+from tms.tlog.note import NoteSigner
 
 SLUG: Final = "bench"
 BATCH: Final = 1000
@@ -58,11 +68,11 @@ def nip98(signer: Signer, url: str) -> dict[str, str]:
     return {"Authorization": "Nostr " + base64.b64encode(event.to_json().encode()).decode()}
 
 
-def mirror(server: Server, signer: Signer, directory: Path) -> subprocess.Popen[str]:
+def mirror(server: Server, signer: Signer, directory: Path, *extra: str) -> subprocess.Popen[str]:
     relay = server.url.replace("http", "ws") + f"/c/{SLUG}"
     env = {**os.environ, "TMS_NSEC": signer.key.secret.hex()}
     return subprocess.Popen(
-        [*tms_command(), "mirror", relay, "--dir", str(directory), "--once"],
+        [*tms_command(), "mirror", relay, "--dir", str(directory), "--once", *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -221,6 +231,91 @@ def unlimited(ns: argparse.Namespace, server: Server, signer: Signer, tmp: Path)
     )
 
 
+def checkpoint(server: Server, signer: Signer) -> tuple[int, str]:
+    """(size, root) of the collection's latest signed checkpoint (0, "" while there is none)."""
+    url = f"{server.url}/c/{SLUG}/checkpoint?witnessed=0"
+    response = httpx.get(url, headers=nip98(signer, url), timeout=60)
+    if response.status_code != 200:
+        return 0, ""
+    lines = response.text.splitlines()
+    return int(lines[1]), lines[2]
+
+
+def run_push(ns: argparse.Namespace, tmp: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
+    env.update(TMS_EMBED="off", TMS_LOG_KEY=NoteSigner.generate("127.0.0.1").encode())
+    source = Server({**env, "TMS_DATA_DIR": str(tmp / "a")}, tmp / "a.log")
+    target = Server({**env, **DEFAULT_LIMITS, "TMS_DATA_DIR": str(tmp / "b")}, tmp / "b.log")
+    source.start()
+    target.start()
+    signer = Signer()
+    rng = random.Random(ns.seed)
+    try:
+        source.approve(signer.key.pubkey)
+        target.approve(signer.key.pubkey)
+        with httpx.Client(timeout=300) as http:
+            call(http, source.url, "publish", {"events": [signer.sign(4706, source.agreement())]})
+            for _ in range(ns.events // BATCH):
+                events = [claim(signer, SLUG) for _ in range(BATCH)]
+                call(http, source.url, "publish", {"events": events})
+        copy = tmp / "copy"
+        proc = mirror(source, signer, copy)
+        out, err = proc.communicate()
+        original = checkpoint(source, signer)
+        lines = (copy / "copy.jsonl").read_bytes().count(b"\n")
+        print(
+            f"copied {lines:,} events (log size {original[0]:,}): exit {proc.returncode} "
+            f"{err.strip()}",
+            flush=True,
+        )
+        started = time.perf_counter()
+        runs = 0
+        for k in range(1, ns.kills + 1):
+            delay = rng.uniform(1, ns.kill_within)
+            proc = mirror(target, signer, copy, "--push")
+            runs += 1
+            try:
+                proc.communicate(timeout=delay)
+                print(f"push run {k}: ended before its kill, exit {proc.returncode}", flush=True)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.communicate()
+                size, _ = checkpoint(target, signer)
+                print(
+                    f"push run {k}: SIGKILLed after {delay:.1f} s; B's log holds {size:,} "
+                    f"entries ({time.perf_counter() - started:.1f} s into the restore)",
+                    flush=True,
+                )
+        while True:
+            proc = mirror(target, signer, copy, "--push")
+            runs += 1
+            out, err = proc.communicate()
+            if proc.returncode == 0 or "rate-limited:" not in err or runs > ns.kills + 20:
+                break
+            print(f"a run stopped on a rate limit outside the push: {err.strip()}", flush=True)
+            time.sleep(5)
+        took = time.perf_counter() - started
+        restored = checkpoint(target, signer)
+        print(
+            f"restore: {runs} runs, {took:.1f} s in all ({lines / took:.1f} events/s), last "
+            f"exit {proc.returncode}: {out.strip()} {err.strip()}",
+            flush=True,
+        )
+        print(
+            f"B's root {'EQUALS' if restored == original else 'DIFFERS FROM'} A's "
+            f"(size {restored[0]:,} root {restored[1]}; A: size {original[0]:,} root "
+            f"{original[1]}); load average after: {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+    except Exception:
+        print(source.log_tail())
+        print(target.log_tail())
+        raise
+    finally:
+        source.stop()
+        target.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000, help="claims in the collection")
@@ -235,9 +330,14 @@ def main() -> None:
     parser.add_argument(
         "--pause", type=float, default=61, help="seconds between part 4's runs (a minute's budget)"
     )
+    parser.add_argument("--push", action="store_true", help="restore a second server instead")
+    parser.add_argument(
+        "--kill-within", type=float, default=600.0, help="--push: longest delay before a kill (s)"
+    )
+    parser.add_argument("--seed", type=int, default=None, help="--push: the kills' delays")
     ns = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tms-bench-mirror-") as tmp:
-        run(ns, Path(tmp))
+        (run_push if ns.push else run)(ns, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ One sync:
 2. reconcile with NIP-77 (this side the Negentropy initiator) over everything the relay serves
    there: the events the copy lacks are fetched by id with `REQ` and each is checked (id and
    signature); with `push`, the events only the copy holds are published (`EVENT`), as
-   restoring a fresh server from a mirror needs;
+   restoring a fresh server from a mirror needs, in the copy's order and only onto a log that
+   is a prefix of the copy's (`tms.mirror.push`);
 3. read the log key (the first time: `GET /log-key`, kept from then on; a server whose key
    changed is refused), the checkpoint the server serves (`GET /c/<slug>/checkpoint`, with
    NIP-98), and with a witness policy demand its quorum;
@@ -50,6 +51,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tms.errors import LogError, TMSError
 from tms.fetch.bounded import PeerError, request
+from tms.mirror import push
 from tms.mirror.copy import Copy, MirrorMismatch
 from tms.mirror.pace import Pace, is_rate_limited
 from tms.mirror.tiles import HeldTiles
@@ -220,9 +222,13 @@ class Mirror:
         if not self.push:  # held aside, and not served: nothing a log of the relay's covers
             self.copy.forget(i.hex() for i in have)
         report.fetched += await self._fetch(relay, [i.hex() for i in need])
-        if self.push and have:
-            report.pushed = await relay.publish(self._in_copy_order(have))
         verifier = await self._log_key(http)
+        if self.push and have:
+            target = await push.target_log(
+                http, self.target.base, self.target.slug, self.key, verifier
+            )
+            lacking = {i.hex() for i in have}
+            report.pushed = await relay.publish(push.plan(self.copy, self.pending, lacking, target))
         note = (await self._get(http, f"/c/{self.target.slug}/checkpoint", "checkpoint")).decode(
             "utf-8", errors="replace"
         )
@@ -292,15 +298,6 @@ class Mirror:
                 f"holds {held:,} and the relay served {served:,} more events: it cannot be the "
                 "log of what the relay serves (its tiles were not read)"
             )
-
-    def _in_copy_order(self, ids: list[bytes]) -> list[Event]:
-        """The events to push, in the copy's order (the log's, each profile and terms before
-        the entry it precedes), then those no checkpoint covers yet: a fresh server given them
-        so builds the same log, root and all."""
-        wanted = {i.hex() for i in ids}
-        out = [Event.from_json(line) for i, line in self.copy.events.items() if i in wanted]
-        rest = [e for i, e in self.pending.items() if i in wanted and i not in self.copy.events]
-        return out + sorted(rest, key=lambda e: (e.created_at, e.id))
 
     async def _log_key(self, http: httpx.AsyncClient) -> NoteVerifier:
         kept = self.copy.state.log_key if self.copy.state is not None else None
@@ -589,20 +586,13 @@ class _Relay:
         return events
 
     async def publish(self, events: list[Event]) -> int:
-        waiting = {e.id for e in events}
-        for event in events:
-            await self.send(["EVENT", event.to_dict()])
-        accepted = 0
-        while waiting:
-            answer = await self._until(lambda m: m[0] == "OK" and len(m) > 3 and m[1] in waiting)
-            waiting.discard(answer[1])
-            if answer[2] is not True:
-                raise MirrorError(
-                    f"the relay refused event {answer[1]}: {_said(str(answer[3]), 300)}"
-                )
-            accepted += 1
-            self.progress()
-        return accepted
+        """The events in order, each once the one before it is stored (`tms.mirror.push`)."""
+        return await push.send_in_order(events, self.send, self._ok)
+
+    async def _ok(self, event_id: str) -> tuple[bool, str]:
+        self.progress()  # just sent: the relay has its time to answer, whatever waits came before
+        answer = await self._until(lambda m: m[0] == "OK" and len(m) > 2 and m[1] == event_id)
+        return answer[2] is True, str(answer[3]) if len(answer) > 3 else ""
 
     async def follow(self) -> None:
         await self.send(["REQ", LIVE_ID, {"limit": 0}])

@@ -158,8 +158,9 @@ def _witnessed(
             report.findings.append(f"{said}: the policy's quorum ({verdict.needed}) holds")
         elif i == proving:
             report.problem(
-                f"{said}: not the policy's quorum ({verdict.needed}); if the witnesses have "
-                "not seen it yet (they cosign within seconds of a publish), export again"
+                f"{said}: not the policy's quorum ({verdict.needed}); export with "
+                "?checkpoint=cosigned (the file then ends at the newest checkpoint the "
+                "witnesses cosigned), or export again once they have cosigned this one"
             )
         else:
             report.findings.append(f"{said}: not the policy's quorum ({verdict.needed})")

@@ -34,6 +34,7 @@ EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this 
 IMMUTABLE: Final = {"Cache-Control": "private, max-age=31536000, immutable"}
 NOTE_MEDIA_TYPE: Final = "text/plain; charset=utf-8"
 MAX_SIZE_DIGITS: Final = 19  # a tree size in a query: bigint's range
+COSIGNED: Final = "cosigned"  # ?checkpoint=cosigned: the export ends at the witnessed one
 
 
 async def healthz(request: Request) -> Response:
@@ -55,20 +56,28 @@ async def terms(request: Request) -> Response:
 async def export(request: Request) -> Response:
     """Every event of the collection, oldest first, exactly as stored. Membership is checked
     before the first byte goes out; the body then streams from a database cursor. With
-    `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`)."""
+    `?checkpoint=1` the last line is the log's checkpoint line (`tms verify-export`), at its
+    latest signed checkpoint; with `?checkpoint=cosigned` the file ends at the checkpoint the
+    collection's `/checkpoint` shows (with witnesses: the newest the quorum cosigned, else the
+    newest any witness cosigned), so that `tms verify-export --policy` accepts it while a
+    witness lags or is down."""
     readable = await readable_by_caller(request)
     runtime = runtime_of(request)
     flag = request.query_params.get("checkpoint", "0")
-    if flag not in ("0", "1"):
-        raise Refused(400, "checkpoint must be 0 or 1")
+    if flag not in ("0", "1", COSIGNED):
+        raise Refused(400, "checkpoint must be 0, 1 or cosigned")
     # Two names, so that both downloads can sit side by side (`tms verify-export` wants the
     # checkpointed one).
-    name = f"{readable.slug}.checkpoint.jsonl" if flag == "1" else f"{readable.slug}.jsonl"
+    name = f"{readable.slug}.checkpoint.jsonl" if flag != "0" else f"{readable.slug}.jsonl"
     headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{name}"'}
     if request.method == "HEAD":
         return Response(media_type=EXPORT_MEDIA_TYPE, headers=headers)
+    upto: tuple[int, str] | None = None
     if flag == "1":
         await runtime.services.tlog.checkpoint(readable)  # builds a log not built yet
+    elif flag == COSIGNED:
+        shown = await runtime.services.tlog.witnessed(readable)  # builds one too
+        upto = (shown["size"], shown["note"])
     # The slot is held until the response has streamed (or the client hung up): one export at
     # a time per key (RateLimited: a 429), a few at a time in all (ExportsBusy: a 503).
     held = AsyncExitStack()
@@ -77,7 +86,7 @@ async def export(request: Request) -> Response:
     except ExportsBusy as exc:
         raise Refused(503, str(exc), {"Retry-After": str(exc.retry_after)}) from None
     return _ClosingStreamingResponse(
-        _export_body(runtime.exporter, readable, flag == "1", runtime.exports),
+        _export_body(runtime.exporter, readable, flag != "0", runtime.exports, upto),
         media_type=EXPORT_MEDIA_TYPE,
         headers=headers,
         held=held,
@@ -175,11 +184,15 @@ def _size(text: str) -> bool:
 
 
 async def _export_body(
-    exporter: Exporter, readable: ReadableCollection, checkpoint: bool, exports: Exports
+    exporter: Exporter,
+    readable: ReadableCollection,
+    checkpoint: bool,
+    exports: Exports,
+    upto: tuple[int, str] | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The export in chunks of about `EXPORT_CHUNK_BYTES`, each made in the export's turn on
     the exports' lane and paced after it (`tms.guard.exports`); sending waits outside it."""
-    lines = exporter.lines(readable, checkpoint=checkpoint)
+    lines = exporter.lines(readable, checkpoint=checkpoint, upto=upto)
     async with aclosing(lines):
         done = False
         while not done:

@@ -43,7 +43,11 @@ class Exporter:
         self.pool = pool
 
     async def lines(
-        self, readable: ReadableCollection, *, checkpoint: bool = False
+        self,
+        readable: ReadableCollection,
+        *,
+        checkpoint: bool = False,
+        upto: tuple[int, str] | None = None,
     ) -> AsyncGenerator[str, None]:
         """Every event of the collection, oldest first, one signed JSON line each, exactly as
         stored; streamed from a cursor, so memory stays flat whatever the size. It holds a
@@ -60,13 +64,22 @@ class Exporter:
         log's entries (event ids in log order) and the ids of the profile and terms lines
         (`tms.tlog.export_lines.checkpoint_line`), all read from the same snapshot as the events, so
         that `tms verify-export` needs nothing but the file. The collection's log must exist
-        (`LogReads.checkpoint` builds one not built yet)."""
+        (`LogReads.checkpoint` builds one not built yet).
+
+        With `upto` (a checkpoint's size and its note, cosignatures included), the file ends at
+        that checkpoint instead: the log's first `size` entries and the profile and terms lines
+        before them, then its checkpoint line. So an export can end with the newest checkpoint
+        the witnesses cosigned (`?checkpoint=cosigned`), which `tms verify-export --policy`
+        accepts, however far the log has grown since."""
         slug = readable.slug
         async with (
             self.pool.acquire() as conn,
             conn.transaction(isolation="repeatable_read"),
         ):
-            signed = await conn.fetchrow(_SQL_CHECKPOINT, slug) if checkpoint else None
+            signed = upto
+            if upto is None and checkpoint:
+                row = await conn.fetchrow(_SQL_CHECKPOINT, slug)
+                signed = None if row is None else (row["size"], row["note"])
             if checkpoint and signed is None:
                 raise LogError(f"collection '{slug}' has no signed checkpoint yet")
             others: list[tuple[EventId, EventId | None]] = []  # with the entry before each
@@ -89,7 +102,11 @@ class Exporter:
                     later.append(row)
             members = _Membership(owner)
             cursor = conn.cursor(_SQL_EXPORT, slug, prefetch=EXPORT_BATCH)
+            written = 0  # entries so far
             async for row in cursor:
+                if upto is not None and written == upto[0]:
+                    break
+                written += 1
                 while later and later[0]["seq"] < row["seq"]:
                     if members.includes(later[0]["pubkey"]):
                         others.append((later[0]["id"], entry))
@@ -101,19 +118,23 @@ class Exporter:
                 members.apply(row)
                 entry = row["id"]
                 yield _line(row)
-            for row in later:
+            for row in later if upto is None or written < upto[0] else ():
                 if members.includes(row["pubkey"]):
                     others.append((row["id"], entry))
                     yield _line(row)
             if signed is not None:
+                size, note = signed
                 entries = await _entries(conn, slug)
-                if len(entries) != signed["size"]:
+                if upto is not None:
+                    entries = entries[:size]
+                if len(entries) != size:
                     raise LogError(
                         f"the log of '{slug}' holds {len(entries)} entries, not "
-                        f"the {signed['size']} its checkpoint signs"
+                        f"the {size} its checkpoint signs"
                     )
-                lines = await conn.fetch(_SQL_COSIGNATURES, slug, signed["size"])
-                note = signed["note"] + "".join(f"{r['line']}\n" for r in lines)
+                if upto is None:  # `upto`'s note carries its cosignatures already
+                    lines = await conn.fetch(_SQL_COSIGNATURES, slug, size)
+                    note += "".join(f"{r['line']}\n" for r in lines)
                 yield checkpoint_line(note, entries, others)
 
 
