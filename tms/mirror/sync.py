@@ -70,6 +70,7 @@ TIMEOUT: Final = 30.0  # opening the WebSocket
 # pages that each look every id up again), several REQs in flight.
 IDS_PER_REQ: Final = 100
 IN_FLIGHT: Final = 8
+HELD_AT_ONCE: Final = 1000  # events fetched between two writes of pending.jsonl
 # A relay that states its prices and `max_ids_per_filter` is asked for up to this many ids in one
 # REQ (it reads them a page at a time, and prices them so): fewer messages of its address budget.
 MOST_IDS_PER_REQ: Final = 1000
@@ -278,7 +279,10 @@ class Mirror:
 
     async def _fetch(self, relay: _Relay, wanted: list[str]) -> int:
         fetched = 0
-        step = relay.ids_per_req() * IN_FLIGHT
+        # What one `by_ids` fetches is held (written to pending.jsonl) at once: at most
+        # HELD_AT_ONCE events at a time, so a run killed mid-fetch keeps all but the last few.
+        per = relay.ids_per_req()
+        step = max(per, min(per * IN_FLIGHT, HELD_AT_ONCE))
         for start in range(0, len(wanted), step):
             found = await relay.by_ids(wanted[start : start + step])
             self.copy.hold(found)
