@@ -342,7 +342,8 @@ def test_the_pages_meet_the_policy_in_chromium(plugged: Plugged) -> None:
             page.click("#publish")
             status = page.locator("#publish-status")
             expect(status).to_contain_text("Refused: nothing was stored.")
-            expect(status).to_contain_text(f"events[0] ({person.signed[1]['id'][:12]}…): {WORDS}")
+            # The policy's words beside the evidence they refuse, not an envelope's index
+            expect(page.locator("#evidence-check")).to_contain_text(WORDS)
             assert [e["kind"] for e in person.signed] == [27235, 4701, 4702, 4703]
             person.close()
         finally:
