@@ -238,7 +238,9 @@ def test_rate_limits_count_per_process_by_the_forwarded_address(site: tuple[str,
             break
         assert time.monotonic() < deadline, rows
         time.sleep(0.2)
-    assert {(r["kind"], r["tool"]) for r in rows} == {("rate_limited", "page")}
+    assert {(r["kind"], r["tool"]) for r in rows} == {
+        ("rate_limited", "terms")
+    }  # /terms, named in the route table
     assert sum(r["count"] for r in rows) == 2 and len(rows) <= 2
 
 
