@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tms.errors import InvalidEvent
 from tms.nostr.events import Event
-from tms.registry import Collision, Keyed
+from tms.registry import Keyed
 from tms.rules.content import (
     DISTINCT,
     CollectionSlug,
@@ -212,7 +212,7 @@ class Kinds(Keyed[int, "Kind[Any]"]):
         """`KINDS[n] = kind`: `add`, for a kind numbered `n` (a test's throw-away kind, as
         pytest's `monkeypatch.setitem` registers it); a number taken raises `Collision`."""
         if number != kind.number:
-            raise Collision(self.sort, str(number), self.sort, f"kind {kind.number}")
+            raise KeyError(f"kind {kind.number} registered under the number {number}")
         self.add(kind)
 
     def __delitem__(self, number: int) -> None:
