@@ -63,3 +63,18 @@ def test_a_route_answering_what_another_answers_names_both_sides() -> None:
     table.add(Route("/submit", _page, methods=["DELETE"]), by="plugin pages")
     table.add(Route("/plugins/notes", _page, methods=["GET"]), by="plugin pages")
     assert len(table) == len(ROUTES) + 2
+
+
+def test_a_kind_number_taken_twice_is_refused() -> None:
+    from dataclasses import replace
+
+    from tms.rules.kinds import KINDS
+    from tms.types import KIND_CLAIM
+
+    claim = KINDS[KIND_CLAIM]
+    with pytest.raises(Collision) as caught:
+        KINDS.add(replace(claim, name="assertion"))
+    assert str(caught.value) == "kind '4702' of the core collides with kind '4702' of the core"
+    with pytest.raises(Collision):
+        KINDS[KIND_CLAIM] = claim
+    assert KINDS[KIND_CLAIM] is claim and KINDS[KIND_CLAIM].name == "claim"

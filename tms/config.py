@@ -14,8 +14,9 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from tms.envvars import choice, number, parse_number, read_all, setting, switch, text
 from tms.errors import ConfigError, EmbeddingError, LogError
 from tms.guard.clients import Network, parse_networks
 from tms.guard.rates import (
@@ -41,10 +42,6 @@ DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
 DEFAULT_RELAY_CONNECTIONS: Final = 4  # the relay's reads' own pool (TMS_RELAY_CONNECTIONS)
 DEFAULT_RELAY_STATEMENT_SECONDS: Final = 10.0  # its statement_timeout (TMS_RELAY_STATEMENT_SECONDS)
 DEFAULT_NEG_WARM: Final = 8  # collections whose NIP-77 lists a server loads at start (TMS_NEG_WARM)
-DEFAULT_PLUGIN_SECONDS: Final = 5.0  # a policy's or filter's call (TMS_PLUGIN_TIMEOUT_SECONDS)
-DEFAULT_HOOK_SECONDS: Final = 30.0  # an after-commit hook's call (TMS_HOOK_TIMEOUT_SECONDS)
-DEFAULT_HOOK_QUEUE: Final = 1000  # batches waiting for each hook (TMS_HOOK_QUEUE)
-DEFAULT_STRFRY_SECONDS: Final = 10.0  # a batch's, from asked to answered (strfry's, an event's)
 STRFRY: Final = "strfry"  # the built-in plugin that runs TMS_STRFRY_COMMAND (tms.extension)
 _PLUGIN_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
@@ -60,183 +57,304 @@ def _default_threads() -> int:
     return max(1, min(cpus, MAX_THREADS))
 
 
+def _embed_switch(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    enabled = (value or "").strip().lower() or "on"
+    if enabled not in ("on", "off"):
+        raise EmbeddingError(f"{variable} must be 'on' or 'off', got {value or ''!r}")
+    return enabled == "on"
+
+
+def _threads(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    text = (value or "").strip()
+    if not text:
+        return default
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if not 1 <= threads <= 256:
+        raise EmbeddingError(f"{variable} must be a number of threads from 1 to 256, got {text!r}")
+    return threads
+
+
+def _path(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    text = (value or "").strip()
+    return Path(text) if text else default
+
+
 @dataclass(frozen=True, slots=True)
 class EmbeddingConfig:
     """`TMS_EMBED*`: whether vectors are made, by which model, on how many threads."""
 
-    enabled: bool
-    model: str
-    model_dir: Path | None  # the model's files, instead of the packaged ones or a download
-    threads: int  # batches run at once, each on one onnxruntime thread
+    enabled: bool = setting("TMS_EMBED", True, _embed_switch, shown="`on`")
+    model: str = setting("TMS_EMBED_MODEL", DEFAULT_MODEL, text)
+    # the model's files, instead of the packaged ones or a download
+    model_dir: Path | None = setting("TMS_EMBED_MODEL_DIR", None, _path)
+    # batches run at once, each on one onnxruntime thread
+    threads: int = setting(
+        "TMS_EMBED_THREADS", 1, _threads, factory=_default_threads, shown="CPUs, at most 4"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EmbeddingConfig:
-        env = os.environ if env is None else env
-        switch = env.get("TMS_EMBED", "")
-        enabled = switch.strip().lower() or "on"
-        if enabled not in ("on", "off"):
-            raise EmbeddingError(f"TMS_EMBED must be 'on' or 'off', got {switch!r}")
-        threads_text = env.get("TMS_EMBED_THREADS", "").strip()
-        if threads_text:
-            try:
-                threads = int(threads_text)
-            except ValueError:
-                threads = 0
-            if not 1 <= threads <= 256:
-                raise EmbeddingError(
-                    f"TMS_EMBED_THREADS must be a number of threads from 1 to 256, "
-                    f"got {threads_text!r}"
-                )
-        else:
-            threads = _default_threads()
-        model_dir = env.get("TMS_EMBED_MODEL_DIR", "").strip()
-        return cls(
-            enabled=enabled == "on",
-            model=env.get("TMS_EMBED_MODEL", "").strip() or DEFAULT_MODEL,
-            model_dir=Path(model_dir) if model_dir else None,
-            threads=threads,
+        return cls(**read_all(cls, os.environ if env is None else env))
+
+
+def _port(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    text = value if value is not None else str(default)
+    try:
+        port = int(text)
+    except ValueError:
+        raise ConfigError(f"{variable} must be a port number, got {text!r}") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"{variable} must be between 1 and 65535, got {port}")
+    return port
+
+
+def _base_url(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    base_url = (value or "").strip().rstrip("/") or None
+    if base_url is not None and not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"{variable} must start with http:// or https://, got {base_url!r}")
+    return base_url
+
+
+def _data_dir(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    return Path((value or "").strip() or default).resolve()
+
+
+def _networks(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    return parse_networks(variable, value or "")
+
+
+def _level(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    return log_level(variable, value or "")
+
+
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+LOG_FORMATS: Final = ("text", "json")
+
+
+def log_level(name: str, text: str) -> str:
+    """`TMS_LOG_LEVEL` or `--log-level`: the least severe level logged (default info)."""
+    level = text.strip().lower() or "info"
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{name} must be one of {', '.join(LOG_LEVELS)}, got {text!r:.40}")
+    return level
+
+
+def _secret(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    value = (text or "").strip()
+    if value and len(value) < MIN_SECRET_CHARS:
+        raise ConfigError(
+            f"TMS_SECRET must be at least {MIN_SECRET_CHARS} characters (it signs login "
+            f"cookies); got {len(value)}. `python -c 'import secrets; print(secrets.token_hex())'`"
+            " makes one"
         )
+    return value or None
+
+
+def _metrics_token(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    """`TMS_METRICS_TOKEN`: what a scraper sends as `Authorization: Bearer ...` for the public
+    port's /metrics. Long enough not to be guessed, and of the characters a bearer token may
+    hold (RFC 6750), so that it reads the same in a header and in a scrape config."""
+    value = (text or "").strip()
+    if not value:
+        return None
+    if len(value) < MIN_METRICS_TOKEN_CHARS or not _BEARER.fullmatch(value):
+        raise ConfigError(
+            f"TMS_METRICS_TOKEN must be at least {MIN_METRICS_TOKEN_CHARS} characters of letters, "
+            "digits and -._~+/ (got one that is not); `python -c 'import secrets; "
+            "print(secrets.token_urlsafe())'` makes one"
+        )
+    return value
+
+
+def _metrics_port(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    """`TMS_METRICS_PORT`: a port of its own for the metrics, never the public one."""
+    if not (text or "").strip():
+        return None
+    port = parse_number(variable, text or "", 0, 1, 65535, "")
+    public = got["port"]
+    if port == public:
+        raise ConfigError(f"TMS_METRICS_PORT must not be TMS_PORT ({public}): metrics are private")
+    return port
+
+
+def _plugins(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    """`TMS_PLUGINS`: comma-separated plugin names, each once. Their order is the order their
+    write policies and read filters are asked in (tms.extension)."""
+    names: list[str] = []
+    for item in (text or "").split(","):
+        name = item.strip()
+        if not name:
+            continue
+        if not _PLUGIN_NAME.fullmatch(name):
+            raise ConfigError(
+                f"TMS_PLUGINS must be comma-separated plugin names (a lowercase letter, then up "
+                f"to 39 lowercase letters, digits, '-' or '_'), got {name!r:.60}"
+            )
+        if name in names:
+            raise ConfigError(f"TMS_PLUGINS names the plugin '{name}' twice")
+        names.append(name)
+    return tuple(names)
+
+
+def _relays(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    """`TMS_PROFILE_RELAYS`: comma-separated ws:// or wss:// origins (ws:// is for a relay on
+    this machine, as the tests run one). They go into the pages' Content-Security-Policy, so
+    nothing that could widen it is accepted: no paths with spaces, quotes or semicolons. Unset:
+    the two public relays; set but empty: none, and the pages contact no other origin."""
+    if text is None:
+        return default
+    relays = []
+    for item in text.split(","):
+        relay = item.strip().rstrip("/")
+        if not relay:
+            continue
+        if not relay.startswith(("wss://", "ws://")) or any(c in relay for c in " ;,'\"*"):
+            raise ConfigError(
+                f"TMS_PROFILE_RELAYS must be comma-separated wss:// addresses, got {relay!r:.100}"
+            )
+        relays.append(relay)
+    return tuple(relays)
+
+
+def _http_reserve(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    """`TMS_HTTP_RESERVE`: connections kept for HTTP, from 1 to half the cap (the WebSocket
+    connections keep the rest); None, unset: a tenth of `TMS_MAX_CONNECTIONS`."""
+    if not (text or "").strip():
+        return None
+    return parse_number(variable, text or "", 1, 1, got["max_connections"] // 2, "")
+
+
+def _strfry_command(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    """`TMS_STRFRY_COMMAND`: set only with the plugin `strfry` enabled (`TMS_PLUGINS`)."""
+    command = (text or "").strip() or None
+    if command is not None and STRFRY not in got["plugins"]:
+        raise ConfigError(
+            f"TMS_STRFRY_COMMAND is set but TMS_PLUGINS does not name '{STRFRY}': add it "
+            "to run the command as a write policy, or unset TMS_STRFRY_COMMAND"
+        )
+    return command
+
+
+# The `TMS_RATE_*` settings (`Settings.rates`): each `RateLimits` field's variable and default.
+RATES: Final = {
+    "address": ("TMS_RATE_ADDRESS", DEFAULT_ADDRESS),
+    "key": ("TMS_RATE_KEY", DEFAULT_KEY),
+    "fetch": ("TMS_RATE_FETCH", DEFAULT_FETCH),
+    "login": ("TMS_RATE_LOGIN", DEFAULT_LOGIN),
+    "read": ("TMS_RATE_READ", DEFAULT_READ),
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    database_url: str | None  # None: start the embedded PostgreSQL in data_dir
-    data_dir: Path
-    host: str
-    port: int
-    base_url: str | None  # the public origin, e.g. https://tms.example.org, when behind a proxy
-    embedding: EmbeddingConfig
-    embed_wait: float  # seconds a publish waits for its batch's vectors; the rest catch up later
-    head_seconds: float = 10.0  # a request's head must arrive within this
-    body_seconds: float = 60.0  # and its body within this after the head
-    max_connections: int = 10_000  # connections held at once
-    max_connections_per_address: int = 64  # of them, by one client address (trusted proxies: any)
-    http_reserve: int | None = None  # of them, never WebSocket ones; None: a tenth
-    body_min_rate: int = 1024  # bytes a second a request body keeps up after its first seconds
-    log_key: str | None = None  # TMS_LOG_KEY; None: generated into data_dir (`load_log_key`)
-    secret: str | None = None  # TMS_SECRET; None: generated into data_dir (`load_secret`)
-    profile_relays: tuple[str, ...] = DEFAULT_PROFILE_RELAYS  # where the pages look up profiles
-    rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_*; none when built by hand
-    trusted_proxies: tuple[Network, ...] = ()  # peers whose X-Forwarded-For is believed
-    refusals_keep: int = DEFAULT_KEEP  # rows the refusal log keeps of each kind
-    relay_idle_seconds: float = 300.0  # a relay connection with no subscription, unused, ends
-    relay_memory_mb: int = 128  # TMS_RELAY_MEMORY_MB: what every relay connection holds, in all
-    relay_behind_seconds: float = 15.0  # TMS_RELAY_BEHIND_SECONDS: a live event unread this long
-    max_exports: int = DEFAULT_EXPORTS  # exports streamed at once, per process
-    relay_connections: int = DEFAULT_RELAY_CONNECTIONS  # the relay's reads' pool, per process
-    relay_statement_seconds: float = DEFAULT_RELAY_STATEMENT_SECONDS  # one relay read, at most
-    neg_warm: int = DEFAULT_NEG_WARM  # TMS_NEG_WARM: NIP-77 lists loaded at start (0: none)
+    """Every setting, each declared once on its field (`setting`: its variable, its default, how
+    it is read), from which `from_env` reads them and tests/test_settings_docs.py holds the
+    documentation's table."""
+
+    # None: start the embedded PostgreSQL in data_dir
+    database_url: str | None = setting("TMS_DATABASE_URL", None, text)
+    data_dir: Path = setting("TMS_DATA_DIR", Path("tms-data"), _data_dir, shown="`./tms-data`")
+    host: str = setting("TMS_HOST", "127.0.0.1", text)
+    port: int = setting("TMS_PORT", 8000, _port)
+    # the public origin, e.g. https://tms.example.org, when behind a proxy
+    base_url: str | None = setting("TMS_BASE_URL", None, _base_url)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)  # TMS_EMBED*
+    # seconds a publish waits for its batch's vectors; the rest catch up later
+    embed_wait: float = setting("TMS_EMBED_WAIT", 10.0, number(0, 600, "seconds"))
+    # a request's head must arrive within this; and its body within this after the head
+    head_seconds: float = setting("TMS_HEAD_SECONDS", 10.0, number(0.1, 3600, "seconds"))
+    body_seconds: float = setting("TMS_BODY_SECONDS", 60.0, number(0.1, 3600, "seconds"))
+    max_connections: int = setting("TMS_MAX_CONNECTIONS", 10_000, number(10, 1_000_000))
+    # of them, by one client address (trusted proxies: any)
+    max_connections_per_address: int = setting(
+        "TMS_MAX_CONNECTIONS_PER_ADDRESS", 64, number(1, 1_000_000)
+    )
+    # of them, never WebSocket ones; None: a tenth
+    http_reserve: int | None = setting(
+        "TMS_HTTP_RESERVE", None, _http_reserve, shown="a tenth of `TMS_MAX_CONNECTIONS`"
+    )
+    # bytes a second a request body keeps up after its first seconds
+    body_min_rate: int = setting("TMS_BODY_MIN_RATE", 1024, number(0, 1_000_000_000))
+    # None: generated into data_dir (`load_log_key`)
+    log_key: str | None = setting("TMS_LOG_KEY", None, text, shown="generated")
+    # None: generated into data_dir (`load_secret`)
+    secret: str | None = setting("TMS_SECRET", None, _secret, shown="generated")
+    # where the pages look up profiles
+    profile_relays: tuple[str, ...] = setting("TMS_PROFILE_RELAYS", DEFAULT_PROFILE_RELAYS, _relays)
+    rates: RateLimits = field(default_factory=RateLimits)  # TMS_RATE_* (`RATES`); none by hand
+    # peers whose X-Forwarded-For is believed
+    trusted_proxies: tuple[Network, ...] = setting("TMS_TRUSTED_PROXIES", (), _networks)
+    # rows the refusal log keeps of each kind
+    refusals_keep: int = setting("TMS_REFUSALS_KEEP", DEFAULT_KEEP, number(100, 100_000_000))
+    # a relay connection with no subscription, unused, ends
+    relay_idle_seconds: float = setting(
+        "TMS_RELAY_IDLE_SECONDS", 300.0, number(1, 86400, "seconds")
+    )
+    # what every relay connection holds, in all
+    relay_memory_mb: int = setting("TMS_RELAY_MEMORY_MB", 128, number(16, 1_000_000))
+    # a live event unread this long
+    relay_behind_seconds: float = setting(
+        "TMS_RELAY_BEHIND_SECONDS", 15.0, number(1, 3600, "seconds")
+    )
+    # exports streamed at once, per process
+    max_exports: int = setting("TMS_MAX_EXPORTS", DEFAULT_EXPORTS, number(1, 64))
+    # the relay's reads' pool, per process
+    relay_connections: int = setting(
+        "TMS_RELAY_CONNECTIONS", DEFAULT_RELAY_CONNECTIONS, number(1, 64)
+    )
+    # one relay read, at most
+    relay_statement_seconds: float = setting(
+        "TMS_RELAY_STATEMENT_SECONDS",
+        DEFAULT_RELAY_STATEMENT_SECONDS,
+        number(0.001, 3600, "seconds"),
+    )
+    # NIP-77 lists loaded at start (0: none)
+    neg_warm: int = setting("TMS_NEG_WARM", DEFAULT_NEG_WARM, number(0, 1000))
     export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
-    metrics_token: str | None = None  # TMS_METRICS_TOKEN: GET /metrics with it as a bearer token
-    metrics_port: int | None = None  # TMS_METRICS_PORT: metrics on a port of their own
-    metrics_host: str = "127.0.0.1"  # TMS_METRICS_HOST: where that port listens
-    witness_policy: str | None = None  # TMS_WITNESS_POLICY: a tlog-policy file (tms.witness)
-    witness_logs: str | None = None  # TMS_WITNESS_LOGS: the logs this server witnesses
-    witness_key: str | None = None  # TMS_WITNESS_KEY; None: generated into data_dir if needed
-    plugins: tuple[str, ...] = ()  # TMS_PLUGINS: the plugins enabled, in the order asked
-    plugin_seconds: float = DEFAULT_PLUGIN_SECONDS  # TMS_PLUGIN_TIMEOUT_SECONDS
-    hook_seconds: float = DEFAULT_HOOK_SECONDS  # TMS_HOOK_TIMEOUT_SECONDS
-    hook_queue: int = DEFAULT_HOOK_QUEUE  # TMS_HOOK_QUEUE
-    strfry_command: str | None = None  # TMS_STRFRY_COMMAND: run by the plugin `strfry`
-    strfry_seconds: float = DEFAULT_STRFRY_SECONDS  # TMS_STRFRY_TIMEOUT_SECONDS
-    log_level: str = "info"  # TMS_LOG_LEVEL (`tms serve --log-level`): debug, info, warning, error
-    log_format: str = "text"  # TMS_LOG_FORMAT: text, or json (one object a line)
-    access_log: bool = False  # TMS_ACCESS_LOG: a line per HTTP request answered
+    # GET /metrics with it as a bearer token
+    metrics_token: str | None = setting("TMS_METRICS_TOKEN", None, _metrics_token)
+    # metrics on a port of their own
+    metrics_port: int | None = setting("TMS_METRICS_PORT", None, _metrics_port)
+    # where that port listens
+    metrics_host: str = setting("TMS_METRICS_HOST", "127.0.0.1", text)
+    # a tlog-policy file (tms.witness)
+    witness_policy: str | None = setting("TMS_WITNESS_POLICY", None, text)
+    # the logs this server witnesses
+    witness_logs: str | None = setting("TMS_WITNESS_LOGS", None, text)
+    # None: generated into data_dir if needed
+    witness_key: str | None = setting("TMS_WITNESS_KEY", None, text, shown="generated")
+    # the plugins enabled, in the order asked
+    plugins: tuple[str, ...] = setting("TMS_PLUGINS", (), _plugins)
+    plugin_seconds: float = setting("TMS_PLUGIN_TIMEOUT_SECONDS", 5.0, number(0.01, 600, "seconds"))
+    hook_seconds: float = setting("TMS_HOOK_TIMEOUT_SECONDS", 30.0, number(0.01, 3600, "seconds"))
+    hook_queue: int = setting("TMS_HOOK_QUEUE", 1000, number(1, 1_000_000))
+    # run by the plugin `strfry`
+    strfry_command: str | None = setting("TMS_STRFRY_COMMAND", None, _strfry_command)
+    strfry_seconds: float = setting(
+        "TMS_STRFRY_TIMEOUT_SECONDS", 10.0, number(0.01, 600, "seconds")
+    )
+    # (`tms serve --log-level`): debug, info, warning, error
+    log_level: str = setting("TMS_LOG_LEVEL", "info", _level)
+    # text, or json (one object a line)
+    log_format: str = setting("TMS_LOG_FORMAT", "text", choice(*LOG_FORMATS))
+    # a line per HTTP request answered
+    access_log: bool = setting("TMS_ACCESS_LOG", False, switch, shown="`off`")
     new_log_key: bool = False  # `--new-log-key`: make a log key for a database with checkpoints
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        port_text = env.get("TMS_PORT", "8000")
-        try:
-            port = int(port_text)
-        except ValueError:
-            raise ConfigError(f"TMS_PORT must be a port number, got {port_text!r}") from None
-        if not 0 < port < 65536:
-            raise ConfigError(f"TMS_PORT must be between 1 and 65535, got {port}")
-        base_url = env.get("TMS_BASE_URL", "").strip().rstrip("/") or None
-        if base_url is not None and not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"TMS_BASE_URL must start with http:// or https://, got {base_url!r}")
-        embed_wait = _number(env, "TMS_EMBED_WAIT", 10, 0, 600, "seconds")
-        max_connections = int(_number(env, "TMS_MAX_CONNECTIONS", 10_000, 10, 1_000_000, ""))
-        plugins = _plugins(env)
-        strfry_command = env.get("TMS_STRFRY_COMMAND", "").strip() or None
-        if strfry_command is not None and STRFRY not in plugins:
-            raise ConfigError(
-                f"TMS_STRFRY_COMMAND is set but TMS_PLUGINS does not name '{STRFRY}': add it "
-                "to run the command as a write policy, or unset TMS_STRFRY_COMMAND"
-            )
+        rates = {
+            name: parse_rates(variable, env.get(variable, default))
+            for name, (variable, default) in RATES.items()
+        }
         return cls(
-            database_url=env.get("TMS_DATABASE_URL", "").strip() or None,
-            data_dir=Path(env.get("TMS_DATA_DIR", "").strip() or "tms-data").resolve(),
-            host=env.get("TMS_HOST", "").strip() or "127.0.0.1",
-            port=port,
-            base_url=base_url,
+            **read_all(cls, env),
             embedding=EmbeddingConfig.from_env(env),
-            embed_wait=embed_wait,
-            head_seconds=_number(env, "TMS_HEAD_SECONDS", 10, 0.1, 3600, "seconds"),
-            body_seconds=_number(env, "TMS_BODY_SECONDS", 60, 0.1, 3600, "seconds"),
-            max_connections=max_connections,
-            max_connections_per_address=int(
-                _number(env, "TMS_MAX_CONNECTIONS_PER_ADDRESS", 64, 1, 1_000_000, "")
-            ),
-            http_reserve=_http_reserve(env, max_connections),
-            body_min_rate=int(_number(env, "TMS_BODY_MIN_RATE", 1024, 0, 1_000_000_000, "")),
-            log_key=env.get("TMS_LOG_KEY", "").strip() or None,
-            secret=_secret(env),
-            profile_relays=_relays(env),
-            rates=RateLimits(
-                address=parse_rates(
-                    "TMS_RATE_ADDRESS", env.get("TMS_RATE_ADDRESS", DEFAULT_ADDRESS)
-                ),
-                key=parse_rates("TMS_RATE_KEY", env.get("TMS_RATE_KEY", DEFAULT_KEY)),
-                fetch=parse_rates("TMS_RATE_FETCH", env.get("TMS_RATE_FETCH", DEFAULT_FETCH)),
-                login=parse_rates("TMS_RATE_LOGIN", env.get("TMS_RATE_LOGIN", DEFAULT_LOGIN)),
-                read=parse_rates("TMS_RATE_READ", env.get("TMS_RATE_READ", DEFAULT_READ)),
-            ),
-            trusted_proxies=parse_networks(
-                "TMS_TRUSTED_PROXIES", env.get("TMS_TRUSTED_PROXIES", "")
-            ),
-            refusals_keep=int(
-                _number(env, "TMS_REFUSALS_KEEP", DEFAULT_KEEP, 100, 100_000_000, "")
-            ),
-            relay_idle_seconds=_number(env, "TMS_RELAY_IDLE_SECONDS", 300, 1, 86400, "seconds"),
-            relay_memory_mb=int(_number(env, "TMS_RELAY_MEMORY_MB", 128, 16, 1_000_000, "")),
-            relay_behind_seconds=_number(env, "TMS_RELAY_BEHIND_SECONDS", 15, 1, 3600, "seconds"),
-            max_exports=int(_number(env, "TMS_MAX_EXPORTS", DEFAULT_EXPORTS, 1, 64, "")),
-            relay_connections=int(
-                _number(env, "TMS_RELAY_CONNECTIONS", DEFAULT_RELAY_CONNECTIONS, 1, 64, "")
-            ),
-            relay_statement_seconds=_number(
-                env,
-                "TMS_RELAY_STATEMENT_SECONDS",
-                DEFAULT_RELAY_STATEMENT_SECONDS,
-                0.001,
-                3600,
-                "seconds",
-            ),
-            neg_warm=int(_number(env, "TMS_NEG_WARM", DEFAULT_NEG_WARM, 0, 1000, "")),
-            metrics_token=_metrics_token(env),
-            metrics_port=_metrics_port(env, port),
-            metrics_host=env.get("TMS_METRICS_HOST", "").strip() or "127.0.0.1",
-            witness_policy=env.get("TMS_WITNESS_POLICY", "").strip() or None,
-            witness_logs=env.get("TMS_WITNESS_LOGS", "").strip() or None,
-            witness_key=env.get("TMS_WITNESS_KEY", "").strip() or None,
-            plugins=plugins,
-            plugin_seconds=_number(
-                env, "TMS_PLUGIN_TIMEOUT_SECONDS", DEFAULT_PLUGIN_SECONDS, 0.01, 600, "seconds"
-            ),
-            hook_seconds=_number(
-                env, "TMS_HOOK_TIMEOUT_SECONDS", DEFAULT_HOOK_SECONDS, 0.01, 3600, "seconds"
-            ),
-            hook_queue=int(_number(env, "TMS_HOOK_QUEUE", DEFAULT_HOOK_QUEUE, 1, 1_000_000, "")),
-            strfry_command=strfry_command,
-            strfry_seconds=_number(
-                env, "TMS_STRFRY_TIMEOUT_SECONDS", DEFAULT_STRFRY_SECONDS, 0.01, 600, "seconds"
-            ),
-            log_level=log_level("TMS_LOG_LEVEL", env.get("TMS_LOG_LEVEL", "")),
-            log_format=_choice(env, "TMS_LOG_FORMAT", LOG_FORMATS),
-            access_log=_choice(env, "TMS_ACCESS_LOG", ("off", "on")) == "on",
+            rates=RateLimits(**rates),
         )
 
     def serving(
@@ -341,104 +459,6 @@ def generated(
     return value, True
 
 
-LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-LOG_FORMATS: Final = ("text", "json")
-
-
-def log_level(name: str, text: str) -> str:
-    """`TMS_LOG_LEVEL` or `--log-level`: the least severe level logged (default info)."""
-    level = text.strip().lower() or "info"
-    if level not in LOG_LEVELS:
-        raise ConfigError(f"{name} must be one of {', '.join(LOG_LEVELS)}, got {text!r:.40}")
-    return level
-
-
-def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
-    """One of `choices` (the first when unset)."""
-    text = env.get(name, "")
-    value = text.strip().lower() or choices[0]
-    if value not in choices:
-        raise ConfigError(f"{name} must be {' or '.join(choices)}, got {text!r:.40}")
-    return value
-
-
-def _secret(env: Mapping[str, str]) -> str | None:
-    value = env.get("TMS_SECRET", "").strip()
-    if value and len(value) < MIN_SECRET_CHARS:
-        raise ConfigError(
-            f"TMS_SECRET must be at least {MIN_SECRET_CHARS} characters (it signs login "
-            f"cookies); got {len(value)}. `python -c 'import secrets; print(secrets.token_hex())'`"
-            " makes one"
-        )
-    return value or None
-
-
-def _metrics_token(env: Mapping[str, str]) -> str | None:
-    """`TMS_METRICS_TOKEN`: what a scraper sends as `Authorization: Bearer ...` for the public
-    port's /metrics. Long enough not to be guessed, and of the characters a bearer token may
-    hold (RFC 6750), so that it reads the same in a header and in a scrape config."""
-    value = env.get("TMS_METRICS_TOKEN", "").strip()
-    if not value:
-        return None
-    if len(value) < MIN_METRICS_TOKEN_CHARS or not _BEARER.fullmatch(value):
-        raise ConfigError(
-            f"TMS_METRICS_TOKEN must be at least {MIN_METRICS_TOKEN_CHARS} characters of letters, "
-            "digits and -._~+/ (got one that is not); `python -c 'import secrets; "
-            "print(secrets.token_urlsafe())'` makes one"
-        )
-    return value
-
-
-def _metrics_port(env: Mapping[str, str], public: int) -> int | None:
-    """`TMS_METRICS_PORT`: a port of its own for the metrics, never the public one."""
-    if not env.get("TMS_METRICS_PORT", "").strip():
-        return None
-    port = int(_number(env, "TMS_METRICS_PORT", 0, 1, 65535, ""))
-    if port == public:
-        raise ConfigError(f"TMS_METRICS_PORT must not be TMS_PORT ({public}): metrics are private")
-    return port
-
-
-def _plugins(env: Mapping[str, str]) -> tuple[str, ...]:
-    """`TMS_PLUGINS`: comma-separated plugin names, each once. Their order is the order their
-    write policies and read filters are asked in (tms.extension)."""
-    names: list[str] = []
-    for item in env.get("TMS_PLUGINS", "").split(","):
-        name = item.strip()
-        if not name:
-            continue
-        if not _PLUGIN_NAME.fullmatch(name):
-            raise ConfigError(
-                f"TMS_PLUGINS must be comma-separated plugin names (a lowercase letter, then up "
-                f"to 39 lowercase letters, digits, '-' or '_'), got {name!r:.60}"
-            )
-        if name in names:
-            raise ConfigError(f"TMS_PLUGINS names the plugin '{name}' twice")
-        names.append(name)
-    return tuple(names)
-
-
-def _relays(env: Mapping[str, str]) -> tuple[str, ...]:
-    """`TMS_PROFILE_RELAYS`: comma-separated ws:// or wss:// origins (ws:// is for a relay on
-    this machine, as the tests run one). They go into the pages' Content-Security-Policy, so
-    nothing that could widen it is accepted: no paths with spaces, quotes or semicolons. Unset:
-    the two public relays; set but empty: none, and the pages contact no other origin."""
-    text = env.get("TMS_PROFILE_RELAYS")
-    if text is None:
-        return DEFAULT_PROFILE_RELAYS
-    relays = []
-    for item in text.split(","):
-        relay = item.strip().rstrip("/")
-        if not relay:
-            continue
-        if not relay.startswith(("wss://", "ws://")) or any(c in relay for c in " ;,'\"*"):
-            raise ConfigError(
-                f"TMS_PROFILE_RELAYS must be comma-separated wss:// addresses, got {relay!r:.100}"
-            )
-        relays.append(relay)
-    return tuple(relays)
-
-
 def load_secret(settings: Settings) -> tuple[bytes, str | None]:
     """The key that signs login cookies and nonces, and a line to log when it was chosen here.
     `TMS_SECRET` when set; otherwise the file `TMS_DATA_DIR/secret`, by the same rule as the
@@ -457,27 +477,3 @@ def load_secret(settings: Settings) -> tuple[bytes, str | None]:
         )
     said = f"TMS_SECRET is unset: generated the login secret into {path}; {KEEP_DATA_DIR}"
     return value.encode(), said if made else None
-
-
-def _http_reserve(env: Mapping[str, str], max_connections: int) -> int | None:
-    """`TMS_HTTP_RESERVE`: connections kept for HTTP, from 1 to half the cap (the WebSocket
-    connections keep the rest); None, unset: a tenth of `TMS_MAX_CONNECTIONS`."""
-    if not env.get("TMS_HTTP_RESERVE", "").strip():
-        return None
-    return int(_number(env, "TMS_HTTP_RESERVE", 1, 1, max_connections // 2, ""))
-
-
-def _number(
-    env: Mapping[str, str], name: str, default: float, low: float, high: float, unit: str
-) -> float:
-    text = env.get(name, "").strip()
-    if not text:
-        return float(default)
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not low <= value <= high or (not unit and value != int(value)):
-        what = unit or "a whole number"
-        raise ConfigError(f"{name} must be {what} from {low:g} to {high:g}, got {text!r}")
-    return value

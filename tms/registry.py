@@ -22,6 +22,7 @@ def by_plugin(name: str) -> str:
     return f"plugin '{name}'"
 
 
+K = TypeVar("K", bound=str | int)
 T = TypeVar("T")
 
 
@@ -43,26 +44,40 @@ class Collision(ConfigError):
         self.second = second
 
 
-class Registry(Mapping[str, T], Generic[T]):
-    """A read-only mapping from names to entries, which only grows, through `register`."""
+class Keyed(Mapping[K, T], Generic[K, T]):
+    """A read-only mapping from keys (names, or numbers: the kinds, `tms.rules.kinds.KINDS`) to
+    entries, which only grows, through `register`."""
 
     def __init__(self, sort: str) -> None:
         """`sort`: what the entries are, as a collision names it ("MCP tool")."""
         self.sort = sort
-        self._entries: dict[str, T] = {}
-        self._by: dict[str, str] = {}
+        self._entries: dict[K, T] = {}
+        self._by: dict[K, str] = {}
 
-    def register(self, name: str, entry: T, *, by: str = CORE) -> T:
+    def register(self, name: K, entry: T, *, by: str = CORE) -> T:
         """Add `entry` under `name`, registered `by` (the core, or a plugin: `by_plugin`); a
         name already taken raises `Collision`, naming both sides."""
         if name in self._entries:
-            raise Collision(self.sort, name, self._by[name], by)
+            raise Collision(self.sort, str(name), self._by[name], by)
         self._entries[name] = entry
         self._by[name] = by
         return entry
 
-    def registered_by(self, name: str) -> str:
+    def registered_by(self, name: K) -> str:
         return self._by[name]
+
+    def __getitem__(self, name: K) -> T:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class Registry(Keyed[str, T], Generic[T]):
+    """A registry of named entries (tools, prompts, routes, plugins' names)."""
 
     def copy(self) -> Registry[T]:
         """A registry holding what this one holds, each entry by whom it was registered, that
@@ -71,12 +86,3 @@ class Registry(Mapping[str, T], Generic[T]):
         copied._entries = dict(self._entries)
         copied._by = dict(self._by)
         return copied
-
-    def __getitem__(self, name: str) -> T:
-        return self._entries[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)

@@ -3,7 +3,8 @@ table of kinds defines it, which the guide repeats) and what the rest of the led
 of it: the events it references and how, its typed tables, whether it is embedded for search,
 counted, an entry of its collection's transparency log, and the name people and bots see.
 Everything else reads `KINDS`, so a new kind is its model and its entry here, plus the migration
-that makes its table.
+that makes its table. `KINDS` is a registry (`tms.registry`): a number taken twice is refused at
+import, and each entry's functions are typed over its content model (`Kind[C]`).
 
 What content is made of, and how its errors are phrased: `tms.rules.content`.
 """
@@ -14,12 +15,13 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tms.errors import InvalidEvent
 from tms.nostr.events import Event
+from tms.registry import Keyed
 from tms.rules.content import (
     DISTINCT,
     CollectionSlug,
@@ -166,23 +168,27 @@ class Embedding:
     at_publish: bool = True  # a publish waits for it (search reads it); else in the background
 
 
+C = TypeVar("C", bound=BaseModel)  # a kind's content model
+
+
 @dataclass(frozen=True, slots=True)
-class Kind:
-    """One event kind, as every layer needs it."""
+class Kind(Generic[C]):
+    """One event kind, as every layer needs it; its functions read its content as its model,
+    `C`."""
 
     number: int
     name: str  # `kind_name` in results; refusals and pages say it
     plural: str  # for counts: "3 claims"
-    model: type[BaseModel]
+    model: type[C]
     scoped: bool = True  # names a collection: stored in it, exported with it, a log entry
     stored: bool = True  # requests are signed, checked and never stored
     tags: bool = False  # may carry tags (profiles, which other clients tag)
     references: tuple[Reference, ...] = ()
     tables: tuple[Table, ...] = ()
-    rows: Callable[[Event, Any], list[Row]] | None = None  # its typed rows, per `tables`
+    rows: Callable[[Event, C], list[Row]] | None = None  # its typed rows, per `tables`
     embedding: Embedding | None = None
     counted: str | None = None  # its column in each collection's counts (sql/009)
-    claim_counts: Callable[[EventId, Any], list[ClaimCount]] | None = None  # sql/008
+    claim_counts: Callable[[EventId, C], list[ClaimCount]] | None = None  # sql/008
     claim_columns: tuple[str, ...] = ()  # the claim_counts columns `claim_counts` adds to
 
 
@@ -192,121 +198,153 @@ def _row(table: str, *values: Any) -> list[Row]:
 
 _LINK_TARGETS: Final = frozenset({KIND_CLAIM, KIND_LINK, KIND_CONTRADICTION, KIND_EVIDENCE})
 
-KINDS: Final[dict[int, Kind]] = {
-    kind.number: kind
-    for kind in [
-        Kind(
-            KIND_PROFILE,
-            "profile",
-            "profiles",
-            Profile,
-            scoped=False,
-            tags=True,
-            tables=(Table("profiles", "id pubkey created_at:bigint name about picture"),),
-            rows=lambda e, c: _row(
-                "profiles", e.id, e.pubkey, e.created_at, c.name, c.about, c.picture
+
+class Kinds(Keyed[int, "Kind[Any]"]):
+    """The kinds' registry: each kind under its number, registered once (`add`); a number taken
+    twice is a `Collision`, as in every other registry (`tms.registry`)."""
+
+    def add(self, kind: Kind[C]) -> Kind[C]:
+        """Register `kind` under its number; its functions stay typed over its model."""
+        self.register(kind.number, kind)
+        return kind
+
+    def __setitem__(self, number: int, kind: Kind[Any]) -> None:
+        """`KINDS[n] = kind`: `add`, for a kind numbered `n` (a test's throw-away kind, as
+        pytest's `monkeypatch.setitem` registers it); a number taken raises `Collision`."""
+        if number != kind.number:
+            raise KeyError(f"kind {kind.number} registered under the number {number}")
+        self.add(kind)
+
+    def __delitem__(self, number: int) -> None:
+        """Take a kind out again (what `monkeypatch.setitem` does when its test ends)."""
+        del self._entries[number]
+        del self._by[number]
+
+
+KINDS: Final = Kinds("kind")
+
+KINDS.add(
+    Kind(
+        KIND_PROFILE,
+        "profile",
+        "profiles",
+        Profile,
+        scoped=False,
+        tags=True,
+        tables=(Table("profiles", "id pubkey created_at:bigint name about picture"),),
+        rows=lambda e, c: _row(
+            "profiles", e.id, e.pubkey, e.created_at, c.name, c.about, c.picture
+        ),
+    )
+)
+KINDS.add(
+    Kind(
+        KIND_EVIDENCE,
+        "evidence",
+        "evidence",
+        Evidence,
+        tables=(Table("evidence", "id collection pubkey title url source text"),),
+        rows=lambda e, c: _row(
+            "evidence", e.id, c.collection, e.pubkey, c.title, c.url, c.source, c.text
+        ),
+        embedding=Embedding("evidence", "text", "title", at_publish=False),
+        counted="evidence",
+    )
+)
+KINDS.add(
+    Kind(
+        KIND_CLAIM,
+        "claim",
+        "claims",
+        Claim,
+        tables=(Table("claims", "id collection pubkey text"),),
+        rows=lambda e, c: _row("claims", e.id, c.collection, e.pubkey, c.text),
+        embedding=Embedding("claims", "text"),
+        counted="claims",
+        claim_counts=lambda event_id, c: [(event_id, None)],
+    )
+)
+KINDS.add(
+    Kind(
+        KIND_LINK,
+        "link",
+        "links",
+        Link,
+        references=(
+            Reference(
+                "from",
+                "from",
+                frozenset({KIND_EVIDENCE}),
+                "from must be an evidence event; {id} is {a_kind}",
+            ),
+            Reference(
+                "to",
+                "to",
+                _LINK_TARGETS,
+                "to must be a claim, link, contradiction or evidence; {id} is {a_kind} event",
             ),
         ),
-        Kind(
-            KIND_EVIDENCE,
-            "evidence",
-            "evidence",
-            Evidence,
-            tables=(Table("evidence", "id collection pubkey title url source text"),),
-            rows=lambda e, c: _row(
-                "evidence", e.id, c.collection, e.pubkey, c.title, c.url, c.source, c.text
-            ),
-            embedding=Embedding("evidence", "text", "title", at_publish=False),
-            counted="evidence",
+        tables=(Table("links", "id collection pubkey from_id to_id relation quote reason"),),
+        rows=lambda e, c: _row(
+            "links", e.id, c.collection, e.pubkey, c.from_, c.to, c.relation, c.quote, c.reason
         ),
-        Kind(
-            KIND_CLAIM,
-            "claim",
-            "claims",
-            Claim,
-            tables=(Table("claims", "id collection pubkey text"),),
-            rows=lambda e, c: _row("claims", e.id, c.collection, e.pubkey, c.text),
-            embedding=Embedding("claims", "text"),
-            counted="claims",
-            claim_counts=lambda event_id, c: [(event_id, None)],
-        ),
-        Kind(
-            KIND_LINK,
-            "link",
-            "links",
-            Link,
-            references=(
-                Reference(
-                    "from",
-                    "from",
-                    frozenset({KIND_EVIDENCE}),
-                    "from must be an evidence event; {id} is {a_kind}",
-                ),
-                Reference(
-                    "to",
-                    "to",
-                    _LINK_TARGETS,
-                    "to must be a claim, link, contradiction or evidence; {id} is {a_kind} event",
-                ),
-            ),
-            tables=(Table("links", "id collection pubkey from_id to_id relation quote reason"),),
-            rows=lambda e, c: _row(
-                "links", e.id, c.collection, e.pubkey, c.from_, c.to, c.relation, c.quote, c.reason
-            ),
-            counted="links",
-            claim_counts=lambda event_id, c: [(c.to, c.relation.lower())],
-            claim_columns=("supports", "qualifies", "rebuts"),
-        ),
-        Kind(
-            KIND_CONTRADICTION,
-            "contradiction",
-            "contradictions",
-            Contradiction,
-            references=(
-                Reference(
-                    "claims",
-                    "claim",
-                    frozenset({KIND_CLAIM}),
-                    "{id} is not a claim in collection '{slug}'",
-                ),
-            ),
-            tables=(
-                Table("contradictions", "id collection pubkey reason"),
-                Table(
-                    "contradiction_claims", "contradiction_id claim_id collection", sequenced=False
-                ),
-            ),
-            rows=lambda e, c: [
-                ("contradictions", (e.id, c.collection, e.pubkey, c.reason)),
-                *(("contradiction_claims", (e.id, claim, c.collection)) for claim in c.claims),
-            ],
-            embedding=Embedding("contradictions", "reason"),
-            counted="contradictions",
-            claim_counts=lambda event_id, c: [(claim, "findings") for claim in c.claims],
-            claim_columns=("findings",),
-        ),
-        Kind(
-            KIND_MEMBERS,
-            "members",
-            "member lists",
-            Members,
-            tables=(Table("member_lists", "id collection pubkey created_at:bigint members"),),
-            rows=lambda e, c: _row(
-                "member_lists", e.id, c.collection, e.pubkey, e.created_at, json.dumps(c.members)
+        counted="links",
+        claim_counts=lambda event_id, c: [(c.to, c.relation.lower())],
+        claim_columns=("supports", "qualifies", "rebuts"),
+    )
+)
+KINDS.add(
+    Kind(
+        KIND_CONTRADICTION,
+        "contradiction",
+        "contradictions",
+        Contradiction,
+        references=(
+            Reference(
+                "claims",
+                "claim",
+                frozenset({KIND_CLAIM}),
+                "{id} is not a claim in collection '{slug}'",
             ),
         ),
-        Kind(
-            KIND_TERMS,
-            "terms",
-            "terms",
-            Terms,
-            scoped=False,
-            tables=(Table("terms_signatures", "id pubkey version sha256"),),
-            rows=lambda e, c: _row("terms_signatures", e.id, e.pubkey, c.version, c.sha256),
+        tables=(
+            Table("contradictions", "id collection pubkey reason"),
+            Table("contradiction_claims", "contradiction_id claim_id collection", sequenced=False),
         ),
-        Kind(KIND_REQUEST, "request", "requests", Request, scoped=False, stored=False),
-    ]
-}
+        rows=lambda e, c: [
+            ("contradictions", (e.id, c.collection, e.pubkey, c.reason)),
+            *(("contradiction_claims", (e.id, claim, c.collection)) for claim in c.claims),
+        ],
+        embedding=Embedding("contradictions", "reason"),
+        counted="contradictions",
+        claim_counts=lambda event_id, c: [(claim, "findings") for claim in c.claims],
+        claim_columns=("findings",),
+    )
+)
+KINDS.add(
+    Kind(
+        KIND_MEMBERS,
+        "members",
+        "member lists",
+        Members,
+        tables=(Table("member_lists", "id collection pubkey created_at:bigint members"),),
+        rows=lambda e, c: _row(
+            "member_lists", e.id, c.collection, e.pubkey, e.created_at, json.dumps(c.members)
+        ),
+    )
+)
+KINDS.add(
+    Kind(
+        KIND_TERMS,
+        "terms",
+        "terms",
+        Terms,
+        scoped=False,
+        tables=(Table("terms_signatures", "id pubkey version sha256"),),
+        rows=lambda e, c: _row("terms_signatures", e.id, e.pubkey, c.version, c.sha256),
+    )
+)
+KINDS.add(Kind(KIND_REQUEST, "request", "requests", Request, scoped=False, stored=False))
 
 
 def kind_name(number: int) -> str:
@@ -382,7 +420,8 @@ def validate_content(event: Event) -> Content:
 
 def parse_content(kind: int, content: str) -> Content:
     """Parse a content string for a known kind (`validate_content` checks the kind first)."""
-    model, name = KINDS[kind].model, KINDS[kind].name
+    model: type[BaseModel] = KINDS[kind].model
+    name = KINDS[kind].name
     try:
         return model.model_validate(parse_object(name, content))
     except ValidationError as exc:

@@ -8,8 +8,8 @@ on the test cluster. A multi-row INSERT ... VALUES (or an UPDATE filtered on the
 routed as it stands: seven such statements took a quarter of that. A single PostgreSQL keeps the
 one statement, which is faster there.
 
-The rows are the same, computed by the same functions (`tms.ledger.write.rows`: `typed_rows`,
-`claim_counts` and the rest, which read the kinds' registry, `tms.rules.kinds.KINDS`); the seq of
+The rows are the same, in the same order, described once (`tms.ledger.write.rows.describe`, which
+reads the kinds' registry, `tms.rules.kinds.KINDS`) and looped over here as there; the seq of
 the batch's events is drawn from the events' own sequence first, in one statement on the
 coordinator, and handed out in batch order, so the ledger's order is the batch's exactly as the
 one statement makes it.
@@ -22,20 +22,17 @@ from typing import Any, Final
 
 from tms.ledger.statement import Rows
 from tms.ledger.write.rows import (
-    ANCHOR_TYPES,
     DECODED,
-    anchor_rows,
-    claim_counts,
-    collection_counts,
+    AddCounts,
+    Events,
+    Insert,
     count_types,
     counts_added_sql,
-    member_heads,
-    membership_changes,
-    typed_rows,
+    describe,
 )
 from tms.ledger.write.writes import Written
 from tms.nostr.events import Event, compact_json
-from tms.rules.kinds import Columns, embedded_kinds
+from tms.rules.kinds import Columns
 from tms.rules.publish import Plan
 from tms.store.database import Connection
 from tms.types import KIND_MEMBERS, UNSCOPED, EventId, PubKey, Slug
@@ -51,9 +48,6 @@ _EVENT_COLUMNS: Final[Columns] = (
     *(("kind", "int"), ("tags", "text"), ("content", "text"), ("sig", "text")),
     ("collection", "text"),
 )
-_QUEUE_COLUMNS: Final[Columns] = (("event_id", "text"), ("seq", "bigint"), ("collection", "text"))
-_COLLECTION_COLUMNS: Final[Columns] = (("slug", "text"), ("owner", "text"), ("created_by", "text"))
-_MEMBERSHIP_COLUMNS: Final[Columns] = (("collection", "text"), ("pubkey", "text"))
 _SQL_DROP_MEMBERS: Final = """
     DELETE FROM memberships m USING unnest($1::text[], $2::text[]) AS u(c, k)
     WHERE m.collection = u.c AND m.pubkey = u.k"""
@@ -67,62 +61,57 @@ async def write(
     *,
     queue_vectors: bool = True,
 ) -> Written:
-    """Store `plan` as `tms.ledger.write.writes.write` does, and the rows `also` holds; return what
-    it stored, by collection (`tms.ledger.write.writes.notify`)."""
-    accepted = plan.accepted
-    seqs = sorted(r[0] for r in await conn.fetch(_SQL_SEQS, len(accepted)))
-    seq = {p.event.id: s for p, s in zip(accepted, seqs, strict=True)}
-    events = [(seq[p.event.id], *_event(p.event), p.collection or UNSCOPED) for p in accepted]
-    await insert(conn, Rows("events", _EVENT_COLUMNS, events), overriding=True)
-
-    for table, rows in typed_rows(plan).items():
-        columns = table.columns
-        decoded = [DECODED.get(name) for name, _ in columns]
-        if any(decoded):  # values the one statement converts in SQL (a member list's JSON)
-            columns = tuple(
-                (name, sql_type if how is None else how[0])
-                for (name, sql_type), how in zip(columns, decoded, strict=True)
-            )
-            rows = [
-                tuple(v if how is None else how[1](v) for v, how in zip(row, decoded, strict=True))
-                for row in rows
+    """Store `plan` as `tms.ledger.write.writes.write` does (`describe`), and the rows `also`
+    holds; return what it stored, by collection (`tms.ledger.write.writes.notify`)."""
+    seq: dict[EventId, int] = {}
+    for step in describe(plan, members_before, also, queue_vectors=queue_vectors):
+        if isinstance(step, Events):
+            accepted = step.plan.accepted
+            seqs = sorted(r[0] for r in await conn.fetch(_SQL_SEQS, len(accepted)))
+            seq = {p.event.id: s for p, s in zip(accepted, seqs, strict=True)}
+            events = [
+                (seq[p.event.id], *_event(p.event), p.collection or UNSCOPED) for p in accepted
             ]
-        if table.sequenced:  # every typed row but a contradiction's claims carries the seq
-            columns = (columns[0], ("seq", "bigint"), *columns[1:])
-            rows = [(row[0], seq[row[0]], *row[1:]) for row in rows]
-        await insert(conn, Rows(table.name, columns, rows))
-
-    await insert(conn, Rows("link_anchors", ANCHOR_TYPES, anchor_rows(plan)))
-
-    new, added = claim_counts(plan)
-    counted = [(claim_id, slug, seq[claim_id], *n) for claim_id, slug, *n in new]
-    types = count_types()
-    await insert(conn, Rows("claim_counts", (*types[:2], ("seq", "bigint"), *types[2:]), counted))
-    for slug in sorted({row[1] for row in added}):  # one collection's claims a statement
-        rows = [row for row in added if row[1] == slug]
-        sql = counts_added_sql(
-            f"unnest({', '.join(f'${n + 1}::{t}[]' for n, (_, t) in enumerate(types))})",
-            f"${len(types) + 1}::text[]",
-        )
-        await conn.execute(sql, *(list(column) for column in zip(*rows, strict=True)), [slug])
-    await insert(conn, collection_counts(plan))
-    embedded = embedded_kinds()
-    queued = [
-        (p.event.id, seq[p.event.id], p.collection)
-        for p in accepted
-        if queue_vectors and p.event.kind in embedded
-    ]
-    await insert(conn, Rows("embedding_queue", _QUEUE_COLUMNS, queued))
-    await insert(conn, Rows("collections", _COLLECTION_COLUMNS, list(plan.new_collections)))
-    if plan.member_lists:
-        await insert(conn, member_heads(plan))
-        dropped, joined = membership_changes(plan, members_before)
-        if dropped:
+            await insert(conn, Rows("events", _EVENT_COLUMNS, events), overriding=True)
+        elif isinstance(step, Insert):
+            await insert(conn, _sequenced(step, seq))
+        elif isinstance(step, AddCounts):
+            types = count_types()
+            sql = counts_added_sql(
+                f"unnest({', '.join(f'${n + 1}::{t}[]' for n, (_, t) in enumerate(types))})",
+                f"${len(types) + 1}::text[]",
+            )
+            for slug in sorted({row[1] for row in step.rows}):  # one collection's a statement
+                rows = [row for row in step.rows if row[1] == slug]
+                await conn.execute(
+                    sql, *(list(column) for column in zip(*rows, strict=True)), [slug]
+                )
+        else:
+            dropped = step.rows
             await conn.execute(_SQL_DROP_MEMBERS, [c for c, _ in dropped], [k for _, k in dropped])
-        await insert(conn, Rows("memberships", _MEMBERSHIP_COLUMNS, joined))
-    for extra in also:
-        await insert(conn, extra)
     return written_by_seq(plan, seq)
+
+
+def _sequenced(step: Insert, seq: Mapping[EventId, int]) -> Rows:
+    """An `Insert`'s rows as a plain INSERT ... VALUES binds them: a typed row's values
+    decoded where the one statement converts them in SQL (a member list's JSON: `DECODED`),
+    and the `seq` drawn for its event put in its place."""
+    table, columns, rows = step.rows.table, step.rows.columns, step.rows.rows
+    decoded = [DECODED.get(name) if step.typed else None for name, _ in columns]
+    if any(decoded):
+        columns = tuple(
+            (name, sql_type if how is None else how[0])
+            for (name, sql_type), how in zip(columns, decoded, strict=True)
+        )
+        rows = [
+            tuple(v if how is None else how[1](v) for v, how in zip(row, decoded, strict=True))
+            for row in rows
+        ]
+    at = step.seq_at
+    if at is not None:
+        columns = (*columns[:at], ("seq", "bigint"), *columns[at:])
+        rows = [(*row[:at], seq[row[0]], *row[at:]) for row in rows]
+    return Rows(table, columns, rows, step.rows.suffix)
 
 
 async def insert(conn: Connection, rows: Rows, *, overriding: bool = False) -> None:

@@ -7,12 +7,17 @@ collection's shard (`tms.ledger.write.routed`). The kinds' typed rows come from 
 (`tms.rules.kinds.KINDS`); the counts kept beside them (sql/008, sql/009) are added up here. Other
 parts of the ledger that store rows with a publish (the transparency log, the claims' keys) hand
 them to the write as `Rows` too.
+
+The order and shape of what a publish writes is said once, here (`describe`): the events, then
+each set of rows, each a `Step`. Both writers loop over it, each storing a step its own way (a
+CTE of the one statement, or a routed statement of its own).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from tms.ledger.statement import Rows
@@ -23,9 +28,102 @@ from tms.rules.kinds import (
     Table,
     claim_count_columns,
     collection_count_columns,
+    embedded_kinds,
 )
 from tms.rules.publish import Plan
 from tms.types import EventId, PubKey, Slug
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """The batch's accepted events, in batch order: the first step, which gives each its `seq`
+    (the steps after it that carry a `seq` read it from here)."""
+
+    plan: Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    """Rows inserted into `rows.table`. With `seq_at`, each row also carries the `seq` of the
+    event whose id is its first value, as the column at that place (left out of `rows`: the
+    writer knows it only once the events are stored). `typed`: a kind's typed rows, whose values
+    may need converting (`VALUE`, `DECODED`)."""
+
+    rows: Rows
+    seq_at: int | None = None
+    typed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AddCounts:
+    """What a batch adds to the counts of claims stored before (`count_types()`' rows), by
+    `counts_added_sql`."""
+
+    rows: list[CountRow]
+
+
+@dataclass(frozen=True, slots=True)
+class DropMembers:
+    """The (collection, key) rows a batch's member lists drop from `memberships`."""
+
+    rows: list[tuple[Slug, PubKey]]
+
+
+Step = Events | Insert | AddCounts | DropMembers
+
+
+def describe(
+    plan: Plan,
+    members_before: dict[Slug, set[PubKey]],
+    also: Sequence[Rows] = (),
+    *,
+    queue_vectors: bool = True,
+) -> Iterator[Step]:
+    """What a publish writes, in the order it is written: the events, their typed rows, their
+    links' anchors, the claims' counts (new rows and additions), the collections' counts, the
+    events' places in the embedding queue, the collections they create, the member lists they
+    make current and the keys those add or drop (`members_before`: each collection's members when
+    the batch began), then the rows `also` holds. Steps with no rows are left out."""
+    yield Events(plan)
+    for table, records in typed_rows(plan).items():
+        rows = Rows(table.name, table.columns, records)
+        yield Insert(rows, seq_at=1 if table.sequenced else None, typed=True)
+    anchored = anchor_rows(plan)
+    if anchored:  # where each new link's quote sits in its evidence (sql/005, sql/012)
+        yield Insert(Rows("link_anchors", ANCHOR_TYPES, anchored))
+    new, added = claim_counts(plan)
+    if new:
+        yield Insert(Rows("claim_counts", count_types(), new), seq_at=2)
+    if added:
+        yield AddCounts(added)
+    counts = collection_counts(plan)
+    if counts.rows:
+        yield Insert(counts)
+    embedded = embedded_kinds()
+    queued = [
+        (p.event.id, p.collection)
+        for p in plan.accepted
+        if queue_vectors and p.event.kind in embedded
+    ]
+    if queued:  # vectors are made after commit
+        yield Insert(Rows("embedding_queue", _QUEUE_COLUMNS, queued), seq_at=1)
+    if plan.new_collections:
+        yield Insert(Rows("collections", _COLLECTION_COLUMNS, list(plan.new_collections)))
+    if plan.member_lists:
+        yield Insert(member_heads(plan))
+        dropped, joined = membership_changes(plan, members_before)
+        if dropped:
+            yield DropMembers(dropped)
+        if joined:
+            yield Insert(Rows("memberships", _MEMBERSHIP_COLUMNS, joined))
+    for extra in also:
+        if extra.rows:
+            yield Insert(extra)
+
+
+_QUEUE_COLUMNS: Final[Columns] = (("event_id", "text"), ("collection", "text"))  # and seq, 2nd
+_COLLECTION_COLUMNS: Final[Columns] = (("slug", "text"), ("owner", "text"), ("created_by", "text"))
+_MEMBERSHIP_COLUMNS: Final[Columns] = (("collection", "text"), ("pubkey", "text"))
 
 
 def typed_rows(plan: Plan) -> dict[Table, list[tuple[Any, ...]]]:

@@ -29,24 +29,21 @@ import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
-from typing import Final
+from typing import Any, Final
 
 from tms.ledger.locks import hold_locks
 from tms.ledger.statement import Rows, Statement
 from tms.ledger.write.rows import (
-    ANCHOR_TYPES,
     VALUE,
-    anchor_rows,
-    claim_counts,
-    collection_counts,
+    AddCounts,
+    Events,
+    Insert,
     count_types,
     counts_added_sql,
-    member_heads,
-    membership_changes,
-    typed_rows,
+    describe,
 )
 from tms.nostr.events import compact_json
-from tms.rules.kinds import embedded_kinds
+from tms.rules.kinds import Columns
 from tms.rules.publish import Parsed, Plan
 from tms.store.database import Connection
 from tms.types import KIND_MEMBERS, UNSCOPED, PubKey, Slug
@@ -133,14 +130,46 @@ async def write(
     announce: bool = False,
     queue_vectors: bool = True,
 ) -> Written:
-    """Insert the accepted events, their typed rows, their links' anchors, their places in the
-    embedding queue, the collections they create, the member lists they make current and the
-    rows `also` holds, in one statement: each part a data-modifying CTE over bound columns
-    (`Statement.source`), the typed rows joined to the events' new `seq`. `members_before`:
-    each collection's members when the batch began, so that only the keys a new list adds or
-    drops are written. Returns what it stored, by collection (`notify`); with `announce`, the
-    statement has announced it already, as `notify` would (a round trip less)."""
+    """Store what a publish writes (`describe`: the accepted events, their typed rows, ... the
+    rows `also` holds) in one statement: each step a data-modifying CTE over bound columns
+    (`Statement.source`), the rows that carry a `seq` joined to the events' new one. Returns
+    what it stored, by collection (`notify`); with `announce`, the statement has announced it
+    already, as `notify` would (a round trip less)."""
     statement = Statement()
+    for n, step in enumerate(describe(plan, members_before, also, queue_vectors=queue_vectors)):
+        if isinstance(step, Events):
+            _events(statement, step.plan)
+        elif isinstance(step, Insert):
+            _insert(statement, f"w{n}", step)
+        elif isinstance(step, AddCounts):
+            source = statement.source(_columns(step.rows, count_types()))
+            slugs = statement.arrays([(sorted({v[1] for v in step.rows}), "text")])
+            statement.parts.append(f"w{n} AS ({counts_added_sql(source, slugs)})")
+        else:
+            gone = statement.source(_columns(step.rows, _MEMBER_COLUMNS))
+            statement.parts.append(
+                f"w{n} AS (DELETE FROM memberships m USING {gone} AS u(collection, pubkey) "
+                "WHERE m.collection = u.collection AND m.pubkey = u.pubkey)"
+            )
+    statement.result = _SQL_ANNOUNCED if announce else _SQL_WRITTEN
+    rows = await conn.fetch(statement.sql(), *statement.args)
+    return [
+        (None if r["collection"] == UNSCOPED else r["collection"], r["lo"], r["hi"], r["lists"])
+        for r in rows
+    ]
+
+
+_MEMBER_COLUMNS: Final[Columns] = (("collection", "text"), ("pubkey", "text"))
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], columns: Columns) -> list[tuple[list[Any], str]]:
+    """Rows as bound columns, each with its SQL type."""
+    return [([r[i] for r in rows], sql_type) for i, (_, sql_type) in enumerate(columns)]
+
+
+def _events(statement: Statement, plan: Plan) -> None:
+    """The CTE `e`, inserting the accepted events in batch order: what the rest join to for
+    their `seq`, and what the statement's own query reports."""
     events = [p.event for p in plan.accepted]
     e = statement.source(
         [
@@ -164,56 +193,33 @@ async def write(
             ORDER BY position
             RETURNING id, seq, kind, collection)"""
     )
-    for table, records in typed_rows(plan).items():
-        columns = table.columns
-        names = ", ".join(name for name, _ in columns)
-        source = statement.source(
-            [([r[i] for r in records], sql_type) for i, (_, sql_type) in enumerate(columns)]
-        )
-        if not table.sequenced:  # rows beside the event's (a contradiction's claims): no seq
-            select = f"SELECT {names} FROM {source} AS u({names})"
-            into = names
-        else:
-            values = ", ".join(
-                VALUE[name].format(f"u.{name}") if name in VALUE else f"u.{name}"
-                for name, _ in columns[1:]
-            )
-            select = (
-                f"SELECT u.id, e.seq, {values} FROM {source} AS u({names}) JOIN e ON e.id = u.id"
-            )
-            into = names.replace("id", "id, seq", 1)
-        statement.parts.append(f"t_{table.name} AS (INSERT INTO {table.name} ({into}) {select})")
-    anchored = anchor_rows(plan)
-    if anchored:  # where each new link's quote sits in its evidence (sql/005, sql/012)
-        statement.insert("anchors", Rows("link_anchors", ANCHOR_TYPES, anchored))
-    _claim_counts(statement, plan)
-    counts = collection_counts(plan)
-    if counts.rows:
-        statement.insert("collection_counted", counts)
-    embedded = embedded_kinds()
-    if queue_vectors and any(x.kind in embedded for x in events):  # vectors after commit
-        statement.parts.append(
-            "queue AS (INSERT INTO embedding_queue (event_id, seq, collection) "  # no id lookups
-            f"SELECT id, seq, collection FROM e WHERE kind IN ({', '.join(map(str, embedded))}))"
-        )
-    if plan.new_collections:
-        made = statement.source(
-            [(list(column), "text") for column in zip(*plan.new_collections, strict=True)]
-        )
-        statement.parts.append(
-            f"made AS (INSERT INTO collections (slug, owner, created_by) SELECT * FROM {made} AS u)"
-        )
-    if plan.member_lists:
-        _member_lists(statement, plan, members_before)
-    for n, extra in enumerate(also):
-        if extra.rows:
-            statement.insert(f"also_{n}", extra)
-    statement.result = _SQL_ANNOUNCED if announce else _SQL_WRITTEN
-    rows = await conn.fetch(statement.sql(), *statement.args)
-    return [
-        (None if r["collection"] == UNSCOPED else r["collection"], r["lo"], r["hi"], r["lists"])
-        for r in rows
+
+
+def _insert(statement: Statement, name: str, step: Insert) -> None:
+    """One `Insert` as a CTE: its rows as they are, or joined to `e` for their `seq`."""
+    rows = step.rows
+    if step.seq_at is None and not step.typed:
+        statement.insert(name, rows)
+        return
+    columns = rows.columns
+    names = [column for column, _ in columns]
+    source = statement.source(_columns(rows.rows, columns))
+    values = [
+        VALUE[column].format(f"u.{column}") if step.typed and column in VALUE else f"u.{column}"
+        for column in names
     ]
+    if step.seq_at is None:
+        select = f"SELECT {', '.join(values)} FROM {source} AS u({', '.join(names)})"
+    else:
+        names.insert(step.seq_at, "seq")
+        values.insert(step.seq_at, "e.seq")
+        select = (
+            f"SELECT {', '.join(values)} FROM {source} AS u({', '.join(c for c, _ in columns)}) "
+            f"JOIN e ON e.id = u.{columns[0][0]}"
+        )
+    statement.parts.append(
+        f"{name} AS (INSERT INTO {rows.table} ({', '.join(names)}) {select}{rows.suffix})"
+    )
 
 
 # The write statement's own query: what it stored, by collection, in the order of first seq.
@@ -241,49 +247,3 @@ async def notify(conn: Connection, written: Written) -> None:
                 for slug, lo, hi, lists in written
             ],
         )
-
-
-def _member_lists(
-    statement: Statement, plan: Plan, members_before: dict[Slug, set[PubKey]]
-) -> None:
-    statement.insert("heads", member_heads(plan))
-    dropped, added = membership_changes(plan, members_before)
-    if dropped:
-        gone = statement.source(
-            [([s for s, _ in dropped], "text"), ([k for _, k in dropped], "text")]
-        )
-        statement.parts.append(
-            f"dropped AS (DELETE FROM memberships m USING {gone} AS u(collection, pubkey) "
-            "WHERE m.collection = u.collection AND m.pubkey = u.pubkey)"
-        )
-    if added:
-        new = statement.source([([s for s, _ in added], "text"), ([k for _, k in added], "text")])
-        statement.parts.append(
-            f"added AS (INSERT INTO memberships (collection, pubkey) SELECT * FROM {new} AS u)"
-        )
-
-
-def _claim_counts(statement: Statement, plan: Plan) -> None:
-    """`claim_counts` as two parts of the write statement: the new claims' rows inserted, with
-    their seq from the events just inserted; the stored ones' updated."""
-    inserted, added = claim_counts(plan)
-    types = count_types()
-    if inserted:
-        source = statement.source(
-            [([v[i] for v in inserted], sql_type) for i, (_, sql_type) in enumerate(types)]
-        )
-        names = [name for name, _ in types[2:]]
-        counted = ", ".join(names)
-        statement.parts.append(
-            f"""claim_new AS (
-                INSERT INTO claim_counts (claim_id, collection, seq, {counted})
-                SELECT u.claim_id, u.collection, e.seq, {", ".join(f"u.{c}" for c in names)}
-                FROM {source} AS u(claim_id, collection, {counted})
-                JOIN e ON e.id = u.claim_id)"""
-        )
-    if added:
-        source = statement.source(
-            [([v[i] for v in added], sql_type) for i, (_, sql_type) in enumerate(types)]
-        )
-        slugs = statement.arrays([(sorted({v[1] for v in added}), "text")])
-        statement.parts.append(f"claim_counted AS ({counts_added_sql(source, slugs)})")
