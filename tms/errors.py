@@ -286,6 +286,12 @@ def outcome_of(exc: BaseException) -> Outcome:
     return Outcome.INTERNAL
 
 
+def is_database_down(exc: BaseException) -> bool:
+    """Whether a failure means the database cannot be used right now, rather than a bug (what
+    the background tasks ask before they wait for it to come back)."""
+    return outcome_of(exc) is Outcome.UNAVAILABLE
+
+
 def told(exc: BaseException) -> str:
     """What a client is told of a failure, by its outcome: a refusal's own words (encodable,
     `sendable`), `DATABASE_UNAVAILABLE` or `INTERNAL_ERROR`; never an exception's details."""
