@@ -25,7 +25,7 @@ from typing import Any, Final, ParamSpec, TypeVar
 import asyncpg
 from asyncpg.pool import PoolAcquireContext, PoolConnectionProxy
 
-from tms.errors import DatabaseUnavailable, StatementTimeout, StoreError
+from tms.errors import DatabaseUnavailable, Outcome, StatementTimeout, StoreError, outcome_of
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -79,6 +79,12 @@ def translated(exc: BaseException) -> BaseException:
     if isinstance(exc, asyncpg.InternalServerError) and _WORKER_LOST.search(str(exc)):
         return DatabaseUnavailable(str(exc))
     return exc
+
+
+def is_database_down(exc: BaseException) -> bool:
+    """Whether a driver's failure (or a typed one) means the database cannot be used right
+    now: what `translated` makes of it."""
+    return outcome_of(translated(exc)) is Outcome.UNAVAILABLE
 
 
 def _raise_translated(exc: BaseException) -> None:
