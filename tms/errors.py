@@ -188,15 +188,17 @@ class UnknownSigner(PublishError):
 
 
 class FetchError(TMSError):
-    """A URL the fetcher refused or could not turn into evidence text: one line, shown as is.
+    """A URL the fetcher could not turn into evidence text ("fetch failed: ...", "no text could
+    be extracted from ..."): one line, shown as is; no refusal of the caller."""
 
-    A page that could not be had ("fetch failed: ...") is no refusal of the caller; one the
-    fetcher will not have ("refused: ...") is, and the address rules mark theirs as SSRF."""
+    refusal: Refusal | None = None
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        if not message.startswith("refused:"):
-            self.refusal = None
+
+class FetchRefused(FetchError):
+    """A URL the fetcher will not have ("refused: ..."): a refusal of the caller, which the
+    address rules mark as SSRF."""
+
+    refusal = Refusal.INVALID
 
 
 class RateLimited(TMSError):
