@@ -142,7 +142,11 @@ class _Acquired(PoolAcquireContext):
     cursor's rows, read outside the connection's calls) is translated as it leaves."""
 
     async def __aexit__(self, *exc: object) -> None:
-        await super().__aexit__(*exc)
+        try:
+            await super().__aexit__(*exc)  # giving back a connection the server ended may fail
+        except Exception as failure:
+            _raise_translated(failure)
+            raise
         if len(exc) > 1 and isinstance(exc[1], _DRIVER):
             _raise_translated(exc[1])
 
