@@ -65,7 +65,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from tms.config import Settings, load_secret
-from tms.errors import TMSError, database_down_types, one_line
+from tms.errors import DatabaseUnavailable, TMSError, one_line
 from tms.extension.loading import Extensions, load_extensions
 from tms.http.bodies import BigBodies, Disconnected, MiB
 from tms.http.gate import Gate
@@ -103,15 +103,15 @@ for _group in (
     ROUTES.extend(_group)
 
 # Every failure goes to `answers.failed`, which classifies it once (`tms.errors.outcome_of`);
-# the driver's classes that may mean the database is down are named so that they are answered
-# where they are caught (a handler for `Exception` runs outermost, and Starlette re-raises after
+# a database that cannot be used (the store's typed error) is named so that it is answered
+# where it is caught (a handler for `Exception` runs outermost, and Starlette re-raises after
 # it: a traceback in the log for every request an outage met).
 EXCEPTION_HANDLERS: Final = {
     TMSError: answers.failed,  # every refusal, a body that cannot be read included
     Disconnected: answers.hung_up,
     NeedsLogin: answers.to_connect,
     HTTPException: answers.http_error,
-    **dict.fromkeys(database_down_types(), answers.failed),
+    DatabaseUnavailable: answers.failed,
     Exception: answers.failed,
 }
 

@@ -9,7 +9,8 @@ door meets, are defined here; a door's own protocol errors live with the door th
 (the relay's `ProtocolError` and `Refused` in `tms.relay.messages`, the pages' `Refused` in
 `tms.web.door`, a body's `BodyError` in `tms.http.bodies`, a filter's `FilterError` in
 `tms.nostr.filters`). Nothing here imports anything but the standard library when loaded;
-asyncpg's classes are imported the first time a failure is classified (`_driver_errors`).
+the driver's failures are translated into this module's typed ones where the database is called
+(`tms.store.driver`), so that a failure is classified by its class alone (`outcome_of`).
 
 Each error also says how the refusal log (`tms.guard.refusals`) files it: its `refusal` kind
 (None for what is not a refusal of the caller, such as a database that is down), and `pubkey`,
@@ -18,8 +19,6 @@ the caller's key once its signature has verified. Neither is ever shown to anyon
 
 from __future__ import annotations
 
-import functools
-import re
 from enum import StrEnum
 from typing import Final, Self
 
@@ -189,15 +188,17 @@ class UnknownSigner(PublishError):
 
 
 class FetchError(TMSError):
-    """A URL the fetcher refused or could not turn into evidence text: one line, shown as is.
+    """A URL the fetcher could not turn into evidence text ("fetch failed: ...", "no text could
+    be extracted from ..."): one line, shown as is; no refusal of the caller."""
 
-    A page that could not be had ("fetch failed: ...") is no refusal of the caller; one the
-    fetcher will not have ("refused: ...") is, and the address rules mark theirs as SSRF."""
+    refusal: Refusal | None = None
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        if not message.startswith("refused:"):
-            self.refusal = None
+
+class FetchRefused(FetchError):
+    """A URL the fetcher will not have ("refused: ..."): a refusal of the caller, which the
+    address rules mark as SSRF."""
+
+    refusal = Refusal.INVALID
 
 
 class RateLimited(TMSError):
@@ -239,26 +240,58 @@ class LogError(TMSError):
     whose signature fails, a key in the wrong format, a tree size the log never had."""
 
 
+# --- what the database could not do ------------------------------------------------------------
+
+
+class StoreError(Exception):
+    """The database could not do what was asked: raised by the store where the database is
+    called (`tms.store.driver`) in place of the driver's error, which is its `__cause__`. Its
+    message is the driver's, for the operator's log; a client is never shown it (`told` says
+    its outcome's words)."""
+
+
+class DatabaseUnavailable(StoreError):
+    """The database cannot be used right now: refused, lost, shutting down, out of
+    connections, or a Citus worker lost mid-statement."""
+
+
+class StatementTimeout(StoreError):
+    """PostgreSQL stopped a statement at its pool's `statement_timeout`: the read asked too
+    much (the relay says so, `tms.relay.prefixes`), not an outage."""
+
+
 # --- the one classifier ------------------------------------------------------------------------
 
 
 class Outcome(StrEnum):
-    """What a failure is, for every door: its answer, its metrics' label, whether the log wants
-    its traceback."""
+    """How an answer went, for every door, the metrics and the refusal log: its value is the
+    label `tms.metrics` counts it under. A failure is one of REFUSED, UNAVAILABLE or INTERNAL
+    (`outcome_of`), which also says its answer and whether the log wants its traceback."""
 
+    OK = "ok"  # answered as asked
+    ACCEPTED = "accepted"  # a publish stored (or found stored before)
     REFUSED = "refused"  # a `TMSError`: the caller is told `str(error)`, in SPEC's words
+    RATE_LIMITED = "rate_limited"  # an HTTP 429 (counted apart from the other refusals)
     UNAVAILABLE = "unavailable"  # the database cannot be used right now: `DATABASE_UNAVAILABLE`
-    INTERNAL = "internal"  # anything else, a bug: `INTERNAL_ERROR`, the traceback to the log
+    INTERNAL = "error"  # anything else, a bug: `INTERNAL_ERROR`, the traceback to the log
+    GONE = "gone"  # the client left before any answer
 
 
 def outcome_of(exc: BaseException) -> Outcome:
-    """The one classification of a failure. A `DatabaseError` (the database cannot be reached,
-    or is in no state this version can use) is unavailable although it is a `TMSError`."""
-    if isinstance(exc, DatabaseError) or is_database_down(exc):
+    """The one classification of a failure, by its class alone: the store raises typed errors
+    where the database is called (`tms.store.driver`). A `DatabaseError` (the database is in no
+    state this version can use) is unavailable although it is a `TMSError`."""
+    if isinstance(exc, (DatabaseUnavailable, DatabaseError)):
         return Outcome.UNAVAILABLE
     if isinstance(exc, TMSError):
         return Outcome.REFUSED
     return Outcome.INTERNAL
+
+
+def is_database_down(exc: BaseException) -> bool:
+    """Whether a failure means the database cannot be used right now, rather than a bug (what
+    the background tasks ask before they wait for it to come back)."""
+    return outcome_of(exc) is Outcome.UNAVAILABLE
 
 
 def told(exc: BaseException) -> str:
@@ -268,63 +301,3 @@ def told(exc: BaseException) -> str:
     if outcome is Outcome.REFUSED:
         return sendable(str(exc))
     return DATABASE_UNAVAILABLE if outcome is Outcome.UNAVAILABLE else INTERNAL_ERROR
-
-
-# A Citus coordinator relays a connection to a worker lost mid-statement (a worker restarting,
-# say) as an internal error carrying libpq's or its own words for it, rather than a connection
-# error (which it does use when a worker cannot be reached at all). Lost at the commit, the
-# outcome is unknown, as with any database lost then: a publish sent again is safe (what was
-# stored is skipped). Besides `FetchError`, which files its own message by how it begins, the
-# one place a message's text is read to classify it: the driver's, never a door's.
-_WORKER_LOST: Final = re.compile(
-    "server closed the connection unexpectedly|could not receive data from server"
-    "|no connection to the server|SSL SYSCALL error|connection not open"
-    "|failure on connection marked as essential|could not establish any connections to the node"
-    "|could not commit transaction for shard"
-)
-
-
-def is_database_down(exc: BaseException) -> bool:
-    """Whether an exception means the database cannot be used right now, rather than a bug:
-    one of `database_down_types()` (and none of asyncpg's errors that are our own mistakes), or
-    a Citus worker lost mid-statement."""
-    down, not_down, internal = _driver_errors()
-    if isinstance(exc, internal) and _WORKER_LOST.search(str(exc)):
-        return True
-    return isinstance(exc, down) and not isinstance(exc, not_down)
-
-
-def database_down_types() -> tuple[type[Exception], ...]:
-    """The exception classes that may mean the database is down (what a door that dispatches
-    on classes, such as Starlette's exception handlers, registers: it then asks
-    `is_database_down`)."""
-    return _driver_errors()[0]
-
-
-@functools.cache
-def _driver_errors() -> tuple[
-    tuple[type[Exception], ...], tuple[type[Exception], ...], type[Exception]
-]:
-    """asyncpg's classes, imported when a failure is first classified rather than with this
-    module, which the pure packages import: they never touch the driver."""
-    import asyncpg
-
-    down: tuple[type[Exception], ...] = (
-        DatabaseError,
-        OSError,  # includes ConnectionRefusedError and TimeoutError
-        asyncpg.PostgresConnectionError,  # includes ConnectionDoesNotExistError
-        asyncpg.CannotConnectNowError,
-        asyncpg.AdminShutdownError,
-        asyncpg.TooManyConnectionsError,
-        asyncpg.ObjectNotInPrerequisiteStateError,  # e.g. a database not accepting connections
-        asyncpg.exceptions.InternalClientError,  # a pooled connection the server terminated
-        asyncpg.InterfaceError,  # "connection is closed", at a transaction's end among others
-    )
-    # The InterfaceErrors that are our own mistakes (bad arguments to a query), not an outage.
-    not_down: tuple[type[Exception], ...] = (
-        asyncpg.exceptions.DataError,
-        asyncpg.exceptions.ClientConfigurationError,
-        asyncpg.exceptions.UnsupportedClientFeatureError,
-        asyncpg.exceptions.UnsupportedServerFeatureError,
-    )
-    return down, not_down, asyncpg.InternalServerError

@@ -35,7 +35,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_creat
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tms.errors import Refusal
+from tms.errors import Outcome, Refusal
 from tms.rules.kinds import KINDS
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,22 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 REFRESH_SECONDS: Final = 15.0
 
 DOORS: Final = ("mcp", "pages", "export", "log", "relay", "ops", "static")
-OUTCOMES: Final = ("ok", "refused", "rate_limited", "unavailable", "error", "gone")
-TOOL_OUTCOMES: Final = ("ok", "refused", "unavailable", "error")
-PUBLISH_OUTCOMES: Final = ("accepted", "refused", "unavailable", "error")
+# Each counter's outcomes, labelled as `tms.errors.Outcome` names them.
+OUTCOMES: Final = (
+    Outcome.OK,
+    Outcome.REFUSED,
+    Outcome.RATE_LIMITED,
+    Outcome.UNAVAILABLE,
+    Outcome.INTERNAL,
+    Outcome.GONE,
+)
+TOOL_OUTCOMES: Final = (Outcome.OK, Outcome.REFUSED, Outcome.UNAVAILABLE, Outcome.INTERNAL)
+PUBLISH_OUTCOMES: Final = (
+    Outcome.ACCEPTED,
+    Outcome.REFUSED,
+    Outcome.UNAVAILABLE,
+    Outcome.INTERNAL,
+)
 BUDGETS: Final = ("address", "key", "fetch", "login")
 
 REQUESTS: Final = Counter(
@@ -147,17 +160,19 @@ for _budget in BUDGETS:
     RATE_LIMITED.labels(_budget)
 
 
-def outcome_of(status: int) -> str:
-    """An HTTP status as the outcome `REQUESTS` counts."""
+def answered(status: int) -> Outcome:
+    """An HTTP status as the outcome `REQUESTS` counts: what the client was answered (a 503
+    is unavailable whatever it was answered for: the database, or a server too busy to read a
+    body), where `tms.errors.outcome_of` says what a failure is."""
     if status == 429:
-        return "rate_limited"
+        return Outcome.RATE_LIMITED
     if status == 503:
-        return "unavailable"
+        return Outcome.UNAVAILABLE
     if status >= 500:
-        return "error"
+        return Outcome.INTERNAL
     if status >= 400:
-        return "refused"
-    return "ok"
+        return Outcome.REFUSED
+    return Outcome.OK
 
 
 @contextlib.contextmanager

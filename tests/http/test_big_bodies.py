@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -129,3 +131,19 @@ async def test_the_next_big_batch_waits_for_those_being_stored_across_doors(site
         assert not answer.json()["result"].get("isError"), answer.text
     assert sorted(gate.entered) == ["mcp", "mcp", "web", "web"]
     assert (big.held, big.waiting) == (0, 0)
+
+
+async def test_a_big_body_the_server_cannot_spill_is_no_database_outage(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big body's temporary file that cannot be written (a full disk, here a temporary folder
+    gone) is said as such, 503 with Retry-After: before, every OSError read as the database
+    down."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    answer = await by_page(site.http, 1)
+    assert answer.status_code == 503
+    assert answer.headers["Retry-After"]
+    error = answer.json()["error"]
+    assert "database" not in error
+    assert error.startswith("the server has no room for this request body right now (")
+    assert site.big.held == 0

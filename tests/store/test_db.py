@@ -10,7 +10,6 @@ import pytest
 from factories import claim, contradiction, evidence, link, members, profile, terms
 from publishing import publish
 
-from tms.errors import is_database_down
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.kinds import KINDS
@@ -22,6 +21,7 @@ from tms.store.database import (
     sql_dir,
     with_database,
 )
+from tms.store.driver import is_database_down
 
 pytestmark = pytest.mark.anyio
 

@@ -19,8 +19,9 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tms.cli.said import failed
 from tms.config import Settings
-from tms.errors import Outcome, TMSError, one_line, outcome_of, told
+from tms.errors import Outcome, TMSError, outcome_of
 
 if TYPE_CHECKING:
     from tms.ledger.service import Ledger
@@ -126,8 +127,8 @@ async def open_ledger() -> AsyncIterator[Ledger]:
 def run_on_database(command: Coroutine[Any, Any, int], *, create: bool = False) -> int:
     """Run an operator command, once it has said which database it opens (and refused to make
     a new embedded one unless `create`); a refusal or a database that cannot be used is one
-    line on stderr and exit 1, in the words every other door uses (the CLI's wire table from
-    `tms.errors.outcome_of`: the operator also reads why the database could not be used)."""
+    line on stderr and exit 1, in the words every other door uses (the CLI's wire table,
+    `tms.cli.said`: the operator also reads why the database could not be used)."""
     try:
         try:
             settings = Settings.from_env()
@@ -139,11 +140,6 @@ def run_on_database(command: Coroutine[Any, Any, int], *, create: bool = False) 
             return 1
         return asyncio.run(command)
     except Exception as exc:
-        outcome = outcome_of(exc)
-        if outcome is Outcome.INTERNAL:  # a bug: its traceback
+        if outcome_of(exc) is Outcome.INTERNAL:  # a bug: its traceback
             raise
-        if outcome is Outcome.REFUSED or isinstance(exc, TMSError):  # its own words
-            print(f"tms: {exc}", file=sys.stderr)
-        else:  # lost mid-command: one line
-            print(f"tms: {told(exc)} ({one_line(exc, 300)})", file=sys.stderr)
-    return 1
+        return failed(exc)  # a refusal in its own words, the database lost with why

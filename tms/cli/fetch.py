@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 
+from tms.cli.said import failed
 from tms.errors import TMSError
 
 
@@ -16,8 +17,7 @@ def fetch(url: str) -> int:
     try:
         result = asyncio.run(fetch_url(url))
     except TMSError as exc:
-        print(f"tms: {exc}", file=sys.stderr)
-        return 2
+        return failed(exc, code=2)
     line = json.dumps(result, ensure_ascii=False) + "\n"
     sys.stdout.flush()
     sys.stdout.buffer.write(line.encode("utf-8"))  # JSON is UTF-8, whatever the locale

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from tms.cli.said import failed
 from tms.errors import TMSError
 from tms.mirror.sync import Mirror, Target, run_mirror
 from tms.nostr.events import SecretKey
@@ -49,12 +50,8 @@ def mirror(
             push=push,
             say=say,
         )
-    except TMSError as exc:
-        print(f"tms mirror: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"tms mirror: {exc}", file=sys.stderr)
-        return 2
+    except (TMSError, OSError) as exc:
+        return failed(exc, "tms mirror", 2)
     try:
         return asyncio.run(run_mirror(runner, once=once))
     except KeyboardInterrupt:

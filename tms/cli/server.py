@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 from tms.cli.database import announce, describe, usable_database
 from tms.cli.logs import configure as configure_logging
+from tms.cli.said import failed
 from tms.config import Settings
 from tms.errors import ConfigError, TMSError
 from tms.nostr.events import SecretKey
@@ -64,8 +65,7 @@ def serve(
         # --host and --port are TMS_HOST and TMS_PORT for everything, the log's origin too.
         settings = Settings.from_env().serving(host, port, level=level, new_log_key=new_log_key)
     except TMSError as exc:
-        print(f"tms: {exc}", file=sys.stderr)
-        return 1
+        return failed(exc)
     configure_logging(settings)
     try:
         warning = origin_warning(settings.base_url, settings.host)
@@ -90,8 +90,7 @@ def serve(
             listener.close()
             raise
     except TMSError as exc:
-        print(f"tms: {exc}", file=sys.stderr)
-        return 1
+        return failed(exc)
     limits = _connection_limits(settings)
     quiet_collector()
     log.info("enabled: %s", summary)
@@ -325,8 +324,7 @@ def stdio(*, create: bool = False, new_log_key: bool = False) -> int:
             return 1
         asyncio.run(_serve_stdio(settings, signer, extensions))
     except TMSError as exc:
-        print(f"tms: {exc}", file=sys.stderr)
-        return 1
+        return failed(exc)
     except KeyboardInterrupt:
         pass
     return 0

@@ -2,9 +2,10 @@
 
 `fetch_url(url)` downloads one URL and returns its text and title (a `FetchResult`), ready to be
 signed as evidence; it stores nothing. The `fetch_url` MCP tool and `tms fetch URL` call it.
-Every refusal and failure is a one-line `FetchError`: "refused: ..." when our policy says no,
-"fetch failed: ..." when the other side or the network does, "no text could be extracted
-from ..." when the document has no text we can read (empty, scanned, or not really a PDF).
+Every refusal and failure is a one-line `FetchError`: "refused: ..." (a `FetchRefused`) when
+our policy says no, "fetch failed: ..." when the other side or the network does, "no text could
+be extracted from ..." when the document has no text we can read (empty, scanned, or not really
+a PDF).
 
 The fetcher is the one place where the server talks to the outside world, so:
 
@@ -59,7 +60,7 @@ from typing import Final
 import httpcore
 import httpx
 
-from tms.errors import FetchError, Refusal, one_line
+from tms.errors import FetchError, FetchRefused, Refusal, one_line
 from tms.fetch.addresses import parse_exemptions, port_refusal
 from tms.fetch.extract import short_title
 from tms.fetch.inflate import Inflater
@@ -160,7 +161,7 @@ def _check_publishable(text: str, url: str, title: str, max_chars: int) -> None:
     room = max(max_chars - around, 0)
     part = room * len(text) // max(content - around, 1)  # raw characters that fit, on average
     part = part // 1000 * 1000 if part >= 1000 else part
-    raise FetchError(
+    raise FetchRefused(
         f"refused: the text of {_shown(url)} is {len(text):,} characters and {content:,} as "
         "evidence content (JSON escapes its line breaks, quotes and backslashes; the url and "
         f"title count too), more than the {max_chars:,} characters one evidence holds; save "
@@ -197,7 +198,7 @@ async def _download(
         except AddressRefused as exc:
             if previous is None:
                 raise
-            raise FetchError(f"{exc} (a redirect from {_shown(previous)})").refused_as(
+            raise FetchRefused(f"{exc} (a redirect from {_shown(previous)})").refused_as(
                 Refusal.SSRF
             ) from None
         except httpcore.ConnectTimeout:
@@ -213,7 +214,7 @@ async def _download(
             raise FetchError(
                 f"fetch failed: {_shown(current)} broke off ({one_line(exc)})"
             ) from None
-    raise FetchError(f"refused: {_shown(url)} redirects more than {MAX_REDIRECTS} times")
+    raise FetchRefused(f"refused: {_shown(url)} redirects more than {MAX_REDIRECTS} times")
 
 
 def _checked(url: str, base: httpx.URL | None = None) -> httpx.URL:
@@ -222,20 +223,20 @@ def _checked(url: str, base: httpx.URL | None = None) -> httpx.URL:
     try:
         parsed = base.join(url) if base is not None else httpx.URL(url)
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
-        raise FetchError(f"refused: {_shown(url)} is not a valid URL{where} ({exc})") from None
+        raise FetchRefused(f"refused: {_shown(url)} is not a valid URL{where} ({exc})") from None
     if parsed.scheme not in ("http", "https"):
-        raise FetchError(f"refused: {_shown(url)} is not an http or https URL{where}").refused_as(
+        raise FetchRefused(f"refused: {_shown(url)} is not an http or https URL{where}").refused_as(
             Refusal.SSRF
         )
     if not parsed.host:
-        raise FetchError(f"refused: {_shown(url)} has no host{where}")
+        raise FetchRefused(f"refused: {_shown(url)} has no host{where}")
     if parsed.userinfo:
-        raise FetchError(
+        raise FetchRefused(
             f"refused: URLs with a user name or password are not fetched{where}"
         ).refused_as(Refusal.SSRF)
     reason = port_refusal(_port(parsed))
     if reason is not None:
-        raise FetchError(f"refused: {_shown(parsed)}: {reason}{where}").refused_as(Refusal.SSRF)
+        raise FetchRefused(f"refused: {_shown(parsed)}: {reason}{where}").refused_as(Refusal.SSRF)
     return parsed
 
 
@@ -243,7 +244,7 @@ async def _read_body(response: httpx.Response, url: httpx.URL) -> bytes:
     """Stream the body: at most MAX_BYTES on the wire and MAX_BYTES once decompressed."""
     declared = response.headers.get("content-length", "").strip()
     if declared.isascii() and declared.isdigit() and int(declared) > MAX_BYTES:
-        raise FetchError(
+        raise FetchRefused(
             f"refused: {_shown(url)} is {int(declared):,} bytes, more than the "
             f"{MAX_BYTES:,}-byte (50 MB) limit"
         ).refused_as(Refusal.TOO_LARGE)
@@ -253,7 +254,7 @@ async def _read_body(response: httpx.Response, url: httpx.URL) -> bytes:
     async for chunk in response.aiter_raw():
         received += len(chunk)
         if received > MAX_BYTES:
-            raise FetchError(
+            raise FetchRefused(
                 f"refused: {_shown(url)} is larger than the 50 MB limit; stopped reading "
                 f"after {MAX_BYTES:,} bytes"
             ).refused_as(Refusal.TOO_LARGE)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Final
 
-from tms.errors import FetchError, Refusal
+from tms.errors import FetchError, FetchRefused, Refusal
 
 HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
 TEXT_TYPES: Final = frozenset({"text/plain"})
@@ -115,7 +115,7 @@ def extract(body: bytes, content_type: str, url: str, *, max_chars: int) -> Extr
         result = _pdf(body, url, max_chars)
     else:
         shown = kind or "of no declared type"
-        raise FetchError(
+        raise FetchRefused(
             f"refused: {url} is {shown}; only HTML, plain text, Markdown and PDF are fetched"
         )
     if not result.text.strip():
@@ -206,7 +206,7 @@ def _pdf(body: bytes, url: str, max_chars: int) -> Extracted:
             pdf = pdfium.PdfDocument(body)
         except pdfium.PdfiumError as exc:
             if "password" in str(exc).lower():
-                raise FetchError(f"refused: {url} is a password-protected PDF") from None
+                raise FetchRefused(f"refused: {url} is a password-protected PDF") from None
             raise FetchError(f"no text could be extracted from {url}: {_unreadable(exc)}") from None
         try:
             title = str(pdf.get_metadata_value("Title") or "").strip() or None
@@ -242,7 +242,7 @@ def _unreadable(exc: Exception) -> str:
 def _check_length(chars: int, url: str, max_chars: int, *, partial: bool = False) -> None:
     if chars > max_chars:
         size = "" if partial else f"{chars:,} characters, "
-        raise FetchError(
+        raise FetchRefused(
             f"refused: the text of {url} is {size}more than the {max_chars:,} characters one "
             f"evidence holds; {SPLIT_ADVICE}"
         ).refused_as(Refusal.TOO_LARGE)

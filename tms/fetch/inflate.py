@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from typing import Final
 
-from tms.errors import FetchError, Refusal
+from tms.errors import FetchError, FetchRefused, Refusal
 
 MiB: Final = 1024 * 1024
 
@@ -32,7 +32,7 @@ class Inflater:
         coding = codings[0] if len(codings) == 1 else "" if codings else "identity"
         coding = "gzip" if coding == "x-gzip" else coding
         if coding not in ("identity", "gzip", "deflate"):
-            raise FetchError(
+            raise FetchRefused(
                 f"refused: {source} is sent with content encoding {header.strip()!r}; "
                 "only gzip and deflate are supported"
             )
@@ -94,7 +94,7 @@ class Inflater:
     def _count(self, size: int) -> None:
         self._total += size
         if self._total > self._limit:
-            raise FetchError(
+            raise FetchRefused(
                 f"refused: {self._source} decompresses to more than the "
                 f"{self._limit // MiB} MB limit ({self._limit:,} bytes)"
             ).refused_as(Refusal.TOO_LARGE)

@@ -50,7 +50,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, Final
 
-from tms.errors import FetchError, one_line
+from tms.errors import FetchError, FetchRefused, one_line
 from tms.fetch.extract import Extracted
 from tms.fetch.process import REAP_SECONDS, WorkerDied, WorkerProcess
 
@@ -191,6 +191,8 @@ class ExtractionPool:
             raise misbehaved
         why, error, title = reply.get("why"), reply.get("error"), reply.get("title")
         if why == "refused" and isinstance(error, str):
+            raise FetchRefused(error)
+        if why == "unreadable" and isinstance(error, str):
             raise FetchError(error)
         if why == "memory":
             raise self._out_of_memory(url)

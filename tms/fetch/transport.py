@@ -26,7 +26,7 @@ from ipaddress import ip_address
 import httpcore
 import httpx
 
-from tms.errors import FetchError, Refusal, one_line
+from tms.errors import FetchError, FetchRefused, Refusal, one_line
 from tms.fetch.addresses import IPAddress, classify, describe, normalize_host
 
 
@@ -49,7 +49,7 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
     return addresses
 
 
-class AddressRefused(FetchError):
+class AddressRefused(FetchRefused):
     """The host resolves to an address the policy refuses: what an attacker probing for
     internal services meets, so the refusal log files it as SSRF."""
 
@@ -150,7 +150,7 @@ class _VettedBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        raise FetchError("refused: Unix sockets are never fetched").refused_as(Refusal.SSRF)
+        raise FetchRefused("refused: Unix sockets are never fetched").refused_as(Refusal.SSRF)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

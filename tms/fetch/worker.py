@@ -20,9 +20,10 @@ outside, so a parser stuck in C code cannot hide). Inside, the address space is 
 that (RLIMIT_AS) for what grows faster than the pool looks. Where that cap bites, libxml2 and
 PDFium may not say so (a parse just stops early), so a job whose peak address space came within
 a quarter of MEMORY_BYTES of the cap is reported as out of memory whatever it returned
-(`why: "memory"`), as is a MemoryError. A `FetchError` comes back as `why: "refused"` with its
-message, anything else as `why: "failed"`. `retire` asks the pool for a fresh worker instead of
-this one: after running out of memory or an unexpected error, or when the job left this process
+(`why: "memory"`), as is a MemoryError. A `FetchRefused` comes back as `why: "refused"` with
+its message, another `FetchError` as `why: "unreadable"`, anything else as `why: "failed"`.
+`retire` asks the pool for a fresh worker instead of this one: after running out of memory or
+an unexpected error, or when the job left this process
 bigger than `RETIRE_RSS` resident or MEMORY_BYTES of address space.
 """
 
@@ -100,7 +101,7 @@ def _status(field: str) -> int:
 
 
 def _job(header: dict[str, Any], body: bytes, memory_bytes: int) -> tuple[dict[str, Any], bytes]:
-    from tms.errors import FetchError, one_line
+    from tms.errors import FetchError, FetchRefused, one_line
     from tms.fetch.extract import extract
 
     reply: dict[str, Any] = {"title": None, "error": None, "why": None, "retire": False}
@@ -111,8 +112,10 @@ def _job(header: dict[str, Any], body: bytes, memory_bytes: int) -> tuple[dict[s
         )
         text = result.text.encode("utf-8")
         reply["title"] = result.title
-    except FetchError as exc:
-        reply.update(error=str(exc), why="refused")
+    except FetchError as exc:  # its class crosses back as `why`
+        reply.update(
+            error=str(exc), why="refused" if isinstance(exc, FetchRefused) else "unreadable"
+        )
     except MemoryError:
         reply.update(why="memory", retire=True)
     except Exception as exc:  # a bug or a library's surprise: report it, then start afresh

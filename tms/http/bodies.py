@@ -80,6 +80,18 @@ class Busy(BodyError):
         super().__init__(message)
 
 
+class NoRoom(Busy):
+    """A big body the server could not keep in its temporary file (a full disk, say): the
+    server's state, answered as `Busy` is (503, with Retry-After) in words of its own, never as
+    the database being down."""
+
+    def __init__(self, exc: OSError) -> None:
+        why = exc.strerror or type(exc).__name__
+        super().__init__(
+            f"the server has no room for this request body right now ({why}); try again shortly"
+        )
+
+
 class Disconnected(Exception):
     """The client hung up before sending its whole body."""
 
@@ -160,18 +172,22 @@ class BodyReader:
                 )
             if spill is None and (size > SMALL_BODY or (length or 0) > SMALL_BODY):
                 await self.big.take(stack if held is None else held)
-                spill = stack.enter_context(_spill_file())
-                spill.writelines(chunks)
-                chunks.clear()
-            if spill is not None:
-                spill.write(chunk)
-            else:
+            try:  # a big body's temporary file: a full disk is `NoRoom`, said to the client
+                if spill is None and (size > SMALL_BODY or (length or 0) > SMALL_BODY):
+                    spill = stack.enter_context(_spill_file())
+                    spill.writelines(chunks)
+                    chunks.clear()
+                if spill is not None:
+                    spill.write(chunk)
+                    if not more:
+                        spill.flush()
+            except OSError as exc:
+                await discard(receive, more)
+                raise NoRoom(exc) from exc
+            if spill is None:
                 chunks.append(chunk)
             if not more:
-                if spill is None:
-                    return b"".join(chunks)
-                spill.flush()
-                return Path(spill.name)
+                return b"".join(chunks) if spill is None else Path(spill.name)
 
     async def inspect(self, function: Callable[[Path], T], path: Path) -> T:
         """`function(path)` in a worker process (low priority, capped memory), within

@@ -15,8 +15,8 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tms import errors
-from tms.metrics import REQUESTS, outcome_of
+from tms.errors import Outcome, outcome_of
+from tms.metrics import REQUESTS, answered
 
 _LOG: Final = re.compile(r"/c/[^/]+(/[^/]+)*/(checkpoint|consistency|tile/.*)")
 _EXPORT: Final = re.compile(r"/c/.+/export\.jsonl")
@@ -47,17 +47,17 @@ class Metered:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        outcome = "gone"
+        outcome = Outcome.GONE
 
         async def counted(message: Message) -> None:
             nonlocal outcome
             kind = message["type"]
             if kind == "http.response.start" or kind == "websocket.http.response.start":
-                outcome = outcome_of(message["status"])
+                outcome = answered(message["status"])
             elif kind == "websocket.accept":
-                outcome = "ok"
-            elif kind == "websocket.close" and outcome == "gone":
-                outcome = "refused"  # closed before it was accepted: a handshake turned down
+                outcome = Outcome.OK
+            elif kind == "websocket.close" and outcome is Outcome.GONE:
+                outcome = Outcome.REFUSED  # closed before it was accepted: a handshake turned down
             await send(message)
 
         try:
@@ -65,12 +65,9 @@ class Metered:
         except Exception as exc:
             # Answered outside this middleware, by Starlette's outermost one and the app's
             # handler for anything unforeseen (tms.app): a 503 or a bare 500.
-            if outcome == "gone":
-                outcome = (
-                    "unavailable"
-                    if errors.outcome_of(exc) is errors.Outcome.UNAVAILABLE
-                    else "error"
-                )
+            if outcome is Outcome.GONE:
+                unavailable = outcome_of(exc) is Outcome.UNAVAILABLE
+                outcome = Outcome.UNAVAILABLE if unavailable else Outcome.INTERNAL
             raise
         finally:
             REQUESTS.labels(door_of(scope), outcome).inc()

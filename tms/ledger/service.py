@@ -190,7 +190,7 @@ class Ledger:
         from here to the answer and counted by outcome and by the kinds it stores
         (`tms.metrics`)."""
         started = time.perf_counter()
-        outcome: str | None = None  # how the publish ended, as the metrics count it
+        outcome: Outcome | None = None  # how the publish ended, as the metrics count it
         try:
             if turn is None:
                 batch, action = await self._admit(events, origin, within, now)
@@ -208,12 +208,12 @@ class Ledger:
                         )
             if queued is None:  # shadow-rejected: a publish's answer, nothing stored
                 result = await self._shadow(batch, origin, wait_for_vectors)
-                outcome = "refused"
+                outcome = Outcome.REFUSED
                 return result
             result, plan = await self._committed(batch, queued, wait_for_vectors)
-            outcome = "accepted"
+            outcome = Outcome.ACCEPTED
         except Exception as exc:
-            outcome = _OUTCOMES[outcome_of(exc)]
+            outcome = outcome_of(exc)
             raise
         finally:  # a caller cancelled (gone) is not a publish answered: nothing is recorded
             if outcome is not None:
@@ -406,7 +406,7 @@ _VERIFY: Final = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="tms-veri
 _QUOTES: Final = ThreadPoolExecutor(QUOTE_THREADS, thread_name_prefix="tms-quotes")
 
 
-def _metered(outcome: str, started: float, events: object) -> None:
+def _metered(outcome: Outcome, started: float, events: object) -> None:
     """A publish's time to its answer (from `started`) and its batch size, by outcome:
     accepted, refused (a `TMSError`: a rule, a schema, a rate limit, a write policy; or a
     shadow-rejection), unavailable (the database lost) or error (`tms.errors.outcome_of`)."""
@@ -429,15 +429,8 @@ def _stored(kind: int) -> Any:
 
 # The metrics' children by label, looked up once (prometheus_client's `labels` costs more than
 # the observation itself).
-_SECONDS: Final[dict[str, Any]] = {}
+_SECONDS: Final[dict[Outcome, Any]] = {}
 _STORED: Final[dict[int, Any]] = {}
-
-
-_OUTCOMES: Final = {
-    Outcome.REFUSED: "refused",
-    Outcome.UNAVAILABLE: "unavailable",
-    Outcome.INTERNAL: "error",
-}
 
 
 def _told(hook: CommitHook, origin: Origin, queued: Queued) -> None:

@@ -50,7 +50,7 @@ def build_server(tools: Tools, prompts: Mapping[str, Prompt] = PROMPTS) -> Serve
         for outcome in TOOL_OUTCOMES:
             TOOL_CALLS.labels(name, outcome)
 
-    def _count(name: str, outcome: str) -> None:
+    def _count(name: str, outcome: Outcome) -> None:
         """A tool call in `tms_tool_calls_total`: names no tool has are counted as one."""
         TOOL_CALLS.labels(name if name in tools.tools else "unknown", outcome).inc()
 
@@ -64,14 +64,14 @@ def build_server(tools: Tools, prompts: Mapping[str, Prompt] = PROMPTS) -> Serve
             result = await tools.call(params.name, params.arguments or {})
         except Exception as exc:  # classified once (tms.errors); said as this door says it
             outcome = outcome_of(exc)
-            _count(params.name, OUTCOME_LABELS[outcome])
+            _count(params.name, outcome)
             if outcome is Outcome.UNAVAILABLE:
                 tools.services.outage.failed(f"the tool {params.name}", exc)
             elif outcome is Outcome.INTERNAL:  # a bug: details for the log only
                 log.error("tool %s failed", params.name, exc_info=exc)
                 return _error(f"{told(exc)}; the server's log has the details")
             return _error(told(exc))
-        _count(params.name, "ok")
+        _count(params.name, Outcome.OK)
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=result
@@ -221,15 +221,6 @@ def _describe_schema(schema: Mapping[str, Any]) -> str:
         about = field.get("description", "") if isinstance(field, Mapping) else ""
         parts.append(f"`{name}` ({wanted}) {about}".strip())
     return "; ".join(parts)
-
-
-# The MCP door's wire table: a failure's outcome as `tms_tool_calls_total` counts it (the tool
-# error itself says `tms.errors.told`, an internal error pointing to the server's log).
-OUTCOME_LABELS: Final = {
-    Outcome.REFUSED: "refused",
-    Outcome.UNAVAILABLE: "unavailable",
-    Outcome.INTERNAL: "error",
-}
 
 
 def _error(message: str) -> types.CallToolResult:

@@ -178,11 +178,7 @@ async def _close(websocket: WebSocket, conn: Connection, lent: Any) -> None:
         if lent is not None:
             lent.abort()
         return
-    if (
-        conn.outbox.ending is not None
-        and conn.outbox.ending.startswith("behind")
-        and lent is not None
-    ):
+    if conn.outbox.fell_behind and lent is not None:
         lent.abort()  # its unread bytes must not hold the socket open
 
 

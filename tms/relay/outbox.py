@@ -131,6 +131,7 @@ class Outbox:
         self._timer: asyncio.TimerHandle | None = None  # looks at the oldest live event
         self._clears = 0  # a `behind` while a write is under way: what it wrote is gone already
         self.ending: str | None = None  # why the connection must end, once it must
+        self.fell_behind = False  # it ends because the client did not read (`behind`)
         self.ended = asyncio.Event()
         self._stopped = False  # nothing is queued any more (an answer after the close)
         self._held: dict[asyncio.Task[Any], int] = {}  # room held for a stored message, by task
@@ -286,6 +287,7 @@ class Outbox:
             self._let_go_room(task)
         self._put(_Item(_OTHER, messages.notice(f"error: closing this connection: {why}"), 0))
         self.ending = f"behind: {why}"
+        self.fell_behind = True
         self.ended.set()
 
     def end(self, why: str, notice: str) -> None:

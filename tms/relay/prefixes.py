@@ -21,6 +21,7 @@ from tms.errors import (
     Outcome,
     PublishError,
     Refusal,
+    StatementTimeout,
     TMSError,
     UnknownSigner,
     one_line,
@@ -28,7 +29,6 @@ from tms.errors import (
     sendable,
     told,
 )
-from tms.store.database import is_statement_timeout
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def failure(exc: BaseException) -> str:
     outcome = outcome_of(exc)
     if outcome is Outcome.REFUSED:
         return reason(exc)
-    if is_statement_timeout(exc):
+    if isinstance(exc, StatementTimeout):
         log.info("a relay read reached its statement timeout: %s", one_line(exc))
         return TOO_LONG
     if outcome is Outcome.UNAVAILABLE:

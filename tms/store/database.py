@@ -1,6 +1,6 @@
-"""PostgreSQL: which database, the connection pools and the migrations. What counts as the
-database being down is classified with every other failure (`tms.errors.is_database_down`). The
-embedded server itself is `tms.store.embedded`.
+"""PostgreSQL: which database, the connection pools and the migrations. The pools' connections
+raise typed errors where the database is called (`tms.store.driver`). The embedded server
+itself is `tms.store.embedded`.
 
 Every connection TMS opens names its release and schema in `application_name` (`tms 0.1.0
 schema 017 pool`), so that a server about to migrate sees, in `pg_stat_activity`, the older
@@ -27,8 +27,8 @@ from typing import Final
 
 import asyncpg
 
-from tms.errors import DatabaseError, one_line
-from tms.store import citus
+from tms.errors import DatabaseError, StoreError, one_line
+from tms.store import citus, driver
 from tms.store.connection import Connection as Connection  # named here for the ledger and search
 from tms.store.connection import Pool as Pool
 from tms.store.embedded import EmbeddedPostgres
@@ -42,12 +42,6 @@ _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
 SCHEMA_FILE = "schema.sql"  # what the migrations build, for reading (tests/store/test_schema.py)
 OLD_FEED_NAME: Final = "tms-feed"  # every connection's name before releases named themselves
 _APPLICATION_NAME = re.compile(r"tms (\S+) schema (\d+)(?: .*)?")
-
-
-def is_statement_timeout(exc: BaseException) -> bool:
-    """Whether PostgreSQL stopped the statement at its pool's `statement_timeout`
-    (`open_pool`): the read asked too much, not an outage."""
-    return isinstance(exc, asyncpg.QueryCanceledError)
 
 
 def sql_dir() -> Path:
@@ -312,18 +306,6 @@ async def embedded_url(server: EmbeddedPostgres) -> str:
     return with_database(server.url, DATABASE_NAME)
 
 
-class _Connection(asyncpg.Connection):
-    """A pooled connection that goes back to the pool without a reset: TMS leaves no session
-    state behind (its settings are transaction-scoped, its cursors live inside transactions,
-    the session-level locks a publish takes are let go before its connection goes back:
-    `tms.ledger.writes.session_locks`), so the reset asyncpg sends on every release would be a
-    round trip for nothing on every request. What a connection keeps on purpose, the
-    publish's locking function in `pg_temp` (`tms.ledger.snapshots`), a reset would drop."""
-
-    def get_reset_query(self) -> str:
-        return ""
-
-
 async def open_pool(
     url: str,
     *,
@@ -333,29 +315,26 @@ async def open_pool(
     statement_seconds: float | None = None,
     part: str = "pool",
     despite_older: bool = False,
-) -> asyncpg.Pool:
-    """A pool on a migrated database. `generic_plans`: prepared statements are planned once,
+) -> driver.Pool:
+    """A pool on a migrated database, of `tms.store.driver.Connection`s (their errors typed,
+    no reset on release). `generic_plans`: prepared statements are planned once,
     not again at each call: for the publish path, whose statements look rows up by key (its
     snapshot spent half its time planning, 0.5 of 1.0 ms, with PostgreSQL's default choice);
     never for searches, whose best plans depend on their arguments. Not on Citus either, which
     plans a statement for the shard its arguments name, so at each call: a generic plan is one
     it refuses to make. `statement_seconds`: PostgreSQL's `statement_timeout` on every
     connection, so that no statement holds one longer, whoever stopped waiting for it (the
-    relay's reads, which anyone may send: `is_statement_timeout`). Its connections are named
+    relay's reads, which anyone may send: `StatementTimeout`). Its connections are named
     `application_name(part)`; `despite_older` migrates even while older servers are connected
     (`refuse_if_older_servers`)."""
     settings: dict[str, str] = {"application_name": application_name(part)}
     if statement_seconds is not None:
         settings["statement_timeout"] = str(max(1, round(statement_seconds * 1000)))
     try:
-        pool = await asyncpg.create_pool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            connection_class=_Connection,
-            server_settings=settings,
+        pool = await driver.create_pool(
+            url, min_size=min_size, max_size=max_size, server_settings=settings
         )
-    except (OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
+    except (StoreError, OSError, ValueError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
         raise DatabaseError(f"cannot connect to the database: {one_line(exc)}") from exc
     try:
         async with pool.acquire() as conn:
@@ -367,7 +346,7 @@ async def open_pool(
             await pool.expire_connections()
     except BaseException as exc:
         await pool.close()
-        if isinstance(exc, (OSError, asyncpg.InterfaceError, asyncpg.PostgresError)):
+        if isinstance(exc, (StoreError, OSError, asyncpg.InterfaceError, asyncpg.PostgresError)):
             raise DatabaseError(f"cannot migrate the database: {one_line(exc)}") from exc
         raise
     return pool

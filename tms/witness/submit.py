@@ -42,6 +42,7 @@ from tms.fetch.bounded import PeerError, request
 from tms.ledger.access import Access
 from tms.ledger.log.cosigned import Cosigned, Standing
 from tms.ledger.log.reads import LogReads
+from tms.store import driver
 from tms.store.database import Pool, application_name
 from tms.store.outage import Outage
 from tms.tlog.note import split_note
@@ -138,7 +139,7 @@ class Submitter:
         if not locks or locks[0].is_closed():
             await _close(locks)
             locks.append(
-                await asyncpg.connect(
+                await driver.connect(
                     self.database_url,
                     server_settings={"application_name": application_name("witness")},
                 )

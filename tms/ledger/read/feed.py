@@ -45,6 +45,7 @@ import asyncpg
 from tms.errors import is_database_down, one_line
 from tms.ledger.read.filters import BIG_BYTES, Stored, StoredEvents
 from tms.ledger.write.writes import CHANNEL
+from tms.store import driver
 from tms.store.database import Pool, application_name
 from tms.store.outage import Outage
 from tms.types import KIND_MEMBERS, UNSCOPED, Slug
@@ -146,7 +147,7 @@ class CommitFeed:
             try:
                 if first:  # before listening: what committed meanwhile is caught up after
                     self.seen = await self._positions()
-                conn = await asyncpg.connect(
+                conn = await driver.connect(
                     self.url, server_settings={"application_name": APPLICATION_NAME}
                 )
             except asyncio.CancelledError:
