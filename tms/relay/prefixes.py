@@ -28,7 +28,7 @@ from tms.errors import (
     sendable,
     told,
 )
-from tms.store.database import is_statement_timeout
+from tms.ledger import is_statement_timeout
 
 log = logging.getLogger(__name__)
 

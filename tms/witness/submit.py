@@ -39,11 +39,7 @@ import httpx
 from tms import metrics
 from tms.errors import LogError, is_database_down, one_line
 from tms.fetch.bounded import PeerError, request
-from tms.ledger.access import Access
-from tms.ledger.log.cosigned import Cosigned, Standing
-from tms.ledger.log.reads import LogReads
-from tms.store.database import Pool, application_name
-from tms.store.outage import Outage
+from tms.ledger import Access, Cosigned, LogReads, Outage, Pool, Standing, application_name
 from tms.tlog.note import split_note
 from tms.tlog.policy import Policy, Witness
 from tms.tlog.witness import SIZE_CONTENT_TYPE, Submission, parse_size
