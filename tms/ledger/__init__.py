@@ -1,5 +1,13 @@
 """The ledger's front door: what the doors (relay, pages, HTTP API, MCP, CLI, witness) may use.
-Below it, `read`, `write`, `log` and the store are the ledger's own (tests/test_layers.py)."""
+Below it, `read`, `write`, `log` and the store are the ledger's own (tests/test_layers.py).
+
+It hands on: the one path (`Ledger`, a client's `Turn`), who may read (`Access` and its
+capabilities) and the reads every door asks (`Reads`, `Lookups`, `Exporter`, ...); the relay's
+reads (`open_relay_reads`: its stored events, the live hub's look-ups, NIP-77's item lists, and
+the commit feed that feeds its hub); each collection's transparency log and its witnesses'
+cosignatures (`LogReads`, `Cosigned`); and the database the ledger lives in, as the server and
+the operator's commands open, migrate and name it (`Pool`, `open_pool`, `migrate`, `citus`,
+`EmbeddedPostgres`, ...)."""
 
 from tms.ledger.access import Access, ReadableCollection, Reader, not_a_reader
 from tms.ledger.log.cosigned import Cosigned, Standing
