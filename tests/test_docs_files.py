@@ -254,7 +254,7 @@ def test_single_use_is_explained_as_design_keys_it() -> None:
 # open their own, one command at a time), and what each is: a new one changes the count below.
 CONNECTING: Final = {
     "tms/runtime.py": 3,  # the main, export and publish pools
-    "tms/relay/shared.py": 1,  # the relay's reads' pool
+    "tms/ledger/relay_reads.py": 1,  # the relay's reads' pool
     "tms/ledger/read/feed.py": 1,  # the commit feed's LISTEN connection
     "tms/store/database.py": 4,  # open_pool's create_pool, the embedded database's CREATE
     # DATABASE at start (closed at once), the health check's connection; and the definition

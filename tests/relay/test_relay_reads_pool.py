@@ -96,7 +96,7 @@ async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
 async def test_a_cancelled_read_stops_and_frees_its_connection(many: str) -> None:
     """A read whose client went away is cancelled (tms.relay.reading): its statement stops on
     the server and the pool's one connection is free again, long before the read would end."""
-    from tms.relay.shared import open_reads_pool
+    from tms.ledger.relay_reads import open_reads_pool
 
     reads = await open_reads_pool(many, connections=1, statement_seconds=120)
     watcher = await asyncpg.connect(many)

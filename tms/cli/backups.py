@@ -63,8 +63,7 @@ def _aligned(cell: str, width: int, column: int) -> str:
 async def export(slug: str, checkpoint: bool) -> int:
     """The collection's JSON Lines on stdout, streamed from one consistent snapshot; with
     `checkpoint`, ending with the log's signed checkpoint line (`tms verify-export`)."""
-    from tms.ledger.access import Access
-    from tms.ledger.read.export import Exporter
+    from tms.ledger import Access, Exporter
     from tms.rules.content import SLUG_PATTERN
 
     out = sys.stdout.buffer

@@ -24,8 +24,7 @@ from tms.config import Settings
 from tms.errors import Outcome, TMSError, outcome_of
 
 if TYPE_CHECKING:
-    from tms.ledger.service import Ledger
-    from tms.store.database import Pool
+    from tms.ledger import Ledger, Pool
 
 
 def without_password(url: str) -> str:
@@ -55,7 +54,7 @@ def describe(settings: Settings) -> str:
 def no_database(settings: Settings) -> str | None:
     """Why a command that must not create a database refuses to, or None when it has one to
     open: an URL always names one; an embedded one must have been made already."""
-    from tms.store.embedded import EmbeddedPostgres
+    from tms.ledger import EmbeddedPostgres
 
     if settings.database_url is not None or EmbeddedPostgres.exists(settings.data_dir):
         return None
@@ -107,15 +106,15 @@ async def usable_database(settings: Settings) -> str:
 async def open_pool(settings: Settings, *, max_size: int) -> tuple[str, Pool]:
     """The database the server uses: `TMS_DATABASE_URL`, else the embedded PostgreSQL in
     `TMS_DATA_DIR` (started if no other process has it running). Failures are `DatabaseError`."""
-    from tms.store import database
+    from tms import ledger
 
-    url = await database.database_url(settings.database_url, settings.data_dir)
-    return url, await database.open_pool(url, min_size=1, max_size=max_size, part="cli")
+    url = await ledger.database_url(settings.database_url, settings.data_dir)
+    return url, await ledger.open_pool(url, min_size=1, max_size=max_size, part="cli")
 
 
 @asynccontextmanager
 async def open_ledger() -> AsyncIterator[Ledger]:
-    from tms.ledger.service import Ledger
+    from tms.ledger import Ledger
 
     _, pool = await open_pool(Settings.from_env(), max_size=2)
     try:

@@ -51,7 +51,7 @@ def libpq(url: str) -> tuple[str, dict[str, str]]:
 async def _run(program: str, *args: str, env: dict[str, str]) -> bytes:
     """Run one of the wheel's PostgreSQL programs; its failure is one line with its last
     words."""
-    from tms.store.embedded import client_program
+    from tms.ledger import client_program
 
     process = await asyncio.create_subprocess_exec(
         str(client_program(program)),
@@ -73,7 +73,7 @@ async def _database(settings: Settings) -> str:
     """The database's URL (the embedded one started or joined), checked to answer."""
     import asyncpg
 
-    from tms.store.database import database_url
+    from tms.ledger import database_url
 
     url = await database_url(settings.database_url, settings.data_dir)
     try:
@@ -111,8 +111,7 @@ async def database_url() -> int:
     programs: `TMS_DATABASE_URL` as set, else the running embedded PostgreSQL's `tms` database
     (its socket directory in the query string). An embedded one that is not running has no URL
     to give (this command starting it would stop it again as it exits): one line, exit 1."""
-    from tms.store.database import DATABASE_NAME, with_database
-    from tms.store.embedded import running_url
+    from tms.ledger import DATABASE_NAME, running_url, with_database
 
     settings = Settings.from_env()
     if settings.database_url is not None:

@@ -18,9 +18,8 @@ async def migrate(distribute: bool, despite_older: bool = False) -> int:
     import asyncpg
 
     from tms.errors import DatabaseError
-    from tms.store import citus
-    from tms.store.database import application_name, database_url, newest_schema
-    from tms.store.database import migrate as apply_migrations
+    from tms.ledger import application_name, citus, database_url, newest_schema
+    from tms.ledger import migrate as apply_migrations
 
     settings = Settings.from_env()
     url = await database_url(settings.database_url, settings.data_dir)

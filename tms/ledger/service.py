@@ -47,7 +47,7 @@ from tms.ledger.write.commits import Committed as Planned
 from tms.ledger.write.commits import GroupCommitter, Queued, Turn
 from tms.ledger.write.shadows import shadow_result
 from tms.results import PublishResult
-from tms.rules.admission import Action, Admission, CommitHook, Committed, Door, Origin
+from tms.rules.admission import Action, Admission, CommitHook, Committed, Origin
 from tms.rules.expected import Expected
 from tms.rules.kinds import embedded_kinds, kind_name
 from tms.rules.publish import (
@@ -74,14 +74,6 @@ INLINE_EVENTS: Final = 4
 INLINE_CHARS: Final = 20_000
 # What a write policy's refusal says when the policy gave no words of its own.
 BLOCKED_BY_POLICY: Final = "refused by this server's write policy"
-# How the refusal log names each door's publish (as the doors name their own refusals).
-PUBLISH_ROUTES: Final = {
-    Door.WEB: "page publish",
-    Door.MCP: "publish",
-    Door.STDIO: "publish",
-    Door.RELAY: "relay",
-    Door.CLI: "cli",
-}
 
 
 class CollectionSummary(NamedTuple):
@@ -179,6 +171,7 @@ class Ledger:
         turn: Turn | None = None,
         wait_for_vectors: bool = True,
         now: int | None = None,
+        route: str | None = None,
     ) -> PublishResult:
         """Store a batch of signed events, all or nothing (SPEC "Publishing"), from whichever
         door `origin` names. `within`: the one collection the batch may name (a collection's
@@ -186,9 +179,10 @@ class Ledger:
         page that signed it saw of its collections (`tms.rules.expected`); a batch made against
         a state that is gone is refused. `turn`: the client's batches in the order it sent them
         (`Turn`). Without `wait_for_vectors` (the relay, whose OK means "committed") the answer
-        comes at commit, its claims are embedded meanwhile, and it says `embedded: 0`. Timed
-        from here to the answer and counted by outcome and by the kinds it stores
-        (`tms.metrics`)."""
+        comes at commit, its claims are embedded meanwhile, and it says `embedded: 0`.
+        `route`: how the refusal log names this door's publish, as the door names its own
+        refusals (None: the door's name, `origin.door`). Timed from here to the answer and
+        counted by outcome and by the kinds it stores (`tms.metrics`)."""
         started = time.perf_counter()
         outcome: Outcome | None = None  # how the publish ended, as the metrics count it
         try:
@@ -207,7 +201,9 @@ class Ledger:
                             keys, lambda: self._enqueue(batch, expected, origin, keys)
                         )
             if queued is None:  # shadow-rejected: a publish's answer, nothing stored
-                result = await self._shadow(batch, origin, wait_for_vectors)
+                result = await self._shadow(
+                    batch, origin, route or origin.door.value, wait_for_vectors
+                )
                 outcome = Outcome.REFUSED
                 return result
             result, plan = await self._committed(batch, queued, wait_for_vectors)
@@ -261,12 +257,12 @@ class Ledger:
         return batch, decision.action
 
     async def _shadow(
-        self, batch: list[Parsed], origin: Origin, wait_for_vectors: bool
+        self, batch: list[Parsed], origin: Origin, route: str, wait_for_vectors: bool
     ) -> PublishResult:
         if self.refusals is not None:
             self.refusals.record(
                 Refusal.SHADOW_REJECTED,
-                PUBLISH_ROUTES[origin.door],
+                route,
                 batch[0].event.pubkey,
                 origin.address,
             )

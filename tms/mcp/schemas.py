@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
-from tms.ledger.read.reads import DEFAULT_WINDOW
+from tms.ledger import DEFAULT_WINDOW
 from tms.rules.content import CollectionSlug, EventIdField, NonBlank
 from tms.tlog.note import MAX_TREE_SIZE
 from tms.types import MAX_EVIDENCE_LIMIT, MAX_LIMIT, MAX_LINKS_LIMIT, MAX_QUERY_CHARS

@@ -33,7 +33,7 @@ from typing_extensions import is_typeddict
 from tms.errors import Refusal, RequestError, TMSError, ToolError
 from tms.fetch.client import fetch_url
 from tms.guard import clients
-from tms.ledger.access import Access, ReadableCollection, Reader
+from tms.ledger import Access, ReadableCollection, Reader
 from tms.mcp import schemas as s
 from tms.nostr.events import SecretKey, compact_json
 from tms.registry import Registry
@@ -139,7 +139,7 @@ class Tool(Generic[R, A]):
 
 
 async def _publish(services: Services, origin: Origin, args: s.PublishArgs) -> PublishResult:
-    return await services.ledger.submit(args.events, origin=origin)
+    return await services.ledger.submit(args.events, origin=origin, route="publish")
 
 
 async def _list_collections(

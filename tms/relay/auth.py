@@ -19,7 +19,7 @@ import time
 from typing import Final
 
 from tms.errors import AuthError, NotAReader, RateLimited, Refusal, one_line, sendable
-from tms.ledger.access import ReadableCollection, Reader, not_a_reader
+from tms.ledger import ReadableCollection, Reader, not_a_reader
 from tms.nostr import nip42
 from tms.nostr.events import is_hex64
 from tms.relay import messages

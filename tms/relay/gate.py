@@ -32,7 +32,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
-from tms.ledger.access import Reader
+from tms.ledger import Reader
 from tms.types import PubKey, Slug
 
 REFRESH_TRIES: Final = 8  # readers read again while member lists keep arriving, at most

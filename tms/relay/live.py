@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from tms import metrics
-from tms.ledger.read.filters import Stored, StoredEvents
+from tms.ledger import Stored, StoredEvents
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
 from tms.relay.budget import Budget, Shared

@@ -38,9 +38,14 @@ from typing import Final
 
 from tms.errors import RateLimited, Refusal
 from tms.guard.rates import neg_open_cost
-from tms.ledger.access import ReadableCollection
-from tms.ledger.read.neg_threads import reconciling
-from tms.ledger.read.negentropy_items import ITEM_BYTES, TooMany, most_items, negentropy_items
+from tms.ledger import (
+    ITEM_BYTES,
+    ReadableCollection,
+    TooMany,
+    most_items,
+    negentropy_items,
+    reconciling,
+)
 from tms.nostr.negentropy import NegentropyError, Responder
 from tms.relay.gate import Gate
 from tms.relay.limits import MAX_NEG_RECORDS, MAX_NEG_SESSIONS, NEG_FRAME_BYTES

@@ -30,7 +30,7 @@ import functools
 from collections.abc import Callable
 
 from tms.errors import Outcome, TMSError, outcome_of
-from tms.ledger.write.commits import Turn
+from tms.ledger import Turn
 from tms.relay import messages
 from tms.relay.limits import MAX_IN_FLIGHT
 from tms.relay.messages import EventMessage
@@ -79,6 +79,7 @@ class Publishing:
                 within=self.slug,
                 turn=self.turn,
                 wait_for_vectors=False,
+                route=ROUTE,
             )
         )
         self.outbox.budget.take(size)

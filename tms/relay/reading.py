@@ -45,8 +45,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from tms.errors import Refusal
-from tms.ledger.access import ReadableCollection, Reader, not_a_reader
-from tms.ledger.read.filters import BIG_BYTES, PAGE, Stored
+from tms.ledger import BIG_BYTES, PAGE, ReadableCollection, Reader, Stored, not_a_reader
 from tms.nostr.filters import Filter
 from tms.relay import messages
 from tms.relay.budget import size_of

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
-from tms.store.database import Pool
+from tms.ledger import Pool
 from tms.tlog.cosignature import CosignerKey
 from tms.tlog.note import Checkpoint, split_note
 from tms.tlog.witness import (

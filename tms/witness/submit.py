@@ -39,12 +39,7 @@ import httpx
 from tms import metrics
 from tms.errors import LogError, is_database_down, one_line
 from tms.fetch.bounded import PeerError, request
-from tms.ledger.access import Access
-from tms.ledger.log.cosigned import Cosigned, Standing
-from tms.ledger.log.reads import LogReads
-from tms.store import driver
-from tms.store.database import Pool, application_name
-from tms.store.outage import Outage
+from tms.ledger import Access, Cosigned, LogReads, Outage, Pool, Standing, application_name, connect
 from tms.tlog.note import split_note
 from tms.tlog.policy import Policy, Witness
 from tms.tlog.witness import SIZE_CONTENT_TYPE, Submission, parse_size
@@ -139,7 +134,7 @@ class Submitter:
         if not locks or locks[0].is_closed():
             await _close(locks)
             locks.append(
-                await driver.connect(
+                await connect(
                     self.database_url,
                     server_settings={"application_name": application_name("witness")},
                 )
