@@ -43,10 +43,10 @@ import httpx
 from serving import Server, Signer, call
 
 from tms.extension import ACCEPT, Door, Event, Origin, Verdict
-from tms.extension.policies import EventPolicy, Judge, WritePolicies
-from tms.extension.strfry import StrfryPolicy
 from tms.nostr.events import Event as CoreEvent
 from tms.nostr.events import SecretKey
+from tms.plugins.policies import EventPolicy, Judge, WritePolicies
+from tms.plugins.strfry import StrfryPolicy
 
 ORIGIN: Final = Origin(Door.MCP, None, "127.0.0.1")
 SCRIPT: Final = """\

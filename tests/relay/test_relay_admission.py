@@ -17,9 +17,9 @@ from factories import MEMBER, claim, settings
 from relay_client import seed
 
 from tms.errors import Blocked
-from tms.extension.policies import ReadFilters
 from tms.nostr.events import Event
 from tms.nostr.negentropy import Initiator, Items
+from tms.plugins.policies import ReadFilters
 from tms.relay.connection import Connection
 from tms.relay.shared import open_relay
 from tms.rules.admission import ACCEPTED, Action, Decision, Door, Origin, Read

@@ -121,6 +121,6 @@ class Committed:
 class CommitHook(Protocol):
     """What the ledger hands each committed batch that stored at least one event, once, as its
     transaction commits: it must return at once and never raise (the plugins' hooks queue it,
-    `tms.extension.hooks`); a shadow-rejected batch is never handed on."""
+    `tms.plugins.hooks`); a shadow-rejected batch is never handed on."""
 
     def submit(self, committed: Committed) -> None: ...
