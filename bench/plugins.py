@@ -1,6 +1,6 @@
 """What the write policies cost a publish: `uv run python bench/plugins.py`.
 
-Part A, in this process, no database: the plugins' `Admission` (tms.extension) asked about signed
+Part A, in this process, no database: the plugins' `Admission` (tms.plugins) asked about signed
 1,000-claim batches and about one-claim batches, as the ledger's one path asks it, with
 
 1. no plugin (the runner returns at once);
