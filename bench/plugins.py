@@ -1,6 +1,6 @@
 """What the write policies cost a publish: `uv run python bench/plugins.py`.
 
-Part A, in this process, no database: the plugins' `Admission` (tms.extension) asked about signed
+Part A, in this process, no database: the plugins' `Admission` (tms.plugins) asked about signed
 1,000-claim batches and about one-claim batches, as the ledger's one path asks it, with
 
 1. no plugin (the runner returns at once);
@@ -43,10 +43,10 @@ import httpx
 from serving import Server, Signer, call
 
 from tms.extension import ACCEPT, Door, Event, Origin, Verdict
-from tms.extension.policies import EventPolicy, Judge, WritePolicies
-from tms.extension.strfry import StrfryPolicy
 from tms.nostr.events import Event as CoreEvent
 from tms.nostr.events import SecretKey
+from tms.plugins.policies import EventPolicy, Judge, WritePolicies
+from tms.plugins.strfry import StrfryPolicy
 
 ORIGIN: Final = Origin(Door.MCP, None, "127.0.0.1")
 SCRIPT: Final = """\

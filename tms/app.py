@@ -6,7 +6,7 @@ table every door serves, with the handlers that answer whatever a route raises.
 The core's registries are values here or beside their door: the route table (`ROUTES`,
 `tms.http.routes.RouteTable`), the MCP tools (`tms.mcp.tools.TOOLS`) and the MCP prompts
 (`tms.mcp.prompts.PROMPTS`). `create_app` serves copies of them to which the enabled plugins'
-routes, tools and prompts are added (`tms.extension.loading.Extensions`), each failing start-up
+routes, tools and prompts are added (`tms.plugins.loading.Extensions`), each failing start-up
 loudly on a name or route taken twice (`tms.registry.Collision`, naming both sides). The plugins'
 routes come last, under `/plugins/<name>/`; their hooks' workers and strfry command run for the
 app's lifespan.
@@ -66,7 +66,6 @@ from starlette.staticfiles import StaticFiles
 
 from tms.config import Settings, load_secret
 from tms.errors import DatabaseUnavailable, TMSError, one_line
-from tms.extension.loading import Extensions, load_extensions
 from tms.http.bodies import BigBodies, Disconnected, MiB
 from tms.http.gate import Gate
 from tms.http.login import Keyring
@@ -74,6 +73,7 @@ from tms.http.metered import Metered
 from tms.http.routes import RouteTable
 from tms.mcp import http as mcp_http
 from tms.mcp.http import McpFront
+from tms.plugins.loading import Extensions, load_extensions
 from tms.relay import endpoint as relay_endpoint
 from tms.relay.shared import open_relay
 from tms.runtime import Runtime, open_runtime

@@ -116,7 +116,7 @@ WITNESSED: Final = Counter(
     ["status"],
 )
 # The plugins (tms.extension): labelled by plugin name, made at zero when the plugins load
-# (`tms.extension.loading`), since only then is it known which are enabled.
+# (`tms.plugins.loading`), since only then is it known which are enabled.
 PLUGIN_VERDICTS: Final = Counter(
     "tms_plugin_verdicts",
     "Write policies' verdicts on events, by plugin and action (accept, reject, shadow_reject); "

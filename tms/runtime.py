@@ -57,7 +57,7 @@ VECTORS_RETRY_SECONDS: Final = 1.0  # starting vector search, while the database
 
 
 class Plugins(Protocol):
-    """What the runtime wires in of the enabled plugins (`tms.extension.loading.Extensions`):
+    """What the runtime wires in of the enabled plugins (`tms.plugins.loading.Extensions`):
     each seam None when no plugin fills it, and the tools the doors serve."""
 
     @property

@@ -5,7 +5,7 @@ installed with `uv pip install` survives the upgrade's `uv sync --locked --no-de
 The environment is one of the test's own, with the installed uv: a project that depends on
 nothing (syncing TMS' whole environment again would take minutes and touch the checkout's),
 and `./my-plugins` a small package declaring a `tms.plugins` entry point, which is what TMS'
-loader looks up (`tms.extension.loading`)."""
+loader looks up (`tms.plugins.loading`)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tms.extension import AfterCommit, Committed, Door, Origin
-from tms.extension.hooks import AfterCommitHooks
+from tms.plugins.hooks import AfterCommitHooks
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,7 @@ from tms_example_plugins.notify import parse_timeout, parse_url
 from webhook import Webhook, running
 
 from tms.extension import ACCEPT, Committed, Door, Event, Origin, PluginError, reject
-from tms.extension.loading import Extensions, load_extensions
+from tms.plugins.loading import Extensions, load_extensions
 from tms.rules.admission import ACCEPTED, Action
 
 pytestmark = pytest.mark.anyio

@@ -19,9 +19,9 @@ from starlette.routing import Route as StarletteRoute
 from tms.config import Settings
 from tms.errors import ConfigError, ToolError
 from tms.extension import Auth, Caller, Plugin, Prompt, Refused, Route, Tool
-from tms.extension.loading import BUILT_IN, Extensions, Loaded, load_extensions
-from tms.extension.registry import ExtensionError
 from tms.http.routes import RouteTable
+from tms.plugins.loading import BUILT_IN, Extensions, Loaded, load_extensions
+from tms.plugins.registry import ExtensionError
 from tms.registry import Collision
 
 pytestmark = pytest.mark.anyio

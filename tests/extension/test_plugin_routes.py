@@ -15,8 +15,8 @@ from starlette.responses import JSONResponse, Response
 
 from tms.app import create_app
 from tms.extension import Auth, Plugin, Route
-from tms.extension.loading import BUILT_IN, Extensions, Loaded
 from tms.ledger.service import Ledger
+from tms.plugins.loading import BUILT_IN, Extensions, Loaded
 
 pytestmark = pytest.mark.anyio
 

@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from tms.extension import Door, Event, Origin
-from tms.extension.loading import load_extensions
-from tms.extension.policies import WritePolicies
-from tms.extension.strfry import (
+from tms.nostr.events import Event as CoreEvent
+from tms.plugins.loading import load_extensions
+from tms.plugins.policies import WritePolicies
+from tms.plugins.strfry import (
     MAX_ANSWER_BYTES,
     STDERR_CHARS,
     STDERR_LINES,
@@ -34,7 +35,6 @@ from tms.extension.strfry import (
     plugin_environment,
     source_of,
 )
-from tms.nostr.events import Event as CoreEvent
 from tms.rules.admission import ACCEPTED, Action, Decision
 
 pytestmark = pytest.mark.anyio

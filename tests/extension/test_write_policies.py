@@ -24,8 +24,8 @@ from tms.extension import (
     WritePolicy,
     reject,
 )
-from tms.extension.policies import EventPolicy, ReadFilters, WritePolicies, cleaned
 from tms.nostr.events import Event as CoreEvent
+from tms.plugins.policies import EventPolicy, ReadFilters, WritePolicies, cleaned
 from tms.rules.admission import ACCEPTED, Action
 
 pytestmark = pytest.mark.anyio

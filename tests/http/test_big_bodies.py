@@ -20,9 +20,9 @@ from publishing import publish
 
 from tms.extension import Plugin
 from tms.extension.api import ACCEPT, Event, Origin, Verdict
-from tms.extension.loading import BUILT_IN, Extensions, Loaded
 from tms.http.bodies import SMALL_BODY, BigBodies
 from tms.ledger.service import Ledger
+from tms.plugins.loading import BUILT_IN, Extensions, Loaded
 
 pytestmark = pytest.mark.anyio
 

@@ -17,12 +17,12 @@ from factories import MEMBER, claim, settings
 from relay_client import seed
 
 from tms.errors import Blocked
-from tms.extension.policies import ReadFilters
 from tms.nostr.events import Event
 from tms.nostr.negentropy import Initiator, Items
+from tms.plugins.policies import ReadFilters
 from tms.relay.connection import Connection
 from tms.relay.shared import open_relay
-from tms.rules.admission import ACCEPTED, Action, Decision, Door, Origin, Read
+from tms.rules.admission import ACCEPTED, Action, Decision, Door, Origin
 from tms.runtime import open_runtime
 
 pytestmark = pytest.mark.anyio
@@ -97,7 +97,10 @@ async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
 async def test_the_read_filter_refuses_a_req_count_or_neg_open_before_it_runs(db_url: str) -> None:
     """The plugins' read filters (`Relay.read_filter`) are asked with the door, the key, the
     address, this relay's collection and the filters as NIP-01 writes them; a refusal is the
-    read's CLOSED (NEG-ERR for NIP-77) after `blocked:`, and nothing of it is sent."""
+    read's CLOSED (NEG-ERR for NIP-77) after `blocked:`, and nothing of it is sent. A read
+    filter is a plugin's: it is asked in the surface's own vocabulary."""
+    from tms.extension import Door, Origin, Read
+
     await seed(db_url)
     said: list[list[Any]] = []
     asked: list[Read] = []

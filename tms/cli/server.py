@@ -28,8 +28,8 @@ from tms.nostr.events import SecretKey
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from tms.extension.loading import Extensions
     from tms.http.protocol import ConnectionLimits
+    from tms.plugins.loading import Extensions
 
 log = logging.getLogger("tms.serve")
 
@@ -55,7 +55,7 @@ def serve(
     with the last process using it). Everything said from then on is the server's log
     (`tms.cli.logs`)."""
     from tms.app import ROUTES, create_app
-    from tms.extension.loading import load_extensions
+    from tms.plugins.loading import load_extensions
 
     # uvicorn restores these after its graceful shutdown and re-raises the signal: exiting through
     # SystemExit (not the default handler's instant death) lets atexit stop the embedded server.
@@ -302,8 +302,8 @@ def stdio(*, create: bool = False, new_log_key: bool = False) -> int:
     `create`: an agent started from another directory would otherwise see an empty ledger).
     stdout carries the protocol only: the SDK points fd 1 at stderr while serving, and the
     database and model are opened inside that, so nothing they print can corrupt the stream."""
-    from tms.extension.loading import load_extensions
     from tms.nostr.keys import parse_secret
+    from tms.plugins.loading import load_extensions
 
     try:
         settings = dataclasses.replace(Settings.from_env(), new_log_key=new_log_key)

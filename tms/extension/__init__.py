@@ -8,7 +8,11 @@ plugins' test holds them to it).
 
 A plugin is a `Plugin` value, declared by an installed package in the `tms.plugins` entry point
 group (the value itself, or a `PluginFactory` called with the environment) and enabled by name in
-`TMS_PLUGINS`. What the core does with it lives in `tms.extension.loading`.
+`TMS_PLUGINS`. What the core does with it lives below this package, in `tms.plugins` (the
+loader, the seams' runners, the strfry adapter), which translates the core's values into this
+surface's own vocabulary: nothing here is a core class, and this package imports nothing of TMS.
+`tests/extension/surface.snapshot` holds every public name's signature, so that a change to the
+promise is seen (and its `API_VERSION` decided) in review.
 """
 
 from typing import Final
@@ -16,11 +20,14 @@ from typing import Final
 from tms.extension.api import (
     ACCEPT,
     SHADOW_REJECT,
+    Action,
     AfterCommit,
     Auth,
     Caller,
     Committed,
+    Door,
     Event,
+    Origin,
     Plugin,
     PluginError,
     PluginFactory,
@@ -37,7 +44,6 @@ from tms.extension.api import (
     WritePolicy,
     reject,
 )
-from tms.rules.admission import Action, Door, Origin
 
 API_VERSION: Final = "1.0.0"
 

@@ -6,9 +6,12 @@ and callables, so that a plugin is a value a test can build and inspect, not a s
 anything: strfry's plugins are a command line, khatru's hooks are functions appended to slices,
 and pytest and Datasette load plugins that are plain modules.
 
-Nothing here imports the database, the web layer or the ledger: a plugin module that imports
-`tms.extension` pulls in this, the admission vocabulary (`tms.rules.admission`) and Starlette's
-request and response types, which route handlers take and return.
+The vocabulary is the surface's own: `Door`, `Origin`, `Action`, `Read`, `Committed` and
+`Event` are defined here, not the core's classes of the same names re-exported, so that a field
+the core adds or moves is not a change to the promise; the machinery (`tms.plugins`) translates
+the core's values into these at each seam. Nothing here imports anything of TMS. The one
+outside vocabulary the surface promises is Starlette's `Request` and `Response`, which a
+route's handler takes and returns (docs/extending.md says which Starlette releases).
 """
 
 from __future__ import annotations
@@ -17,24 +20,22 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tms.rules.admission import Action, Committed, Origin, Read
-
-if TYPE_CHECKING:
-    from tms.nostr.events import Event as CoreEvent
-
 __all__ = [
     "ACCEPT",
     "SHADOW_REJECT",
+    "Action",
     "AfterCommit",
     "Auth",
     "Caller",
     "Committed",
+    "Door",
     "Event",
+    "Origin",
     "Plugin",
     "PluginError",
     "PluginFactory",
@@ -63,7 +64,59 @@ class Refused(Exception):
     tool's error, exactly as a core tool's refusal (and the refusal log notes it)."""
 
 
+# --- who sent a batch, and how ------------------------------------------------------------------
+
+
+class Door(StrEnum):
+    """Which door a batch or a read came through."""
+
+    WEB = "web"  # the pages' submit form (POST /publish)
+    MCP = "mcp"  # MCP over HTTP (POST /mcp)
+    STDIO = "stdio"  # `tms stdio`
+    RELAY = "relay"  # a Nostr client's EVENT on ws://<host>/ or /c/<slug>
+    CLI = "cli"  # an operator's command
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who sent a batch (or asked for a read) and how: `pubkey` is the key the door
+    authenticated (the login cookie, NIP-42 AUTH, a signed request's signer), None when it
+    authenticated none (a relay EVENT before AUTH, a publish over MCP, which needs no request);
+    `address` is the client's network address (None over stdio and the CLI)."""
+
+    door: Door
+    pubkey: str | None = None
+    address: str | None = None
+
+
+class Action(StrEnum):
+    """What a write policy does with an event (strfry's three answers)."""
+
+    ACCEPT = "accept"
+    REJECT = "reject"  # refused: the client is told `message` (the relay after `blocked:`)
+    SHADOW_REJECT = "shadowReject"  # the client is told it was stored; nothing is
+
+
 # --- the events a write policy judges -----------------------------------------------------------
+
+
+class SignedEvent(Protocol):
+    """What an `Event` is a view of: NIP-01's seven fields (not itself part of the surface)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def pubkey(self) -> str: ...
+    @property
+    def created_at(self) -> int: ...
+    @property
+    def kind(self) -> int: ...
+    @property
+    def tags(self) -> Sequence[Sequence[str]]: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def sig(self) -> str: ...
 
 
 class Event:
@@ -73,7 +126,7 @@ class Event:
 
     __slots__ = ("_event", "_fields")
 
-    def __init__(self, event: CoreEvent) -> None:
+    def __init__(self, event: SignedEvent) -> None:
         self._event = event
         self._fields: Mapping[str, Any] | None = None
 
@@ -158,6 +211,20 @@ WritePolicy = Callable[[Event, Origin], Awaitable[Verdict]]
 
 # --- reads ---------------------------------------------------------------------------------------
 
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A read a read filter is asked about: a relay REQ, COUNT or NEG-OPEN (its NIP-01
+    `filters`), or an MCP tool's read (`tool`). `collection` is the one the read is confined to
+    (a `/c/<slug>` relay, the collection a tool's `collection` argument names), None for the
+    root relay and the tools that read every collection the key may."""
+
+    origin: Origin
+    collection: str | None = None
+    filters: tuple[Mapping[str, Any], ...] = ()
+    tool: str | None = None
+
+
 # A read filter: asked about a `Read` (a relay REQ, COUNT or NEG-OPEN; an MCP tool's read) before
 # it runs. None lets the read through; a message refuses it (the relay's CLOSED or NEG-ERR after
 # `blocked:`, the tool's error), as khatru's `RejectFilter` does.
@@ -165,6 +232,17 @@ ReadFilter = Callable[[Read], Awaitable[str | None]]
 
 
 # --- after a commit ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """One batch the ledger committed: the ids it stored (in batch order; events already stored
+    before are not among them), the collections it touched, and who sent it."""
+
+    ids: tuple[str, ...]
+    collections: tuple[str, ...]
+    origin: Origin
+
 
 # An after-commit hook: called with a `Committed` once per batch that stored something, off the
 # request path, in commit order; what it raises is logged and counted, never seen by the client.

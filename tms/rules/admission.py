@@ -2,7 +2,7 @@
 write policy), a read before it runs (the read filter), and a batch once it is committed.
 
 Every door submits through the ledger's one path, which asks its `Admission` (the enabled
-plugins' write policies, `tms.extension`) once a batch's envelopes, signatures, schemas and rate
+plugins' write policies, `tms.plugins`) once a batch's envelopes, signatures, schemas and rate
 limits have passed and before its transaction: the ledger's own rules still judge it inside the
 transaction; and hands each batch that stored something to its `CommitHook` once committed. The
 relay and the MCP tools ask their `ReadCheck` before a read. Pure: a door names itself and who
@@ -121,6 +121,6 @@ class Committed:
 class CommitHook(Protocol):
     """What the ledger hands each committed batch that stored at least one event, once, as its
     transaction commits: it must return at once and never raise (the plugins' hooks queue it,
-    `tms.extension.hooks`); a shadow-rejected batch is never handed on."""
+    `tms.plugins.hooks`); a shadow-rejected batch is never handed on."""
 
     def submit(self, committed: Committed) -> None: ...

@@ -7,7 +7,7 @@ it for one batch at a time, in commit order, with a timeout (`TMS_HOOK_TIMEOUT_S
 slow webhook delays only itself. A full queue drops the batch for that hook and counts it
 (`tms_plugin_hook_batches_total{outcome="dropped"}`) rather than wait; what a hook raises is
 logged in one line and counted, never raised into a request; a hook failing batch after batch
-is one line, then one line a minute saying how often (`tms.extension.repeats`). These are
+is one line, then one line a minute saying how often (`tms.plugins.repeats`). These are
 notifications, not a journal: a batch dropped, or still queued when the server stops (after
 `STOP_GRACE_SECONDS` to drain), is not delivered later.
 """
@@ -20,11 +20,13 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
-from tms.extension.api import AfterCommit, Committed
-from tms.extension.repeats import Repeats
+from tms.extension import AfterCommit, Committed
 from tms.metrics import PLUGIN_FAILURES, PLUGIN_HOOK_BATCHES
+from tms.plugins.repeats import Repeats
+from tms.plugins.vocabulary import committed_seen
+from tms.rules import admission
 
-log = logging.getLogger("tms.extension")
+log = logging.getLogger("tms.extension")  # the name operators filter on, kept from before the move
 
 STOP_GRACE_SECONDS: Final = 5.0
 SEAM: Final = "after-commit hook"  # as the log names it
@@ -120,13 +122,17 @@ class AfterCommitHooks:
     def names(self) -> tuple[str, ...]:
         return tuple(hook.name for hook in self._hooks)
 
-    def submit(self, committed: Committed) -> None:
-        """Hand a committed batch to every hook; never blocks, never raises."""
+    def submit(self, committed: admission.Committed) -> None:
+        """Hand a committed batch to every hook (as the surface's `Committed`, made once for
+        them all); never blocks, never raises."""
+        if not self._hooks:
+            return
+        seen = committed_seen(committed)
         for hook in self._hooks:
             if self._stopped:
                 hook.counted["dropped"].inc()
             else:
-                hook.offer(committed)
+                hook.offer(seen)
 
     async def start(self) -> None:
         self._stopped = False

@@ -16,11 +16,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypedDict
 
-from tms.extension.api import Caller
-from tms.extension.registry import PluginPrompt, PluginTool
+from tms.extension import Caller
 from tms.ledger.access import ReadableCollection, Reader
 from tms.mcp.prompts import Prompt, PromptArgument
 from tms.mcp.tools import EVERY_COLLECTION, ONE_COLLECTION, THE_KEY, Tool
+from tms.plugins.registry import PluginPrompt, PluginTool
 from tms.services import Services
 from tms.types import PubKey
 

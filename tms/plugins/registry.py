@@ -1,6 +1,6 @@
 """A plugin's tools, routes and prompts checked once at start-up (a name the registry can hold,
 a schema that is one, a path under the plugin's prefix), carrying what the core calls at run
-time. They join the core's registries (`tms.extension.served`, `tms.registry`), where a name or a
+time. They join the core's registries (`tms.plugins.served`, `tms.registry`), where a name or a
 route taken twice is a `Collision`.
 
 The checks raise `ExtensionError`, one line naming the plugin and what is wrong: start-up stops
@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 
 from tms.errors import ConfigError, ToolError
-from tms.extension.api import Auth, Caller, Prompt, Refused, Route, Tool
+from tms.extension import Auth, Caller, Prompt, Refused, Route, Tool
 
 PREFIX: Final = "/plugins"  # every plugin's routes are under /plugins/<name>
 NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,39}")  # a plugin's (TMS_PLUGINS checks it too)
@@ -44,7 +44,7 @@ def plugin_path(plugin: str, path: str) -> str:
 @dataclass(frozen=True, slots=True)
 class PluginTool:
     """A plugin's tool, its schema checked and compiled. In the core's tool registry
-    (`tms.extension.served`), the arguments are checked first (`check`), then come the core's
+    (`tms.plugins.served`), the arguments are checked first (`check`), then come the core's
     own checks (the signed request, its single use, the key's rate limit, what the tool
     `reads`), then `run` with the `Caller` those made."""
 

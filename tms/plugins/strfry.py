@@ -57,12 +57,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tms.extension.api import ACCEPT, SHADOW_REJECT, Event, Verdict, reject
-from tms.extension.policies import failed, timed_out
+from tms.extension import ACCEPT, SHADOW_REJECT, Action, Event, Origin, Verdict, reject
 from tms.metrics import PLUGIN_FAILURES, STRFRY_STARTS
-from tms.rules.admission import Action, Origin
+from tms.plugins.policies import failed, timed_out
 
-log = logging.getLogger("tms.extension.strfry")
+log = logging.getLogger("tms.extension.strfry")  # the name operators filter on, kept
 
 MAX_ANSWER_BYTES: Final = 8192  # one line of the plugin's output, as strfry bounds it
 STDERR_CHARS: Final = 500  # of one line of its stderr, in the server's log
@@ -174,7 +173,7 @@ def _given_up(futures: Sequence[asyncio.Future[_Answer]], cause: str) -> None:
 
 class StrfryPolicy:
     """A write policy run by an external command speaking strfry's protocol (see the module's
-    docstring); the runner (`tms.extension.policies.WritePolicies`) asks it a batch at a time."""
+    docstring); the runner (`tms.plugins.policies.WritePolicies`) asks it a batch at a time."""
 
     def __init__(
         self,

@@ -22,13 +22,15 @@ from typing import Final, Protocol
 
 from prometheus_client import Counter
 
-from tms.extension.api import Event, Read, ReadFilter, Verdict, WritePolicy, reject
-from tms.extension.repeats import Repeats
+from tms.extension import Action, Event, Origin, ReadFilter, Verdict, WritePolicy, reject
 from tms.metrics import PLUGIN_FAILURES, PLUGIN_READS_REFUSED, PLUGIN_VERDICTS
 from tms.nostr.events import Event as CoreEvent
-from tms.rules.admission import ACCEPTED, Action, Admission, Decision, Origin
+from tms.plugins.repeats import Repeats
+from tms.plugins.vocabulary import core_action, origin_seen, read_seen
+from tms.rules import admission
+from tms.rules.admission import ACCEPTED, Admission, Decision
 
-log = logging.getLogger("tms.extension")
+log = logging.getLogger("tms.extension")  # the name operators filter on, kept from before the move
 
 SEAM: Final = "write policy"  # as the log names it
 MAX_MESSAGE_CHARS: Final = 500  # of a policy's message, as the client is told it
@@ -42,7 +44,8 @@ _ACTION_LABELS: Final = {
 
 class Judge(Protocol):
     """One plugin's write policy as the runner asks it: verdicts for the events in order, which
-    may stop after the first reject (the rest are not asked)."""
+    may stop after the first reject (the rest are not asked). It is handed the surface's values
+    (`tms.extension`), never the core's."""
 
     name: str
 
@@ -115,7 +118,7 @@ class EventPolicy:
         return reject(timed_out(self.name, self._seconds))
 
     def _failure(self, event: Event, error: Exception | str) -> Verdict:
-        """One line in the log (`tms.extension.repeats`: a policy failing on every batch is
+        """One line in the log (`tms.plugins.repeats`: a policy failing on every batch is
         summed up), never a traceback per event; the client is told only which policy."""
         self._repeats.failed(self.name, SEAM, error)
         PLUGIN_FAILURES.labels(self.name, "write_policy", "raised").inc()
@@ -187,16 +190,17 @@ class WritePolicies:
     def names(self) -> tuple[str, ...]:
         return tuple(judge.name for judge in self._judges)
 
-    async def admit(self, events: Sequence[CoreEvent], origin: Origin) -> Decision:
+    async def admit(self, events: Sequence[CoreEvent], origin: admission.Origin) -> Decision:
         """ACCEPT, REJECT with the first rejected event's message and position (which the
         ledger names before it: `events[3] (ab12…): ...`), or SHADOW_REJECT when some policy
         shadow-rejected an event and none rejected any."""
         if not self._judges or not events:
             return ACCEPTED
         views = [Event(event) for event in events]
+        seen = origin_seen(origin)
         shadow: Decision | None = None
         for judge in self._judges:
-            verdicts = await judge.judge(views, origin)
+            verdicts = await judge.judge(views, seen)
             counters = self._counters[judge.name]
             accepted = 0
             for position, verdict in enumerate(verdicts):
@@ -207,10 +211,11 @@ class WritePolicies:
                 if verdict.action is Action.REJECT:
                     counters[Action.ACCEPT].inc(accepted)
                     message = cleaned(verdict.message) or f"refused by write policy '{judge.name}'"
-                    return Decision(Action.REJECT, message, judge.name, position)
+                    return Decision(core_action(Action.REJECT), message, judge.name, position)
                 if shadow is None:
                     message = cleaned(verdict.message) or "shadow-rejected"
-                    shadow = Decision(Action.SHADOW_REJECT, message, judge.name, position)
+                    action = core_action(Action.SHADOW_REJECT)
+                    shadow = Decision(action, message, judge.name, position)
             counters[Action.ACCEPT].inc(accepted)
         return shadow or ACCEPTED
 
@@ -232,14 +237,17 @@ class ReadFilters:
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self._filters)
 
-    async def check(self, read: Read) -> str | None:
+    async def check(self, read: admission.Read) -> str | None:
         """None lets the read through; otherwise the message the client is told (a filter that
         failed refuses, as a write policy does)."""
+        if not self._filters:
+            return None
+        seen = read_seen(read)
         for name, read_filter in self._filters:
             deadline = asyncio.timeout(self._seconds)
             try:
                 async with deadline:
-                    answer = await read_filter(read)
+                    answer = await read_filter(seen)
             except TimeoutError as exc:
                 if deadline.expired():
                     said = f"it did not answer within {self._seconds:g} s"

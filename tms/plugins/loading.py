@@ -10,7 +10,7 @@ installing a package changes nothing until the operator says so. `strfry` is bui
 
 Every problem stops start-up with one line naming the plugin: `ExtensionError` for a name no
 installed package declares, an import or a factory that fails, a registration that does not hold
-up (`tms.extension.registry`); and `tms.registry.Collision`, the core's one way of saying a name is
+up (`tms.plugins.registry`); and `tms.registry.Collision`, the core's one way of saying a name is
 taken, for every collision: two packages declaring one plugin name (or a package taking the
 built-in `strfry`'s), two plugins filling a single-slot seam, and a tool, prompt or route that is
 the core's or another plugin's. The plugins' tools and prompts join copies of the core's
@@ -36,10 +36,14 @@ from typing import Any, Final
 
 from tms.config import STRFRY, Settings
 from tms.errors import one_line
-from tms.extension.api import Plugin, PluginError
-from tms.extension.hooks import AfterCommitHooks
-from tms.extension.policies import EventPolicy, Judge, ReadFilters, WritePolicies
-from tms.extension.registry import (
+from tms.extension import Plugin, PluginError
+from tms.http.routes import RouteTable
+from tms.mcp.prompts import PROMPTS, Prompt
+from tms.mcp.tools import TOOLS, Tool
+from tms.metrics import PLUGIN_FAILURES, PLUGIN_READS_REFUSED
+from tms.plugins.hooks import AfterCommitHooks
+from tms.plugins.policies import EventPolicy, Judge, ReadFilters, WritePolicies
+from tms.plugins.registry import (
     NAME,
     ExtensionError,
     PluginPrompt,
@@ -49,17 +53,13 @@ from tms.extension.registry import (
     check_route,
     check_tool,
 )
-from tms.extension.routes import starlette_route
-from tms.extension.served import as_prompt, as_tool
-from tms.extension.strfry import StrfryPolicy
-from tms.http.routes import RouteTable
-from tms.mcp.prompts import PROMPTS, Prompt
-from tms.mcp.tools import TOOLS, Tool
-from tms.metrics import PLUGIN_FAILURES, PLUGIN_READS_REFUSED
+from tms.plugins.routes import starlette_route
+from tms.plugins.served import as_prompt, as_tool
+from tms.plugins.strfry import StrfryPolicy
 from tms.registry import CORE, Registry, by_plugin
 from tms.rules.admission import Admission, CommitHook, ReadCheck
 
-log = logging.getLogger("tms.extension")
+log = logging.getLogger("tms.extension")  # the name operators filter on, kept from before the move
 
 GROUP: Final = "tms.plugins"
 BUILT_IN: Final = "built-in"
@@ -183,7 +183,7 @@ class Extensions:
 
     def route_table(self, core: RouteTable) -> RouteTable:
         """`core` (the app's route table) with the plugins' routes added, each served under
-        `/plugins/<name>` behind the auth it declared (`tms.extension.routes`): a route that
+        `/plugins/<name>` behind the auth it declared (`tms.plugins.routes`): a route that
         answers what another answers is a `Collision`."""
         table = core.copy()
         for route in self.routes:

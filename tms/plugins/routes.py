@@ -17,11 +17,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route as StarletteRoute
 
-from tms.extension.api import Auth
-from tms.extension.registry import PluginRoute
+from tms.extension import Auth
 from tms.http.login import request_url
 from tms.http.statuses import Refused
 from tms.nostr import nip98
+from tms.plugins.registry import PluginRoute
 from tms.web.door import door_of, services_of
 
 # Who calls: the key `auth` proves, or a refusal raised.
