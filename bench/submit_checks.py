@@ -38,7 +38,7 @@ from tms.rules.quotes import claim_key
 from tms.rules.references import Reference
 from tms.rules.terms import current_terms
 from tms.store import database
-from tms.web.submit_checks import Texts
+from tms.pages.submit_checks import Texts
 
 WORDS: Final = (
     "histamine intolerance diamine oxidase activity serum plasma mast cell review trial cohort "

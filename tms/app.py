@@ -14,22 +14,22 @@ app's lifespan.
 The route table, in the order Starlette tries it (each group's own table is its module's
 `ROUTES`):
 
-    tms.web.api         GET /healthz, /terms, /log-key; GET /c/<slug>/export.jsonl (members:
+    tms.api.routes         GET /healthz, /terms, /log-key; GET /c/<slug>/export.jsonl (members:
                         NIP-98 or the login cookie; `?checkpoint=1` ends with the log's
                         checkpoint line), /c/<slug>/checkpoint, /c/<slug>/consistency,
                         /c/<slug>/tile/<path>
     tms.mcp.http        POST /mcp: MCP over streamable HTTP
-    tms.web.scrape      GET /metrics: Prometheus' text format, with `Authorization: Bearer
+    tms.api.scrape      GET /metrics: Prometheus' text format, with `Authorization: Bearer
                         $TMS_METRICS_TOKEN` only (tms.metrics); a 404 without a token
-    tms.web.home        GET / (Connect; once logged in, home), GET /login/challenge,
+    tms.pages.home        GET / (Connect; once logged in, home), GET /login/challenge,
                         POST /login, POST /logout, GET /collections/check (is a slug free?)
-    tms.web.submit      GET /submit; POST /publish, /fetch, /c/<slug>/lookup, /quotes/nearest;
+    tms.pages.submit      GET /submit; POST /publish, /fetch, /c/<slug>/lookup, /quotes/nearest;
                         GET /quotes/normalization.json
-    tms.web.dashboard   GET /dashboard
-    tms.web.docs        GET /docs, /docs.md: the user guide, for this server
-    tms.web.collection  GET /c/<slug> (claims, search, evidence), /c/<slug>/members and
+    tms.pages.dashboard   GET /dashboard
+    tms.pages.docs        GET /docs, /docs.md: the user guide, for this server
+    tms.pages.collection  GET /c/<slug> (claims, search, evidence), /c/<slug>/members and
                         /c/<slug>/members.json (the owner's member list editor and its head)
-    tms.web.reading     GET /c/<slug>/claims/<id>, /c/<slug>/evidence/<id>,
+    tms.pages.reading     GET /c/<slug>/claims/<id>, /c/<slug>/evidence/<id>,
                         /c/<slug>/claims.json (the "Contradicts…" picker)
     tms.witness.routes  POST /witness/add-checkpoint, GET /witness/key,
                         /witness/<origin>/checkpoint (C2SP tlog-witness)
@@ -38,7 +38,7 @@ The route table, in the order Starlette tries it (each group's own table is its 
                         `Accept: application/nostr+json` is its NIP-11 document (the pages'
                         routes answer it, `tms.relay.endpoint.with_info`)
 
-Handlers raise; `tms.web.answers` answers (`EXCEPTION_HANDLERS`), each failure classified once
+Handlers raise; `tms.pages.answers` answers (`EXCEPTION_HANDLERS`), each failure classified once
 (`tms.errors.outcome_of`) and given its status by the HTTP doors' one table
 (`tms.http.statuses`): a page for a page (one 404 page for whatever is missing or closed to the
 key), `{"error": "..."}` for everything else, 401 with `WWW-Authenticate: Nostr` when
@@ -46,7 +46,7 @@ credentials do not hold up, 503 when the database is down, and a bare 500 (logge
 traceback on the wire) for anything unforeseen.
 
 Every answer is counted by door and outcome (`tms.http.metered`, outermost). Every response
-carries the security headers of `tms.web.security` (a Content-Security-Policy without inline
+carries the security headers of `tms.pages.security` (a Content-Security-Policy without inline
 script, whose only outside origins are the profile relays).
 """
 
@@ -78,9 +78,9 @@ from tms.relay import endpoint as relay_endpoint
 from tms.relay.shared import open_relay
 from tms.runtime import Runtime, open_runtime
 from tms.web import answers, api, collection, dashboard, docs, home, reading, scrape, submit
-from tms.web.door import Door, NeedsLogin
-from tms.web.render import STATIC_DIR, Renderer
-from tms.web.security import SecurityHeaders
+from tms.pages.door import Door, NeedsLogin
+from tms.pages.render import STATIC_DIR, Renderer
+from tms.pages.security import SecurityHeaders
 from tms.witness import routes as witness_routes
 
 log = logging.getLogger("tms.app")

@@ -37,7 +37,7 @@ from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
-from tms.web import docs
+from tms.pages import docs
 
 FENCE: Final = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 RUN_SECONDS: Final = 120

@@ -22,7 +22,7 @@ from tms.extension.registry import PluginRoute
 from tms.http.login import request_url
 from tms.http.statuses import Refused
 from tms.nostr import nip98
-from tms.web.door import door_of, services_of
+from tms.pages.door import door_of, services_of
 
 # Who calls: the key `auth` proves, or a refusal raised.
 Authenticate = Callable[[Request, Auth], Awaitable[str]]

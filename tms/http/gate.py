@@ -1,5 +1,5 @@
 """What every HTTP request meets before its route, as plain ASGI middleware (inside only
-`tms.http.metered.Metered`, which counts it, and `tms.web.security.SecurityHeaders`, which adds
+`tms.http.metered.Metered`, which counts it, and `tms.pages.security.SecurityHeaders`, which adds
 headers to its answer): who the client is, and its address's rate limit, before a byte of the
 body is read or a signature verified.
 
@@ -83,7 +83,7 @@ def _cost(scope: Scope) -> int:
 
 def route_name(scope: Scope) -> str:
     """What the refusal log calls a route: its name in the route table, as the routes' own
-    refusals name it after routing (`tms.web.answers.route_of`), never the path (it may hold a
+    refusals name it after routing (`tms.pages.answers.route_of`), never the path (it may hold a
     slug); "page" for a path no route answers."""
     path: str = scope["path"]
     if path.endswith("/export.jsonl"):  # every request asks (below): the one name read by path

@@ -66,7 +66,7 @@ def with_info(page: Handler) -> Handler:
             )
         return await page(request)
 
-    return functools.wraps(page)(handler)  # the page's name and marks (`tms.web.door.page`)
+    return functools.wraps(page)(handler)  # the page's name and marks (`tms.pages.door.page`)
 
 
 async def relay_socket(websocket: WebSocket) -> None:

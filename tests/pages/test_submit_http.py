@@ -36,7 +36,7 @@ from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
 from tms.rules.quotes import claim_key, normalize
 from tms.store.database import open_pool
-from tms.web.submit_checks import Texts
+from tms.pages.submit_checks import Texts
 
 OWNER = SecretKey(bytes([0xA1]) * 32)
 MEMBER = SecretKey(bytes([0xA2]) * 32)

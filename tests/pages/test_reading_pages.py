@@ -39,7 +39,7 @@ from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
 from tms.rules.anchors import CONTEXT_WINDOW_CHARS
 from tms.store.database import open_pool
-from tms.web.reading import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
+from tms.pages.reading import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
 
 OWNER: Final = key(0xA1)
 MEMBER: Final = key(0xA2)

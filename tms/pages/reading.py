@@ -32,7 +32,7 @@ from tms.types import (
     MAX_CONTENT_CHARS,
     MAX_QUERY_CHARS,
 )
-from tms.web.door import door_of, ok, page, services_of
+from tms.pages.door import door_of, ok, page, services_of
 
 EVIDENCE_PAGE_CHARS: Final = 20_000  # evidence text shown per page
 LINKS_SHOWN: Final = 200  # links read for a claim page, and quotes marked on an evidence page

@@ -34,7 +34,7 @@ from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
 from tms.rules.content import SLUG_PATTERN
 from tms.rules.terms import current_terms
-from tms.web.door import (
+from tms.pages.door import (
     PRIVATE,
     SMALL_JSON,
     door_of,

@@ -38,7 +38,7 @@ from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
 from tms.rules.quotes import CHARACTER_MAP, normalize
 from tms.rules.spans import QuoteIndex
-from tms.web.security import content_security_policy
+from tms.pages.security import content_security_policy
 
 OWNER: Final = SecretKey(bytes([0x81]) * 32)
 SLUG: Final = "hostile"

@@ -20,7 +20,7 @@ from tms.nostr.nip19 import npub_encode
 from tms.relay.endpoint import with_info
 from tms.search.search import Method
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, MAX_QUERY_CHARS
-from tms.web.door import door_of, ok, page, services_of
+from tms.pages.door import door_of, ok, page, services_of
 
 CLAIMS_SHOWN: Final = 100  # a page of claims
 SEARCH_PAGES: Final = 10  # a search shows its best 1,000: the rest is better found by refining it

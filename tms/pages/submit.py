@@ -1,7 +1,7 @@
 """The submit page and what it calls: evidence, claims and links signed in the browser and
 published as one batch through the ledger's one path (`Ledger.submit`) like any other; Fetch
 (`fetch_url` for logged-in keys); the checks it makes before anything is signed (duplicates,
-pasted ids, a wrong quote's nearest passage: `tms.web.submit_checks`); and the server's quote
+pasted ids, a wrong quote's nearest passage: `tms.pages.submit_checks`); and the server's quote
 normalization as data, so that the page checks quotes as the server will.
 """
 
@@ -28,9 +28,9 @@ from tms.rules.expected import NO_LIST
 from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
 from tms.rules.spans import casefold_table
 from tms.types import MAX_CONTENT_CHARS
-from tms.web.door import SMALL_JSON, door_of, ok, page, services_of
-from tms.web.reading import RELATIONS
-from tms.web.submit_checks import (
+from tms.pages.door import SMALL_JSON, door_of, ok, page, services_of
+from tms.pages.reading import RELATIONS
+from tms.pages.submit_checks import (
     BadLookup,
     answer_lookup,
     id_shaped_claim,

@@ -49,8 +49,8 @@ from tms.types import (
     MAX_LINKS_LIMIT,
     MAX_QUERY_CHARS,
 )
-from tms.web.door import door_of, page
-from tms.web.reading import EVIDENCE_PAGE_CHARS
+from tms.pages.door import door_of, page
+from tms.pages.reading import EVIDENCE_PAGE_CHARS
 
 TEMPLATE: Final = "docs.md"
 TOC_LEVELS: Final = (2, 3)  # the sections and their parts; h4 (a language's snippet) is not
@@ -139,7 +139,7 @@ def _rates(items: tuple[RateLimitItem, ...]) -> str:
 @cache
 def _environment() -> Environment:
     return Environment(
-        loader=PackageLoader("tms.web", "templates"),
+        loader=PackageLoader("tms.pages", "templates"),
         autoescape=False,  # Markdown, not HTML: markdown-it escapes what reaches HTML
         undefined=StrictUndefined,
         keep_trailing_newline=True,

@@ -26,8 +26,8 @@ from tms import metrics
 from tms.config import Settings
 from tms.http.statuses import Refused
 from tms.runtime import Runtime
-from tms.web.api import runtime_of
-from tms.web.door import PRIVATE
+from tms.api.routes import runtime_of
+from tms.pages.door import PRIVATE
 
 log = logging.getLogger(__name__)
 

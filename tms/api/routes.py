@@ -1,7 +1,7 @@
 """The routes bots and tools read over plain HTTP: health, the terms, a collection's export,
 and its transparency log (the key checkpoints are signed with, checkpoints, consistency proofs,
 tlog-tiles). A member proves who asks with a NIP-98 header, or a browser with its login cookie;
-a collection closed to the caller answers exactly as a missing one (`tms.web.answers`).
+a collection closed to the caller answers exactly as a missing one (`tms.pages.answers`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tms.rules.terms import current_terms
 from tms.runtime import Runtime
 from tms.tlog.tiles import parse_tile_path
 from tms.types import PubKey
-from tms.web.door import PRIVATE, door_of, json_error
+from tms.pages.door import PRIVATE, door_of, json_error
 
 EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tms.results import Activity
-from tms.web import charts
+from tms.pages import charts
 
 
 def activity(counts: list[int]) -> Activity:

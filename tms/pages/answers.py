@@ -24,9 +24,9 @@ from starlette.responses import RedirectResponse, Response
 from tms.errors import NotAReader, Outcome, TMSError
 from tms.http.gate import route_name
 from tms.http.statuses import answer
-from tms.web.door import PRIVATE, door_of, json_error, services_of, wants_page
+from tms.pages.door import PRIVATE, door_of, json_error, services_of, wants_page
 
-log = logging.getLogger("tms.web")
+log = logging.getLogger("tms.pages")
 
 NO_SUCH_COLLECTION: Final = "no such collection"  # the same bytes, whatever the reason
 
