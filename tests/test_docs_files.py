@@ -16,10 +16,10 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
+from tms.api import routes as api
 from tms.cli import sign
 from tms.cli.main import main
 from tms.results import PublishResult
-from tms.api import routes as api
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 README: Final = ROOT / "README.md"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tms.results import Activity
 from tms.pages import charts
+from tms.results import Activity
 
 
 def activity(counts: list[int]) -> Activity:

@@ -23,11 +23,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tms import metrics
+from tms.api.routes import runtime_of
 from tms.config import Settings
 from tms.http.statuses import Refused
-from tms.runtime import Runtime
-from tms.api.routes import runtime_of
 from tms.pages.door import PRIVATE
+from tms.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

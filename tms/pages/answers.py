@@ -34,9 +34,7 @@ NO_SUCH_COLLECTION: Final = "no such collection"  # the same bytes, whatever the
 def route_of(request: Request) -> str:
     """What the refusal log calls the route: its name in the route table (never its path,
     which may hold a slug), or the gate's name for it when no route matched."""
-    route = request.scope.get("route")
-    name = getattr(route, "name", None)
-    return name if isinstance(name, str) and name else route_name(request.scope)
+    return route_name(request.scope)
 
 
 async def failed(request: Request, exc: Exception) -> Response:

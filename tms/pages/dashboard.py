@@ -36,5 +36,5 @@ async def dashboard(request: Request) -> Response:
 GET: Final = ["GET"]
 
 ROUTES: Final = [
-    Route("/dashboard", dashboard, methods=GET, name="page"),
+    Route("/dashboard", dashboard, methods=GET, name="dashboard"),
 ]

@@ -36,6 +36,8 @@ from tms.nostr.filters import MAX_IDS, MAX_TAG_VALUE_CHARS
 from tms.nostr.filters import MAX_VALUES as FILTER_VALUES
 from tms.nostr.nip42 import MAX_AGE_SECONDS as NIP42_SECONDS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
+from tms.pages.door import door_of, page
+from tms.pages.reading import EVIDENCE_PAGE_CHARS
 from tms.relay import limits as relay_limits
 from tms.rules.content import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
 from tms.rules.publish import MAX_BATCH
@@ -49,8 +51,6 @@ from tms.types import (
     MAX_LINKS_LIMIT,
     MAX_QUERY_CHARS,
 )
-from tms.pages.door import door_of, page
-from tms.pages.reading import EVIDENCE_PAGE_CHARS
 
 TEMPLATE: Final = "docs.md"
 TOC_LEVELS: Final = (2, 3)  # the sections and their parts; h4 (a language's snippet) is not
@@ -278,6 +278,6 @@ def _log(request: Request) -> tuple[str, str]:
 
 
 ROUTES: Final = [
-    Route("/docs", guide_page, methods=["GET"], name="page"),
-    Route("/docs.md", guide_markdown, methods=["GET"], name="page"),
+    Route("/docs", guide_page, methods=["GET"], name="guide"),
+    Route("/docs.md", guide_markdown, methods=["GET"], name="guide markdown"),
 ]

@@ -24,9 +24,9 @@ from tms.http.login import COOKIE, CSRF_HEADER, Keyring, Session
 from tms.http.statuses import Refused
 from tms.ledger.access import ReadableCollection, Reader
 from tms.nostr.nip19 import npub_encode
-from tms.services import Services
 from tms.pages.render import Renderer
 from tms.pages.submit_checks import Texts
+from tms.services import Services
 
 PRIVATE: Final = {"Cache-Control": "no-store"}
 SMALL_JSON: Final = 64 * 1024  # bodies of forms, URLs and look-ups

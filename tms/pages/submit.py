@@ -22,12 +22,6 @@ from tms.guard import clients
 from tms.http.bodies import small_body
 from tms.http.statuses import Refused
 from tms.nostr.events import is_hex64, loads_bounded
-from tms.rules.admission import Door, Origin
-from tms.rules.content import SLUG_PATTERN
-from tms.rules.expected import NO_LIST
-from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
-from tms.rules.spans import casefold_table
-from tms.types import MAX_CONTENT_CHARS
 from tms.pages.door import SMALL_JSON, door_of, ok, page, services_of
 from tms.pages.reading import RELATIONS
 from tms.pages.submit_checks import (
@@ -37,6 +31,12 @@ from tms.pages.submit_checks import (
     parse_hint,
     parse_lookup,
 )
+from tms.rules.admission import Door, Origin
+from tms.rules.content import SLUG_PATTERN
+from tms.rules.expected import NO_LIST
+from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
+from tms.rules.spans import casefold_table
+from tms.types import MAX_CONTENT_CHARS
 
 MAX_EXPECTED: Final = 16  # collections a page's batch may state its expectations of
 HINT_FREE_CHARS: Final = 100_000  # a text sent for a hint costs a fetch only when longer
@@ -235,10 +235,10 @@ GET: Final = ["GET"]
 POST: Final = ["POST"]
 
 ROUTES: Final = [
-    Route("/submit", submit, methods=GET, name="page"),
+    Route("/submit", submit, methods=GET, name="submit"),
     Route("/publish", publish, methods=POST, name="page publish"),
     Route("/fetch", fetch, methods=POST, name="page fetch"),
     Route("/c/{slug}/lookup", lookup, methods=POST, name="page lookup"),
     Route("/quotes/nearest", nearest, methods=POST, name="page nearest"),
-    Route("/quotes/normalization.json", normalization, methods=GET, name="page"),
+    Route("/quotes/normalization.json", normalization, methods=GET, name="quote normalization"),
 ]
