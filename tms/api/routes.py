@@ -19,8 +19,8 @@ from starlette.types import Receive, Scope, Send
 from tms.guard.exports import Exports, ExportsBusy
 from tms.http.login import request_url
 from tms.http.statuses import Refused
+from tms.ledger import Exporter
 from tms.ledger.access import ReadableCollection
-from tms.ledger.read.export import Exporter
 from tms.nostr import nip98
 from tms.pages.door import PRIVATE, door_of, json_error
 from tms.rules.terms import current_terms

@@ -12,10 +12,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tms.errors import LogError, NotAReader
+from tms.ledger import CLAIM_SORTS, LogReads, watermark
 from tms.ledger.access import ReadableCollection
-from tms.ledger.log.reads import LogReads
-from tms.ledger.read import watermark
-from tms.ledger.read.reads import CLAIM_SORTS
 from tms.nostr.nip19 import npub_encode
 from tms.pages.door import door_of, ok, page, services_of
 from tms.relay.endpoint import with_info

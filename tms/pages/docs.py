@@ -29,7 +29,7 @@ from tms.guard.rates import NEG_BYTES_PER_UNIT, NEG_ITEMS_PER_UNIT
 from tms.http.bodies import BIG_BODIES, BIG_WAIT_SECONDS, MAX_BODY, SMALL_BODY, MiB
 from tms.http.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.http.protocol import MAX_HEAD_BYTES
-from tms.ledger.read.reads import CLAIM_SORTS, DEFAULT_WINDOW
+from tms.ledger import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
 from tms.nostr.filters import MAX_IDS, MAX_TAG_VALUE_CHARS

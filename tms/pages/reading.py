@@ -19,10 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tms.ledger import Reads, ShownLink, watermark
 from tms.ledger.access import ReadableCollection
-from tms.ledger.read import watermark
-from tms.ledger.read.excerpts import ShownLink
-from tms.ledger.read.reads import Reads
 from tms.nostr.events import is_hex64
 from tms.pages.door import door_of, ok, page, services_of
 from tms.types import (
