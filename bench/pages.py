@@ -46,10 +46,10 @@ from serving import Server
 from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.pages.reading import EVIDENCE_PAGE_CHARS
 from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store import database
-from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 MiB: Final = 1024 * 1024
 TARGET_MS: Final = 200

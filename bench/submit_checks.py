@@ -33,12 +33,12 @@ from tms.ledger.service import Ledger
 from tms.ledger.statement import Rows
 from tms.ledger.write import claim_keys
 from tms.nostr.events import SecretKey
+from tms.pages.submit_checks import Texts
 from tms.rules.admission import OPERATOR
 from tms.rules.quotes import claim_key
 from tms.rules.references import Reference
 from tms.rules.terms import current_terms
 from tms.store import database
-from tms.web.submit_checks import Texts
 
 WORDS: Final = (
     "histamine intolerance diamine oxidase activity serum plasma mast cell review trial cohort "

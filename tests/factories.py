@@ -310,7 +310,7 @@ LOG_SIGNER: Final = NoteSigner("127.0.0.1", Ed25519PrivateKey.from_private_bytes
 def settings(**env: str) -> Settings:
     """Settings from `env` alone, never from the test's environment or a data directory. Rate
     limits are off unless `env` sets them: every test client comes from 127.0.0.1, often with
-    one key, faster than anyone would (tests/web/test_rate_limits.py tests the limits)."""
+    one key, faster than anyone would (tests/pages/test_rate_limits.py tests the limits)."""
     defaults = {
         "TMS_DATA_DIR": "/nonexistent-tms-data",  # both keys are set: it is never written
         "TMS_LOG_KEY": LOG_SIGNER.encode(),

@@ -9,7 +9,7 @@ import pytest
 
 from tms.config import DEFAULT_PROFILE_RELAYS, Settings, load_log_key, load_secret
 from tms.errors import ConfigError
-from tms.web.security import content_security_policy
+from tms.pages.security import content_security_policy
 
 
 def test_the_secret_is_generated_once_into_the_data_directory(tmp_path: Path) -> None:

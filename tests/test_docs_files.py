@@ -16,10 +16,10 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
+from tms.api import routes as api
 from tms.cli import sign
 from tms.cli.main import main
 from tms.results import PublishResult
-from tms.web import api
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 README: Final = ROOT / "README.md"
@@ -59,7 +59,7 @@ def test_every_setting_the_code_reads_is_in_the_settings_tables() -> None:
     code = "\n".join(
         path.read_text("utf-8")
         for folder in ("tms", "tests", "bench")
-        for pattern in ("*.py", "*.md")  # the guide's scripts read some too (tms/web/templates)
+        for pattern in ("*.py", "*.md")  # the guide's scripts read some too (tms/pages/templates)
         for path in (ROOT / folder).rglob(pattern)
     )
     names = set(re.findall(r'"(TMS_[A-Z_]+)"', code))

@@ -19,9 +19,6 @@ TMS: Final = ROOT / "tms"
 # The doors, and the member's client: the mirror speaks to servers over HTTP and the relay
 # protocol, so it has even less business with the ledger's insides than a door.
 DOORS: Final = ("relay", "pages", "api", "mcp", "cli", "witness", "mirror")
-# tms/web is being split into tms/pages and tms/api (issue 35.3), which import only the front
-# door; until that lands its pages still reach the ledger's reads.
-SPLITTING: Final = "web"
 
 
 def below(name: str) -> bool:
@@ -66,25 +63,14 @@ def reaching_below(package: Path) -> list[str]:
     return sorted(set(found))
 
 
-def doors() -> list[object]:
-    """The door packages that stand today (tms/pages and tms/api come with the split)."""
-    standing: list[object] = [door for door in DOORS if (TMS / door).is_dir()]
-    if (TMS / SPLITTING).is_dir():
-        reason = "tms/web is being split into tms/pages and tms/api (issue 35.3)"
-        standing.append(pytest.param(SPLITTING, marks=pytest.mark.xfail(reason=reason)))
-    return standing
-
-
-@pytest.mark.parametrize("door", doors())
+@pytest.mark.parametrize("door", DOORS)
 def test_a_door_uses_only_the_ledgers_front_door(door: str) -> None:
     assert reaching_below(TMS / door) == []
 
 
 def test_the_doors_are_there() -> None:
     """A door renamed away would pass the rule by being looked for nowhere."""
-    assert {"relay", "mcp", "cli", "witness", "mirror"} <= {
-        path.name for path in TMS.iterdir() if path.is_dir()
-    }
+    assert set(DOORS) <= {path.name for path in TMS.iterdir() if path.is_dir()}
 
 
 def test_the_rule_sees_every_way_of_reaching_below(tmp_path: Path) -> None:

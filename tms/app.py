@@ -1,7 +1,8 @@
 """The application, assembled beside the doors rather than inside any of them: the running
 service (`tms.runtime`), the relay's shared state (`tms.relay.shared`), the MCP server over
-`/mcp` (`tms.mcp`), the pages (`tms.web`), the witness (`tms.witness`), and the one HTTP route
-table every door serves, with the handlers that answer whatever a route raises.
+`/mcp` (`tms.mcp`), the pages (`tms.pages`), the HTTP API (`tms.api`), the witness
+(`tms.witness`), and the one HTTP route table every door serves, with the handlers that
+answer whatever a route raises.
 
 The core's registries are values here or beside their door: the route table (`ROUTES`,
 `tms.http.routes.RouteTable`), the MCP tools (`tms.mcp.tools.TOOLS`) and the MCP prompts
@@ -11,34 +12,11 @@ loudly on a name or route taken twice (`tms.registry.Collision`, naming both sid
 routes come last, under `/plugins/<name>/`; their hooks' workers and strfry command run for the
 app's lifespan.
 
-The route table, in the order Starlette tries it (each group's own table is its module's
-`ROUTES`):
+The route table (`ROUTES`) is docs/architecture.md's, in the order Starlette tries it: every
+route by its own name, which the gate, the metrics and the refusal log use, and the door it is
+counted under (`tms.http.routes`); a test holds the two equal. Each group is its module's.
 
-    tms.web.api         GET /healthz, /terms, /log-key; GET /c/<slug>/export.jsonl (members:
-                        NIP-98 or the login cookie; `?checkpoint=1` ends with the log's
-                        checkpoint line), /c/<slug>/checkpoint, /c/<slug>/consistency,
-                        /c/<slug>/tile/<path>
-    tms.mcp.http        POST /mcp: MCP over streamable HTTP
-    tms.web.scrape      GET /metrics: Prometheus' text format, with `Authorization: Bearer
-                        $TMS_METRICS_TOKEN` only (tms.metrics); a 404 without a token
-    tms.web.home        GET / (Connect; once logged in, home), GET /login/challenge,
-                        POST /login, POST /logout, GET /collections/check (is a slug free?)
-    tms.web.submit      GET /submit; POST /publish, /fetch, /c/<slug>/lookup, /quotes/nearest;
-                        GET /quotes/normalization.json
-    tms.web.dashboard   GET /dashboard
-    tms.web.docs        GET /docs, /docs.md: the user guide, for this server
-    tms.web.collection  GET /c/<slug> (claims, search, evidence), /c/<slug>/members and
-                        /c/<slug>/members.json (the owner's member list editor and its head)
-    tms.web.reading     GET /c/<slug>/claims/<id>, /c/<slug>/evidence/<id>,
-                        /c/<slug>/claims.json (the "Contradicts…" picker)
-    tms.witness.routes  POST /witness/add-checkpoint, GET /witness/key,
-                        /witness/<origin>/checkpoint (C2SP tlog-witness)
-                        GET /static/...: the stylesheet and the pages' scripts
-    tms.relay.endpoint  WS / and /c/<slug> (NIP-01, 42, 45, 50, 77); a GET of either with
-                        `Accept: application/nostr+json` is its NIP-11 document (the pages'
-                        routes answer it, `tms.relay.endpoint.with_info`)
-
-Handlers raise; `tms.web.answers` answers (`EXCEPTION_HANDLERS`), each failure classified once
+Handlers raise; `tms.pages.answers` answers (`EXCEPTION_HANDLERS`), each failure classified once
 (`tms.errors.outcome_of`) and given its status by the HTTP doors' one table
 (`tms.http.statuses`): a page for a page (one 404 page for whatever is missing or closed to the
 key), `{"error": "..."}` for everything else, 401 with `WWW-Authenticate: Nostr` when
@@ -46,7 +24,7 @@ credentials do not hold up, 503 when the database is down, and a bare 500 (logge
 traceback on the wire) for anything unforeseen.
 
 Every answer is counted by door and outcome (`tms.http.metered`, outermost). Every response
-carries the security headers of `tms.web.security` (a Content-Security-Policy without inline
+carries the security headers of `tms.pages.security` (a Content-Security-Policy without inline
 script, whose only outside origins are the profile relays).
 """
 
@@ -64,8 +42,11 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from tms.api import routes as api
+from tms.api import scrape
 from tms.config import Settings, load_secret
 from tms.errors import DatabaseUnavailable, TMSError, one_line
+from tms.guard.rates import ADD_CHECKPOINT_UNITS
 from tms.http.bodies import BigBodies, Disconnected, MiB
 from tms.http.gate import Gate
 from tms.http.login import Keyring
@@ -73,34 +54,42 @@ from tms.http.metered import Metered
 from tms.http.routes import RouteTable
 from tms.mcp import http as mcp_http
 from tms.mcp.http import McpFront
+from tms.pages import answers, collection, dashboard, docs, home, reading, submit
+from tms.pages.door import Door, NeedsLogin
+from tms.pages.render import STATIC_DIR, Renderer
+from tms.pages.security import SecurityHeaders
 from tms.plugins.loading import Extensions, load_extensions
 from tms.relay import endpoint as relay_endpoint
 from tms.relay.shared import open_relay
 from tms.runtime import Runtime, open_runtime
-from tms.web import answers, api, collection, dashboard, docs, home, reading, scrape, submit
-from tms.web.door import Door, NeedsLogin
-from tms.web.render import STATIC_DIR, Renderer
-from tms.web.security import SecurityHeaders
 from tms.witness import routes as witness_routes
 
 log = logging.getLogger("tms.app")
 
+# What a request spends of its address's budget before it is read, where it is not one unit:
+# a monitor and the pages' files always get through; a witness's add-checkpoint, which anyone
+# may post, costs more (`tms.http.gate`).
+UNITS: Final = {"health": 0, "static": 0, witness_routes.ADD_CHECKPOINT: ADD_CHECKPOINT_UNITS}
+
 ROUTES: Final = RouteTable()
-for _group in (
-    api.ROUTES,
-    mcp_http.ROUTES,
-    scrape.ROUTES,
-    home.ROUTES,
-    submit.ROUTES,
-    dashboard.ROUTES,
-    docs.ROUTES,
-    collection.ROUTES,
-    reading.ROUTES,
-    witness_routes.ROUTES,
-    [Mount("/static", StaticFiles(directory=STATIC_DIR), name="static")],
-    relay_endpoint.ROUTES,
+for _door, _group in (
+    ("ops", api.HEALTH),
+    ("pages", api.TERMS),
+    ("export", api.EXPORT),
+    ("log", api.LOG),
+    ("mcp", mcp_http.ROUTES),
+    ("ops", scrape.ROUTES),
+    ("pages", home.ROUTES),
+    ("pages", submit.ROUTES),
+    ("pages", dashboard.ROUTES),
+    ("pages", docs.ROUTES),
+    ("pages", collection.ROUTES),
+    ("pages", reading.ROUTES),
+    ("pages", witness_routes.ROUTES),
+    ("static", [Mount("/static", StaticFiles(directory=STATIC_DIR), name="static")]),
+    ("relay", relay_endpoint.ROUTES),
 ):
-    ROUTES.extend(_group)
+    ROUTES.extend(_group, door=_door, units=UNITS, answers_before=api.ANSWERS_BEFORE)
 
 # Every failure goes to `answers.failed`, which classifies it once (`tms.errors.outcome_of`);
 # a database that cannot be used (the store's typed error) is named so that it is answered
@@ -193,6 +182,7 @@ def create_app(
                 await door.close()
 
     app = Starlette(routes=list(routes), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app.state.routes = routes  # what the gate, the metrics and the refusal log know of each
     app.state.settings = settings
     app.state.door = door
     app.state.big_bodies = big_bodies

@@ -2,12 +2,12 @@
 
 Every front door says `str(error)` in SPEC's words, so the wording here and where these are
 raised is the wording of SPEC's "Common errors" table, which the guide repeats
-(`tms/web/templates/docs.md`); a door may frame it in its protocol's way without changing the
+(`tms/pages/templates/docs.md`); a door may frame it in its protocol's way without changing the
 words: the CLI after `tms: `, the web and MCP doors as their JSON error, the relay after
 NIP-01's machine-readable prefix (`tms.relay.prefixes`). The ledger's errors, the ones every
 door meets, are defined here; a door's own protocol errors live with the door that raises them
 (the relay's `ProtocolError` and `Refused` in `tms.relay.messages`, the pages' `Refused` in
-`tms.web.door`, a body's `BodyError` in `tms.http.bodies`, a filter's `FilterError` in
+`tms.pages.door`, a body's `BodyError` in `tms.http.bodies`, a filter's `FilterError` in
 `tms.nostr.filters`). Nothing here imports anything but the standard library when loaded;
 the driver's failures are translated into this module's typed ones where the database is called
 (`tms.store.driver`), so that a failure is classified by its class alone (`outcome_of`).

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 from factories import settings
 
-from tms.web import docs
+from tms.pages import docs
 
 
 class _Page(HTMLParser):

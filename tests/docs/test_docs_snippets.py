@@ -34,10 +34,10 @@ from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.mcp.tools import TOOLS
 from tms.nostr.events import SecretKey
+from tms.pages import docs
 from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
 from tms.store.database import open_pool
-from tms.web import docs
 
 FENCE: Final = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 RUN_SECONDS: Final = 120

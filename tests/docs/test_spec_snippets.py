@@ -151,7 +151,7 @@ def serving(database_url: str, workdir: Path, fetch_allow: str) -> Iterator[tupl
                     # SPEC's `"embedded": 1` even when a slow machine loads the model first
                     TMS_EMBED_WAIT="120",
                     # the script goes on to call every tool back to back with one key, faster
-                    # than the per-key burst limit lets a bot (tests/web/test_rate_limits.py)
+                    # than the per-key burst limit lets a bot (tests/pages/test_rate_limits.py)
                     TMS_RATE_KEY="off",
                 ),
                 stdin=subprocess.DEVNULL,

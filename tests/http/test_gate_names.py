@@ -1,5 +1,5 @@
 """The gate notes a rate-limited request under the name its route has in the route table, the
-name the routes' own refusals are noted under after routing (`tms.web.answers.route_of`)."""
+name the routes' own refusals are noted under after routing (`tms.pages.answers.route_of`)."""
 
 from __future__ import annotations
 

@@ -200,7 +200,7 @@ PAGES: Final = (
     "who", ["removed member", "unapproved member elsewhere", "approved owner elsewhere"]
 )
 def test_every_page_answers_an_outsider_as_a_missing_collection(live: Live, who: str) -> None:
-    """(A stranger cannot log in at all: tests/web/test_pages_http.py.)"""
+    """(A stranger cannot log in at all: tests/pages/test_pages_http.py.)"""
     with logged_in(live, OUTSIDERS[who]) as client:
         for page in PAGES:
             closed = client.get(page.format(slug=SLUG))

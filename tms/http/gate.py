@@ -1,5 +1,5 @@
 """What every HTTP request meets before its route, as plain ASGI middleware (inside only
-`tms.http.metered.Metered`, which counts it, and `tms.web.security.SecurityHeaders`, which adds
+`tms.http.metered.Metered`, which counts it, and `tms.pages.security.SecurityHeaders`, which adds
 headers to its answer): who the client is, and its address's rate limit, before a byte of the
 body is read or a signature verified.
 
@@ -7,9 +7,10 @@ The client's address is the peer's, or the one a trusted proxy forwarded (`tms.g
 it is kept for the request in `tms.guard.clients.CURRENT`, where the refusal log finds it. A
 request over its address's budget (`TMS_RATE_ADDRESS`, `tms.guard.rates`) is noted in the
 refusal log and answered 429 with `Retry-After`: a JSON-RPC error at `/mcp` (its id is not read:
-nothing of the body is), `{"error": ...}` elsewhere. A witness's `add-checkpoint`, which anyone
-may post, spends more of the budget than other requests (`ADD_CHECKPOINT_UNITS`). `/healthz`
-and `/static/` are never limited, so a monitor and the pages' files always get through.
+nothing of the body is), `{"error": ...}` elsewhere. What a request spends is its route's in the
+route table (`tms.app.UNITS`): a witness's `add-checkpoint`, which anyone may post, spends more
+than other requests; `/healthz` and `/static/` are never limited, so a monitor and the pages'
+files always get through.
 
 It also counts the requests being served other than exports, for the exports to make way
 while there are any (`tms.guard.exports`).
@@ -21,20 +22,17 @@ from collections.abc import Sequence
 from typing import Final
 
 from starlette.responses import JSONResponse
-from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tms.errors import RateLimited, Refusal
 from tms.guard import clients
 from tms.guard.clients import Network
-from tms.guard.rates import ADD_CHECKPOINT_UNITS
 from tms.http.bodies import content_length, discard
+from tms.http.routes import routed
 from tms.http.statuses import answer
 
-UNLIMITED: Final = ("/healthz", "/static/")
 DISCARD_BYTES: Final = 1024 * 1024  # of a refused request's body, read so the client hears us
 DISCARD_SECONDS: Final = 2.0
-ADD_CHECKPOINT: Final = "/witness/add-checkpoint"
 TOO_MANY: Final = -32000  # JSON-RPC: a server error of the implementation's own
 
 
@@ -56,18 +54,18 @@ class Gate:
         address = clients.client_address(peer[0] if peer else None, forwarded, self.trusted)
         token = clients.CURRENT.set(address)
         try:
-            path: str = scope["path"]
-            if path.startswith(UNLIMITED):
+            route = routed(scope)
+            if route.units == 0:
                 await self.app(scope, receive, send)
                 return
             runtime = scope["app"].state.runtime
             try:
-                await runtime.services.throttle.address(address, _cost(scope))
+                await runtime.services.throttle.address(address, route.units)
             except RateLimited as exc:
-                runtime.services.refusals.record(Refusal.RATE_LIMITED, route_name(scope))
+                runtime.services.refusals.record(Refusal.RATE_LIMITED, route.name)
                 await _refuse(exc, scope, receive, send)
                 return
-            if route_name(scope) == "export":
+            if route.door == "export":
                 await self.app(scope, receive, send)
                 return
             with runtime.exports.other_request():  # exports make way while it is served
@@ -76,25 +74,11 @@ class Gate:
             clients.CURRENT.reset(token)
 
 
-def _cost(scope: Scope) -> int:
-    """The units of the address budget a request spends before it is read."""
-    return ADD_CHECKPOINT_UNITS if scope["path"] == ADD_CHECKPOINT else 1
-
-
 def route_name(scope: Scope) -> str:
-    """What the refusal log calls a route: its name in the route table, as the routes' own
-    refusals name it after routing (`tms.web.answers.route_of`), never the path (it may hold a
-    slug); "page" for a path no route answers."""
-    path: str = scope["path"]
-    if path.endswith("/export.jsonl"):  # every request asks (below): the one name read by path
-        return "export"
-    router = getattr(scope.get("app"), "router", None)
-    for route in getattr(router, "routes", ()):
-        match, _ = route.matches(scope)
-        if match is not Match.NONE:  # PARTIAL: the path's route, another method
-            name = getattr(route, "name", None)
-            return name if isinstance(name, str) and name else "page"
-    return "page"
+    """What the refusal log calls a request's route: its name in the route table
+    (`tms.http.routes.routed`), never the path (it may hold a slug); "page" for a path no route
+    answers."""
+    return routed(scope).name
 
 
 async def _refuse(exc: RateLimited, scope: Scope, receive: Receive, send: Send) -> None:

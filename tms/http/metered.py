@@ -5,38 +5,24 @@ limiter's 429s, the 503s of a database that is down, the bare 500s.
 A door is where on the site a request went: `mcp`, `export`, `log` (the transparency log's key,
 checkpoints, proofs and tiles), `relay` (a WebSocket handshake), `ops` (`/healthz`, `/metrics`),
 `static`, and `pages` for the rest. A request whose client leaves before any answer is `gone`.
-Paths are sorted into doors by their shape only, so whatever a client sends costs one label.
+The door is the route table's (`tms.http.routes`), for the route that answers the request, so
+whatever a client sends costs one label.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Final
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tms.errors import Outcome, outcome_of
+from tms.http.routes import routed
 from tms.metrics import REQUESTS, answered
-
-_LOG: Final = re.compile(r"/c/[^/]+(/[^/]+)*/(checkpoint|consistency|tile/.*)")
-_EXPORT: Final = re.compile(r"/c/.+/export\.jsonl")
 
 
 def door_of(scope: Scope) -> str:
-    if scope["type"] == "websocket":
-        return "relay"
-    path: str = scope["path"]
-    if path == "/mcp":
-        return "mcp"
-    if path in ("/healthz", "/metrics"):
-        return "ops"
-    if path.startswith("/static/"):
-        return "static"
-    if path == "/log-key" or _LOG.fullmatch(path):
-        return "log"
-    if _EXPORT.fullmatch(path):
-        return "export"
-    return "pages"
+    """The door a request is counted under: its route's in the route table
+    (`tms.http.routes.routed`); `pages` for an HTTP path no route answers, `relay` for such a
+    WebSocket."""
+    return routed(scope).door
 
 
 class Metered:

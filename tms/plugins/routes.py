@@ -21,8 +21,8 @@ from tms.extension import Auth
 from tms.http.login import request_url
 from tms.http.statuses import Refused
 from tms.nostr import nip98
+from tms.pages.door import door_of, services_of
 from tms.plugins.registry import PluginRoute
-from tms.web.door import door_of, services_of
 
 # Who calls: the key `auth` proves, or a refusal raised.
 Authenticate = Callable[[Request, Auth], Awaitable[str]]

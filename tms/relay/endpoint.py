@@ -66,7 +66,7 @@ def with_info(page: Handler) -> Handler:
             )
         return await page(request)
 
-    return functools.wraps(page)(handler)  # the page's name and marks (`tms.web.door.page`)
+    return functools.wraps(page)(handler)  # the page's name and marks (`tms.pages.door.page`)
 
 
 async def relay_socket(websocket: WebSocket) -> None:
@@ -228,9 +228,9 @@ async def _cookie_key(websocket: WebSocket, settings: Settings, relay: Relay) ->
 
 # The relay: a WebSocket upgrade on the root or a collection's page (`tms.app`'s route table).
 ROUTES: Final = [
-    WebSocketRoute("/", relay_socket),
-    WebSocketRoute("/c/{slug}", relay_socket),
+    WebSocketRoute("/", relay_socket, name="relay"),
+    WebSocketRoute("/c/{slug}", relay_socket, name="relay collection"),
     # ... and with a trailing slash, as some clients name every relay (NDK's URL normalizer
     # adds one): the same relay, and its NIP-42 URL the same once normalized
-    WebSocketRoute("/c/{slug}/", relay_socket),
+    WebSocketRoute("/c/{slug}/", relay_socket, name="relay collection slash"),
 ]

@@ -75,6 +75,6 @@ ADD_CHECKPOINT: Final = "witness add-checkpoint"  # its name in the refusal log,
 
 ROUTES: Final = [
     Route("/witness/add-checkpoint", add_checkpoint, methods=["POST"], name=ADD_CHECKPOINT),
-    Route("/witness/key", key, methods=["GET"], name="witness"),
-    Route("/witness/{origin}/checkpoint", monitoring, methods=["GET"], name="witness"),
+    Route("/witness/key", key, methods=["GET"], name="witness key"),
+    Route("/witness/{origin}/checkpoint", monitoring, methods=["GET"], name="witness checkpoint"),
 ]

@@ -1,5 +1,5 @@
 """Where a page's view of a collection ends: the newest of its events of some kinds when the page
-was read, for the page's live part (`tms/web/static/live.js`) to tell the events committed after
+was read, for the page's live part (`tms/pages/static/live.js`) to tell the events committed after
 the page was rendered from those it shows already.
 
 A relay's stored answer is newest first in the ledger's own order (`seq`, which grows in commit

@@ -4,7 +4,7 @@ forms. Whatever comes: never a 500, never a traceback or an internal name in the
 never a partial write (the ledger's row counts move by a whole batch or not at all).
 
 `TMS_FUZZ_EXAMPLES` (tests only) sets the examples per property: 100 unless set (CI), more for
-a long run (`TMS_FUZZ_EXAMPLES=2000 uv run pytest tests/web/test_fuzz.py
+a long run (`TMS_FUZZ_EXAMPLES=2000 uv run pytest tests/pages/test_fuzz.py
 --hypothesis-show-statistics`)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The dashboard: activity over time, records by kind, contributors and sources, over the
-collections the key reads (or one of them), drawn as SVG on the server (`tms.web.charts`)."""
+collections the key reads (or one of them), drawn as SVG on the server (`tms.pages.charts`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tms.web import charts
-from tms.web.door import door_of, page, services_of
+from tms.pages import charts
+from tms.pages.door import door_of, page, services_of
 
 
 @page
@@ -36,5 +36,5 @@ async def dashboard(request: Request) -> Response:
 GET: Final = ["GET"]
 
 ROUTES: Final = [
-    Route("/dashboard", dashboard, methods=GET, name="page"),
+    Route("/dashboard", dashboard, methods=GET, name="dashboard"),
 ]

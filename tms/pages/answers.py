@@ -24,9 +24,9 @@ from starlette.responses import RedirectResponse, Response
 from tms.errors import NotAReader, Outcome, TMSError
 from tms.http.gate import route_name
 from tms.http.statuses import answer
-from tms.web.door import PRIVATE, door_of, json_error, services_of, wants_page
+from tms.pages.door import PRIVATE, door_of, json_error, services_of, wants_page
 
-log = logging.getLogger("tms.web")
+log = logging.getLogger("tms.pages")
 
 NO_SUCH_COLLECTION: Final = "no such collection"  # the same bytes, whatever the reason
 
@@ -34,9 +34,7 @@ NO_SUCH_COLLECTION: Final = "no such collection"  # the same bytes, whatever the
 def route_of(request: Request) -> str:
     """What the refusal log calls the route: its name in the route table (never its path,
     which may hold a slug), or the gate's name for it when no route matched."""
-    route = request.scope.get("route")
-    name = getattr(route, "name", None)
-    return name if isinstance(name, str) and name else route_name(request.scope)
+    return route_name(request.scope)
 
 
 async def failed(request: Request, exc: Exception) -> Response:

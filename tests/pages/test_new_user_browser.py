@@ -19,8 +19,8 @@ from playwright.sync_api import Browser, Page, expect
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.nostr.nip19 import npub_encode
+from tms.pages.reading import EVIDENCE_PAGE_CHARS
 from tms.rules.admission import OPERATOR
-from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 OWNER: Final = SecretKey(bytes([0xB1]) * 32)  # approved; owns "lab"; a profile with a typo
 MIA: Final = SecretKey(bytes([0xB2]) * 32)  # a member of "lab", added three days after it began

@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tms.errors import shown
-from tms.ledger.access import ReadableCollection
-from tms.ledger.read.lookups import Found, Lookups
+from tms.ledger import Found, Lookups, ReadableCollection
 from tms.rules.anchors import NEAREST_QUOTE_CHARS, nearest
 from tms.rules.publish import short
 from tms.rules.quotes import PreparedText, claim_key

@@ -36,10 +36,10 @@ from text_blind import drop_role, make_text_blind_role
 from tms.ledger.read.excerpts import QUOTE_CHARS
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.pages.reading import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
 from tms.rules.admission import OPERATOR
 from tms.rules.anchors import CONTEXT_WINDOW_CHARS
 from tms.store.database import open_pool
-from tms.web.reading import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
 
 OWNER: Final = key(0xA1)
 MEMBER: Final = key(0xA2)

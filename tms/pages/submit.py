@@ -1,7 +1,7 @@
 """The submit page and what it calls: evidence, claims and links signed in the browser and
 published as one batch through the ledger's one path (`Ledger.submit`) like any other; Fetch
 (`fetch_url` for logged-in keys); the checks it makes before anything is signed (duplicates,
-pasted ids, a wrong quote's nearest passage: `tms.web.submit_checks`); and the server's quote
+pasted ids, a wrong quote's nearest passage: `tms.pages.submit_checks`); and the server's quote
 normalization as data, so that the page checks quotes as the server will.
 """
 
@@ -22,21 +22,21 @@ from tms.guard import clients
 from tms.http.bodies import small_body
 from tms.http.statuses import Refused
 from tms.nostr.events import is_hex64, loads_bounded
-from tms.rules.admission import Door, Origin
-from tms.rules.content import SLUG_PATTERN
-from tms.rules.expected import NO_LIST
-from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
-from tms.rules.spans import casefold_table
-from tms.types import MAX_CONTENT_CHARS
-from tms.web.door import SMALL_JSON, door_of, ok, page, services_of
-from tms.web.reading import RELATIONS
-from tms.web.submit_checks import (
+from tms.pages.door import SMALL_JSON, door_of, ok, page, services_of
+from tms.pages.reading import RELATIONS
+from tms.pages.submit_checks import (
     BadLookup,
     answer_lookup,
     id_shaped_claim,
     parse_hint,
     parse_lookup,
 )
+from tms.rules.admission import Door, Origin
+from tms.rules.content import SLUG_PATTERN
+from tms.rules.expected import NO_LIST
+from tms.rules.quotes import CHARACTER_MAP, WHITESPACE
+from tms.rules.spans import casefold_table
+from tms.types import MAX_CONTENT_CHARS
 
 MAX_EXPECTED: Final = 16  # collections a page's batch may state its expectations of
 HINT_FREE_CHARS: Final = 100_000  # a text sent for a hint costs a fetch only when longer
@@ -85,7 +85,11 @@ async def publish(request: Request) -> Response:
         if id_shaped is not None:
             raise Refused(400, id_shaped).refused_as(Refusal.INVALID, session.pubkey)
         origin = Origin(Door.WEB, session.pubkey, clients.CURRENT.get())
-        return ok(await services.ledger.submit(events, origin=origin, expected=expected or None))
+        return ok(
+            await services.ledger.submit(
+                events, origin=origin, expected=expected or None, route="page publish"
+            )
+        )
 
 
 async def fetch(request: Request) -> Response:
@@ -235,10 +239,10 @@ GET: Final = ["GET"]
 POST: Final = ["POST"]
 
 ROUTES: Final = [
-    Route("/submit", submit, methods=GET, name="page"),
+    Route("/submit", submit, methods=GET, name="submit"),
     Route("/publish", publish, methods=POST, name="page publish"),
     Route("/fetch", fetch, methods=POST, name="page fetch"),
     Route("/c/{slug}/lookup", lookup, methods=POST, name="page lookup"),
     Route("/quotes/nearest", nearest, methods=POST, name="page nearest"),
-    Route("/quotes/normalization.json", normalization, methods=GET, name="page"),
+    Route("/quotes/normalization.json", normalization, methods=GET, name="quote normalization"),
 ]

@@ -35,10 +35,10 @@ from playwright.sync_api import Browser, Page, expect
 
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
+from tms.pages.security import content_security_policy
 from tms.rules.admission import OPERATOR
 from tms.rules.quotes import CHARACTER_MAP, normalize
 from tms.rules.spans import QuoteIndex
-from tms.web.security import content_security_policy
 
 OWNER: Final = SecretKey(bytes([0x81]) * 32)
 SLUG: Final = "hostile"

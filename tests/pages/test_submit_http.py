@@ -33,10 +33,10 @@ from fetch_site import Handler, Site
 from tms.ledger.service import Ledger
 from tms.nostr import nip19
 from tms.nostr.events import SecretKey
+from tms.pages.submit_checks import Texts
 from tms.rules.admission import OPERATOR
 from tms.rules.quotes import claim_key, normalize
 from tms.store.database import open_pool
-from tms.web.submit_checks import Texts
 
 OWNER = SecretKey(bytes([0xA1]) * 32)
 MEMBER = SecretKey(bytes([0xA2]) * 32)

@@ -1,7 +1,7 @@
 """The routes bots and tools read over plain HTTP: health, the terms, a collection's export,
 and its transparency log (the key checkpoints are signed with, checkpoints, consistency proofs,
 tlog-tiles). A member proves who asks with a NIP-98 header, or a browser with its login cookie;
-a collection closed to the caller answers exactly as a missing one (`tms.web.answers`).
+a collection closed to the caller answers exactly as a missing one (`tms.pages.answers`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from starlette.types import Receive, Scope, Send
 from tms.guard.exports import Exports, ExportsBusy
 from tms.http.login import request_url
 from tms.http.statuses import Refused
-from tms.ledger.access import ReadableCollection
-from tms.ledger.read.export import Exporter
+from tms.ledger import Exporter, ReadableCollection
 from tms.nostr import nip98
+from tms.pages.door import PRIVATE, door_of, json_error
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime
 from tms.tlog.tiles import parse_tile_path
 from tms.types import PubKey
-from tms.web.door import PRIVATE, door_of, json_error
 
 EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
@@ -240,14 +239,22 @@ class _ClosingStreamingResponse(StreamingResponse):
 
 GET: Final = ["GET"]
 
-ROUTES: Final = [
-    Route("/healthz", healthz, methods=GET),
-    Route("/terms", terms, methods=GET),
-    # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
-    Route("/c/{slug:path}/export.jsonl", export, methods=GET, name="export"),
-    # each collection's transparency log
-    Route("/log-key", log_key, methods=GET),
+# The table's groups, by the door each is counted under (`tms.app` adds them in this order).
+HEALTH: Final = [Route("/healthz", healthz, methods=GET, name="health")]
+TERMS: Final = [Route("/terms", terms, methods=GET, name="terms")]
+# `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
+EXPORT: Final = [Route("/c/{slug:path}/export.jsonl", export, methods=GET, name="export")]
+# each collection's transparency log
+LOG: Final = [
+    Route("/log-key", log_key, methods=GET, name="log key"),
     Route("/c/{slug:path}/checkpoint", checkpoint, methods=GET, name="log checkpoint"),
     Route("/c/{slug:path}/consistency", consistency, methods=GET, name="log consistency"),
     Route("/c/{slug:path}/tile/{tile:path}", tile, methods=GET, name="log tile"),
 ]
+# Their slugs span slashes, so these also match paths of the log's tiles and the reading pages
+# (`/c/x/claims/checkpoint`): they come first in the table and answer such a path, with the 404
+# of a slug no collection has.
+ANSWERS_BEFORE: Final = {
+    name: ("log tile", "claim", "evidence")
+    for name in ("export", "log checkpoint", "log consistency")
+}

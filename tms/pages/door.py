@@ -5,7 +5,7 @@ A page handler says what it needs and raises when it cannot have it: `NeedsLogin
 without a session, sent to Connect and back), `Refused` (an HTTP route's own refusals,
 `tms.http.statuses`: a cross-site request, a stale CSRF token, a body it cannot read), or any
 `TMSError` the services raise (`NotAReader` for a collection closed to the key or missing: the
-same 404). `tms.web.answers` turns each into the answer (its status from the HTTP doors' one
+same 404). `tms.pages.answers` turns each into the answer (its status from the HTTP doors' one
 table, `tms.http.statuses`), a page for a page and JSON for what the pages' scripts call, and
 notes it in the refusal log. No handler catches them.
 """
@@ -22,11 +22,11 @@ from tms.errors import sendable
 from tms.http.bodies import BigBodies, BodyReader, MiB
 from tms.http.login import COOKIE, CSRF_HEADER, Keyring, Session
 from tms.http.statuses import Refused
-from tms.ledger.access import ReadableCollection, Reader
+from tms.ledger import ReadableCollection, Reader
 from tms.nostr.nip19 import npub_encode
+from tms.pages.render import Renderer
+from tms.pages.submit_checks import Texts
 from tms.services import Services
-from tms.web.render import Renderer
-from tms.web.submit_checks import Texts
 
 PRIVATE: Final = {"Cache-Control": "no-store"}
 SMALL_JSON: Final = 64 * 1024  # bodies of forms, URLs and look-ups

@@ -31,10 +31,7 @@ from tms.http.origin import signed_origin
 from tms.http.statuses import Refused
 from tms.nostr import nip98
 from tms.nostr.nip19 import npub_encode
-from tms.relay.endpoint import with_info
-from tms.rules.content import SLUG_PATTERN
-from tms.rules.terms import current_terms
-from tms.web.door import (
+from tms.pages.door import (
     PRIVATE,
     SMALL_JSON,
     door_of,
@@ -42,6 +39,9 @@ from tms.web.door import (
     page,
     services_of,
 )
+from tms.relay.endpoint import with_info
+from tms.rules.content import SLUG_PATTERN
+from tms.rules.terms import current_terms
 
 NEXT_CHARS: Final = 2000  # the longest path the Connect page brings a visitor back to
 
@@ -184,7 +184,7 @@ GET: Final = ["GET"]
 POST: Final = ["POST"]
 
 ROUTES: Final = [
-    Route("/", with_info(home), methods=GET, name="page"),
+    Route("/", with_info(home), methods=GET, name="home"),
     Route("/login/challenge", login_challenge, methods=GET, name="login challenge"),
     Route("/login", login, methods=POST, name="login"),
     Route("/logout", logout, methods=POST, name="logout"),

@@ -12,15 +12,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tms.errors import LogError, NotAReader
-from tms.ledger.access import ReadableCollection
-from tms.ledger.log.reads import LogReads
-from tms.ledger.read import watermark
-from tms.ledger.read.reads import CLAIM_SORTS
+from tms.ledger import CLAIM_SORTS, LogReads, ReadableCollection, watermark
 from tms.nostr.nip19 import npub_encode
+from tms.pages.door import door_of, ok, page, services_of
 from tms.relay.endpoint import with_info
 from tms.search.search import Method
 from tms.types import KIND_CLAIM, KIND_CONTRADICTION, KIND_EVIDENCE, KIND_LINK, MAX_QUERY_CHARS
-from tms.web.door import door_of, ok, page, services_of
 
 CLAIMS_SHOWN: Final = 100  # a page of claims
 SEARCH_PAGES: Final = 10  # a search shows its best 1,000: the rest is better found by refining it
@@ -193,7 +190,7 @@ def member_lines(listed: list[dict[str, Any]]) -> str:
 GET: Final = ["GET"]
 
 ROUTES: Final = [
-    Route("/c/{slug}", with_info(collection), methods=GET, name="page"),
-    Route("/c/{slug}/members", members, methods=GET, name="page"),
-    Route("/c/{slug}/members.json", members_head, methods=GET, name="page"),
+    Route("/c/{slug}", with_info(collection), methods=GET, name="collection"),
+    Route("/c/{slug}/members", members, methods=GET, name="members"),
+    Route("/c/{slug}/members.json", members_head, methods=GET, name="members head"),
 ]

@@ -19,11 +19,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tms.ledger.access import ReadableCollection
-from tms.ledger.read import watermark
-from tms.ledger.read.excerpts import ShownLink
-from tms.ledger.read.reads import Reads
+from tms.ledger import ReadableCollection, Reads, ShownLink, watermark
 from tms.nostr.events import is_hex64
+from tms.pages.door import door_of, ok, page, services_of
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,
@@ -32,7 +30,6 @@ from tms.types import (
     MAX_CONTENT_CHARS,
     MAX_QUERY_CHARS,
 )
-from tms.web.door import door_of, ok, page, services_of
 
 EVIDENCE_PAGE_CHARS: Final = 20_000  # evidence text shown per page
 LINKS_SHOWN: Final = 200  # links read for a claim page, and quotes marked on an evidence page
@@ -227,7 +224,7 @@ def marked(window: str, offset: int, spans: list[tuple[int, int, str]]) -> list[
 GET: Final = ["GET"]
 
 ROUTES: Final = [
-    Route("/c/{slug}/claims.json", claim_choices, methods=GET, name="page"),
-    Route("/c/{slug}/claims/{event_id}", claim, methods=GET, name="page"),
-    Route("/c/{slug}/evidence/{event_id}", evidence, methods=GET, name="page"),
+    Route("/c/{slug}/claims.json", claim_choices, methods=GET, name="claim choices"),
+    Route("/c/{slug}/claims/{event_id}", claim, methods=GET, name="claim"),
+    Route("/c/{slug}/evidence/{event_id}", evidence, methods=GET, name="evidence"),
 ]

@@ -41,8 +41,8 @@ from playwright.sync_api import Browser, Page, expect
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.nostr.nip19 import npub_encode
+from tms.pages.render import Renderer
 from tms.rules.admission import OPERATOR
-from tms.web.render import Renderer
 
 OWNER: Final = SecretKey(bytes([0xA1]) * 32)  # approved, terms and profile signed, owns "lab"
 RIVAL: Final = SecretKey(bytes([0xA2]) * 32)  # approved, terms signed, owns nothing yet

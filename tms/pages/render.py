@@ -1,6 +1,6 @@
 """Templates: Jinja2 with autoescaping on every HTML template, so whatever a record holds
 (evidence text is untrusted HTML) reaches the page as text. Markdown templates (the docs) are
-not HTML and are rendered to HTML by `tms.web.docs`, which escapes raw HTML itself.
+not HTML and are rendered to HTML by `tms.pages.docs`, which escapes raw HTML itself.
 
 The static files' URLs carry a hash of their content, so a browser never runs a stale script
 against a newer page.
@@ -21,7 +21,7 @@ from markupsafe import Markup, escape
 
 from tms.nostr.nip19 import npub_encode
 
-STATIC_DIR: Final = Path(str(files("tms.web").joinpath("static")))
+STATIC_DIR: Final = Path(str(files("tms.pages").joinpath("static")))
 
 
 @lru_cache(maxsize=4096)
@@ -119,7 +119,7 @@ def _http_url(url: object) -> str | None:
 class Renderer:
     def __init__(self) -> None:
         self.env = Environment(
-            loader=PackageLoader("tms.web", "templates"),
+            loader=PackageLoader("tms.pages", "templates"),
             autoescape=lambda name: name is None or not name.endswith(".md"),
             undefined=StrictUndefined,
             trim_blocks=True,

@@ -19,8 +19,8 @@ from playwright.sync_api import Browser, expect
 
 from tms.ledger.read.reads import CLAIM_SORTS
 from tms.ledger.service import Ledger
+from tms.pages.collection import CLAIMS_SHOWN
 from tms.rules.admission import OPERATOR
-from tms.web.collection import CLAIMS_SHOWN
 
 DASH: Final = "\N{EN DASH}"  # as the page writes a range
 OWNER: Final = key(0xC1)

@@ -29,13 +29,15 @@ from tms.guard.rates import NEG_BYTES_PER_UNIT, NEG_ITEMS_PER_UNIT
 from tms.http.bodies import BIG_BODIES, BIG_WAIT_SECONDS, MAX_BODY, SMALL_BODY, MiB
 from tms.http.login import NONCE_SECONDS, SESSION_SECONDS
 from tms.http.protocol import MAX_HEAD_BYTES
-from tms.ledger.read.reads import CLAIM_SORTS, DEFAULT_WINDOW
+from tms.ledger import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
 from tms.nostr.filters import MAX_IDS, MAX_TAG_VALUE_CHARS
 from tms.nostr.filters import MAX_VALUES as FILTER_VALUES
 from tms.nostr.nip42 import MAX_AGE_SECONDS as NIP42_SECONDS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
+from tms.pages.door import door_of, page
+from tms.pages.reading import EVIDENCE_PAGE_CHARS
 from tms.relay import limits as relay_limits
 from tms.rules.content import MAX_CONTENT_CONTAINERS, MAX_CONTENT_VALUES
 from tms.rules.publish import MAX_BATCH
@@ -49,8 +51,6 @@ from tms.types import (
     MAX_LINKS_LIMIT,
     MAX_QUERY_CHARS,
 )
-from tms.web.door import door_of, page
-from tms.web.reading import EVIDENCE_PAGE_CHARS
 
 TEMPLATE: Final = "docs.md"
 TOC_LEVELS: Final = (2, 3)  # the sections and their parts; h4 (a language's snippet) is not
@@ -139,7 +139,7 @@ def _rates(items: tuple[RateLimitItem, ...]) -> str:
 @cache
 def _environment() -> Environment:
     return Environment(
-        loader=PackageLoader("tms.web", "templates"),
+        loader=PackageLoader("tms.pages", "templates"),
         autoescape=False,  # Markdown, not HTML: markdown-it escapes what reaches HTML
         undefined=StrictUndefined,
         keep_trailing_newline=True,
@@ -278,6 +278,6 @@ def _log(request: Request) -> tuple[str, str]:
 
 
 ROUTES: Final = [
-    Route("/docs", guide_page, methods=["GET"], name="page"),
-    Route("/docs.md", guide_markdown, methods=["GET"], name="page"),
+    Route("/docs", guide_page, methods=["GET"], name="guide"),
+    Route("/docs.md", guide_markdown, methods=["GET"], name="guide markdown"),
 ]

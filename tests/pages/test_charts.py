@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tms.pages import charts
 from tms.results import Activity
-from tms.web import charts
 
 
 def activity(counts: list[int]) -> Activity:

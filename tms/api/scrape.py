@@ -23,11 +23,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tms import metrics
+from tms.api.routes import runtime_of
 from tms.config import Settings
 from tms.http.statuses import Refused
+from tms.pages.door import PRIVATE
 from tms.runtime import Runtime
-from tms.web.api import runtime_of
-from tms.web.door import PRIVATE
 
 log = logging.getLogger(__name__)
 
