@@ -24,8 +24,10 @@ rewritten. A check that fails changes nothing at all.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +42,13 @@ from tms.tlog.note import Checkpoint
 COPY: Final = "copy.jsonl"
 STATE: Final = "state.json"
 PENDING: Final = "pending.jsonl"
+# How this side writes a line (`Event.to_json`): its fields in NIP-01's order, compact. Opening a
+# copy reads only this head of each line (what it needs: id, author, time, kind), not the whole
+# JSON; a line that does not start so is read as JSON.
+_HEAD: Final = re.compile(
+    rb'\{"id":"([0-9a-f]{64})","pubkey":"([0-9a-f]{64})","created_at":([0-9]{1,15}),'
+    rb'"kind":([0-9]{1,10}),"tags":'
+)
 
 
 class MirrorMismatch(LogError):
@@ -56,6 +65,11 @@ class State:
     note: str  # the checkpoint as kept: the log's signature and the witnesses'
     bytes: int  # of copy.jsonl this checkpoint covers
     written: tuple[str, ...] = ()  # ids of the profile and terms lines already in the copy
+    # SHA-256 of those `bytes` of copy.jsonl: any changed byte of the copy is caught on opening
+    # it, and the log's tree is not hashed again (`frontier`). Empty in a copy an older release
+    # kept: its entries are hashed again, as they were then.
+    digest: str = ""
+    frontier: tuple[str, ...] = ()  # the log's tree at `size` (`CompactRange.hashes`), hex
 
 
 class Copy:
@@ -70,6 +84,7 @@ class Copy:
         self.authors: set[str] = set()  # keys with an entry in the copy
         self.stamps: dict[str, int] = {}  # id -> created_at, for every event in the copy
         self.pending: dict[str, Event] = {}  # fetched and checked, not yet covered by the log
+        self.digest = hashlib.sha256()  # of copy.jsonl so far (`State.digest`)
 
     @classmethod
     def open(cls, directory: Path) -> Copy:
@@ -86,7 +101,8 @@ class Copy:
             return
         try:
             raw = json.loads(state_path.read_text("utf-8"))
-            state = State(**{**raw, "written": tuple(raw.get("written", ()))})
+            tuples = {k: tuple(raw.get(k, ())) for k in ("written", "frontier")}
+            state = State(**{**raw, **tuples})
         except (OSError, ValueError, TypeError) as exc:
             raise LogError(f"{state_path} cannot be read: {exc}") from None
         copy.state = state
@@ -96,27 +112,35 @@ class Copy:
         with open(path, "r+b") as file:
             file.truncate(state.bytes)  # an append a kill cut short is not part of the copy
             file.seek(0)
-            # Each line as JSON, not as a checked event: this side wrote it after checking it,
-            # and the root below catches a changed entry; a second run over a large copy
-            # starts in a fraction of the time (tms verify-export checks every line whole).
-            for number, raw_line in enumerate(file, 1):
-                line = raw_line.rstrip(b"\n").decode("utf-8", errors="replace")
-                try:
-                    fields = json.loads(line)
-                    event_id, stamp, kind = fields["id"], fields["created_at"], fields["kind"]
-                    pubkey = fields["pubkey"]
-                    leaf = leaf_hash(bytes.fromhex(event_id))
-                except (ValueError, TypeError, KeyError):
-                    raise MirrorMismatch(
-                        f"{path}, line {number}, is not an event: the copy was changed by hand"
-                    ) from None
-                copy.events[event_id] = line
-                copy.stamps[event_id] = stamp
-                if kind not in unscoped:
-                    copy.entries.append(event_id)
-                    copy.authors.add(pubkey)
-                    leaves.append(leaf)
-        copy.tree.append(leaves)
+            data = file.read()
+        copy.digest.update(data)
+        if state.digest and copy.digest.hexdigest() != state.digest:
+            raise MirrorMismatch(
+                f"{path} is not the copy {state_path} describes (its SHA-256 differs): the "
+                "copy was changed by hand"
+            )
+        # Each line's head (id, author, time, kind), not a checked event: this side wrote it
+        # after checking it, and the digest above (or, in a copy kept without one, the root
+        # below) catches a changed line; a second run over a large copy starts in a fraction
+        # of the time (tms verify-export checks every line whole).
+        for number, raw_line in enumerate(data.splitlines(), 1):
+            head = _HEAD.match(raw_line)
+            if head is not None:
+                event_id, author = head[1].decode(), head[2].decode()
+                stamp, kind = int(head[3]), int(head[4])
+            else:
+                event_id, author, stamp, kind = _fields(raw_line, path, number)
+            copy.events[event_id] = raw_line.decode("utf-8", errors="replace")
+            copy.stamps[event_id] = stamp
+            if kind not in unscoped:
+                copy.entries.append(event_id)
+                copy.authors.add(author)
+                if not state.digest:
+                    leaves.append(leaf_hash(bytes.fromhex(event_id)))
+        if state.digest:
+            copy.tree = CompactRange(len(copy.entries), [bytes.fromhex(h) for h in state.frontier])
+        else:
+            copy.tree.append(leaves)
         if len(copy.entries) != state.size or copy.tree.root().hex() != state.root:
             raise MirrorMismatch(
                 f"{path} does not hash to the checkpoint {state_path} keeps "
@@ -217,12 +241,15 @@ class Copy:
         lines = self._new_lines(entries[held:], events)
         path = self.directory / COPY
         start = self.state.bytes if self.state is not None else 0
+        data = "".join(f"{line}\n" for _, line in lines).encode("utf-8")
+        digest = self.digest.copy()
+        digest.update(data)
         with open(path, "ab") as file:
             file.truncate(start)
-            data = "".join(f"{line}\n" for _, line in lines).encode("utf-8")
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
+        self.digest = digest
         for event_id, line in lines:
             self.events[event_id] = line
             self.stamps[event_id] = events[event_id].created_at
@@ -241,6 +268,8 @@ class Copy:
                 note,
                 start + len(data),
                 written,
+                digest.hexdigest(),
+                tuple(h.hex() for h in tree.hashes),
             )
         )
         self._settle()
@@ -291,6 +320,7 @@ class Copy:
         temporary = path.with_suffix(".json.new")
         data: dict[str, Any] = asdict(state)
         data["written"] = list(state.written)
+        data["frontier"] = list(state.frontier)
         with open(temporary, "w", encoding="utf-8") as file:
             file.write(json.dumps(data) + "\n")  # one line: `read_kept` reads a file's last
             file.flush()
@@ -302,3 +332,20 @@ class Copy:
         finally:
             os.close(directory)
         self.state = state
+
+
+def _fields(raw: bytes, path: Path, number: int) -> tuple[str, str, int, int]:
+    """A line's id, author, time and kind, read as JSON (a line this side did not write in
+    its own form): a line that is no event means the copy was changed by hand."""
+    try:
+        fields = json.loads(raw)
+        event_id, pubkey = fields["id"], fields["pubkey"]
+        stamp, kind = fields["created_at"], fields["kind"]
+        bytes.fromhex(event_id)
+        if not (isinstance(stamp, int) and isinstance(kind, int) and isinstance(pubkey, str)):
+            raise TypeError
+    except (ValueError, TypeError, KeyError):
+        raise MirrorMismatch(
+            f"{path}, line {number}, is not an event: the copy was changed by hand"
+        ) from None
+    return event_id, pubkey, stamp, kind
