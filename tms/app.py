@@ -17,7 +17,8 @@ The route table, in the order Starlette tries it (each group's own table is its 
     tms.web.api         GET /healthz, /terms, /log-key; GET /c/<slug>/export.jsonl (members:
                         NIP-98 or the login cookie; `?checkpoint=1` ends with the log's
                         checkpoint line), /c/<slug>/checkpoint, /c/<slug>/consistency,
-                        /c/<slug>/tile/<path>
+                        /c/<slug>/tile/<path>, /c/<slug>/others (where the export
+                        places profiles and terms, for `tms mirror`)
     tms.mcp.http        POST /mcp: MCP over streamable HTTP
     tms.web.scrape      GET /metrics: Prometheus' text format, with `Authorization: Bearer
                         $TMS_METRICS_TOKEN` only (tms.metrics); a 404 without a token

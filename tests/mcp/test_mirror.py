@@ -296,3 +296,24 @@ async def _swap_leaves(database_url: str, a: int, b: int) -> None:
             )
     finally:
         await conn.close()
+
+
+def test_a_copy_changed_by_hand_is_refused_on_opening(live: Live, tmp_path: Path) -> None:
+    """Issue 33: a copy opens from its kept digest and tree, without hashing its entries
+    again; a changed byte of an old line, even one that keeps its id, is still caught."""
+    publish(live, *[claim(OWNER, "kept", f"kept {i}") for i in range(5)])
+    assert mirror(live, tmp_path, OWNER, "kept").returncode == 0
+    path = tmp_path / "copy.jsonl"
+    original = path.read_bytes()
+    lines = original.splitlines(keepends=True)
+    # an old entry's text changed, its id and length kept: no id, size or root differs
+    changed = lines[2].replace(b"kept 1", b"kept 9")
+    assert changed != lines[2] and len(changed) == len(lines[2])
+    path.write_bytes(b"".join([*lines[:2], changed, *lines[3:]]))
+    refused = mirror(live, tmp_path, OWNER, "kept")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "changed by hand" in refused.stderr
+    path.write_bytes(original)
+    again = mirror(live, tmp_path, OWNER, "kept")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert verify(tmp_path).returncode == 0

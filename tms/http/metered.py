@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tms import errors
 from tms.metrics import REQUESTS, outcome_of
 
-_LOG: Final = re.compile(r"/c/[^/]+(/[^/]+)*/(checkpoint|consistency|tile/.*)")
+_LOG: Final = re.compile(r"/c/[^/]+(/[^/]+)*/(checkpoint|consistency|others|tile/.*)")
 _EXPORT: Final = re.compile(r"/c/.+/export\.jsonl")
 
 

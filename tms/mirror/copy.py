@@ -3,8 +3,8 @@
 The directory holds two files, and a third while a sync is under way:
 
 - `copy.jsonl`: the collection's events exactly as signed, one JSON line each, in the export's
-  format and order (its log entries in log order; each author's profile and terms before the
-  author's first entry, and later ones before the entry they precede in time), so that
+  format and order (its log entries in log order; each profile and terms line where the server
+  says the export places it: `GET /c/<slug>/others`, `tms.rules.export_order`), so that
   `tms verify-export copy.jsonl --checkpoint state.json --key ...` checks it like an export;
 - `state.json`: the last checkpoint the copy was verified against (its note, cosignatures
   included, size and root), the relay and log key it came from, and how many bytes of
@@ -43,7 +43,7 @@ COPY: Final = "copy.jsonl"
 STATE: Final = "state.json"
 PENDING: Final = "pending.jsonl"
 # How this side writes a line (`Event.to_json`): its fields in NIP-01's order, compact. Opening a
-# copy reads only this head of each line (what it needs: id, author, time, kind), not the whole
+# copy reads only this head of each line (what it needs: id, time, kind), not the whole
 # JSON; a line that does not start so is read as JSON.
 _HEAD: Final = re.compile(
     rb'\{"id":"([0-9a-f]{64})","pubkey":"([0-9a-f]{64})","created_at":([0-9]{1,15}),'
@@ -81,7 +81,6 @@ class Copy:
         self.entries: list[str] = []  # log entries in the copy, in log order
         self.events: dict[str, str] = {}  # id -> its line, for every event in the copy
         self.tree = CompactRange()
-        self.authors: set[str] = set()  # keys with an entry in the copy
         self.stamps: dict[str, int] = {}  # id -> created_at, for every event in the copy
         self.pending: dict[str, Event] = {}  # fetched and checked, not yet covered by the log
         self.digest = hashlib.sha256()  # of copy.jsonl so far (`State.digest`)
@@ -119,22 +118,20 @@ class Copy:
                 f"{path} is not the copy {state_path} describes (its SHA-256 differs): the "
                 "copy was changed by hand"
             )
-        # Each line's head (id, author, time, kind), not a checked event: this side wrote it
+        # Each line's head (id, time, kind), not a checked event: this side wrote it
         # after checking it, and the digest above (or, in a copy kept without one, the root
         # below) catches a changed line; a second run over a large copy starts in a fraction
         # of the time (tms verify-export checks every line whole).
         for number, raw_line in enumerate(data.splitlines(), 1):
             head = _HEAD.match(raw_line)
             if head is not None:
-                event_id, author = head[1].decode(), head[2].decode()
-                stamp, kind = int(head[3]), int(head[4])
+                event_id, stamp, kind = head[1].decode(), int(head[3]), int(head[4])
             else:
-                event_id, author, stamp, kind = _fields(raw_line, path, number)
+                event_id, stamp, kind = _fields(raw_line, path, number)
             copy.events[event_id] = raw_line.decode("utf-8", errors="replace")
             copy.stamps[event_id] = stamp
             if kind not in unscoped:
                 copy.entries.append(event_id)
-                copy.authors.add(author)
                 if not state.digest:
                     leaves.append(leaf_hash(bytes.fromhex(event_id)))
         if state.digest:
@@ -199,13 +196,15 @@ class Copy:
         note: str,
         entries: Sequence[str],
         events: Mapping[str, Event],
+        places: Sequence[tuple[str, str | None]],
         *,
         relay: str,
         collection: str,
         log_key: str,
     ) -> int:
         """Verify the log's `entries` (all of them, in log order, as the log's tiles give them)
-        against the copy and `checkpoint`, then append what is new and keep the checkpoint.
+        against the copy and `checkpoint`, then append what is new, with the profile and terms
+        lines where `places` puts them (`_new_lines`), and keep the checkpoint.
         Raises `MirrorMismatch`, naming what differs, before anything is written. Returns how
         many entries were added."""
         held = len(self.entries)
@@ -238,7 +237,7 @@ class Copy:
                 f"{len(missing)} entries of the log were not served as events (the first: "
                 f"{missing[0]}): the relay hides events its log holds"
             )
-        lines = self._new_lines(entries[held:], events)
+        lines = self._new_lines(entries[held:], events, places)
         path = self.directory / COPY
         start = self.state.bytes if self.state is not None else 0
         data = "".join(f"{line}\n" for _, line in lines).encode("utf-8")
@@ -292,27 +291,42 @@ class Copy:
         os.replace(temporary, path)
 
     def _new_lines(
-        self, new_entries: Iterable[str], events: Mapping[str, Event]
+        self,
+        new_entries: Sequence[str],
+        events: Mapping[str, Event],
+        places: Sequence[tuple[str, str | None]],
     ) -> list[tuple[str, str]]:
-        """The new entries' lines, in log order, each author's profile and terms not yet in
-        the copy placed before the entry they precede (or before the author's first)."""
-        waiting = sorted(
-            (e for e in events.values() if e.kind in unscoped_kinds() and e.id not in self.events),
-            key=lambda e: (e.created_at, e.id),
-        )
-        by_author: dict[str, list[Event]] = {}
-        for other in waiting:
-            by_author.setdefault(other.pubkey, []).append(other)
-        out: list[tuple[str, str]] = []
+        """The new entries' lines in log order, and the profile and terms lines where the
+        server places them (`GET /c/<slug>/others`: the export's own order, as
+        `tms.rules.export_order` defines it), each after the entry it names (None: the log's
+        start); those already in the copy stay where they are. A place outside what this sync
+        appends, or a line the relay did not serve as a profile or terms, is refused."""
+        unscoped = unscoped_kinds()
+        last = self.entries[-1] if self.entries else None
+        open_gaps = {last, *new_entries}
+        gaps: dict[str | None, list[str]] = {}
+        placed: set[str] = set()
+        for other_id, after in places:
+            if after not in open_gaps:
+                raise MirrorMismatch(
+                    f"the server places the profile or terms line {other_id} after "
+                    f"{after or 'the log start'}, not among the entries this sync appends: "
+                    "the copy cannot hold it where the export does"
+                )
+            if other_id in self.events or other_id in placed:
+                continue
+            event = events.get(other_id)
+            if event is None or event.kind not in unscoped:
+                raise MirrorMismatch(
+                    f"the server places {other_id} as a profile or terms line, but the relay "
+                    "did not serve it as one"
+                )
+            placed.add(other_id)
+            gaps.setdefault(after, []).append(other_id)
+        out = [(i, events[i].to_json()) for i in gaps.get(last, ())]
         for event_id in new_entries:
-            entry = events[event_id]
-            mine = by_author.get(entry.pubkey, [])
-            first = entry.pubkey not in self.authors
-            while mine and (first or mine[0].created_at <= entry.created_at):
-                other = mine.pop(0)
-                out.append((other.id, other.to_json()))
-            self.authors.add(entry.pubkey)
-            out.append((event_id, entry.to_json()))
+            out.append((event_id, events[event_id].to_json()))
+            out += [(i, events[i].to_json()) for i in gaps.get(event_id, ())]
         return out
 
     def _keep(self, state: State) -> None:
@@ -334,8 +348,8 @@ class Copy:
         self.state = state
 
 
-def _fields(raw: bytes, path: Path, number: int) -> tuple[str, str, int, int]:
-    """A line's id, author, time and kind, read as JSON (a line this side did not write in
+def _fields(raw: bytes, path: Path, number: int) -> tuple[str, int, int]:
+    """A line's id, time and kind, read as JSON (a line this side did not write in
     its own form): a line that is no event means the copy was changed by hand."""
     try:
         fields = json.loads(raw)
@@ -348,4 +362,4 @@ def _fields(raw: bytes, path: Path, number: int) -> tuple[str, str, int, int]:
         raise MirrorMismatch(
             f"{path}, line {number}, is not an event: the copy was changed by hand"
         ) from None
-    return event_id, pubkey, stamp, kind
+    return event_id, stamp, kind

@@ -58,6 +58,7 @@ class Bounds:
     log_key_bytes: int = 4096
     checkpoint_bytes: int = 1024 * 1024  # a note and its cosignatures
     tile_bytes: int = (2 + 32) * TILE_WIDTH  # a full entry tile
+    others_bytes: int = 16 * 1024 * 1024  # where the export places profiles and terms
     neg_message_chars: int = 4 * 1024 * 1024  # one NEG-MSG, hex (the relay's frames are 1 MiB)
     neg_chars: int = 512 * 1024 * 1024  # every NEG-MSG of one reconciliation, together
     neg_ids: int = 2_000_000  # ids one reconciliation learns (the relay's own cap on its list)

@@ -35,6 +35,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -74,6 +75,7 @@ HELD_AT_ONCE: Final = 1000  # events fetched between two writes of pending.jsonl
 QUIET_SECONDS: Final = 1.0  # after live events stop this long, sync and check again
 RESYNC_SECONDS: Final = 60.0
 DEFAULT_BOUNDS: Final = Bounds()
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,8 +216,10 @@ class Mirror:
         try:
             held_entries = len(self.copy.entries)
             entries = self.copy.entries + await self._entries(http, held_entries, checkpoint)
-            # entries published since the reconciliation: asked for by id
+            places = await self._places(http, held_entries, checkpoint.size)
+            # entries (and profile or terms lines) stored since the reconciliation: by id
             late = [i for i in entries[held_entries:] if i not in self.pending]
+            late += [i for i, _ in places if i not in self.pending and i not in self.copy.events]
             if late and len(late) <= self.bounds.extra_entries:
                 report.fetched += await self._fetch(relay, late)
             report.added = self.copy.extend(
@@ -223,6 +227,7 @@ class Mirror:
                 note,
                 entries,
                 self.pending,
+                places,
                 relay=self.target.relay,
                 collection=self.target.slug,
                 log_key=verifier.encode(),
@@ -302,6 +307,25 @@ class Mirror:
                 raise MirrorError(f"GET {path} answered {answer.status}: {said}")
             self.pace.served()
             return answer.body
+
+    async def _places(
+        self, http: httpx.AsyncClient, held: int, size: int
+    ) -> list[tuple[str, str | None]]:
+        """Where the export places the profile and terms lines among the entries this sync
+        appends (`GET /c/<slug>/others`): each line's id and the entry it follows."""
+        body = await self._get(
+            http, f"/c/{self.target.slug}/others?held={held}&size={size}", "others"
+        )
+        try:
+            listed = json.loads(body)["others"]
+            places = [
+                (str(other), None if after is None else str(after)) for other, after in listed
+            ]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise MirrorError(f"the server's /others answer cannot be read: {exc}") from None
+        if not all(_HEX64.fullmatch(i) and (a is None or _HEX64.fullmatch(a)) for i, a in places):
+            raise MirrorError("the server's /others answer names something that is not an event id")
+        return places
 
     async def _entries(
         self, http: httpx.AsyncClient, held: int, checkpoint: Checkpoint

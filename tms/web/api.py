@@ -131,6 +131,23 @@ async def consistency(request: Request) -> Response:
     return JSONResponse(proof, headers=PRIVATE)
 
 
+async def others(request: Request) -> Response:
+    """`?held=K&size=N`: the profile and terms lines the export places after the log's first K
+    entries and before its entry N + 1 (or after its last), each with the entry it follows, in
+    the export's order (`Exporter.places`): `{"others": [["<id>", "<id>" | null], ...]}`, as
+    the export's checkpoint line lists them. A mirror holding K entries and verifying a
+    checkpoint of N places them so, and its copy is the export byte for byte."""
+    readable = await readable_by_caller(request)
+    sizes = [request.query_params.get(name) for name in ("held", "size")]
+    if not all(text is not None and _size(text) for text in sizes):
+        raise Refused(400, "held and size must be tree sizes: ?held=K&size=N")
+    held, size = (int(text) for text in sizes if text is not None)
+    if held > size:
+        raise Refused(400, "held must be at most size")
+    placed = await runtime_of(request).exporter.places(readable, held, size)
+    return JSONResponse({"others": [list(pair) for pair in placed]}, headers=PRIVATE)
+
+
 async def tile(request: Request) -> Response:
     """One tile or entry bundle of the collection's log (C2SP tlog-tiles), or 404 while the
     log does not hold it; the same 404 for any path that names no tile."""
@@ -250,4 +267,5 @@ ROUTES: Final = [
     Route("/c/{slug:path}/checkpoint", checkpoint, methods=GET, name="log checkpoint"),
     Route("/c/{slug:path}/consistency", consistency, methods=GET, name="log consistency"),
     Route("/c/{slug:path}/tile/{tile:path}", tile, methods=GET, name="log tile"),
+    Route("/c/{slug:path}/others", others, methods=GET, name="log others"),
 ]
