@@ -176,10 +176,11 @@ class Mirror:
 
     async def sync(self, relay: Relay, http: httpx.AsyncClient) -> Report:
         report = Report()
-        held = [(stamp, bytes.fromhex(i)) for i, stamp in self.copy.stamps.items()]
-        held += [(e.created_at, bytes.fromhex(i)) for i, e in self.pending.items()]
+        stamps = [*self.copy.stamps.values(), *(e.created_at for e in self.pending.values())]
         try:
-            have, need = await relay.reconcile(Items.of(held))
+            have, need = await relay.reconcile(
+                Items.of_hex(stamps, [*self.copy.stamps, *self.pending])
+            )
         except Restricted:
             if not self.push:
                 raise
