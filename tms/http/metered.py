@@ -2,8 +2,9 @@
 middleware outside everything else, so that it sees the status the client gets: the rate
 limiter's 429s, the 503s of a database that is down, the bare 500s.
 
-A door is where on the site a request went: `mcp`, `export`, `log` (the transparency log's key,
-checkpoints, proofs and tiles), `relay` (a WebSocket handshake), `ops` (`/healthz`, `/metrics`),
+A door is where on the site a request went: `mcp`, `export` (and `/c/<slug>/others`, where it
+places profiles and terms), `log` (the transparency log's key, checkpoints, proofs and tiles),
+`relay` (a WebSocket handshake), `ops` (`/healthz`, `/metrics`),
 `static`, and `pages` for the rest. A request whose client leaves before any answer is `gone`.
 Paths are sorted into doors by their shape only, so whatever a client sends costs one label.
 """
@@ -18,8 +19,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tms import errors
 from tms.metrics import REQUESTS, outcome_of
 
-_LOG: Final = re.compile(r"/c/[^/]+(/[^/]+)*/(checkpoint|consistency|others|tile/.*)")
-_EXPORT: Final = re.compile(r"/c/.+/export\.jsonl")
+_LOG: Final = re.compile(r"/c/[^/]+(/[^/]+)*/(checkpoint|consistency|tile/.*)")
+# `others`: where the export places profiles and terms (`tms mirror` reads it each sync)
+_EXPORT: Final = re.compile(r"/c/.+/(export\.jsonl|others)")
 
 
 def door_of(scope: Scope) -> str:
