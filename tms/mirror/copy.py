@@ -7,8 +7,9 @@ The directory holds two files, and a third while a sync is under way:
   says the export places it: `GET /c/<slug>/others`, `tms.rules.export_order`), so that
   `tms verify-export copy.jsonl --checkpoint state.json --key ...` checks it like an export;
 - `state.json`: the last checkpoint the copy was verified against (its note, cosignatures
-  included, size and root), the relay and log key it came from, and how many bytes of
-  `copy.jsonl` that checkpoint covers;
+  included, size and root), the relay and log key it came from, how many bytes of
+  `copy.jsonl` that checkpoint covers, their SHA-256 and the log's tree at that size (so a
+  copy opens without hashing its entries again, and any byte changed in it is caught);
 - `pending.jsonl`: the events fetched and checked (id and signature) that no checkpoint covers
   yet, appended as they come, so that a mirror stopped during a long first sync resumes from
   what it had fetched, not from nothing. Never part of the copy: each line is checked again
