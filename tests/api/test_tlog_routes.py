@@ -177,3 +177,20 @@ async def test_the_server_builds_the_logs_of_older_collections_at_start_up(
             await anyio.sleep(0.05)
     notes = await ledger.pool.fetch("SELECT note FROM tlog_checkpoints ORDER BY collection")
     assert [open_checkpoint(r["note"], LOG_SIGNER.verifier()).size for r in notes] == [1, 1, 1]
+
+
+async def test_others_states_the_exports_places(client: httpx.AsyncClient, world: World) -> None:
+    """`GET /c/<slug>/others` lists what the export's checkpoint line lists, from `held`: the
+    profile and terms lines and the entry each follows (issue 33, item 4)."""
+    export = await get(client, world.member, "/c/mcas/export.jsonl?checkpoint=1")
+    listed = json.loads(export.text.splitlines()[-1])["others"]
+    placed = (await get(client, world.member, "/c/mcas/others?held=0&size=300")).json()
+    assert placed == {"others": listed} and listed
+    later = (await get(client, world.member, "/c/mcas/others?held=300&size=300")).json()
+    assert later == {"others": [p for p in listed if p[1] == world.ids[-1]]}
+    for query in ["", "?held=1", "?held=x&size=1", "?held=2&size=1", "?held=-1&size=3"]:
+        bad = await get(client, world.member, f"/c/mcas/others{query}")
+        assert bad.status_code == 400, query
+        assert bad.json()["error"]
+    closed = await get(client, world.outsider, "/c/mcas/others?held=0&size=1")
+    assert closed.status_code == 404

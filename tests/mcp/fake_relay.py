@@ -64,6 +64,7 @@ class FakeRelay:
                 Route("/log-key", self.log_key),
                 Route(f"/c/{SLUG}/checkpoint", self.checkpoint),
                 Route(f"/c/{SLUG}/tile/{{tile:path}}", self.tile),
+                Route(f"/c/{SLUG}/others", self.others),
                 Route(f"/c/{SLUG}", self.info),
                 WebSocketRoute(f"/c/{SLUG}", self.relay),
             ]
@@ -96,6 +97,10 @@ class FakeRelay:
         size = self.lies.size if self.lies.size is not None else len(self.entries)
         root = root_of(leaf_hash(e) for e in self.entries)
         return PlainTextResponse(self.signer.sign(SLUG, size, root))
+
+    async def others(self, request: Request) -> Response:
+        """Where the export would place profiles and terms: its events are all entries."""
+        return JSONResponse({"others": []})
 
     async def tile(self, request: Request) -> Response:
         tile = parse_tile_path(request.path_params["tile"])

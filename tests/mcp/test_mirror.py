@@ -27,6 +27,7 @@ from factories import (
     evidence,
     fresh_database,
     live_server,
+    members,
     nip98_auth,
     profile,
     settings,
@@ -296,3 +297,65 @@ async def _swap_leaves(database_url: str, a: int, b: int) -> None:
             )
     finally:
         await conn.close()
+
+
+def test_a_copy_changed_by_hand_is_refused_on_opening(live: Live, tmp_path: Path) -> None:
+    """Issue 33: a copy opens from its kept digest and tree, without hashing its entries
+    again; a changed byte of an old line, even one that keeps its id, is still caught."""
+    publish(live, *[claim(OWNER, "kept", f"kept {i}") for i in range(5)])
+    assert mirror(live, tmp_path, OWNER, "kept").returncode == 0
+    path = tmp_path / "copy.jsonl"
+    original = path.read_bytes()
+    lines = original.splitlines(keepends=True)
+    # an old entry's text changed, its id and length kept: no id, size or root differs
+    at = next(n for n, line in enumerate(lines) if b"kept 1" in line)
+    changed = lines[at].replace(b"kept 1", b"kept 9")
+    assert len(changed) == len(lines[at])
+    path.write_bytes(b"".join([*lines[:at], changed, *lines[at + 1 :]]))
+    refused = mirror(live, tmp_path, OWNER, "kept")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "changed by hand" in refused.stderr
+    path.write_bytes(original)
+    again = mirror(live, tmp_path, OWNER, "kept")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert verify(tmp_path).returncode == 0
+
+
+def test_web_users_terms_and_profiles_take_the_exports_places(live: Live, tmp_path: Path) -> None:
+    """Issue 33, item 4: one order, defined once. Profiles and terms stored among entries,
+    signed with clocks that disagree with the order they were stored in, are placed in a copy
+    where the export places them (the server says where: `GET /c/<slug>/others`), so the copy
+    is the export byte for byte, sync after sync, and both verify."""
+    ann, bob = SecretKey.generate(), SecretKey.generate()
+    T = 1_790_000_000
+    publish(live, members(OWNER, "mixed", [ann.pubkey, bob.pubkey], created_at=T))
+    publish(live, claim(OWNER, "mixed", "owner 1", created_at=T + 1))
+    # Ann's terms, then her profile signed earlier by her clock, then her first claim
+    publish(live, terms(ann, created_at=T + 60))
+    publish(live, profile(ann, "ann", created_at=T + 5))
+    publish(live, claim(ann, "mixed", "ann 1", created_at=T + 70))
+    first = mirror(live, tmp_path, OWNER, "mixed")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (tmp_path / "copy.jsonl").read_bytes() == export(live, "mixed")
+    # A profile Ann signs later by her clock, stored before entries signed earlier; Bob's
+    # terms, late by his clock, before the owner's claims and then his own first one
+    publish(live, profile(ann, "ann again", created_at=T + 900))
+    publish(live, claim(OWNER, "mixed", "owner 2", created_at=T + 20))
+    publish(live, terms(bob, created_at=T + 800))
+    publish(live, claim(OWNER, "mixed", "owner 3", created_at=T + 21))
+    publish(live, claim(bob, "mixed", "bob 1", created_at=T + 30))
+    publish(live, claim(ann, "mixed", "ann 2", created_at=T + 1000))
+    publish(live, profile(bob, "bob", created_at=T + 2))  # after his last entry: trailing
+    second = mirror(live, tmp_path, OWNER, "mixed")
+    assert second.returncode == 0, second.stdout + second.stderr
+    copied = (tmp_path / "copy.jsonl").read_bytes()
+    assert copied == export(live, "mixed")
+    publish(live, claim(OWNER, "mixed", "owner 4", created_at=T + 22))
+    third = mirror(live, tmp_path, OWNER, "mixed")
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert (tmp_path / "copy.jsonl").read_bytes() == export(live, "mixed")
+    assert verify(tmp_path).returncode == 0
+    exported = tmp_path / "export.jsonl"
+    exported.write_bytes(export(live, "mixed", checkpoint=True))
+    checked = verify(tmp_path, file=exported)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -219,3 +219,15 @@ def test_insertion_points_keep_a_sorted_list_sorted(
     merged = [(int(t), merged_ids[k].tobytes()) for k, t in enumerate(merged_ts.tolist())]
     assert merged == sorted(base + added)
     assert item_order(merged_ts, merged_ids) is None
+
+
+def test_items_of_hex_columns_are_the_items_of_their_pairs() -> None:
+    """A mirror builds its items from two columns (`Items.of_hex`): the same set as pairs."""
+    ids = [os.urandom(32) for _ in range(300)]
+    stamps = [1_700_000_000 + (n * 7919) % 50 for n in range(300)]
+    columns = Items.of_hex(stamps, [i.hex() for i in ids])
+    pairs = Items.of(zip(stamps, ids, strict=True))
+    assert np.array_equal(columns.timestamps, pairs.timestamps)
+    assert np.array_equal(columns.ids, pairs.ids)
+    with pytest.raises(ValueError):
+        Items.of_hex([1], ["ab"])

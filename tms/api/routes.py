@@ -130,6 +130,23 @@ async def consistency(request: Request) -> Response:
     return JSONResponse(proof, headers=PRIVATE)
 
 
+async def others(request: Request) -> Response:
+    """`?held=K&size=N`: the profile and terms lines the export places after the log's first K
+    entries and before its entry N + 1 (or after its last), each with the entry it follows, in
+    the export's order (`Exporter.places`): `{"others": [["<id>", "<id>" | null], ...]}`, as
+    the export's checkpoint line lists them. A mirror holding K entries and verifying a
+    checkpoint of N places them so, and its copy is the export byte for byte."""
+    readable = await readable_by_caller(request)
+    sizes = [request.query_params.get(name) for name in ("held", "size")]
+    if not all(text is not None and _size(text) for text in sizes):
+        raise Refused(400, "held and size must be tree sizes: ?held=K&size=N")
+    held, size = (int(text) for text in sizes if text is not None)
+    if held > size:
+        raise Refused(400, "held must be at most size")
+    placed = await runtime_of(request).exporter.places(readable, held, size)
+    return JSONResponse({"others": [list(pair) for pair in placed]}, headers=PRIVATE)
+
+
 async def tile(request: Request) -> Response:
     """One tile or entry bundle of the collection's log (C2SP tlog-tiles), or 404 while the
     log does not hold it; the same 404 for any path that names no tile."""
@@ -243,7 +260,11 @@ GET: Final = ["GET"]
 HEALTH: Final = [Route("/healthz", healthz, methods=GET, name="health")]
 TERMS: Final = [Route("/terms", terms, methods=GET, name="terms")]
 # `path`, so that a slug with a slash in it gets the same 404 as any other bad slug
-EXPORT: Final = [Route("/c/{slug:path}/export.jsonl", export, methods=GET, name="export")]
+# and where it places profiles and terms, which `tms mirror` reads each sync
+EXPORT: Final = [
+    Route("/c/{slug:path}/export.jsonl", export, methods=GET, name="export"),
+    Route("/c/{slug:path}/others", others, methods=GET, name="export others"),
+]
 # each collection's transparency log
 LOG: Final = [
     Route("/log-key", log_key, methods=GET, name="log key"),
@@ -256,5 +277,5 @@ LOG: Final = [
 # of a slug no collection has.
 ANSWERS_BEFORE: Final = {
     name: ("log tile", "claim", "evidence")
-    for name in ("export", "log checkpoint", "log consistency")
+    for name in ("export", "export others", "log checkpoint", "log consistency")
 }

@@ -2,8 +2,9 @@
 middleware outside everything else, so that it sees the status the client gets: the rate
 limiter's 429s, the 503s of a database that is down, the bare 500s.
 
-A door is where on the site a request went: `mcp`, `export`, `log` (the transparency log's key,
-checkpoints, proofs and tiles), `relay` (a WebSocket handshake), `ops` (`/healthz`, `/metrics`),
+A door is where on the site a request went: `mcp`, `export` (and `/c/<slug>/others`, where it
+places profiles and terms), `log` (the transparency log's key, checkpoints, proofs and tiles),
+`relay` (a WebSocket handshake), `ops` (`/healthz`, `/metrics`),
 `static`, and `pages` for the rest. A request whose client leaves before any answer is `gone`.
 The door is the route table's (`tms.http.routes`), for the route that answers the request, so
 whatever a client sends costs one label.

@@ -3,12 +3,13 @@
 The directory holds two files, and a third while a sync is under way:
 
 - `copy.jsonl`: the collection's events exactly as signed, one JSON line each, in the export's
-  format and order (its log entries in log order; each author's profile and terms before the
-  author's first entry, and later ones before the entry they precede in time), so that
+  format and order (its log entries in log order; each profile and terms line where the server
+  says the export places it: `GET /c/<slug>/others`, `tms.rules.export_order`), so that
   `tms verify-export copy.jsonl --checkpoint state.json --key ...` checks it like an export;
 - `state.json`: the last checkpoint the copy was verified against (its note, cosignatures
-  included, size and root), the relay and log key it came from, and how many bytes of
-  `copy.jsonl` that checkpoint covers;
+  included, size and root), the relay and log key it came from, how many bytes of
+  `copy.jsonl` that checkpoint covers, their SHA-256 and the log's tree at that size (so a
+  copy opens without hashing its entries again, and any byte changed in it is caught);
 - `pending.jsonl`: the events fetched and checked (id and signature) that no checkpoint covers
   yet, appended as they come, so that a mirror stopped during a long first sync resumes from
   what it had fetched, not from nothing. Never part of the copy: each line is checked again
@@ -24,8 +25,10 @@ rewritten. A check that fails changes nothing at all.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +43,13 @@ from tms.tlog.note import Checkpoint
 COPY: Final = "copy.jsonl"
 STATE: Final = "state.json"
 PENDING: Final = "pending.jsonl"
+# How this side writes a line (`Event.to_json`): its fields in NIP-01's order, compact. Opening a
+# copy reads only this head of each line (what it needs: id, time, kind), not the whole
+# JSON; a line that does not start so is read as JSON.
+_HEAD: Final = re.compile(
+    rb'\{"id":"([0-9a-f]{64})","pubkey":"([0-9a-f]{64})","created_at":([0-9]{1,15}),'
+    rb'"kind":([0-9]{1,10}),"tags":'
+)
 
 
 class MirrorMismatch(LogError):
@@ -56,6 +66,11 @@ class State:
     note: str  # the checkpoint as kept: the log's signature and the witnesses'
     bytes: int  # of copy.jsonl this checkpoint covers
     written: tuple[str, ...] = ()  # ids of the profile and terms lines already in the copy
+    # SHA-256 of those `bytes` of copy.jsonl: any changed byte of the copy is caught on opening
+    # it, and the log's tree is not hashed again (`frontier`). Empty in a copy an older release
+    # kept: its entries are hashed again, as they were then.
+    digest: str = ""
+    frontier: tuple[str, ...] = ()  # the log's tree at `size` (`CompactRange.hashes`), hex
 
 
 class Copy:
@@ -67,9 +82,9 @@ class Copy:
         self.entries: list[str] = []  # log entries in the copy, in log order
         self.events: dict[str, str] = {}  # id -> its line, for every event in the copy
         self.tree = CompactRange()
-        self.authors: set[str] = set()  # keys with an entry in the copy
         self.stamps: dict[str, int] = {}  # id -> created_at, for every event in the copy
         self.pending: dict[str, Event] = {}  # fetched and checked, not yet covered by the log
+        self.digest = hashlib.sha256()  # of copy.jsonl so far (`State.digest`)
 
     @classmethod
     def open(cls, directory: Path) -> Copy:
@@ -86,7 +101,8 @@ class Copy:
             return
         try:
             raw = json.loads(state_path.read_text("utf-8"))
-            state = State(**{**raw, "written": tuple(raw.get("written", ()))})
+            tuples = {k: tuple(raw.get(k, ())) for k in ("written", "frontier")}
+            state = State(**{**raw, **tuples})
         except (OSError, ValueError, TypeError) as exc:
             raise LogError(f"{state_path} cannot be read: {exc}") from None
         copy.state = state
@@ -96,27 +112,33 @@ class Copy:
         with open(path, "r+b") as file:
             file.truncate(state.bytes)  # an append a kill cut short is not part of the copy
             file.seek(0)
-            # Each line as JSON, not as a checked event: this side wrote it after checking it,
-            # and the root below catches a changed entry; a second run over a large copy
-            # starts in a fraction of the time (tms verify-export checks every line whole).
-            for number, raw_line in enumerate(file, 1):
-                line = raw_line.rstrip(b"\n").decode("utf-8", errors="replace")
-                try:
-                    fields = json.loads(line)
-                    event_id, stamp, kind = fields["id"], fields["created_at"], fields["kind"]
-                    pubkey = fields["pubkey"]
-                    leaf = leaf_hash(bytes.fromhex(event_id))
-                except (ValueError, TypeError, KeyError):
-                    raise MirrorMismatch(
-                        f"{path}, line {number}, is not an event: the copy was changed by hand"
-                    ) from None
-                copy.events[event_id] = line
-                copy.stamps[event_id] = stamp
-                if kind not in unscoped:
-                    copy.entries.append(event_id)
-                    copy.authors.add(pubkey)
-                    leaves.append(leaf)
-        copy.tree.append(leaves)
+            data = file.read()
+        copy.digest.update(data)
+        if state.digest and copy.digest.hexdigest() != state.digest:
+            raise MirrorMismatch(
+                f"{path} is not the copy {state_path} describes (its SHA-256 differs): the "
+                "copy was changed by hand"
+            )
+        # Each line's head (id, time, kind), not a checked event: this side wrote it
+        # after checking it, and the digest above (or, in a copy kept without one, the root
+        # below) catches a changed line; a second run over a large copy starts in a fraction
+        # of the time (tms verify-export checks every line whole).
+        for number, raw_line in enumerate(data.splitlines(), 1):
+            head = _HEAD.match(raw_line)
+            if head is not None:
+                event_id, stamp, kind = head[1].decode(), int(head[3]), int(head[4])
+            else:
+                event_id, stamp, kind = _fields(raw_line, path, number)
+            copy.events[event_id] = raw_line.decode("utf-8", errors="replace")
+            copy.stamps[event_id] = stamp
+            if kind not in unscoped:
+                copy.entries.append(event_id)
+                if not state.digest:
+                    leaves.append(leaf_hash(bytes.fromhex(event_id)))
+        if state.digest:
+            copy.tree = CompactRange(len(copy.entries), [bytes.fromhex(h) for h in state.frontier])
+        else:
+            copy.tree.append(leaves)
         if len(copy.entries) != state.size or copy.tree.root().hex() != state.root:
             raise MirrorMismatch(
                 f"{path} does not hash to the checkpoint {state_path} keeps "
@@ -175,13 +197,15 @@ class Copy:
         note: str,
         entries: Sequence[str],
         events: Mapping[str, Event],
+        places: Sequence[tuple[str, str | None]],
         *,
         relay: str,
         collection: str,
         log_key: str,
     ) -> int:
         """Verify the log's `entries` (all of them, in log order, as the log's tiles give them)
-        against the copy and `checkpoint`, then append what is new and keep the checkpoint.
+        against the copy and `checkpoint`, then append what is new, with the profile and terms
+        lines where `places` puts them (`_new_lines`), and keep the checkpoint.
         Raises `MirrorMismatch`, naming what differs, before anything is written. Returns how
         many entries were added."""
         held = len(self.entries)
@@ -214,15 +238,18 @@ class Copy:
                 f"{len(missing)} entries of the log were not served as events (the first: "
                 f"{missing[0]}): the relay hides events its log holds"
             )
-        lines = self._new_lines(entries[held:], events)
+        lines = self._new_lines(entries[held:], events, places)
         path = self.directory / COPY
         start = self.state.bytes if self.state is not None else 0
+        data = "".join(f"{line}\n" for _, line in lines).encode("utf-8")
+        digest = self.digest.copy()
+        digest.update(data)
         with open(path, "ab") as file:
             file.truncate(start)
-            data = "".join(f"{line}\n" for _, line in lines).encode("utf-8")
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
+        self.digest = digest
         for event_id, line in lines:
             self.events[event_id] = line
             self.stamps[event_id] = events[event_id].created_at
@@ -241,6 +268,8 @@ class Copy:
                 note,
                 start + len(data),
                 written,
+                digest.hexdigest(),
+                tuple(h.hex() for h in tree.hashes),
             )
         )
         self._settle()
@@ -263,27 +292,42 @@ class Copy:
         os.replace(temporary, path)
 
     def _new_lines(
-        self, new_entries: Iterable[str], events: Mapping[str, Event]
+        self,
+        new_entries: Sequence[str],
+        events: Mapping[str, Event],
+        places: Sequence[tuple[str, str | None]],
     ) -> list[tuple[str, str]]:
-        """The new entries' lines, in log order, each author's profile and terms not yet in
-        the copy placed before the entry they precede (or before the author's first)."""
-        waiting = sorted(
-            (e for e in events.values() if e.kind in unscoped_kinds() and e.id not in self.events),
-            key=lambda e: (e.created_at, e.id),
-        )
-        by_author: dict[str, list[Event]] = {}
-        for other in waiting:
-            by_author.setdefault(other.pubkey, []).append(other)
-        out: list[tuple[str, str]] = []
+        """The new entries' lines in log order, and the profile and terms lines where the
+        server places them (`GET /c/<slug>/others`: the export's own order, as
+        `tms.rules.export_order` defines it), each after the entry it names (None: the log's
+        start); those already in the copy stay where they are. A place outside what this sync
+        appends, or a line the relay did not serve as a profile or terms, is refused."""
+        unscoped = unscoped_kinds()
+        last = self.entries[-1] if self.entries else None
+        open_gaps = {last, *new_entries}
+        gaps: dict[str | None, list[str]] = {}
+        placed: set[str] = set()
+        for other_id, after in places:
+            if after not in open_gaps:
+                raise MirrorMismatch(
+                    f"the server places the profile or terms line {other_id} after "
+                    f"{after or 'the log start'}, not among the entries this sync appends: "
+                    "the copy cannot hold it where the export does"
+                )
+            if other_id in self.events or other_id in placed:
+                continue
+            event = events.get(other_id)
+            if event is None or event.kind not in unscoped:
+                raise MirrorMismatch(
+                    f"the server places {other_id} as a profile or terms line, but the relay "
+                    "did not serve it as one"
+                )
+            placed.add(other_id)
+            gaps.setdefault(after, []).append(other_id)
+        out = [(i, events[i].to_json()) for i in gaps.get(last, ())]
         for event_id in new_entries:
-            entry = events[event_id]
-            mine = by_author.get(entry.pubkey, [])
-            first = entry.pubkey not in self.authors
-            while mine and (first or mine[0].created_at <= entry.created_at):
-                other = mine.pop(0)
-                out.append((other.id, other.to_json()))
-            self.authors.add(entry.pubkey)
-            out.append((event_id, entry.to_json()))
+            out.append((event_id, events[event_id].to_json()))
+            out += [(i, events[i].to_json()) for i in gaps.get(event_id, ())]
         return out
 
     def _keep(self, state: State) -> None:
@@ -291,6 +335,7 @@ class Copy:
         temporary = path.with_suffix(".json.new")
         data: dict[str, Any] = asdict(state)
         data["written"] = list(state.written)
+        data["frontier"] = list(state.frontier)
         with open(temporary, "w", encoding="utf-8") as file:
             file.write(json.dumps(data) + "\n")  # one line: `read_kept` reads a file's last
             file.flush()
@@ -302,3 +347,20 @@ class Copy:
         finally:
             os.close(directory)
         self.state = state
+
+
+def _fields(raw: bytes, path: Path, number: int) -> tuple[str, int, int]:
+    """A line's id, time and kind, read as JSON (a line this side did not write in
+    its own form): a line that is no event means the copy was changed by hand."""
+    try:
+        fields = json.loads(raw)
+        event_id, pubkey = fields["id"], fields["pubkey"]
+        stamp, kind = fields["created_at"], fields["kind"]
+        bytes.fromhex(event_id)
+        if not (isinstance(stamp, int) and isinstance(kind, int) and isinstance(pubkey, str)):
+            raise TypeError
+    except (ValueError, TypeError, KeyError):
+        raise MirrorMismatch(
+            f"{path}, line {number}, is not an event: the copy was changed by hand"
+        ) from None
+    return event_id, stamp, kind

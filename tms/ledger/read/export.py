@@ -17,10 +17,10 @@ import asyncpg
 from tms.errors import LogError
 from tms.ledger.access import ReadableCollection
 from tms.nostr.events import Event
-from tms.rules.publish import newer
+from tms.rules.export_order import Membership, is_prelude, place
 from tms.store.database import Connection, Pool
 from tms.tlog.export_lines import checkpoint_line
-from tms.types import KIND_MEMBERS, UNSCOPED, EventId, PubKey, Slug
+from tms.types import KIND_MEMBERS, UNSCOPED, EventId, Slug
 
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
 
@@ -36,6 +36,23 @@ _SQL_CHECKPOINT: Final = """
 _SQL_COSIGNATURES: Final = """
     SELECT line FROM tlog_cosignatures WHERE collection = $1 AND size = $2 ORDER BY witness"""
 _SQL_ENTRIES: Final = "SELECT event_id FROM tlog_leaves WHERE collection = $1 ORDER BY idx"
+_SQL_OWNER: Final = "SELECT owner FROM collections WHERE slug = $1"
+_SQL_FIRSTS: Final = (
+    "SELECT pubkey, min(seq) AS first FROM events WHERE collection = $1 GROUP BY pubkey"
+)
+# The places of the profile and terms lines (`places`): read without their bodies.
+_SQL_UNSCOPED_PLACES: Final = f"""
+    SELECT seq, id, pubkey FROM events
+    WHERE collection = '{UNSCOPED}' AND pubkey = ANY($1::text[]) ORDER BY seq"""
+_SQL_ENTRY_SEQ: Final = """
+    SELECT e.seq FROM tlog_leaves l JOIN events e ON e.collection = l.collection
+        AND e.id = encode(l.event_id, 'hex')
+    WHERE l.collection = $1 AND l.idx = $2"""
+_SQL_ENTRY_BEFORE: Final = """
+    SELECT id FROM events WHERE collection = $1 AND seq < $2 ORDER BY seq DESC LIMIT 1"""
+_SQL_MEMBER_LISTS: Final = f"""
+    SELECT seq, id, created_at, kind, content FROM events
+    WHERE collection = $1 AND kind = {KIND_MEMBERS} ORDER BY seq"""
 
 
 class Exporter:
@@ -84,42 +101,39 @@ class Exporter:
                 raise LogError(f"collection '{slug}' has no signed checkpoint yet")
             others: list[tuple[EventId, EventId | None]] = []  # with the entry before each
             entry: EventId | None = None
-            owner = await conn.fetchval("SELECT owner FROM collections WHERE slug = $1", slug)
-            firsts = {
-                r["pubkey"]: r["first"]
-                for r in await conn.fetch(
-                    "SELECT pubkey, min(seq) AS first FROM events WHERE collection = $1 "
-                    "GROUP BY pubkey",
-                    slug,
+            owner = await conn.fetchval(_SQL_OWNER, slug)
+            firsts = {r["pubkey"]: r["first"] for r in await conn.fetch(_SQL_FIRSTS, slug)}
+            # the profile and terms lines, in the order they take among the entries
+            # (`tms.rules.export_order`)
+            placed = deque(
+                sorted(
+                    await conn.fetch(_SQL_EXPORT_UNSCOPED, list(firsts)),
+                    key=lambda r: place(r["seq"], firsts[r["pubkey"]]),
                 )
-            }
-            prelude: dict[PubKey, list[asyncpg.Record]] = {}
-            later: deque[asyncpg.Record] = deque()
-            for row in await conn.fetch(_SQL_EXPORT_UNSCOPED, list(firsts)):
-                if row["seq"] < firsts[row["pubkey"]]:
-                    prelude.setdefault(row["pubkey"], []).append(row)
-                else:
-                    later.append(row)
-            members = _Membership(owner)
+            )
+            members = Membership(owner)
             cursor = conn.cursor(_SQL_EXPORT, slug, prefetch=EXPORT_BATCH)
             written = 0  # entries so far
             async for row in cursor:
                 if upto is not None and written == upto[0]:
                     break
                 written += 1
-                while later and later[0]["seq"] < row["seq"]:
-                    if members.includes(later[0]["pubkey"]):
-                        others.append((later[0]["id"], entry))
-                        yield _line(later[0])
-                    later.popleft()
-                for early in prelude.pop(row["pubkey"], ()):
-                    others.append((early["id"], entry))
-                    yield _line(early)
+                while (
+                    placed
+                    and place(placed[0]["seq"], firsts[placed[0]["pubkey"]])[0] <= (row["seq"])
+                ):
+                    other = placed.popleft()
+                    if is_prelude(other["seq"], firsts[other["pubkey"]]) or members.includes(
+                        other["pubkey"]
+                    ):
+                        others.append((other["id"], entry))
+                        yield _line(other)
                 members.apply(row)
                 entry = row["id"]
                 yield _line(row)
-            for row in later if upto is None or written < upto[0] else ():
-                if members.includes(row["pubkey"]):
+            for row in placed if upto is None or written < upto[0] else ():
+                prelude = is_prelude(row["seq"], firsts[row["pubkey"]])
+                if not prelude and members.includes(row["pubkey"]):
                     others.append((row["id"], entry))
                     yield _line(row)
             if signed is not None:
@@ -137,6 +151,42 @@ class Exporter:
                     note += "".join(f"{r['line']}\n" for r in lines)
                 yield checkpoint_line(note, entries, others)
 
+    async def places(
+        self, readable: ReadableCollection, held: int, size: int
+    ) -> list[tuple[EventId, EventId | None]]:
+        """The profile and terms lines the export places after the log's first `held` entries
+        and before its entry `size + 1` (or after its last), each with the entry it follows
+        (None: the first), in the export's order, as its checkpoint line's `others` lists
+        them: what a mirror holding `held` entries and verifying a checkpoint of `size` writes
+        among the entries it appends (`GET /c/<slug>/others`). A few indexed reads, the keys'
+        first entries aside: no event's body is read."""
+        slug = readable.slug
+        async with (
+            self.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read"),
+        ):
+            low = await conn.fetchval(_SQL_ENTRY_SEQ, slug, held - 1) if held > 0 else None
+            if held > 0 and low is None:
+                raise LogError(f"the log of '{slug}' holds fewer than {held} entries")
+            high = await conn.fetchval(_SQL_ENTRY_SEQ, slug, size)  # None: no entry past it
+            owner = await conn.fetchval(_SQL_OWNER, slug)
+            firsts = {r["pubkey"]: r["first"] for r in await conn.fetch(_SQL_FIRSTS, slug)}
+            wanted = []
+            for row in await conn.fetch(_SQL_UNSCOPED_PLACES, list(firsts)):
+                key = place(row["seq"], firsts[row["pubkey"]])
+                if (low is None or key[0] > low) and (high is None or key[0] < high):
+                    wanted.append((key, row))
+            wanted.sort(key=lambda pair: pair[0])
+            lists = await conn.fetch(_SQL_MEMBER_LISTS, slug) if wanted else []
+            members = Membership(owner)
+            out: list[tuple[EventId, EventId | None]] = []
+            for key, row in wanted:
+                while lists and lists[0]["seq"] < key[0]:
+                    members.apply(lists.pop(0))
+                if is_prelude(row["seq"], firsts[row["pubkey"]]) or members.includes(row["pubkey"]):
+                    out.append((row["id"], await conn.fetchval(_SQL_ENTRY_BEFORE, slug, key[0])))
+            return out
+
 
 async def _entries(conn: Connection, slug: Slug) -> list[EventId]:
     """The log's entries in order, read from the log itself (not from the events just
@@ -145,25 +195,6 @@ async def _entries(conn: Connection, slug: Slug) -> list[EventId]:
         row["event_id"].hex()
         async for row in conn.cursor(_SQL_ENTRIES, slug, prefetch=EXPORT_BATCH * 20)
     ]
-
-
-class _Membership:
-    """Who belongs to one collection as its events stream by, by the replaceable rule."""
-
-    def __init__(self, owner: PubKey | None) -> None:
-        self.owner = owner
-        self.members: set[PubKey] = set()
-        self.head: tuple[int, EventId] | None = None
-
-    def apply(self, row: asyncpg.Record) -> None:
-        key = (row["created_at"], row["id"])
-        if row["kind"] != KIND_MEMBERS or (self.head is not None and not newer(key, self.head)):
-            return
-        self.head = key
-        self.members = set(json.loads(row["content"])["members"])
-
-    def includes(self, pubkey: PubKey) -> bool:
-        return pubkey == self.owner or pubkey in self.members
 
 
 def _line(row: asyncpg.Record) -> str:
