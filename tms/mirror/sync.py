@@ -229,7 +229,8 @@ class Mirror:
                 http, self.target.base, self.target.slug, self.key, verifier
             )
             lacking = {i.hex() for i in have}
-            report.pushed = await relay.publish(push.plan(self.copy, self.pending, lacking, target))
+            events = push.plan(self.copy, self.pending, lacking, target)
+            report.pushed = await push.publish_in_order(http, self.target.base, events)
         note = (await self._get(http, f"/c/{self.target.slug}/checkpoint", "checkpoint")).decode(
             "utf-8", errors="replace"
         )
@@ -588,15 +589,6 @@ class _Relay:
         for sub in sorted(used):
             await self.send(["CLOSE", sub])
         return events
-
-    async def publish(self, events: list[Event]) -> int:
-        """The events in order, each once the one before it is stored (`tms.mirror.push`)."""
-        return await push.send_in_order(events, self.send, self._ok)
-
-    async def _ok(self, event_id: str) -> tuple[bool, str]:
-        self.progress()  # just sent: the relay has its time to answer, whatever waits came before
-        answer = await self._until(lambda m: m[0] == "OK" and len(m) > 2 and m[1] == event_id)
-        return answer[2] is True, str(answer[3]) if len(answer) > 3 else ""
 
     async def follow(self) -> None:
         await self.send(["REQ", LIVE_ID, {"limit": 0}])
