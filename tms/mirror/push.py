@@ -185,8 +185,9 @@ async def _batch(
     sleep: Callable[[float], Awaitable[None]],
 ) -> None:
     """One batch stored whole, waiting out rate limits; at a refusal, the events before the
-    refused one stored (as batches of their own) and `PushRefused` naming it. `before`: events
-    of the push stored before this batch."""
+    refused one stored (as batches of their own) and `PushRefused` naming it (the one alone
+    stored after all: the rest goes on). `before`: events of the push stored before this
+    batch."""
     for _ in range(MOST_WAITS):
         stored, said, wait = await _publish(http, url, batch)
         if stored:
@@ -200,17 +201,18 @@ async def _batch(
             f"events from {before + 1} of {total}: {said}. The push stopped there ({before} "
             "stored before it): run it again later"
         )
-    if len(batch) > 1:
+    if len(batch) > 1:  # all or nothing: none of it was stored
         found = LOCATED.search(said)
         at = int(found.group(1)) if found else -1
-        if 0 <= at < len(batch):  # the events before it first: all or nothing, they were not
-            if at:
-                await _batch(http, url, batch[:at], before, total, sleep)
-            await _batch(http, url, batch[at : at + 1], before + at, total, sleep)
-        else:  # unnamed: one at a time, each stored until the one refused
-            for n, event in enumerate(batch):
-                await _batch(http, url, [event], before + n, total, sleep)
-        raise PushRefused(f"the server refused a batch it then stored event by event: {said}")
+        if 0 <= at < len(batch):  # the events before the one named, it alone, the rest
+            parts = [batch[:at], batch[at : at + 1], batch[at + 1 :]]
+        else:  # unnamed: one at a time, until the one refused
+            parts = [[event] for event in batch]
+        for part in parts:
+            if part:
+                await _batch(http, url, part, before, total, sleep)
+                before += len(part)
+        return
     event = batch[0]
     raise PushRefused(
         f"the server refused event {event.id} (kind {event.kind}, {before + 1} of {total} to "
