@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import tracemalloc
+
 import pytest
 from factories import MEMBER, OWNER, claim, profile, sign
 from hypothesis import given, settings
@@ -14,8 +18,12 @@ from tms.nostr.filters import (
     MAX_VALUES,
     VALUE_OVERHEAD,
     FilterError,
+    id_pages,
     parse_filter,
 )
+from tms.relay.limits import MAX_MESSAGE_BYTES, OUTBOX_BYTES
+from tms.relay.messages import ReqMessage, parse
+from tms.relay.reading import Sent
 
 
 def event_of(wire: dict[str, object]) -> Event:
@@ -88,6 +96,46 @@ def test_ids_have_a_cap_of_their_own_and_may_ask_for_as_many_as_they_name() -> N
         parse_filter({"ids": ids[:6007], "limit": 6008}, max_limit=1000)
     with pytest.raises(FilterError, match="limit 1001 is more"):
         parse_filter({"kinds": [4702], "limit": 1001}, max_limit=1000)
+
+
+def test_a_message_of_ids_is_held_compactly_within_a_connections_budget() -> None:
+    """Issue 33: NDK catching up a member more than 20,000 events behind sends them all in one
+    filter, which met `at most 20,000 per filter`. A REQ of as many ids as a relay message
+    holds (200,000: 13.4 MB of JSON) is taken, and its filter holds 32 bytes an id, within a
+    connection's 8 MiB budget (as strings in a set: about 30 MB); it is read 100 ids at a time,
+    in order, matched like any filter; the ids of what its answer sent are packed alike."""
+    ids = [hashlib.sha256(str(n).encode()).hexdigest() for n in range(MAX_IDS)]
+    text = json.dumps(["REQ", "catchup", {"ids": ids}])
+    assert len(text) < MAX_MESSAGE_BYTES
+    tracemalloc.start()
+    try:
+        message = parse(text)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(message, ReqMessage)
+    (wanted,) = message.filters
+    assert wanted.ids is not None and len(wanted.ids) == MAX_IDS
+    assert held < 7 * 1024 * 1024, f"{held:,} bytes held"
+    assert wanted.size < OUTBOX_BYTES
+    assert ids[123] in wanted.ids and "f" * 64 not in wanted.ids and 7 not in wanted.ids
+    pages = id_pages(wanted.ids, 100)
+    first, second = next(pages), next(pages)
+    ordered = sorted(ids)
+    assert first == frozenset(ordered[:100]) and second == frozenset(ordered[100:200])
+    assert sum(len(page) for page in pages) == MAX_IDS - 200
+    said = event_of(claim(MEMBER, "rel", "A claim.", created_at=1_000))
+    assert not wanted.matches(said)
+    assert parse_filter({"ids": [said.id, *ids[:2000]]}, max_limit=10).matches(said)
+    sent = Sent()
+    for event_id in ordered[:10_000]:
+        sent.add(event_id)
+    assert all(event_id in sent for event_id in ordered[:10_000:97])
+    assert ordered[10_000] not in sent
+    with pytest.raises(FilterError, match="ids must hold 64-character lowercase hex"):
+        parse_filter({"ids": [*ids[:5000], ids[0].upper()]}, max_limit=10)
+    with pytest.raises(FilterError, match="a filter of more than 20,000 ids is answered whole"):
+        parse_filter({"ids": ids[:30_000], "limit": 500}, max_limit=1000)
 
 
 def test_a_filter_is_capped_as_a_whole_not_only_list_by_list() -> None:

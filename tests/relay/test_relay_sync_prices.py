@@ -43,6 +43,7 @@ READS_PER_MINUTE: Final = 100  # each key's read budget on this module's server
 PRICED: Final = key(0x51)  # members of `big` that spend their own read budgets
 FEW: Final = key(0x52)
 WIDE: Final = key(0x53)
+BULK: Final = key(0x54)
 EMPTY: Final = Initiator(Items.of([])).initiate().hex()
 
 
@@ -53,7 +54,7 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
 
     async def seeded(url: str) -> None:
         await seed(url)
-        readers = [MEMBER, PRICED, FEW, WIDE]
+        readers = [MEMBER, PRICED, FEW, WIDE, BULK]
         start = int(time.time()) - 10_000
         claims = [claim(OWNER, "big", f"big claim {n}", created_at=start + n) for n in range(BIG)]
         pool = await open_pool(url, min_size=1, max_size=1)
@@ -146,6 +147,35 @@ async def test_nip11_states_the_limits_and_the_relay_holds_to_them(live: Live) -
         )
         _, end = await client.req("many", *[{"kinds": [4702]}] * (limits["max_filters"] + 1))
         assert end[0] == "CLOSED" and end[2].startswith("invalid: 11 filters; at most 10")
+
+
+async def test_a_req_of_more_ids_than_20000_is_answered_whole_live_and_all(live: Live) -> None:
+    """NDK catching up a member 30,000 events behind sends one filter of 30,000 ids: it once met
+    `CLOSED invalid: ids has 30,000 values; at most 20,000 per filter` (and NDK swallowed it).
+    It is answered whole, each stored one once, then EOSE, and the subscription is live: an id
+    it names stored afterwards arrives. A COUNT, which reads every id at once, and a smaller
+    `limit` still take at most 20,000, in those words."""
+    ids = await big_ids(live)
+    later = claim(OWNER, "big", "stored after the catch-up's EOSE")
+    fake = [f"{n:064x}" for n in range(30_000 - BIG - 1)]
+    wanted = {"ids": [*fake, *ids[:BIG], later["id"]]}
+    async with await reader(live, BULK) as client:
+        started = time.perf_counter()
+        events, end = await client.req("catchup", wanted)
+        took = time.perf_counter() - started
+        assert end == ["EOSE", "catchup"], end
+        assert sorted(e["id"] for e in events) == sorted(ids[:BIG])
+        assert took < 30, f"{took:.1f} s"
+        await publish(live.database_url, [later])
+        arrived = await client.recv()
+        assert arrived[:2] == ["EVENT", "catchup"] and arrived[2]["id"] == later["id"]
+        await client.send(["COUNT", "n", wanted])
+        answer = await client.recv()
+        assert answer[0] == "CLOSED" and answer[2] == (
+            "invalid: ids has 30,000 values; at most 20,000 per filter"
+        )
+        _, end = await client.req("cut", {**wanted, "limit": 500})
+        assert end[0] == "CLOSED" and "answered whole" in end[2], end
 
 
 async def neg_open(client: Client, sub_id: str, wanted: dict[str, Any]) -> list[Any]:

@@ -12,13 +12,20 @@ list that removed her). So a push:
    an empty log: the sync that follows the push checks what was stored against the target's
    log whole, entry by entry;
 2. sends the events the target lacks in the copy's order (profiles and terms, which are no log
-   entries, where the copy has them: before the entry they precede), one at a time, each only
-   once the one before it is acknowledged stored (`OK` true). A relay judges a connection's
-   events in the order sent but refuses each on its own: events sent ahead of an answer would
-   be stored past a refused one (one signer over its rate limit while the next signer is not);
-3. on `rate-limited:` waits as long as the relay says ("try again in N s") and sends the same
-   event again, rather than skipping it; on any other refusal it stops there, naming the event
-   and the relay's words (`PushRefused`): nothing after it was sent.
+   entries, where the copy has them: before the entry they precede) through the batch door,
+   MCP's `publish` (`publish_in_order`): batches of at most `BATCH_EVENTS` events and
+   `BATCH_BYTES` bytes, each all or nothing and stored in its own order, each sent only once the
+   one before it is committed. A relay judges a connection's events in the order sent but
+   refuses each on its own (events sent ahead of an answer would be stored past a refused one),
+   and prices each EVENT as a batch of one: a restore of 20,000 events one EVENT at a time took
+   2,010 s under the default `TMS_RATE_KEY`. A batch costs what any member's `publish` costs,
+   one unit of the address's budget and one of each signer's, so a restore is no cheaper a
+   write path than the one every member already has (docs/operating.md, "Rate limits");
+3. on `rate-limited:` (a 429 with `Retry-After`, or the tool's "rate limited: ... try again in
+   N s") waits as long as the server says and sends the same batch again, rather than skipping
+   it; on any other refusal it stores the events before the one refused (the refusal names its
+   place, `events[N]`; else one event at a time) and stops there, naming the event and the
+   server's words (`PushRefused`): nothing after it was sent.
 
 A push killed at any point thus leaves the target holding a prefix of the copy's order, which
 the next run checks and completes.
@@ -28,10 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Final
+from typing import Final
 
 import httpx
 
@@ -43,15 +51,19 @@ from tms.tlog.merkle import leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint
 
 RATE_LIMITED: Final = "rate-limited:"
+RATE_LIMITED_WORDS: Final = "rate limited:"  # the tool's words (`tms.guard.rates`)
+LOCATED: Final = re.compile(r"events\[(\d+)\]")  # where a refusal places its event in a batch
+BATCH_EVENTS: Final = 1000  # SPEC: events per `publish` batch
+BATCH_BYTES: Final = 8 * 1024 * 1024  # a batch's events, about: well within the 64 MiB body
+BATCH_SECONDS: Final = 300.0  # one batch sent, committed and answered
+MCP_ACCEPT: Final = "application/json, text/event-stream"  # streamable HTTP asks for both
+ANSWER_BYTES: Final = 1024 * 1024  # `publish`'s answer: the ids, skipped ids, checkpoints
 RETRY: Final = re.compile(r"try again in (\d+) s")
 SHORTEST_WAIT: Final = 1.0  # seconds, when the relay names none
 LONGEST_WAIT: Final = 120.0  # a relay asking for longer is waited this long, then asked again
-MOST_WAITS: Final = 50  # rate-limited answers in a row for one event before the push gives up
+MOST_WAITS: Final = 50  # rate-limited answers in a row for one call before the push gives up
 NOTE_BYTES: Final = 64 * 1024  # a checkpoint note, cosignatures included
 TIMEOUT: Final = 30.0
-
-Send = Callable[[list[Any]], Awaitable[None]]
-Answer = Callable[[str], Awaitable[tuple[bool, str]]]  # an event id -> its OK: (stored, message)
 
 
 class NotAPrefix(MirrorMismatch):
@@ -130,31 +142,128 @@ def plan(
     return out + sorted(rest, key=lambda e: (e.created_at, e.id))
 
 
-async def send_in_order(
+async def publish_in_order(
+    http: httpx.AsyncClient,
+    base: str,
     events: list[Event],
-    send: Send,
-    answer: Answer,
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> int:
-    """Each event, once the one before it is stored; how many were (a duplicate is stored)."""
-    for at, event in enumerate(events):
-        waits = 0
-        while True:
-            await send(["EVENT", event.to_dict()])
-            stored, said = await answer(event.id)
-            if stored:
-                break
-            if not said.startswith(RATE_LIMITED) or waits >= MOST_WAITS:
-                raise PushRefused(
-                    f"the relay refused event {event.id} (kind {event.kind}, {at + 1} of "
-                    f"{len(events)} to push): {said}. The push stopped there: nothing after it "
-                    f"was sent ({at} stored before it)"
-                )
-            waits += 1
-            found = RETRY.search(said)
-            await sleep(_seconds(found.group(1) if found else ""))
-    return len(events)
+    """The events in order through `publish` at `base`/mcp, a batch at a time, each batch once
+    the one before it is committed; how many were stored (a duplicate is: `skipped`)."""
+    done = 0
+    for batch in batches(events):
+        await _batch(http, f"{base}/mcp", batch, done, len(events), sleep)
+        done += len(batch)
+    return done
+
+
+def batches(events: list[Event]) -> list[list[Event]]:
+    """The events cut, in order, into batches of at most `BATCH_EVENTS` events and `BATCH_BYTES`
+    bytes (an event larger than that alone)."""
+    out: list[list[Event]] = []
+    batch: list[Event] = []
+    size = 0
+    for event in events:
+        bytes_ = len(event.to_json().encode("utf-8"))
+        if batch and (len(batch) >= BATCH_EVENTS or size + bytes_ > BATCH_BYTES):
+            out.append(batch)
+            batch, size = [], 0
+        batch.append(event)
+        size += bytes_
+    if batch:
+        out.append(batch)
+    return out
+
+
+async def _batch(
+    http: httpx.AsyncClient,
+    url: str,
+    batch: list[Event],
+    before: int,
+    total: int,
+    sleep: Callable[[float], Awaitable[None]],
+) -> None:
+    """One batch stored whole, waiting out rate limits; at a refusal, the events before the
+    refused one stored (as batches of their own) and `PushRefused` naming it (the one alone
+    stored after all: the rest goes on). `before`: events of the push stored before this
+    batch."""
+    for _ in range(MOST_WAITS):
+        stored, said, wait = await _publish(http, url, batch)
+        if stored:
+            return
+        if wait is None:
+            break
+        await sleep(wait)
+    else:
+        raise PushRefused(
+            f"the server stayed rate limited for {MOST_WAITS} tries of a batch of {len(batch)} "
+            f"events from {before + 1} of {total}: {said}. The push stopped there ({before} "
+            "stored before it): run it again later"
+        )
+    if len(batch) > 1:  # all or nothing: none of it was stored
+        found = LOCATED.search(said)
+        at = int(found.group(1)) if found else -1
+        if 0 <= at < len(batch):  # the events before the one named, it alone, the rest
+            parts = [batch[:at], batch[at : at + 1], batch[at + 1 :]]
+        else:  # unnamed: one at a time, until the one refused
+            parts = [[event] for event in batch]
+        for part in parts:
+            if part:
+                await _batch(http, url, part, before, total, sleep)
+                before += len(part)
+        return
+    event = batch[0]
+    raise PushRefused(
+        f"the server refused event {event.id} (kind {event.kind}, {before + 1} of {total} to "
+        f"push): {said}. The push stopped there: nothing after it was sent ({before} stored "
+        "before it)"
+    )
+
+
+async def _publish(
+    http: httpx.AsyncClient, url: str, batch: list[Event]
+) -> tuple[bool, str, float | None]:
+    """One `publish` call: (stored, the server's words, seconds to wait before sending it again
+    when it was rate limited or busy, else None)."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "publish", "arguments": {"events": [e.to_dict() for e in batch]}},
+    }
+    answer = await request(
+        http,
+        "POST",
+        url,
+        max_bytes=ANSWER_BYTES,
+        deadline=BATCH_SECONDS,
+        headers={"Content-Type": "application/json", "Accept": MCP_ACCEPT},
+        content=json.dumps(call, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+    )
+    if answer.status in (429, 503):
+        return False, answer.text[:300], _seconds(answer.headers.get("retry-after", ""))
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        body = None
+    if answer.status != 200 or not isinstance(body, dict):
+        return False, f"POST {url} answered {answer.status}: {answer.text[:300]}", None
+    result = body.get("result")
+    if not isinstance(result, dict):
+        error = body.get("error")
+        said = str(error.get("message")) if isinstance(error, dict) else answer.text[:300]
+        return False, said, None
+    if not result.get("isError"):
+        return True, "", None
+    content = result.get("content")
+    said = ""
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        said = str(content[0].get("text", ""))
+    if said.startswith(RATE_LIMITED_WORDS) or said.startswith(RATE_LIMITED):
+        found = RETRY.search(said)
+        return False, said, _seconds(found.group(1) if found else "")
+    return False, said, None
 
 
 def _seconds(text: str) -> float:

@@ -24,7 +24,6 @@ from typing import Any, Final
 from websockets.asyncio.client import ClientConnection
 
 from tms.errors import TMSError
-from tms.mirror import push
 from tms.mirror.pace import Pace, is_rate_limited
 from tms.nostr.events import Event, SecretKey
 from tms.nostr.negentropy import Initiator, Items, NegentropyError
@@ -303,15 +302,6 @@ class Relay:
         for sub in sorted(used):
             await self.send(["CLOSE", sub])
         return events
-
-    async def publish(self, events: list[Event]) -> int:
-        """The events in order, each once the one before it is stored (`tms.mirror.push`)."""
-        return await push.send_in_order(events, self.send, self._ok)
-
-    async def _ok(self, event_id: str) -> tuple[bool, str]:
-        self.progress()  # just sent: the relay has its time to answer, whatever waits came before
-        answer = await self._until(lambda m: m[0] == "OK" and len(m) > 2 and m[1] == event_id)
-        return answer[2] is True, str(answer[3]) if len(answer) > 3 else ""
 
     async def follow(self) -> None:
         await self.send(["REQ", LIVE_ID, {"limit": 0}])

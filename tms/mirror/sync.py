@@ -5,9 +5,9 @@ One sync:
 1. authenticate (NIP-42) on the collection's relay (`ws[s]://host/c/<slug>`);
 2. reconcile with NIP-77 (this side the Negentropy initiator) over everything the relay serves
    there: the events the copy lacks are fetched by id with `REQ` and each is checked (id and
-   signature); with `push`, the events only the copy holds are published (`EVENT`), as
-   restoring a fresh server from a mirror needs, in the copy's order and only onto a log that
-   is a prefix of the copy's (`tms.mirror.push`);
+   signature); with `push`, the events only the copy holds are published (MCP `publish`, in
+   ordered batches), as restoring a fresh server from a mirror needs, in the copy's order and
+   only onto a log that is a prefix of the copy's (`tms.mirror.push`);
 3. read the log key (the first time: `GET /log-key`, kept from then on; a server whose key
    changed is refused), the checkpoint the server serves (`GET /c/<slug>/checkpoint`, with
    NIP-98), and with a witness policy demand its quorum;
@@ -196,7 +196,8 @@ class Mirror:
                 http, self.target.base, self.target.slug, self.key, verifier
             )
             lacking = {i.hex() for i in have}
-            report.pushed = await relay.publish(push.plan(self.copy, self.pending, lacking, target))
+            events = push.plan(self.copy, self.pending, lacking, target)
+            report.pushed = await push.publish_in_order(http, self.target.base, events)
         note = (await self._get(http, f"/c/{self.target.slug}/checkpoint", "checkpoint")).decode(
             "utf-8", errors="replace"
         )

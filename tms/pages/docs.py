@@ -32,7 +32,7 @@ from tms.http.protocol import MAX_HEAD_BYTES
 from tms.ledger import CLAIM_SORTS, DEFAULT_WINDOW
 from tms.mcp.envelope import MAX_CONTAINERS, MAX_VALUES
 from tms.nostr.events import MAX_DEPTH, MAX_TAG_CHARS, MAX_TAGS
-from tms.nostr.filters import MAX_IDS, MAX_TAG_VALUE_CHARS
+from tms.nostr.filters import MAX_IDS, MAX_LISTED_IDS, MAX_TAG_VALUE_CHARS
 from tms.nostr.filters import MAX_VALUES as FILTER_VALUES
 from tms.nostr.nip42 import MAX_AGE_SECONDS as NIP42_SECONDS
 from tms.nostr.nip98 import MAX_AGE_SECONDS as NIP98_SECONDS
@@ -110,6 +110,7 @@ def limits(settings: Settings) -> dict[str, Any]:
         "relay_default_limit": relay_limits.DEFAULT_LIMIT,
         "relay_values": FILTER_VALUES,
         "relay_ids": MAX_IDS,
+        "relay_listed_ids": MAX_LISTED_IDS,
         "relay_outbox_bytes": relay_limits.OUTBOX_BYTES,
         "relay_behind_seconds": f"{settings.relay_behind_seconds:g}",
         "relay_stall_seconds": f"{relay_limits.STALL_SECONDS:g}",

@@ -4,7 +4,9 @@
 `limitation` states every limit a client needs to send what the relay takes and to pace itself:
 NIP-11's own fields where it has one (`max_message_length`, `max_filters`, `max_limit`, ...),
 and beside them, under names of our own, the ids a filter may name (`max_ids_per_filter`: a sync
-fetches what NIP-77 said it lacks in one filter), NIP-77's bounds, and `rate_limits`: each budget
+fetches what NIP-77 said it lacks in one filter, up to as many as a message holds; and
+`max_listed_ids_per_filter` in a COUNT, a NEG-OPEN, or a REQ with a smaller `limit`, which read
+them all at once), NIP-77's bounds, and `rate_limits`: each budget
 a relay message spends (`address`: every message; `read`: what a key's reads cost, whatever
 address they come from) as `[{"amount", "seconds"}]`, and what each read costs in its units
 (`read_costs`), so that a mirror spends no more than its budget refills.
@@ -26,7 +28,7 @@ from tms.guard.rates import (
     RateLimits,
     seconds_of,
 )
-from tms.nostr.filters import MAX_IDS, MAX_VALUES
+from tms.nostr.filters import MAX_IDS, MAX_LISTED_IDS, MAX_VALUES
 from tms.relay.limits import (
     DEFAULT_LIMIT,
     MAX_FILTERS,
@@ -91,7 +93,8 @@ def document(slug: Slug | None, rates: RateLimits | None = None) -> dict[str, An
             "restricted_writes": True,
             "payment_required": False,
             "created_at_upper_limit": MAX_FUTURE_SECONDS,
-            "max_ids_per_filter": MAX_IDS,
+            "max_ids_per_filter": MAX_IDS,  # a REQ's, answered whole a page at a time
+            "max_listed_ids_per_filter": MAX_LISTED_IDS,  # a COUNT's, a NEG-OPEN's, a `limit`'s
             "max_values_per_filter": MAX_VALUES,  # authors, kinds and tag values together
             "max_neg_sessions": MAX_NEG_SESSIONS,
             "max_neg_records": MAX_NEG_RECORDS,

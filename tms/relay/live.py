@@ -28,7 +28,7 @@ is let go; the connection's other subscriptions go on.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Protocol
 
 from tms import metrics
@@ -114,7 +114,7 @@ class Subscription:
         self.held += size
         budget.take(size)
 
-    def flush(self, sent: set[str]) -> None:
+    def flush(self, sent: Container[str]) -> None:
         """The stored answer is out: send what arrived meanwhile that it did not carry."""
         held = self.buffer or []
         self.drop()

@@ -15,13 +15,13 @@ from typing import Final
 
 from tms.errors import shown
 from tms.nostr.events import is_hex64, loads_bounded
-from tms.nostr.filters import Filter, FilterError, parse_filter
+from tms.nostr.filters import MAX_IDS, MAX_LISTED_IDS, Filter, FilterError, parse_filter
 from tms.relay import neg_messages
 from tms.relay.limits import MAX_FILTERS, MAX_LIMIT, MAX_MESSAGE_BYTES, MAX_SUBID_CHARS
 from tms.relay.neg_messages import NegMessage
 
 MAX_CONTAINERS: Final = 2_000  # arrays and objects in one message: an event has 1,002 at most
-MAX_VALUES: Final = 200_000  # values in one message, about
+MAX_VALUES: Final = MAX_IDS + 1_000  # values in one message, about: a REQ of `MAX_IDS` ids
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
@@ -134,7 +134,8 @@ def _request(verb: str, data: list[object]) -> ReqMessage | CountMessage:
     if len(raw) > MAX_FILTERS:
         raise Refused(sub_id, f"invalid: {len(raw)} filters; at most {MAX_FILTERS} in one {verb}")
     try:
-        filters = tuple(parse_filter(obj, max_limit=MAX_LIMIT) for obj in raw)
+        most = MAX_IDS if verb == "REQ" else MAX_LISTED_IDS  # a COUNT reads them all at once
+        filters = tuple(parse_filter(obj, max_limit=MAX_LIMIT, max_ids=most) for obj in raw)
     except FilterError as exc:
         raise Refused(sub_id, f"invalid: {exc}") from None
     return ReqMessage(sub_id, filters) if verb == "REQ" else CountMessage(sub_id, filters)

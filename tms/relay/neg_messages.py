@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from tms.nostr.filters import Filter, FilterError, parse_filter
+from tms.nostr.filters import MAX_LISTED_IDS, Filter, FilterError, parse_filter
 from tms.relay.limits import MAX_LIMIT, MAX_NEG_MESSAGE_BYTES
 
 VERBS: Final = frozenset({"NEG-OPEN", "NEG-MSG", "NEG-CLOSE"})
@@ -75,7 +75,7 @@ def parse(
                 )
             raw = raw[0]
         try:
-            wanted = parse_filter(raw, max_limit=MAX_LIMIT)
+            wanted = parse_filter(raw, max_limit=MAX_LIMIT, max_ids=MAX_LISTED_IDS)
         except FilterError as exc:
             raise NegRefused(sid, f"invalid: {exc}") from None
         if wanted.search is not None:

@@ -29,8 +29,10 @@ own task: its refusal is the read's `CLOSED` after `blocked:`, and nothing of it
 A filter of ids whose `limit` (if any) covers them all is answered whole, a page of ids at a time
 (`PAGE`), each looked up once by the ids' index, in the ids' order rather than newest first
 (each id is one event at most: a sync's fetch of what NIP-77 said it lacks). Up to `MAX_IDS` ids
-a filter, priced by their pages (`tms.guard.rates.read_cost`) and held within the connection's
-budget like any filter.
+a filter (200,000: as many as a message holds), priced by their pages
+(`tms.guard.rates.read_cost`) and held within the connection's budget like any filter, compactly
+(`tms.nostr.filters.Ids`); the ids of what a stored answer sent are kept compactly too (`Sent`),
+so a REQ of 200,000 ids holds about 13 MB at most, never its rows or their ids as strings.
 
 A reconnecting client that asks `since` its last event gets at most `limit` (`MAX_LIMIT`) per
 filter, newest as stored first, and `since` compares the signer's `created_at`, not the order
@@ -46,7 +48,7 @@ from typing import Any, Final
 
 from tms.errors import Refusal
 from tms.ledger import BIG_BYTES, PAGE, ReadableCollection, Reader, Stored, not_a_reader
-from tms.nostr.filters import Filter
+from tms.nostr.filters import Filter, Ids, id_pages
 from tms.relay import messages
 from tms.relay.budget import size_of
 from tms.relay.limits import DEFAULT_LIMIT, MAX_READS, MAX_SEARCH_RESULTS, MAX_SUBSCRIPTIONS
@@ -138,7 +140,7 @@ class Reading:
         self, message: ReqMessage, scope: Scope, sub: Subscription, live: bool
     ) -> None:
         """The stored answer, then EOSE, then what arrived meanwhile (or CLOSED: not live)."""
-        sent: set[str] = set()
+        sent = Sent()
         try:
             refusal = await self._filtered(scope, message.filters)
             if refusal is not None:  # nothing sent yet: the live events wait for the EOSE
@@ -159,7 +161,7 @@ class Reading:
         else:
             self.outbox.send(messages.closed(message.sub_id, NOT_LIVE))
 
-    async def _stored(self, sub_id: str, scope: Scope, wanted: Filter, sent: set[str]) -> None:
+    async def _stored(self, sub_id: str, scope: Scope, wanted: Filter, sent: Sent) -> None:
         """One filter's stored answer, newest first (search: best first), each event once."""
         if wanted.search is not None:
             found = await self._search(scope, wanted)
@@ -172,11 +174,11 @@ class Reading:
             # Every id asked for (each is at most one event): a page of ids at a time, each
             # looked up once by the ids' index, pages in the ids' order. Paged by `seq` instead,
             # a REQ of 3,000 ids looked all 3,000 up again for each page of 100 it sent.
-            ids = sorted(wanted.ids)
-            for start in range(0, len(ids), PAGE):
+            # Only a page of them as strings at once: up to `MAX_IDS` are held compactly (`Ids`).
+            for page in id_pages(wanted.ids, PAGE):
                 if self.outbox.ending is not None:
                     return
-                some = replace(wanted, ids=frozenset(ids[start : start + PAGE]), limit=None)
+                some = replace(wanted, ids=page, limit=None)
                 await self._page(sub_id, scope, some, None, PAGE, sent)
             return
         left = DEFAULT_LIMIT if wanted.limit is None else wanted.limit
@@ -196,7 +198,7 @@ class Reading:
         wanted: Filter,
         before: int | None,
         size: int,
-        sent: set[str],
+        sent: Sent,
     ) -> list[Any]:
         """One page of a stored answer read and queued, each row once there is room for it;
         its rows, to go on from."""
@@ -217,7 +219,7 @@ class Reading:
         return rows
 
     async def _row(
-        self, sub_id: str, scope: Scope, row: Any, sent: set[str], readable: frozenset[Slug]
+        self, sub_id: str, scope: Scope, row: Any, sent: Sent, readable: frozenset[Slug]
     ) -> None:
         """One stored event, once there is room for it, if the key may still read it then. A
         large content is read only once there is room for its size (the row's), by at most
@@ -235,7 +237,7 @@ class Reading:
             self._queue(sub_id, scope, stored, sent, readable)
 
     def _queue(
-        self, sub_id: str, scope: Scope, stored: Stored, sent: set[str], readable: frozenset[Slug]
+        self, sub_id: str, scope: Scope, stored: Stored, sent: Sent, readable: frozenset[Slug]
     ) -> None:
         filed = UNSCOPED if stored.collection is None else stored.collection
         if self._allowed(filed, scope, readable):  # as it is queued: the gate's say now
@@ -429,6 +431,29 @@ async def refused_by_filter(
         return None
     relay.refusals.record(Refusal.BLOCKED, ROUTE, pubkey, address)
     return f"blocked: {refusal}"
+
+
+class Sent:
+    """The ids of the events a stored answer sent, so that none goes out twice (a later filter,
+    the live events held meanwhile): the latest in a set, packed (`Ids`, 32 bytes each) every
+    `PACK_AT`, so a REQ of 200,000 ids keeps 6.4 MB of them rather than about 30 MB of strings."""
+
+    PACK_AT: Final = 4096
+
+    def __init__(self) -> None:
+        self._fresh: set[str] = set()
+        self._packed: Ids | None = None
+
+    def add(self, event_id: str) -> None:
+        self._fresh.add(event_id)
+        if len(self._fresh) >= self.PACK_AT:
+            packed = self._packed
+            self._packed = Ids.of(self._fresh) if packed is None else packed.merged(self._fresh)
+            self._fresh = set()
+
+    def __contains__(self, event_id: object) -> bool:
+        packed = self._packed
+        return event_id in self._fresh or (packed is not None and event_id in packed)
 
 
 def _slugs(scope: Scope) -> tuple[Slug, ...]:
