@@ -38,6 +38,8 @@ SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_D
 MIN_SECRET_CHARS: Final = 32
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
+MAX_WORKERS: Final = 32  # server processes at most (TMS_WORKERS); `tms.guard.shared` holds 32
+DEFAULT_WORKERS_CAP: Final = 8  # the default is the machine's cores, at most this many
 DEFAULT_RELAY_CONNECTIONS: Final = 4  # the relay's reads' own pool (TMS_RELAY_CONNECTIONS)
 DEFAULT_RELAY_STATEMENT_SECONDS: Final = 10.0  # its statement_timeout (TMS_RELAY_STATEMENT_SECONDS)
 DEFAULT_NEG_WARM: Final = 8  # collections whose NIP-77 lists a server loads at start (TMS_NEG_WARM)
@@ -124,6 +126,7 @@ class Settings:
     relay_behind_seconds: float = 15.0  # TMS_RELAY_BEHIND_SECONDS: a live event unread this long
     max_exports: int = DEFAULT_EXPORTS  # exports streamed at once, per process
     relay_connections: int = DEFAULT_RELAY_CONNECTIONS  # the relay's reads' pool, per process
+    workers: int = 1  # server processes of `tms serve` (TMS_WORKERS; default: the cores, at most 8)
     relay_statement_seconds: float = DEFAULT_RELAY_STATEMENT_SECONDS  # one relay read, at most
     neg_warm: int = DEFAULT_NEG_WARM  # TMS_NEG_WARM: NIP-77 lists loaded at start (0: none)
     export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
@@ -207,6 +210,7 @@ class Settings:
             relay_connections=int(
                 _number(env, "TMS_RELAY_CONNECTIONS", DEFAULT_RELAY_CONNECTIONS, 1, 64, "")
             ),
+            workers=int(_number(env, "TMS_WORKERS", default_workers(), 1, MAX_WORKERS, "")),
             relay_statement_seconds=_number(
                 env,
                 "TMS_RELAY_STATEMENT_SECONDS",
@@ -465,6 +469,16 @@ def _http_reserve(env: Mapping[str, str], max_connections: int) -> int | None:
     if not env.get("TMS_HTTP_RESERVE", "").strip():
         return None
     return int(_number(env, "TMS_HTTP_RESERVE", 1, 1, max_connections // 2, ""))
+
+
+def default_workers() -> int:
+    """`TMS_WORKERS` unset: one server process a core this process may run on, at most
+    `DEFAULT_WORKERS_CAP` (each holds its own database connections, `tms.cli.workers`)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, DEFAULT_WORKERS_CAP))
 
 
 def _number(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 from tms.cli.database import announce, describe, usable_database
 from tms.cli.logs import configure as configure_logging
-from tms.config import Settings
+from tms.config import MAX_WORKERS, Settings
 from tms.errors import ConfigError, TMSError
 from tms.nostr.events import SecretKey
 
@@ -46,6 +46,7 @@ def serve(
     level: str | None = None,
     *,
     new_log_key: bool = False,
+    workers: int | None = None,
 ) -> int:
     """Check everything that can be checked first, so that a failure is one line rather than a
     traceback from inside the server: the settings, the listen address (bound before the
@@ -63,6 +64,10 @@ def serve(
     try:
         # --host and --port are TMS_HOST and TMS_PORT for everything, the log's origin too.
         settings = Settings.from_env().serving(host, port, level=level, new_log_key=new_log_key)
+        if workers is not None:
+            if not 1 <= workers <= MAX_WORKERS:
+                raise ConfigError(f"--workers must be from 1 to {MAX_WORKERS}, got {workers}")
+            settings = dataclasses.replace(settings, workers=workers)
     except TMSError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 1
@@ -95,7 +100,15 @@ def serve(
     limits = _connection_limits(settings)
     quiet_collector()
     log.info("enabled: %s", summary)
-    return _run(app, settings, limits, listener)
+    if settings.workers == 1:
+        return _run(app, settings, limits, listener)
+    from tms.cli.workers import supervise
+
+    def worker(served: Settings) -> int:
+        """One worker: the app built anew in it (its settings may lack the metrics port)."""
+        return _run(create_app(served, extensions=extensions), served, limits, listener)
+
+    return supervise(settings, listener, worker)
 
 
 def _run(

@@ -50,6 +50,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from tms.config import Settings
+from tms.guard import shared
 from tms.guard.clients import Network, is_trusted
 from tms.guard.rates import budget_of
 from tms.http.crowds import Crowds
@@ -116,15 +117,45 @@ class Connections:
         self.partial_bytes = 0  # their sum
         self.notices: Counter[str] = Counter()
         self.noticed = 0.0
+        # Under `tms serve --workers N`: the counts the caps read are every worker's.
+        self.worker = shared.current()
 
     def add(self, connection: Held, *, idle: bool = True, socket: bool = False) -> None:
         if idle:
             self.idle[connection] = None
         if connection.address is not None:
             self.by_address.setdefault(connection.address, {})[connection] = None
-        (self.sockets if socket else self.http).add(connection)
+        pool = self.sockets if socket else self.http
+        if connection not in pool:
+            self._share(connection, socket, 1)
+        pool.add(connection)
+
+    def _share(self, connection: Held, socket: bool, change: int) -> None:
+        """Tell the other workers that this one holds one connection more (or fewer)."""
+        if self.worker is None:
+            return
+        counts, slot = self.worker.counts, self.worker.slot
+        counts.add("connections", change, owner=slot)
+        if socket:
+            counts.add("sockets", change, owner=slot)
+        if connection.address is not None:
+            counts.add(f"address/{connection.address}", change, owner=slot)
+
+    def elsewhere(self, what: str) -> int:
+        """What the other workers hold of `what` ("connections", "sockets", "address/<a>")."""
+        if self.worker is None:
+            return 0
+        return self.worker.counts.total(what, besides=self.worker.slot)
+
+    def sockets_held(self) -> int:
+        """WebSocket connections held, by every worker."""
+        return len(self.sockets) + self.elsewhere("sockets")
 
     def remove(self, connection: Held) -> None:
+        if connection in self.http:
+            self._share(connection, False, -1)
+        elif connection in self.sockets:
+            self._share(connection, True, -1)
         self.idle.pop(connection, None)
         self.uploads.pop(connection, None)  # type: ignore[call-overload]
         self.http.remove(connection)
@@ -138,7 +169,10 @@ class Connections:
                     del self.by_address[connection.address]
 
     def held_by(self, address: str | None) -> int:
-        return 0 if address is None else len(self.by_address.get(address, ()))
+        """Connections `address` holds, with every worker."""
+        if address is None:
+            return 0
+        return len(self.by_address.get(address, ())) + self.elsewhere(f"address/{address}")
 
     def victim(self, pool: Crowds, address: str | None, now: float) -> tuple[Held | None, str]:
         """Whom a new connection from `address` replaces at `pool`'s cap, and why; None:
@@ -246,10 +280,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 return
             registry.notice("closed the longest idle of an address at its most connections")
             victim.close_for("its address reached its connection limit and it was the longest idle")
-        if len(self.connections) > limits.max_connections:
+        if len(self.connections) + registry.elsewhere("connections") > limits.max_connections:
             # The WebSocket connections keep within their share (`tms.http.websocket`): beyond
             # it (the share lowered, a burst) they pay; else the HTTP ones, among themselves.
-            over = len(registry.sockets) > limits.websockets
+            # Each worker picks among its own: the kernel spreads a crowd over all of them.
+            over = registry.sockets_held() > limits.websockets
             pool = registry.sockets if over else registry.http
             victim, why = registry.victim(pool, self.address, time.monotonic())
             if victim is None:

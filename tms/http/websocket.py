@@ -143,7 +143,7 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         if peer is not None and not is_trusted(peer, self.limits.uncapped):
             self.address = budget_of(peer)
         registry = self._all
-        if len(registry.sockets) >= self.limits.websockets:
+        if registry.sockets_held() >= self.limits.websockets:
             victim, why = registry.victim(registry.sockets, self.address, time.monotonic())
             if victim is None:
                 registry.notice("refused a WebSocket: the sockets' share is full of its crowd")
