@@ -29,12 +29,16 @@ from factories import (
     members,
 )
 from relay_client import Client, seed, ws_url
+from websockets.protocol import State
 
+from tms.nostr.events import SecretKey
 from tms.store.database import with_database
 from tms.store.embedded import running_url
 
 pytestmark = pytest.mark.anyio
 PER_ADDRESS = 8  # TMS_MAX_CONNECTIONS_PER_ADDRESS: every client here is 127.0.0.1
+MAX_CONNECTIONS = 20  # TMS_MAX_CONNECTIONS: WebSocket ones at most 18 (a tenth kept for HTTP)
+SOCKETS = 18
 
 
 class Served:
@@ -57,6 +61,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         TMS_EMBED="off",
         TMS_LOG_KEY=LOG_SIGNER.encode(),
         TMS_MAX_CONNECTIONS_PER_ADDRESS=str(PER_ADDRESS),
+        TMS_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
         **UNLIMITED,
     )
     log = root / "server.log"
@@ -87,9 +92,9 @@ def _wait_healthy(server: Served, seconds: float = 90) -> None:
     while True:
         assert server.process.poll() is None, server.log.read_text()
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{server.url}/healthz", timeout=2).status_code == 200:
-                if len(server.workers()) == 2:
-                    return
+            answer = httpx.get(f"{server.url}/healthz", timeout=2)
+            if answer.status_code == 200 and len(server.workers()) == 2:
+                return
         assert time.monotonic() < deadline, server.log.read_text()
         time.sleep(0.2)
 
@@ -98,9 +103,11 @@ def now() -> int:
     return int(time.time())
 
 
-async def subscriber(url: str) -> Client:
-    client = await Client.open(ws_url(url, "/c/rel"))
-    assert (await client.auth(MEMBER))[2] is True
+async def subscriber(url: str, key: SecretKey = MEMBER, address: str | None = None) -> Client:
+    """A socket of `key` with a live subscription (from `address`, a local one)."""
+    where = {} if address is None else {"local_addr": (address, 0)}
+    client = await Client.open(ws_url(url, "/c/rel"), **where)
+    assert (await client.auth(key))[2] is True
     _, end = await client.req("live", {"kinds": [4702], "limit": 0})
     assert end == ["EOSE", "live"]
     return client
@@ -149,6 +156,26 @@ async def test_an_address_connection_cap_holds_across_workers(served: Served) ->
     await asyncio.sleep(0.5)  # the counts fall as the workers see the sockets close
     again = await subscriber(served.url)
     await again.close()
+
+
+async def test_a_keys_crowd_gives_way_at_the_cap_across_workers(served: Served) -> None:
+    """One key's sockets from many addresses fill the WebSocket share of both workers
+    together; another client's socket then gets in, and the crowd, on whichever worker, loses
+    its own: the workers together hold the share, not each of them the share."""
+    crowd = [await subscriber(served.url, address=f"127.0.0.{n}") for n in range(2, 2 + SOCKETS)]
+    try:
+        newcomer = await subscriber(served.url, OWNER)
+        try:
+            await asyncio.sleep(1.5)  # a worker closes its part of the excess within a second
+            open_ = [c for c in crowd if c.ws.state is State.OPEN]
+            assert len(open_) < SOCKETS
+            assert len(open_) + 1 <= SOCKETS
+            assert newcomer.ws.state is State.OPEN
+        finally:
+            await newcomer.close()
+    finally:
+        for client in crowd:
+            await client.close()
 
 
 async def test_a_killed_worker_is_replaced_and_its_clients_reconnect(served: Served) -> None:

@@ -149,6 +149,37 @@ class SharedCounts:
             self._unlock()
         return total
 
+    def put(self, name: str, value: int, *, owner: int) -> None:
+        """Set `owner`'s count of `name` to `value` (0: remove it)."""
+        digest = _hash(name)
+        self._lock()
+        try:
+            at = self._find(digest, owner, time.time(), make=value > 0)
+            if at is not None:
+                if value > 0:
+                    _SLOT.pack_into(self._map, at, digest, value, math.inf, owner)
+                else:
+                    _SLOT.pack_into(self._map, at, b"", 0, 0.0, FREE)
+        finally:
+            self._unlock()
+
+    def largest(self, name: str, *, besides: int | None = None) -> int:
+        """The largest of the workers' counts of `name` (but `besides`'s)."""
+        digest = _hash(name)
+        start = int.from_bytes(digest[:8], "little") % SLOTS
+        most = 0
+        self._lock()
+        try:
+            now = time.time()
+            for step in range(PROBES):
+                at = ((start + step) % SLOTS) * _SLOT.size
+                found, count, expiry, who = _SLOT.unpack_from(self._map, at)
+                if found == digest and who not in (FREE, RATES, besides) and expiry > now:
+                    most = max(most, count)
+        finally:
+            self._unlock()
+        return int(most)
+
     def clear(self, name: str, owner: int = RATES) -> None:
         digest = _hash(name)
         self._lock()

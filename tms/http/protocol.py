@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES: Final = 64 * 1024  # request line and headers; a NIP-98 header is at most 16 KiB
 NOTICE_SECONDS: Final = 10.0  # one log line per kind of refusal or eviction at most this often
+# Under `tms serve --workers N`: how often a worker looks whether the workers together hold more
+# WebSocket connections than their share, and closes its part of the excess (`keep_within`).
+TRIM_SECONDS: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,7 @@ class Connections:
         self.noticed = 0.0
         # Under `tms serve --workers N`: the counts the caps read are every worker's.
         self.worker = shared.current()
+        self._trim: asyncio.TimerHandle | None = None
 
     def add(self, connection: Held, *, idle: bool = True, socket: bool = False) -> None:
         if idle:
@@ -146,6 +150,42 @@ class Connections:
         if self.worker is None:
             return 0
         return self.worker.counts.total(what, besides=self.worker.slot)
+
+    def keep_within(self, websockets: int) -> None:
+        """Under workers, each worker looks every `TRIM_SECONDS`, while it holds WebSocket
+        connections, whether the workers together hold more than `websockets`: a worker with
+        none of the crowd to close lets a light newcomer in over the share (`tms.http.websocket`),
+        and the worker holding the heaviest crowd (by address or by key, as `tms.http.crowds`
+        weighs them) closes the excess from it. A crowd thus pays at the cap whichever workers
+        its sockets landed on, and a member's one socket is not closed for it."""
+        if self.worker is None or self._trim is not None:
+            return
+        self._trim = asyncio.get_running_loop().call_later(
+            TRIM_SECONDS, self._trim_excess, websockets
+        )
+
+    def _trim_excess(self, websockets: int) -> None:
+        self._trim = None
+        if self.worker is None:
+            return
+        counts, slot = self.worker.counts, self.worker.slot
+        counts.put("heaviest", self.sockets.top, owner=slot)
+        here = len(self.sockets)
+        excess = here + self.elsewhere("sockets") - websockets
+        heaviest = counts.largest("heaviest", besides=slot)
+        if excess > 0 and here and self.sockets.top >= heaviest:
+            # The heaviest crowd's worker closes the excess; two as heavy share it.
+            part = excess if self.sockets.top > heaviest else -(-excess // 2)
+            for _ in range(min(part, here)):
+                victim, why = self.victim(self.sockets, None, time.monotonic())
+                if victim is None:
+                    break
+                self.notice(f"closed {why}, the workers together over the WebSocket limit")
+                victim.close_for(f"the WebSocket limit was reached and it was {why}")
+        if self.sockets:
+            self.keep_within(websockets)
+        else:
+            counts.put("heaviest", 0, owner=slot)
 
     def sockets_held(self) -> int:
         """WebSocket connections held, by every worker."""
