@@ -67,7 +67,9 @@ USER tms
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
     CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('TMS_PORT', '8000'), timeout=4)"]
 
-# tini passes SIGTERM on to `uv run`, which passes it on to `tms serve`, which shuts down cleanly
-# and stops the embedded PostgreSQL, so `docker stop` leaves a consistent database behind.
+# `tms serve` runs one worker a core the container may use (at most 8; -e TMS_WORKERS=N chooses),
+# supervised, on one port. tini passes SIGTERM on to `uv run`, which passes it on to `tms serve`,
+# which stops its workers, then the embedded PostgreSQL, so `docker stop` leaves a consistent
+# database behind.
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["uv", "run", "--no-dev", "tms", "serve"]

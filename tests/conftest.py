@@ -30,6 +30,10 @@ from hypothesis import settings
 from tms.ledger.service import Ledger
 from tms.store.database import migrate, open_pool, with_database
 
+# `tms serve` started by a test runs one process (as before `--workers`) unless the test asks
+# for more (tests/test_workers.py): its default is the machine's cores.
+os.environ.setdefault("TMS_WORKERS", "1")
+
 TEMPLATE = f"tms_template_{os.getpid()}"
 HERE: Final = Path(__file__).parent
 NPM_SECONDS: Final = 300

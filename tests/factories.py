@@ -217,10 +217,11 @@ def free_port() -> int:
 
 def environment(**values: str) -> dict[str, str]:
     """This environment without `TMS_*` (a subprocess's settings are the test's alone), plus
-    `values`; local addresses never go through a proxy."""
+    `values`; local addresses never go through a proxy. `tms serve` runs one process unless
+    `values` say `TMS_WORKERS`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     no_proxy = ",".join(filter(None, [env.get("NO_PROXY"), "127.0.0.1,localhost"]))
-    return {**env, "NO_PROXY": no_proxy, "no_proxy": no_proxy, **values}
+    return {**env, "NO_PROXY": no_proxy, "no_proxy": no_proxy, "TMS_WORKERS": "1", **values}
 
 
 # --- databases ---------------------------------------------------------------------------------

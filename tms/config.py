@@ -39,6 +39,8 @@ SECRET_FILE: Final = "secret"  # TMS_SECRET's generated value, inside TMS_DATA_D
 MIN_SECRET_CHARS: Final = 32
 MAX_THREADS: Final = 4  # default cap: more threads help little on a model this small
 DEFAULT_EXPORTS: Final = 2  # exports streamed at once (TMS_MAX_EXPORTS)
+MAX_WORKERS: Final = 32  # server processes at most (TMS_WORKERS); `tms.guard.shared` holds 32
+DEFAULT_WORKERS_CAP: Final = 8  # the default is the machine's cores, at most this many
 DEFAULT_RELAY_CONNECTIONS: Final = 4  # the relay's reads' own pool (TMS_RELAY_CONNECTIONS)
 DEFAULT_RELAY_STATEMENT_SECONDS: Final = 10.0  # its statement_timeout (TMS_RELAY_STATEMENT_SECONDS)
 DEFAULT_NEG_WARM: Final = 8  # collections whose NIP-77 lists a server loads at start (TMS_NEG_WARM)
@@ -120,6 +122,11 @@ def _base_url(variable: str, value: str | None, default: Any, got: Mapping[str, 
 
 def _data_dir(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
     return Path((value or "").strip() or default).resolve()
+
+
+def _workers(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    """Unset: the machine's cores (`default_workers`), not the one a hand-built object has."""
+    return parse_number(variable, value or "", default_workers(), 1, MAX_WORKERS, "")
 
 
 def _networks(variable: str, value: str | None, default: Any, got: Mapping[str, Any]) -> Any:
@@ -311,6 +318,8 @@ class Settings:
         DEFAULT_RELAY_STATEMENT_SECONDS,
         number(0.001, 3600, "seconds"),
     )
+    # server processes of `tms serve`; built by hand, one
+    workers: int = setting("TMS_WORKERS", 1, _workers, shown="the machine's cores, at most 8")
     # NIP-77 lists loaded at start (0: none)
     neg_warm: int = setting("TMS_NEG_WARM", DEFAULT_NEG_WARM, number(0, 1000))
     export_wait: float = 10.0  # seconds an export waits for a slot (no variable: tests set it)
@@ -477,3 +486,13 @@ def load_secret(settings: Settings) -> tuple[bytes, str | None]:
         )
     said = f"TMS_SECRET is unset: generated the login secret into {path}; {KEEP_DATA_DIR}"
     return value.encode(), said if made else None
+
+
+def default_workers() -> int:
+    """`TMS_WORKERS` unset: one server process a core this process may run on, at most
+    `DEFAULT_WORKERS_CAP` (each holds its own database connections, `tms.cli.workers`)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, DEFAULT_WORKERS_CAP))

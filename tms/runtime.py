@@ -25,6 +25,7 @@ from tms import metrics
 from tms.config import LOG_KEY_FILE, EmbeddingConfig, Settings, load_log_key
 from tms.errors import ConfigError, EmbeddingError, is_database_down, one_line
 from tms.fetch import pool as fetch_pool
+from tms.guard import shared
 from tms.guard.exports import Exports
 from tms.guard.rates import Throttle
 from tms.guard.refusal_store import RefusalStore
@@ -188,7 +189,7 @@ async def open_runtime(
             None,
             log=signer,
             publish_pool=publish_pool,
-            throttle=Throttle(settings.rates),
+            throttle=throttle_of(settings),
             refusals=refusals,
             outage=outage,
             witnesses=witnessing.policy,
@@ -237,6 +238,13 @@ async def open_runtime(
             WitnessService(pool, witnessing.logs, witnessing.key),
             TOOLS if extensions is None else extensions.tools_served,
         )
+
+
+def throttle_of(settings: Settings) -> Throttle:
+    """The budgets: this process's own, or, in a worker of `tms serve --workers N`, the ones
+    its processes share (`tms.guard.shared`)."""
+    worker = shared.current()
+    return Throttle(settings.rates, None if worker is None else worker.storage())
 
 
 async def refuse_new_log_key(pool: asyncpg.Pool, settings: Settings) -> None:

@@ -31,7 +31,7 @@ HEADERS = {"Accept": "application/json, text/event-stream"}
 def environment(**values: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMS_")}
     # The outage is polled faster than the key's rate limit allows.
-    return {**env, "TMS_EMBED": "off", "TMS_RATE_KEY": "off", **values}
+    return {**env, "TMS_EMBED": "off", "TMS_RATE_KEY": "off", "TMS_WORKERS": "1", **values}
 
 
 def free_port() -> int:

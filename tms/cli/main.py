@@ -50,7 +50,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ns.command == "fetch":
         raise SystemExit(fetch(ns.url))
     if ns.command == "serve":
-        raise SystemExit(serve(ns.host, ns.port, ns.log_level, new_log_key=ns.new_log_key))
+        raise SystemExit(
+            serve(ns.host, ns.port, ns.log_level, new_log_key=ns.new_log_key, workers=ns.workers)
+        )
     if ns.command == "stdio":
         raise SystemExit(stdio(create=ns.create, new_log_key=ns.new_log_key))
     if ns.command == "migrate":

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LOG_LEVELS,
         help="the least severe log lines shown (overrides TMS_LOG_LEVEL; default info)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="server processes sharing the port, supervised, with one database (overrides "
+        "TMS_WORKERS; default the machine's cores, at most 8)",
+    )
     _new_log_key(serve)
     stdio = _command(
         commands,

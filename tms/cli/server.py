@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 from tms.cli.database import announce, describe, usable_database
 from tms.cli.logs import configure as configure_logging
 from tms.cli.said import failed
-from tms.config import Settings
+from tms.config import MAX_WORKERS, Settings
 from tms.errors import ConfigError, TMSError
 from tms.nostr.events import SecretKey
 
@@ -47,6 +47,7 @@ def serve(
     level: str | None = None,
     *,
     new_log_key: bool = False,
+    workers: int | None = None,
 ) -> int:
     """Check everything that can be checked first, so that a failure is one line rather than a
     traceback from inside the server: the settings, the listen address (bound before the
@@ -64,6 +65,10 @@ def serve(
     try:
         # --host and --port are TMS_HOST and TMS_PORT for everything, the log's origin too.
         settings = Settings.from_env().serving(host, port, level=level, new_log_key=new_log_key)
+        if workers is not None:
+            if not 1 <= workers <= MAX_WORKERS:
+                raise ConfigError(f"--workers must be from 1 to {MAX_WORKERS}, got {workers}")
+            settings = dataclasses.replace(settings, workers=workers)
     except TMSError as exc:
         return failed(exc)
     configure_logging(settings)
@@ -94,7 +99,15 @@ def serve(
     limits = _connection_limits(settings)
     quiet_collector()
     log.info("enabled: %s", summary)
-    return _run(app, settings, limits, listener)
+    if settings.workers == 1:
+        return _run(app, settings, limits, listener)
+    from tms.cli.workers import supervise
+
+    def worker(served: Settings) -> int:
+        """One worker: the app built anew in it (its settings may lack the metrics port)."""
+        return _run(create_app(served, extensions=extensions), served, limits, listener)
+
+    return supervise(settings, listener, worker)
 
 
 def _run(

@@ -28,9 +28,8 @@ signature verification and a database read, spends `ADD_CHECKPOINT_UNITS` of the
 The relay's NIP-11 document states the rates and the prices
 (`tms.relay.info`), so a client paces itself.
 
-The counts live in each server process: behind a proxy spreading clients over N processes, a
-client gets up to N times a budget. That is the trade for needing no shared store;
-docs/operating.md says so, and a proxy can hold a global limit of its own.
+The counts live in the server process, or, under `tms serve --workers N`, in the table its
+processes share (`tms.guard.shared`): a client gets one budget however many processes serve it.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from limits import RateLimitItem, parse_many
-from limits.aio.storage import MemoryStorage
+from limits.aio.storage import MemoryStorage, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from tms.errors import ConfigError, RateLimited, Refusal
@@ -134,12 +133,13 @@ class RateLimits:
 
 
 class Throttle:
-    """The budgets of one server process. Each check either passes (and counts) or raises
-    `RateLimited` with the seconds until the call would pass; a refused call is not counted."""
+    """The budgets of one server (its processes', given their shared `storage`). Each check
+    either passes (and counts) or raises `RateLimited` with the seconds until the call would
+    pass; a refused call is not counted."""
 
-    def __init__(self, limits: RateLimits | None = None) -> None:
+    def __init__(self, limits: RateLimits | None = None, storage: Storage | None = None) -> None:
         self.limits = limits or RateLimits()
-        self._limiter = SlidingWindowCounterRateLimiter(MemoryStorage())
+        self._limiter = SlidingWindowCounterRateLimiter(storage or MemoryStorage())
 
     async def address(self, address: str | None, cost: int = 1) -> None:
         """`cost`: units this request spends (a relay read's `read_cost`)."""

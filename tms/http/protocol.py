@@ -50,6 +50,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from tms.config import Settings
+from tms.guard import shared
 from tms.guard.clients import Network, is_trusted
 from tms.guard.rates import budget_of
 from tms.http.crowds import Crowds
@@ -58,6 +59,9 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES: Final = 64 * 1024  # request line and headers; a NIP-98 header is at most 16 KiB
 NOTICE_SECONDS: Final = 10.0  # one log line per kind of refusal or eviction at most this often
+# Under `tms serve --workers N`: how often a worker looks whether the workers together hold more
+# WebSocket connections than their share, and closes its part of the excess (`keep_within`).
+TRIM_SECONDS: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,15 +120,82 @@ class Connections:
         self.partial_bytes = 0  # their sum
         self.notices: Counter[str] = Counter()
         self.noticed = 0.0
+        # Under `tms serve --workers N`: the counts the caps read are every worker's.
+        self.worker = shared.current()
+        self._trim: asyncio.TimerHandle | None = None
 
     def add(self, connection: Held, *, idle: bool = True, socket: bool = False) -> None:
         if idle:
             self.idle[connection] = None
         if connection.address is not None:
             self.by_address.setdefault(connection.address, {})[connection] = None
-        (self.sockets if socket else self.http).add(connection)
+        pool = self.sockets if socket else self.http
+        if connection not in pool:
+            self._share(connection, socket, 1)
+        pool.add(connection)
+
+    def _share(self, connection: Held, socket: bool, change: int) -> None:
+        """Tell the other workers that this one holds one connection more (or fewer)."""
+        if self.worker is None:
+            return
+        counts, slot = self.worker.counts, self.worker.slot
+        counts.add("connections", change, owner=slot)
+        if socket:
+            counts.add("sockets", change, owner=slot)
+        if connection.address is not None:
+            counts.add(f"address/{connection.address}", change, owner=slot)
+
+    def elsewhere(self, what: str) -> int:
+        """What the other workers hold of `what` ("connections", "sockets", "address/<a>")."""
+        if self.worker is None:
+            return 0
+        return self.worker.counts.total(what, besides=self.worker.slot)
+
+    def keep_within(self, websockets: int) -> None:
+        """Under workers, each worker looks every `TRIM_SECONDS`, while it holds WebSocket
+        connections, whether the workers together hold more than `websockets`: a worker with
+        none of the crowd to close lets a light newcomer in over the share (`tms.http.websocket`),
+        and the worker holding the heaviest crowd (by address or by key, as `tms.http.crowds`
+        weighs them) closes the excess from it. A crowd thus pays at the cap whichever workers
+        its sockets landed on, and a member's one socket is not closed for it."""
+        if self.worker is None or self._trim is not None:
+            return
+        self._trim = asyncio.get_running_loop().call_later(
+            TRIM_SECONDS, self._trim_excess, websockets
+        )
+
+    def _trim_excess(self, websockets: int) -> None:
+        self._trim = None
+        if self.worker is None:
+            return
+        counts, slot = self.worker.counts, self.worker.slot
+        counts.put("heaviest", self.sockets.top, owner=slot)
+        here = len(self.sockets)
+        excess = here + self.elsewhere("sockets") - websockets
+        heaviest = counts.largest("heaviest", besides=slot)
+        if excess > 0 and here and self.sockets.top >= heaviest:
+            # The heaviest crowd's worker closes the excess; two as heavy share it.
+            part = excess if self.sockets.top > heaviest else -(-excess // 2)
+            for _ in range(min(part, here)):
+                victim, why = self.victim(self.sockets, None, time.monotonic())
+                if victim is None:
+                    break
+                self.notice(f"closed {why}, the workers together over the WebSocket limit")
+                victim.close_for(f"the WebSocket limit was reached and it was {why}")
+        if self.sockets:
+            self.keep_within(websockets)
+        else:
+            counts.put("heaviest", 0, owner=slot)
+
+    def sockets_held(self) -> int:
+        """WebSocket connections held, by every worker."""
+        return len(self.sockets) + self.elsewhere("sockets")
 
     def remove(self, connection: Held) -> None:
+        if connection in self.http:
+            self._share(connection, False, -1)
+        elif connection in self.sockets:
+            self._share(connection, True, -1)
         self.idle.pop(connection, None)
         self.uploads.pop(connection, None)  # type: ignore[call-overload]
         self.http.remove(connection)
@@ -138,7 +209,10 @@ class Connections:
                     del self.by_address[connection.address]
 
     def held_by(self, address: str | None) -> int:
-        return 0 if address is None else len(self.by_address.get(address, ()))
+        """Connections `address` holds, with every worker."""
+        if address is None:
+            return 0
+        return len(self.by_address.get(address, ())) + self.elsewhere(f"address/{address}")
 
     def victim(self, pool: Crowds, address: str | None, now: float) -> tuple[Held | None, str]:
         """Whom a new connection from `address` replaces at `pool`'s cap, and why; None:
@@ -246,10 +320,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 return
             registry.notice("closed the longest idle of an address at its most connections")
             victim.close_for("its address reached its connection limit and it was the longest idle")
-        if len(self.connections) > limits.max_connections:
+        if len(self.connections) + registry.elsewhere("connections") > limits.max_connections:
             # The WebSocket connections keep within their share (`tms.http.websocket`): beyond
             # it (the share lowered, a burst) they pay; else the HTTP ones, among themselves.
-            over = len(registry.sockets) > limits.websockets
+            # Each worker picks among its own: the kernel spreads a crowd over all of them.
+            over = registry.sockets_held() > limits.websockets
             pool = registry.sockets if over else registry.http
             victim, why = registry.victim(pool, self.address, time.monotonic())
             if victim is None:

