@@ -25,7 +25,7 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Final
 
-from tms.errors import Refusal, TMSError, is_database_down, one_line
+from tms.errors import Outcome, Refusal, TMSError, is_database_down, one_line, outcome_of
 from tms.guard import clients
 from tms.guard.refusal_store import COUNTED, Record, RefusalStore, minute_of
 from tms.metrics import REFUSALS
@@ -64,8 +64,9 @@ class RefusalLog:
     # --- on the request path: cheap, and never raising ------------------------------------------
 
     def refused(self, exc: BaseException, tool: str) -> None:
-        """Note `exc` if it is a refusal of the caller (a `TMSError` whose `refusal` is set)."""
-        if isinstance(exc, TMSError) and exc.refusal is not None:
+        """Note `exc` if the one classification calls it refused (`tms.errors.outcome_of`) and
+        it names the refusal (`refusal` set): a database found unusable is never the caller's."""
+        if outcome_of(exc) is Outcome.REFUSED and isinstance(exc, TMSError) and exc.refusal is not None:
             self.record(exc.refusal, tool, exc.pubkey)
 
     def record(
