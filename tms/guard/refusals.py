@@ -66,7 +66,11 @@ class RefusalLog:
     def refused(self, exc: BaseException, tool: str) -> None:
         """Note `exc` if the one classification calls it refused (`tms.errors.outcome_of`) and
         it names the refusal (`refusal` set): a database found unusable is never the caller's."""
-        if outcome_of(exc) is Outcome.REFUSED and isinstance(exc, TMSError) and exc.refusal is not None:
+        if (
+            outcome_of(exc) is Outcome.REFUSED
+            and isinstance(exc, TMSError)
+            and exc.refusal is not None
+        ):
             self.record(exc.refusal, tool, exc.pubkey)
 
     def record(
