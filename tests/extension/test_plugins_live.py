@@ -60,7 +60,7 @@ from tms.ledger.service import Ledger
 from tms.rules.admission import OPERATOR
 from tms.store.database import open_pool
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "web"))  # the browser's helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pages"))  # the browser's helpers
 from browser import CHROMIUM, CHROMIUM_ARGS, Relay, open_person, ready
 
 HERE: Final = Path(__file__).parent

@@ -10,7 +10,7 @@ from typing import Final
 
 from tms.rules.kinds import KINDS
 
-GUIDE: Final = Path(__file__).resolve().parents[2] / "tms" / "web" / "templates" / "docs.md"
+GUIDE: Final = Path(__file__).resolve().parents[2] / "tms" / "pages" / "templates" / "docs.md"
 
 
 def guide_kinds() -> dict[int, tuple[str, dict[str, bool]]]:
