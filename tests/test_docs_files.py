@@ -259,8 +259,11 @@ CONNECTING: Final = {
     "tms/store/database.py": 4,  # open_pool's create_pool, the embedded database's CREATE
     # DATABASE at start (closed at once), the health check's connection; and the definition
     "tms/witness/submit.py": 1,  # the witness submitter's locks (TMS_WITNESS_POLICY)
+    "tms/store/driver.py": 2,  # the definitions of `connect` and `create_pool` every caller uses
 }
-OPENS: Final = re.compile(r"\bopen_pool\(|\basyncpg\.connect\(|\bcreate_pool\(")
+OPENS: Final = re.compile(
+    r"\bopen_pool\(|\basyncpg\.connect\(|\bcreate_pool\(|\bawait (?:driver\.)?connect\("
+)
 
 
 def test_the_connection_count_is_counted_from_the_code() -> None:

@@ -40,7 +40,7 @@ from typing import Final
 
 from tms.config import Settings, load_log_key, load_secret
 from tms.guard import shared
-from tms.store import database
+from tms.ledger import embedded_url, start_embedded
 
 log = logging.getLogger("tms.serve")
 
@@ -50,7 +50,7 @@ STOP_SECONDS: Final = 45.0  # after SIGTERM, what a worker may take before it is
 POLL_SECONDS: Final = 0.1
 PR_SET_PDEATHSIG: Final = 1  # prctl(2)
 # The database connections one worker holds at most, counted from the code: the main pool
-# (`database.open_pool`'s default, 10), the publish pool (`runtime.PUBLISH_CONNECTIONS`, 8), the
+# (`tms.ledger.open_pool`'s default, 10), the publish pool (`runtime.PUBLISH_CONNECTIONS`, 8), the
 # exports' (`TMS_MAX_EXPORTS`), the relay's reads' (`TMS_RELAY_CONNECTIONS`), and one each for
 # the health check, the relay's commit feed (LISTEN) and the witness submitter.
 MAIN_POOL: Final = 10
@@ -246,8 +246,8 @@ async def size_embedded(data_dir: Path, needed: int) -> None:
     when it is lower (a restart, before any worker connects)."""
     import asyncpg
 
-    embedded = await database.start_embedded(data_dir)
-    url = await database.embedded_url(embedded)
+    embedded = await start_embedded(data_dir)
+    url = await embedded_url(embedded)
     conn = await asyncpg.connect(url)
     try:
         have = int(await conn.fetchval("SHOW max_connections"))

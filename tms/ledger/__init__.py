@@ -37,9 +37,11 @@ from tms.store.database import (
     Pool,
     application_name,
     database_url,
+    embedded_url,
     migrate,
     newest_schema,
     open_pool,
+    start_embedded,
     with_database,
 )
 from tms.store.driver import connect
@@ -81,6 +83,7 @@ __all__ = [
     "client_program",
     "connect",
     "database_url",
+    "embedded_url",
     "migrate",
     "most_items",
     "negentropy_items",
@@ -90,6 +93,7 @@ __all__ = [
     "open_relay_reads",
     "reconciling",
     "running_url",
+    "start_embedded",
     "watermark",
     "with_database",
 ]
