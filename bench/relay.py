@@ -17,11 +17,19 @@ signed events, same client code.
    sent at commit); arrival times are `time.monotonic()`, the same clock in every process.
    Also printed: latency from the acknowledgement and from sending.
 3. Memory: 1,000 idle authenticated connections with one subscription each (target <= 200 MB).
+4. Workers (`--parts workers`, TMS only): the C=16 write run against `tms serve --workers 1` and
+   `--workers 2` (`--workers 1,2`), each on a fresh data directory, both running for the whole
+   part and taking turns (`--rounds`, the order turned each round), so that the load of the
+   moment is common to both: events/s of each, and the CPU per event of each process (the
+   server's workers and its supervisor, PostgreSQL, this client), from /proc. From those: the
+   events/s that N cores would carry (N = 2, 8, 16; target >= 20,000 durable events/s at 16),
+   were the server's workers and PostgreSQL (the client elsewhere, as clients are) given all N
+   and scaling with them.
 
 nostr-relay runs in a virtual environment of its own (`uv venv` + `uv pip install
 nostr-relay==1.14`, made once under ~/.cache/tms-bench), under gunicorn with one worker, as its
-default configuration does. TMS runs `tms serve` with TMS_EMBED=off (nostr-relay embeds nothing
-either) on a fresh embedded PostgreSQL.
+default configuration does. TMS runs `tms serve --workers 1` (parts 1 to 3; part 4 sets the
+workers) with TMS_EMBED=off (nostr-relay embeds nothing either) on a fresh embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -371,6 +379,126 @@ async def idle_memory(server: Server, signer: Signer, count: int) -> None:
         await ws.close()
 
 
+# --- workers: tms serve --workers 1 against --workers 2 ----------------------------------------
+
+CORES: Final = (2, 8, 16)  # what the projection is computed for
+PROCESSES: Final = ("server", "PostgreSQL", "client")
+
+
+def prepared(env: dict[str, str], tmp: Path, workers: int) -> tuple[Server, Signer, str]:
+    """`tms serve --workers N` (`TMS_WORKERS`, the same setting) on a data directory of its own,
+    a key approved and a collection started; and its database's URL."""
+    data = tmp / f"data-w{workers}"
+    server = Server(
+        {**env, "TMS_DATA_DIR": str(data), "TMS_WORKERS": str(workers)},
+        tmp / f"server-w{workers}.log",
+    )
+    server.start()
+    signer = Signer()
+    server.approve(signer.key.pubkey)
+    with httpx.Client(timeout=60) as http:
+        start = [
+            signer.sign(4706, server.agreement()),
+            signer.sign(4702, {"collection": "bench", "text": "Start."}),
+        ]
+        call(http, server.url, "publish", {"events": start})
+    return server, signer, asyncio.run(_database_url(data))
+
+
+def workers_part(ns: argparse.Namespace, env: dict[str, str], tmp: Path) -> None:
+    counts = [int(x) for x in ns.workers.split(",")]
+    servers: dict[int, tuple[Server, Signer, str]] = {}
+    # per workers: each round's events/s and CPU seconds per event by process
+    rates: dict[int, list[float]] = {n: [] for n in counts}
+    costs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+    try:
+        for n in counts:
+            servers[n] = prepared(env, tmp, n)
+        for round_number in range(ns.rounds):
+            for n in counts if round_number % 2 == 0 else counts[::-1]:
+                server, signer, database_url = servers[n]
+                events = [
+                    signer.sign(
+                        4702,
+                        {"collection": "bench", "text": f"workers {n} {i} {time.time_ns()}"},
+                    )
+                    for i in range(ns.events)
+                ]
+                url = server.url.replace("http", "ws") + "/c/bench"
+                clock = CpuClock(server.pid, server.data_dir, with_children=n > 1)
+                spied = None
+                if ns.profile is not None:
+                    spied = ns.profile / f"workers-{n}-round-{round_number}.txt"
+                with Spy(server.pid, spied, subprocesses=n > 1):
+                    clock.restart()
+                    rate, acks, accepted, commits = asyncio.run(
+                        counted_write_run(database_url, url, events, 16, WINDOW)
+                    )
+                    spent, wall = clock.spent()
+                per = {name: seconds / len(events) for name, seconds in spent.items()}
+                rates[n].append(rate)
+                costs[n].append(per)
+                print(
+                    f"4. round {round_number + 1}, tms serve --workers {n}: C=16 window 16 "
+                    f"{rate:,.0f} events/s, ack p50 {ms(acks, 0.5)}, {accepted:,} of "
+                    f"{len(events):,} accepted, {len(events) / max(commits, 1):.1f} events per "
+                    f"transaction, load {load()}\n   CPU per event (us): "
+                    + ", ".join(f"{k} {v * 1e6:,.0f}" for k, v in per.items())
+                    + "; cores busy: "
+                    + ", ".join(f"{k} {v / wall:.2f}" for k, v in spent.items()),
+                    flush=True,
+                )
+    except Exception:
+        for server, _, _ in servers.values():
+            print(server.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        for server, _, _ in servers.values():
+            server.stop()
+    print(workers_table(rates, costs), flush=True)
+
+
+def workers_table(rates: dict[int, list[float]], costs: dict[int, list[dict[str, float]]]) -> str:
+    """The figures of each server, the medians of the rounds: events/s, CPU per event by
+    process, and the events/s N cores would carry at that CPU per event (the server's and
+    PostgreSQL's: the clients are elsewhere)."""
+
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        middle = len(ordered) // 2
+        return (ordered[middle] + ordered[~middle]) / 2
+
+    head = (
+        "| tms serve | events/s (rounds) | CPU per event, us: server / PostgreSQL / client | "
+        + " | ".join(f"{c} cores, events/s" for c in CORES)
+        + " |"
+    )
+    lines = ["", head, "|" + "---|" * (3 + len(CORES))]
+    for n, runs in rates.items():
+        each = {name: median([c[name] for c in costs[n]]) for name in PROCESSES}
+        carried = each["server"] + each["PostgreSQL"]
+        lines.append(
+            f"| --workers {n} | {median(runs):,.0f} ({', '.join(f'{r:,.0f}' for r in runs)}) | "
+            + " / ".join(f"{each[name] * 1e6:,.0f}" for name in PROCESSES)
+            + " | "
+            + " | ".join(f"{c / carried:,.0f}" for c in CORES)
+            + " |"
+        )
+    if len(rates) > 1:
+        first, *rest = rates
+        for n in rest:
+            ratios = [b / a for a, b in zip(rates[first], rates[n], strict=False)]
+            lines.append(
+                f"\n--workers {n} / --workers {first}, round by round: "
+                + ", ".join(f"{r:.2f}x" for r in ratios)
+            )
+    lines.append(
+        f"N cores carry N / (server + PostgreSQL CPU per event); target >= 20,000 events/s at "
+        f"16 cores. Load {load()}."
+    )
+    return "\n".join(lines)
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 
@@ -383,6 +511,10 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
         TMS_MAX_CONNECTIONS_PER_ADDRESS="3000",  # every client here is 127.0.0.1
     )
     parts = set(ns.parts.split(","))
+    if "workers" in parts:
+        workers_part(ns, env, tmp)
+        if parts == {"workers"}:
+            return
     server = Server(env, tmp / "server.log")
     server.start()
     competitor = NostrRelay(tmp) if "writes" in parts and not ns.tms_only else None
@@ -487,7 +619,15 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, default=1000, help="claims fanned out (1,000)")
     parser.add_argument("--idle", type=int, default=1000, help="idle connections (1,000)")
     parser.add_argument(
-        "--parts", default="writes,fanout,memory", help="which parts to run (all three)"
+        "--parts",
+        default="writes,fanout,memory",
+        help="which parts to run: writes, fanout, memory, workers (the first three)",
+    )
+    parser.add_argument(
+        "--workers", default="1,2", help="workers: the `tms serve --workers` counts (1,2)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="workers: C=16 runs of each server, in turn (3)"
     )
     parser.add_argument(
         "--runs", default="16x16,1x16,1x1", help="the write runs, CxWINDOW (16x16,1x16,1x1)"
