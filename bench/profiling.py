@@ -49,6 +49,14 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(fields[n]) for n in (11, 12, 13, 14)) / TICKS
 
 
+def system_seconds(pid: int) -> float:
+    """System (kernel) CPU of a process and its waited-for children (0 if gone)."""
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0
+    return sum(int(fields[n]) for n in (12, 14)) / TICKS
+
+
 def children(pid: int) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
@@ -72,6 +80,7 @@ class Reading:
     postgres: float
     client: float
     at: float
+    server_system: float = 0.0  # of `server`, in the kernel (system calls: sockets, mostly)
 
 
 class CpuClock:
@@ -87,25 +96,27 @@ class CpuClock:
         self.server_pid = server_pid
         self.data_dir = data_dir
         self.with_children = with_children
-        self._start = self.read()
+        self._start = self._last = self.read()
 
     def read(self) -> Reading:
-        server = cpu_seconds(self.server_pid)
+        pids = [self.server_pid]
         if self.with_children:
-            server += sum(cpu_seconds(pid) for pid in children(self.server_pid))
+            pids += children(self.server_pid)
+        server = sum(cpu_seconds(pid) for pid in pids)
+        system = sum(system_seconds(pid) for pid in pids)
         master = postmaster(self.data_dir)
         postgres = 0.0
         if master is not None:
             postgres = cpu_seconds(master) + sum(cpu_seconds(pid) for pid in children(master))
         times = os.times()
-        return Reading(server, postgres, times.user + times.system, time.perf_counter())
+        return Reading(server, postgres, times.user + times.system, time.perf_counter(), system)
 
     def restart(self) -> None:
-        self._start = self.read()
+        self._start = self._last = self.read()
 
     def spent(self) -> tuple[dict[str, float], float]:
         """The CPU seconds each spent since the last (re)start, and the wall-clock seconds."""
-        now = self.read()
+        now = self._last = self.read()
         start = self._start
         parts = {
             "server": now.server - start.server,
@@ -114,13 +125,19 @@ class CpuClock:
         }
         return parts, now.at - start.at
 
+    def server_system(self) -> float:
+        """The server's kernel CPU seconds between the last (re)start and the last reading."""
+        return self._last.server_system - self._start.server_system
+
     def per(self, count: int, what: str = "event") -> str:
         """The CPU spent since the last (re)start, per `count` of `what`, in microseconds, and
         the share of the interval's two cores each took."""
         parts, wall = self.spent()
+        system = self.server_system()
         each = ", ".join(f"{name} {spent / count * 1e6:,.0f}" for name, spent in parts.items())
         cores = ", ".join(f"{name} {spent / wall:.2f}" for name, spent in parts.items())
-        return f"CPU per {what} (us): {each}; cores busy: {cores} (of {os.cpu_count()})"
+        kernel = f" (of the server's, {system / count * 1e6:,.0f} in the kernel)"
+        return f"CPU per {what} (us): {each}{kernel}; cores busy: {cores} (of {os.cpu_count()})"
 
 
 class Spy:
