@@ -49,6 +49,14 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(fields[n]) for n in (11, 12, 13, 14)) / TICKS
 
 
+def system_seconds(pid: int) -> float:
+    """System (kernel) CPU of a process and its waited-for children (0 if gone)."""
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0
+    return sum(int(fields[n]) for n in (12, 14)) / TICKS
+
+
 def children(pid: int) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
@@ -72,6 +80,7 @@ class Reading:
     postgres: float
     client: float
     at: float
+    server_system: float = 0.0  # of `server`, in the kernel (system calls: sockets, mostly)
 
 
 class CpuClock:
@@ -81,51 +90,68 @@ class CpuClock:
 
     def __init__(self, server_pid: int, data_dir: Path, *, with_children: bool = False) -> None:
         """`with_children`: the server's child processes count as the server (nostr-relay's
-        gunicorn worker); TMS's are its extraction workers, idle here, whose start-up would
-        be counted."""
+        gunicorn worker, the workers of `tms serve --workers N` for N > 1); those of `tms
+        serve --workers 1` are its extraction workers, idle here, whose start-up would be
+        counted. (The embedded PostgreSQL's postmaster is not a child: it detaches.)"""
         self.server_pid = server_pid
         self.data_dir = data_dir
         self.with_children = with_children
-        self._start = self.read()
+        self._start = self._last = self.read()
 
     def read(self) -> Reading:
-        server = cpu_seconds(self.server_pid)
+        pids = [self.server_pid]
         if self.with_children:
-            server += sum(cpu_seconds(pid) for pid in children(self.server_pid))
+            pids += children(self.server_pid)
+        server = sum(cpu_seconds(pid) for pid in pids)
+        system = sum(system_seconds(pid) for pid in pids)
         master = postmaster(self.data_dir)
         postgres = 0.0
         if master is not None:
             postgres = cpu_seconds(master) + sum(cpu_seconds(pid) for pid in children(master))
         times = os.times()
-        return Reading(server, postgres, times.user + times.system, time.perf_counter())
+        return Reading(server, postgres, times.user + times.system, time.perf_counter(), system)
 
     def restart(self) -> None:
-        self._start = self.read()
+        self._start = self._last = self.read()
 
-    def per(self, count: int, what: str = "event") -> str:
-        """The CPU spent since the last (re)start, per `count` of `what`, in microseconds, and
-        the share of the interval's two cores each took."""
-        now = self.read()
+    def spent(self) -> tuple[dict[str, float], float]:
+        """The CPU seconds each spent since the last (re)start, and the wall-clock seconds."""
+        now = self._last = self.read()
         start = self._start
-        wall = now.at - start.at
         parts = {
             "server": now.server - start.server,
             "PostgreSQL": now.postgres - start.postgres,
             "client": now.client - start.client,
         }
+        return parts, now.at - start.at
+
+    def server_system(self) -> float:
+        """The server's kernel CPU seconds between the last (re)start and the last reading."""
+        return self._last.server_system - self._start.server_system
+
+    def per(self, count: int, what: str = "event") -> str:
+        """The CPU spent since the last (re)start, per `count` of `what`, in microseconds, and
+        the share of the interval's two cores each took."""
+        parts, wall = self.spent()
+        system = self.server_system()
         each = ", ".join(f"{name} {spent / count * 1e6:,.0f}" for name, spent in parts.items())
         cores = ", ".join(f"{name} {spent / wall:.2f}" for name, spent in parts.items())
-        return f"CPU per {what} (us): {each}; cores busy: {cores} (of {os.cpu_count()})"
+        kernel = f" (of the server's, {system / count * 1e6:,.0f} in the kernel)"
+        return f"CPU per {what} (us): {each}{kernel}; cores busy: {cores} (of {os.cpu_count()})"
 
 
 class Spy:
     """`py-spy record` of one process for the length of a `with` block, into `path` (raw
     collapsed stacks); nothing when `path` is None."""
 
-    def __init__(self, pid: int, path: Path | None, rate: int = 200) -> None:
+    def __init__(
+        self, pid: int, path: Path | None, rate: int = 200, *, subprocesses: bool = False
+    ) -> None:
+        """`subprocesses`: its child processes too (the workers of `tms serve --workers N`)."""
         self.pid = pid
         self.path = path
         self.rate = rate
+        self.subprocesses = subprocesses
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Spy:
@@ -138,6 +164,7 @@ class Spy:
                 *(binary, "record", "--nonblocking", "--gil", "--format", "raw"),
                 *("--rate", str(self.rate)),
                 *("--output", str(self.path), "--pid", str(self.pid)),
+                *(["--subprocesses"] if self.subprocesses else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -166,8 +193,9 @@ class PgPerf:
     """`perf record` of the embedded PostgreSQL's processes (those under its postmaster when the
     block begins: the server's pools are open by then) for the length of a `with` block, into
     `path`; then the functions the samples were in (self) and those on the stack (inclusive).
-    With `pid`, that process instead (the server: its C functions, CPython's, asyncpg's,
-    uvloop's, libsecp256k1's, where py-spy sees Python frames only). Nothing when `path` is
+    With `pid`, that process and its children instead (the server and its workers: their C
+    functions, CPython's, asyncpg's, uvloop's, libsecp256k1's, where py-spy sees Python frames
+    only). Nothing when `path` is
     None, or when `perf` is not installed."""
 
     def __init__(self, data_dir: Path, path: Path | None, pid: int | None = None) -> None:
@@ -183,8 +211,8 @@ class PgPerf:
             return self
         if self.pid is None:
             pids = ",".join(str(pid) for pid in [master, *children(master)])
-        else:
-            pids = str(self.pid)
+        else:  # the server and its children: the workers of `tms serve --workers N`
+            pids = ",".join(str(pid) for pid in [self.pid, *children(self.pid)])
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [binary, "record", "-F", "499", "-g", "-p", pids, "-o", str(self.path)],

@@ -17,11 +17,21 @@ signed events, same client code.
    sent at commit); arrival times are `time.monotonic()`, the same clock in every process.
    Also printed: latency from the acknowledgement and from sending.
 3. Memory: 1,000 idle authenticated connections with one subscription each (target <= 200 MB).
+4. Workers (`--parts workers`, TMS only): the C=16 write run against `tms serve --workers 1` and
+   `--workers 2` (`--workers 1,2`), each on a fresh data directory, both running for the whole
+   part and taking turns (`--rounds`, the order turned each round), so that the load of the
+   moment is common to both: events/s of each, and the CPU per event of each process (the
+   server's workers and its supervisor, PostgreSQL, this client), from /proc. From those: the
+   events/s that N cores would carry (N = 2, 8, 16; target >= 20,000 durable events/s at 16),
+   were the server's workers and PostgreSQL (the client elsewhere, as clients are) given all N
+   and scaling with them. `--collections K` spreads the 16 connections over K collections
+   (connection c writes to collection c mod K): one collection's writes are one lane, its
+   groups committed one after another under the collection's lock, whichever worker runs them.
 
 nostr-relay runs in a virtual environment of its own (`uv venv` + `uv pip install
 nostr-relay==1.14`, made once under ~/.cache/tms-bench), under gunicorn with one worker, as its
-default configuration does. TMS runs `tms serve` with TMS_EMBED=off (nostr-relay embeds nothing
-either) on a fresh embedded PostgreSQL.
+default configuration does. TMS runs `tms serve --workers 1` (parts 1 to 3; part 4 sets the
+workers) with TMS_EMBED=off (nostr-relay embeds nothing either) on a fresh embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -101,21 +111,29 @@ async def writer(
 
 
 async def write_run(
-    url: str, events: list[dict[str, Any]], connections: int, window: int = WINDOW
+    url: str | list[str], events: list[dict[str, Any]], connections: int, window: int = WINDOW
 ) -> tuple[float, list[float], int]:
+    """`url`: one for every connection, or each connection's (its events are the n-th of
+    every `connections`)."""
     shares = [events[n::connections] for n in range(connections)]
+    urls = [url] * connections if isinstance(url, str) else url
     acks: list[float] = []
     started = time.perf_counter()
-    runs = (writer(url, share, acks, window) for share in shares)
+    runs = (writer(urls[n], share, acks, window) for n, share in enumerate(shares))
     accepted = sum(await asyncio.gather(*runs))
     return len(events) / (time.perf_counter() - started), acks, accepted
 
 
 async def counted_write_run(
-    database_url: str, url: str, events: list[dict[str, Any]], connections: int, window: int
+    database_url: str,
+    url: str | list[str],
+    events: list[dict[str, Any]],
+    connections: int,
+    window: int,
+    collections: int = 1,
 ) -> tuple[float, list[float], int, int]:
     """`write_run`, and how many transactions committed the events (a notification each)."""
-    async with Commits(database_url) as commits:
+    async with Commits(database_url, collections) as commits:
         rate, acks, accepted = await write_run(url, events, connections, window)
         await asyncio.sleep(0.2)
     return rate, acks, accepted, len(commits.ranges)
@@ -235,8 +253,10 @@ class Commits:
     the server's commit feed listens to: `tms.ledger.write.writes.CHANNEL`, a notification per
     transaction and collection, sent at commit)."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, collections: int = 1) -> None:
+        """`collections`: "bench" and, beyond one, "bench-1" ... (`bench_slug`)."""
         self.url = database_url
+        self.slugs = {bench_slug(n) for n in range(collections)}
         self.ranges: list[tuple[int, int, float]] = []  # (first seq, last seq, when heard)
         self.conn: asyncpg.Connection | None = None
 
@@ -248,7 +268,7 @@ class Commits:
     def _heard(self, conn: object, pid: int, channel: str, payload: object) -> None:
         now = time.monotonic()
         collection, first, last, _ = json.loads(str(payload))
-        if collection == "bench":
+        if collection in self.slugs:
             self.ranges.append((int(first), int(last), now))
 
     async def times(self) -> dict[str, float]:
@@ -371,6 +391,140 @@ async def idle_memory(server: Server, signer: Signer, count: int) -> None:
         await ws.close()
 
 
+# --- workers: tms serve --workers 1 against --workers 2 ----------------------------------------
+
+CORES: Final = (2, 8, 16)  # what the projection is computed for
+
+
+def bench_slug(n: int) -> str:
+    """The n-th collection the writes go to: "bench", then "bench-1", ..."""
+    return "bench" if n == 0 else f"bench-{n}"
+
+
+PROCESSES: Final = ("server", "PostgreSQL", "client")
+
+
+def prepared(
+    env: dict[str, str], tmp: Path, workers: int, collections: int
+) -> tuple[Server, Signer, str]:
+    """`tms serve --workers N` (`TMS_WORKERS`, the same setting) on a data directory of its own,
+    a key approved and the collections started; and its database's URL."""
+    data = tmp / f"data-w{workers}"
+    server = Server(
+        {**env, "TMS_DATA_DIR": str(data), "TMS_WORKERS": str(workers)},
+        tmp / f"server-w{workers}.log",
+    )
+    server.start()
+    signer = Signer()
+    server.approve(signer.key.pubkey)
+    with httpx.Client(timeout=60) as http:
+        start = [signer.sign(4706, server.agreement())] + [
+            signer.sign(4702, {"collection": bench_slug(n), "text": "Start."})
+            for n in range(collections)
+        ]
+        call(http, server.url, "publish", {"events": start})
+    return server, signer, asyncio.run(_database_url(data))
+
+
+def workers_part(ns: argparse.Namespace, env: dict[str, str], tmp: Path) -> None:
+    counts = [int(x) for x in ns.workers.split(",")]
+    servers: dict[int, tuple[Server, Signer, str]] = {}
+    # per workers: each round's events/s and CPU seconds per event by process
+    rates: dict[int, list[float]] = {n: [] for n in counts}
+    costs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+    try:
+        for n in counts:
+            servers[n] = prepared(env, tmp, n, ns.collections)
+        for round_number in range(ns.rounds):
+            for n in counts if round_number % 2 == 0 else counts[::-1]:
+                server, signer, database_url = servers[n]
+                # connection c (the c-th of every 16 events) writes to collection c % K
+                slugs = [bench_slug(i % 16 % ns.collections) for i in range(ns.events)]
+                events = [
+                    signer.sign(
+                        4702,
+                        {"collection": slug, "text": f"workers {n} {i} {time.time_ns()}"},
+                    )
+                    for i, slug in enumerate(slugs)
+                ]
+                base = server.url.replace("http", "ws")
+                urls = [f"{base}/c/{bench_slug(c % ns.collections)}" for c in range(16)]
+                clock = CpuClock(server.pid, server.data_dir, with_children=n > 1)
+                spied = None
+                if ns.profile is not None:
+                    spied = ns.profile / f"workers-{n}-round-{round_number}.txt"
+                with Spy(server.pid, spied, subprocesses=n > 1):
+                    clock.restart()
+                    rate, acks, accepted, commits = asyncio.run(
+                        counted_write_run(database_url, urls, events, 16, WINDOW, ns.collections)
+                    )
+                    spent, wall = clock.spent()
+                per = {name: seconds / len(events) for name, seconds in spent.items()}
+                kernel = clock.server_system() / len(events)
+                rates[n].append(rate)
+                costs[n].append(per)
+                print(
+                    f"4. round {round_number + 1}, tms serve --workers {n}: C=16 window 16, "
+                    f"{ns.collections} collection{'s' if ns.collections > 1 else ''}: "
+                    f"{rate:,.0f} events/s, ack p50 {ms(acks, 0.5)}, {accepted:,} of "
+                    f"{len(events):,} accepted, {len(events) / max(commits, 1):.1f} events per "
+                    f"transaction, load {load()}\n   CPU per event (us): "
+                    + ", ".join(f"{k} {v * 1e6:,.0f}" for k, v in per.items())
+                    + f" (of the server's, {kernel * 1e6:,.0f} in the kernel); cores busy: "
+                    + ", ".join(f"{k} {v / wall:.2f}" for k, v in spent.items()),
+                    flush=True,
+                )
+    except Exception:
+        for server, _, _ in servers.values():
+            print(server.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        for server, _, _ in servers.values():
+            server.stop()
+    print(workers_table(rates, costs), flush=True)
+
+
+def workers_table(rates: dict[int, list[float]], costs: dict[int, list[dict[str, float]]]) -> str:
+    """The figures of each server, the medians of the rounds: events/s, CPU per event by
+    process, and the events/s N cores would carry at that CPU per event (the server's and
+    PostgreSQL's: the clients are elsewhere)."""
+
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        middle = len(ordered) // 2
+        return (ordered[middle] + ordered[~middle]) / 2
+
+    head = (
+        "| tms serve | events/s (rounds) | CPU per event, us: server / PostgreSQL / client | "
+        + " | ".join(f"{c} cores, events/s" for c in CORES)
+        + " |"
+    )
+    lines = ["", head, "|" + "---|" * (3 + len(CORES))]
+    for n, runs in rates.items():
+        each = {name: median([c[name] for c in costs[n]]) for name in PROCESSES}
+        carried = each["server"] + each["PostgreSQL"]
+        lines.append(
+            f"| --workers {n} | {median(runs):,.0f} ({', '.join(f'{r:,.0f}' for r in runs)}) | "
+            + " / ".join(f"{each[name] * 1e6:,.0f}" for name in PROCESSES)
+            + " | "
+            + " | ".join(f"{c / carried:,.0f}" for c in CORES)
+            + " |"
+        )
+    if len(rates) > 1:
+        first, *rest = rates
+        for n in rest:
+            ratios = [b / a for a, b in zip(rates[first], rates[n], strict=False)]
+            lines.append(
+                f"\n--workers {n} / --workers {first}, round by round: "
+                + ", ".join(f"{r:.2f}x" for r in ratios)
+            )
+    lines.append(
+        f"N cores carry N / (server + PostgreSQL CPU per event); target >= 20,000 events/s at "
+        f"16 cores. Load {load()}."
+    )
+    return "\n".join(lines)
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 
@@ -383,6 +537,10 @@ def run(ns: argparse.Namespace, tmp: Path) -> None:
         TMS_MAX_CONNECTIONS_PER_ADDRESS="3000",  # every client here is 127.0.0.1
     )
     parts = set(ns.parts.split(","))
+    if "workers" in parts:
+        workers_part(ns, env, tmp)
+        if parts == {"workers"}:
+            return
     server = Server(env, tmp / "server.log")
     server.start()
     competitor = NostrRelay(tmp) if "writes" in parts and not ns.tms_only else None
@@ -487,7 +645,21 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, default=1000, help="claims fanned out (1,000)")
     parser.add_argument("--idle", type=int, default=1000, help="idle connections (1,000)")
     parser.add_argument(
-        "--parts", default="writes,fanout,memory", help="which parts to run (all three)"
+        "--parts",
+        default="writes,fanout,memory",
+        help="which parts to run: writes, fanout, memory, workers (the first three)",
+    )
+    parser.add_argument(
+        "--workers", default="1,2", help="workers: the `tms serve --workers` counts (1,2)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="workers: C=16 runs of each server, in turn (3)"
+    )
+    parser.add_argument(
+        "--collections",
+        type=int,
+        default=1,
+        help="workers: the collections the 16 connections write to, connection c to c mod K (1)",
     )
     parser.add_argument(
         "--runs", default="16x16,1x16,1x1", help="the write runs, CxWINDOW (16x16,1x16,1x1)"

@@ -69,7 +69,9 @@ class Server:
         return {"version": terms["version"], "sha256": terms["sha256"]}
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env = {**UNLIMITED, **env}
+        # One process unless a benchmark asks for workers (`TMS_WORKERS`, default the
+        # machine's cores): what the benchmarks time and profile is the server's pid.
+        self.env = {**UNLIMITED, "TMS_WORKERS": "1", **env}
         self.log_path = log_path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -97,6 +97,11 @@ class _Lent:
         """The connection authenticated as `pubkey`: it counts as that key at the cap."""
         self._protocol.set_key(pubkey)
 
+    def waiting(self) -> bool:
+        """Whether a message (or the disconnection) is read already and waits for the app: its
+        `receive` returns at once."""
+        return not self._protocol.queue.empty()
+
     async def send_texts(self, texts: Sequence[str]) -> None:
         await self._protocol.send_texts(texts)
 

@@ -132,15 +132,17 @@ async def _read(websocket: WebSocket, conn: Connection, idle_seconds: float, len
     if lent is not None:
         lent.idle(True)
         lent.authenticated(key)
+    waiting = getattr(lent, "waiting", None)
     while True:
         idle = conn.idle_for()
-        if idle is None:
+        if idle is None or (waiting is not None and waiting()):
+            # No idle timer, or none needed: a message read already is taken at once.
             message = await websocket.receive()
         else:
             try:
                 # A timeout on this task rather than `wait_for`, which makes a task of its own
-                # for every message: a writer's connection (no subscription) is idle-timed at
-                # each one.
+                # for every message: a writer's connection (no subscription) is idle-timed
+                # whenever it waits for one.
                 async with asyncio.timeout(max(0.0, idle_seconds - idle)):
                     message = await websocket.receive()
             except TimeoutError:
