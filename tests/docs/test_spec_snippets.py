@@ -71,6 +71,7 @@ TOOLS: Final = [
     "get_checkpoint",
     "get_consistency",
     "get_event",
+    "get_receipt",
     "get_links",
     "list_claims",
     "list_collections",

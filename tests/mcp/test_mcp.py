@@ -45,6 +45,7 @@ TOOL_NAMES = {
     "fetch_url",
     "get_checkpoint",
     "get_consistency",
+    "get_receipt",
 }
 
 

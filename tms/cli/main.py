@@ -81,6 +81,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         from tms.cli.verify_export import run
 
         raise SystemExit(run(ns.file, ns.checkpoint, ns.key, sys.stdout, policy_path=ns.policy))
+    if ns.command == "receipt":
+        from tms.cli.receipts import receipt
+
+        raise SystemExit(run_on_database(receipt(ns.slug, ns.event_id), create=ns.create))
+    if ns.command == "verify-receipt":
+        from tms.cli.receipts import verify_receipt
+
+        raise SystemExit(verify_receipt(ns.event, ns.receipt, ns.key, ns.policy, sys.stdout))
     if ns.command == "mirror":
         from tms.cli.mirror import mirror
 

@@ -11,8 +11,8 @@ witnesses' cosignatures included. Write it to a `.tlog-proof` file.
 
 Checking it (`check_receipt`) goes step by step, and a failure names its step (`STEPS`):
 the receipt's format; the event (its id is the SHA-256 of its fields, its BIP-340 signature is
-its pubkey's); the entry (a log entry is the event's 32-byte id, and the checkpoint's origin
-names the collection the event is filed in); the checkpoint's signature by the log key; the
+its pubkey's); the checkpoint's signature by the log key; the entry (the event is a record of
+the collection the checkpoint's origin names, and its log entry is the event's 32-byte id); the
 inclusion of the entry's leaf hash at that index against the checkpoint's root; and, with a
 witness policy, that its quorum cosigned the checkpoint.
 
@@ -56,7 +56,7 @@ ENTRY: Final = "entry"
 LOG_SIGNATURE: Final = "log signature"
 INCLUSION: Final = "inclusion"
 QUORUM: Final = "quorum"
-STEPS: Final = (FORMAT, EVENT, ENTRY, LOG_SIGNATURE, INCLUSION, QUORUM)
+STEPS: Final = (FORMAT, EVENT, LOG_SIGNATURE, ENTRY, INCLUSION, QUORUM)  # in checking order
 
 
 class ReceiptRefused(LogError):
@@ -147,8 +147,8 @@ class Verified:
         said = [
             f"{FORMAT}: ok ({HEADER})",
             f"{EVENT}: ok (id {self.event.id}, signed by {self.event.pubkey})",
-            f"{ENTRY}: ok (kind {self.event.kind} of collection '{self.collection}')",
             f"{LOG_SIGNATURE}: ok ({checkpoint.origin}, {checkpoint.size:,} entries)",
+            f"{ENTRY}: ok (kind {self.event.kind}, filed in collection '{self.collection}')",
             f"{INCLUSION}: ok (entry {self.index:,} of {checkpoint.size:,})",
         ]
         if self.quorum is not None:
@@ -172,8 +172,8 @@ def check_receipt(
     checkpoint must carry a signature by one of `log_keys`, else by a log the policy names."""
     receipt = Receipt.parse(text)
     held = _event(receipt, event, event_id)
-    slug = _entry(held)
     checkpoint = _signed(receipt.note, [*log_keys, *(policy.logs if policy else ())])
+    slug = _entry(held)
     if origin_slug(checkpoint.origin) != slug:
         raise ReceiptRefused(
             ENTRY,

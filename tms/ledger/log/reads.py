@@ -19,7 +19,7 @@ from tms.ledger.access import ReadableCollection
 from tms.ledger.log.cosigned import Cosigned
 from tms.ledger.log.tree import STRIDE, TransparencyLog
 from tms.nostr.events import Event
-from tms.results import CheckpointInfo, ConsistencyProof, InclusionProof
+from tms.results import CheckpointInfo, ConsistencyProof, InclusionProof, ReceiptInfo
 from tms.store.database import Connection, Pool
 from tms.tlog import tiles
 from tms.tlog.merkle import (
@@ -127,7 +127,7 @@ class LogReads:
             "checkpoint": checkpoint,
         }
 
-    async def receipt(self, readable: ReadableCollection, event_id: EventId) -> str | None:
+    async def receipt(self, readable: ReadableCollection, event_id: EventId) -> ReceiptInfo | None:
         """A C2SP tlog-proof receipt for one event of the collection (`tms.tlog.receipt`),
         proved against the checkpoint a member is shown (`witnessed`: with witnesses, the
         newest the quorum cosigned, its cosignatures in the note) when that checkpoint holds
@@ -140,7 +140,11 @@ class LogReads:
         if row is None:
             return None
         index = row["idx"]
-        checkpoint = shown if index < shown["size"] else await self._checkpoint(slug)
+        checkpoint = shown
+        if index >= shown["size"]:
+            latest = await self._checkpoint(slug)
+            quorum = None if shown.get("quorum") is None else False
+            checkpoint = {**latest, "witnessed_by": [], "quorum": quorum}
         if index >= checkpoint["size"]:
             return None  # stored after the latest checkpoint was read: not proved yet
         size = checkpoint["size"]
@@ -152,7 +156,15 @@ class LogReads:
             row["id"], row["pubkey"], row["created_at"], row["kind"], tags, row["content"],
             row["sig"],
         )  # fmt: skip
-        return make_receipt(event, index, proof_hashes(ranges, hashes), checkpoint["note"])
+        return {
+            "collection": slug,
+            "event_id": event_id,
+            "leaf_index": index,
+            "tree_size": size,
+            "witnessed_by": checkpoint.get("witnessed_by", []),
+            "quorum": checkpoint.get("quorum"),
+            "receipt": make_receipt(event, index, proof_hashes(ranges, hashes), checkpoint["note"]),
+        }
 
     async def consistency(
         self, readable: ReadableCollection, old: int, new: int | None
