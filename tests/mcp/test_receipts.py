@@ -41,8 +41,8 @@ from mcp_helpers import Caller, approve
 from tms.cli.receipts import verify_receipt
 from tms.nostr.events import SecretKey
 from tms.tlog.cosignature import CosignerKey
-from tms.tlog.receipt import HEADER, Receipt, check_receipt
 from tms.tlog.note import NoteVerifier
+from tms.tlog.receipt import HEADER, Receipt, check_receipt
 
 pytestmark = pytest.mark.anyio
 
