@@ -253,9 +253,7 @@ async def test_get_receipt_through_the_mcp_sdk(world: World, tmp_path: Path) -> 
     assert refused.content[0].text.startswith(f"not a member of collection '{SLUG}' (or no such")
 
 
-def test_tms_receipt_makes_the_same_receipt_from_the_database(
-    world: World, tmp_path: Path
-) -> None:
+def test_tms_receipt_makes_the_same_receipt_from_the_database(world: World, tmp_path: Path) -> None:
     claim_id = world.ids[1]
     env = environment(TMS_DATABASE_URL=world.live.database_url)
     made = subprocess.run(
