@@ -18,8 +18,8 @@ runs the command they name; each command lives in a module of its own:
   too, at start-up) and, on a Citus coordinator, distributes the ledger (`tms.store.citus`);
   `approve`, `revoke` and `approved` (`tms.cli.approvals`); `collections` and `export`
   (`tms.cli.backups`); `receipt`, a receipt for one event, and `verify-receipt`, which checks
-  one offline (`tms.cli.receipts`); `backup` and `restore`, the whole database as a pg_dump archive, and
-  `database-url`, the URL for PostgreSQL's own programs (`tms.cli.dumps`); `refusals`
+  one offline (`tms.cli.receipts`); `backup` and `restore`, the whole database as a pg_dump
+  archive, and `database-url`, the URL for PostgreSQL's own programs (`tms.cli.dumps`); `refusals`
   (`tms.cli.refusals`). A bad key is one line on stderr and exit 2 (`tms.cli.notation`); a
   database that cannot be used, or an unknown collection, one line and exit 1.
 """
