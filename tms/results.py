@@ -116,6 +116,36 @@ class InclusionProof(TypedDict):
     checkpoint: Annotated[CheckpointInfo, Field(description="The checkpoint it proves against.")]
 
 
+class ReceiptInfo(TypedDict):
+    collection: str
+    event_id: str
+    leaf_index: Annotated[int, Field(description="The event's place in its collection's log.")]
+    tree_size: Annotated[int, Field(description="The size of the checkpoint it proves against.")]
+    witnessed_by: Annotated[
+        list[str],
+        Field(
+            description="The witnesses of this server's policy whose cosignatures that "
+            "checkpoint carries, by the policy's names."
+        ),
+    ]
+    quorum: Annotated[
+        bool | None,
+        Field(
+            description="Whether they make the policy's quorum; null when the server names no "
+            "witnesses."
+        ),
+    ]
+    receipt: Annotated[
+        str,
+        Field(
+            description="The receipt, a C2SP tlog-proof (c2sp.org/tlog-proof@v1): the event "
+            "as extra data, its index, its inclusion path and the signed (and cosigned) "
+            "checkpoint. Save it as <name>.tlog-proof and check it offline: tms "
+            "verify-receipt <event id> <file> --key <log key> [--policy <file>]."
+        ),
+    ]
+
+
 class ConsistencyProof(TypedDict):
     collection: str
     old_size: int

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from typing import Final
 import httpx
 import pytest
 from factories import (
+    TMS,
     Live,
     claim,
     environment,
@@ -225,6 +227,24 @@ def test_the_guides_python_runs(
     assert "'accepted': [" in lines[2] and "'collections': ['mcas']" in lines[2]
     assert lines[3].endswith("events exported")
     assert (tmp_path / "mcas.jsonl").stat().st_size > 0
+    # the receipt the guide saved, checked offline by its command as printed
+    saved = re.fullmatch(
+        r"receipt for ([0-9a-f]{64}) saved as claim.tlog-proof: entry \d+ of \d+", lines[4]
+    )
+    assert saved is not None, lines[4]
+    [command] = [block for block in blocks(guide, "bash") if "tms verify-receipt" in block]
+    printed = command.strip().replace("<claim id>", saved[1])
+    assert printed.startswith("uv run tms verify-receipt ")
+    checked = subprocess.run(
+        [TMS, *shlex.split(printed)[3:]],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"the receipt holds: event {saved[1]} is entry" in checked.stdout
 
 
 # Bodies the server refuses before any tool runs: one over the 1 MiB a call may send (413),

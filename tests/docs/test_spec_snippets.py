@@ -72,6 +72,7 @@ TOOLS: Final = [
     "get_consistency",
     "get_event",
     "get_links",
+    "get_receipt",
     "list_claims",
     "list_collections",
     "list_evidence",

@@ -109,6 +109,7 @@ READ_TOOLS: Final[list[tuple[str, dict[str, Any]]]] = [
     ("check_proof", {"proof": {"steps": [{"id": "root", "say": "x", "from": [CLAIM["id"]]}]}}),
     ("get_checkpoint", {}),
     ("get_consistency", {"old_size": 1}),
+    ("get_receipt", {"id": CLAIM["id"]}),
 ]
 
 

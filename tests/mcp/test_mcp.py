@@ -45,6 +45,7 @@ TOOL_NAMES = {
     "fetch_url",
     "get_checkpoint",
     "get_consistency",
+    "get_receipt",
 }
 
 
@@ -210,6 +211,8 @@ def test_every_tool_result_matches_its_schema(world: World, caller: Caller) -> N
         ("get_event", {"id": world.doc["id"], "proof": True}),
         ("get_checkpoint", {"collection": SLUG}),
         ("get_consistency", {"collection": SLUG, "old_size": 1}),
+        ("get_receipt", {"collection": SLUG, "id": world.claim["id"]}),
+        ("get_receipt", {"collection": SLUG, "id": "0" * 64}),
         ("search_claims", {"collection": SLUG, "text": "DAO activity", "method": "keyword"}),
         ("search_claims", {"collection": SLUG, "text": "what causes histamine intolerance"}),
         ("list_claims", {"collection": SLUG, "sort": "contested"}),

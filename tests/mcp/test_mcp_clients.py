@@ -51,7 +51,7 @@ def _structured(result: Any) -> Any:
 async def test_the_sdk_client_over_streamable_http(live: Live, owner: SecretKey) -> None:
     async with Client(live.mcp) as client:
         tools = await client.list_tools()
-        assert len(tools.tools) == 12
+        assert len(tools.tools) == 13
         by_name = {t.name: t for t in tools.tools}
         schema = by_name["search_claims"].output_schema
         assert schema is not None and schema["type"] == "object"

@@ -35,11 +35,12 @@ from text_blind import drop_role, make_text_blind_role
 
 from tms.ledger.read.excerpts import QUOTE_CHARS
 from tms.ledger.service import Ledger
-from tms.nostr.events import SecretKey
+from tms.nostr.events import Event, SecretKey
 from tms.pages.reading import EVIDENCE_PAGE_CHARS, LINKS_SHOWN
 from tms.rules.admission import OPERATOR
 from tms.rules.anchors import CONTEXT_WINDOW_CHARS
 from tms.store.database import open_pool
+from tms.tlog.receipt import Receipt
 
 OWNER: Final = key(0xA1)
 MEMBER: Final = key(0xA2)
@@ -287,3 +288,23 @@ def test_a_claim_with_more_links_than_a_page_shows_says_so(servers: Servers) -> 
     assert f"here are the first {LINKS_SHOWN}, oldest first" in page
     assert f'id="link-{CROWD[0]["id"]}"' in page and f'id="link-{CROWD[-1]["id"]}"' not in page
     assert 'id="links-cut"' not in fewer
+
+
+def test_the_claim_and_evidence_pages_offer_a_receipt(servers: Servers) -> None:
+    """The "Receipt" link of each page downloads, with the login cookie, the C2SP tlog-proof
+    carrying that record (`tms verify-receipt` checks it: tests/mcp/test_receipts.py)."""
+    pages = [("claims", CLAIM, 'id="claim"'), ("evidence", MARKED_DOC, 'id="evidence"')]
+    with login(servers.live, MEMBER) as client:
+        for path, record, panel in pages:
+            page = client.get(f"/c/{SLUG}/{path}/{record['id']}").text
+            href = f"/c/{SLUG}/receipt/{record['id']}"
+            link = f'<a id="receipt" href="{href}" download="{record["id"][:16]}.tlog-proof"'
+            assert link in between(page, panel, "</article>")
+            answer = client.get(href)
+            assert answer.status_code == 200, answer.text
+            receipt = Receipt.parse(answer.text)
+            assert receipt.extra is not None
+            assert Event.from_json(receipt.extra).to_dict() == record
+    with httpx.Client(base_url=servers.live.url) as stranger:  # no cookie: as the export
+        refused = stranger.get(f"/c/{SLUG}/receipt/{CLAIM['id']}")
+        assert refused.status_code == stranger.get(f"/c/{SLUG}/export.jsonl").status_code == 401

@@ -16,16 +16,20 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from tms.errors import shown
 from tms.guard.exports import Exports, ExportsBusy
 from tms.http.login import request_url
 from tms.http.statuses import Refused
 from tms.ledger import Exporter, ReadableCollection
 from tms.nostr import nip98
+from tms.nostr.events import is_hex64
 from tms.pages.door import PRIVATE, door_of, json_error
 from tms.rules.terms import current_terms
 from tms.runtime import Runtime
+from tms.tlog.receipt import EXTENSION as RECEIPT_EXTENSION
+from tms.tlog.receipt import MEDIA_TYPE as RECEIPT_MEDIA_TYPE
 from tms.tlog.tiles import parse_tile_path
-from tms.types import PubKey
+from tms.types import EventId, PubKey
 
 EXPORT_MEDIA_TYPE: Final = "application/jsonl"  # JSON Lines; one signed event per line
 EXPORT_CHUNK_BYTES: Final = 64 * 1024  # lines are sent in chunks of about this size
@@ -128,6 +132,26 @@ async def consistency(request: Request) -> Response:
     assert old is not None
     proof = await runtime_of(request).services.tlog.consistency(readable, old, new)
     return JSONResponse(proof, headers=PRIVATE)
+
+
+async def receipt(request: Request) -> Response:
+    """A receipt for one event of the collection: a C2SP tlog-proof (`.tlog-proof`) carrying
+    the event, its index, its inclusion path and the checkpoint `/checkpoint` serves (with
+    witnesses, the quorum's cosignatures in it, and the same two headers saying who), for `tms
+    verify-receipt` to check offline. An id that is not an entry of this collection's log is
+    the 404 of a missing event."""
+    readable = await readable_by_caller(request)
+    event_id = request.path_params["event_id"]
+    info = None
+    if is_hex64(event_id):
+        info = await runtime_of(request).services.tlog.receipt(readable, EventId(event_id))
+    if info is None:
+        return json_error(f"no event {shown(event_id)!r} in collection '{readable.slug}'", 404)
+    name = f"{event_id[:16]}{RECEIPT_EXTENSION}"
+    headers = {**PRIVATE, "Content-Disposition": f'attachment; filename="{name}"'}
+    headers["TMS-Witnessed-By"] = ", ".join(info["witnessed_by"]) or "nobody"
+    headers["TMS-Quorum"] = {True: "met", False: "not met", None: "no policy"}[info["quorum"]]
+    return PlainTextResponse(info["receipt"], media_type=RECEIPT_MEDIA_TYPE, headers=headers)
 
 
 async def others(request: Request) -> Response:
@@ -270,12 +294,18 @@ LOG: Final = [
     Route("/log-key", log_key, methods=GET, name="log key"),
     Route("/c/{slug:path}/checkpoint", checkpoint, methods=GET, name="log checkpoint"),
     Route("/c/{slug:path}/consistency", consistency, methods=GET, name="log consistency"),
+    Route("/c/{slug:path}/receipt/{event_id}", receipt, methods=GET, name="log receipt"),
     Route("/c/{slug:path}/tile/{tile:path}", tile, methods=GET, name="log tile"),
 ]
 # Their slugs span slashes, so these also match paths of the log's tiles and the reading pages
 # (`/c/x/claims/checkpoint`): they come first in the table and answer such a path, with the 404
 # of a slug no collection has.
+# A receipt's event id is one segment, so `/c/x/receipt/checkpoint` is the log's checkpoint
+# route's (of the slug `x/receipt`, which no collection has).
 ANSWERS_BEFORE: Final = {
-    name: ("log tile", "claim", "evidence")
-    for name in ("export", "export others", "log checkpoint", "log consistency")
+    **{
+        name: ("log tile", "claim", "evidence", "log receipt")
+        for name in ("export", "export others", "log checkpoint", "log consistency")
+    },
+    "log receipt": ("log tile", "claim", "evidence"),
 }

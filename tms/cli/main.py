@@ -17,8 +17,9 @@ runs the command they name; each command lives in a module of its own:
   `migrate [--distribute]` (`tms.cli.migrate`) applies the migrations (the server does
   too, at start-up) and, on a Citus coordinator, distributes the ledger (`tms.store.citus`);
   `approve`, `revoke` and `approved` (`tms.cli.approvals`); `collections` and `export`
-  (`tms.cli.backups`); `backup` and `restore`, the whole database as a pg_dump archive, and
-  `database-url`, the URL for PostgreSQL's own programs (`tms.cli.dumps`); `refusals`
+  (`tms.cli.backups`); `receipt`, a receipt for one event, and `verify-receipt`, which checks
+  one offline (`tms.cli.receipts`); `backup` and `restore`, the whole database as a pg_dump
+  archive, and `database-url`, the URL for PostgreSQL's own programs (`tms.cli.dumps`); `refusals`
   (`tms.cli.refusals`). A bad key is one line on stderr and exit 2 (`tms.cli.notation`); a
   database that cannot be used, or an unknown collection, one line and exit 1.
 """
@@ -81,6 +82,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         from tms.cli.verify_export import run
 
         raise SystemExit(run(ns.file, ns.checkpoint, ns.key, sys.stdout, policy_path=ns.policy))
+    if ns.command == "receipt":
+        from tms.cli.receipts import receipt
+
+        raise SystemExit(run_on_database(receipt(ns.slug, ns.event_id), create=ns.create))
+    if ns.command == "verify-receipt":
+        from tms.cli.receipts import verify_receipt
+
+        raise SystemExit(verify_receipt(ns.event, ns.receipt, ns.key, ns.policy, sys.stdout))
     if ns.command == "mirror":
         from tms.cli.mirror import mirror
 

@@ -218,6 +218,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="a witness policy (C2SP tlog-policy): accept a checkpoint only when its quorum of "
         "witnesses cosigned it, and name who did",
     )
+    receipt = _command(
+        commands,
+        "receipt",
+        "write a receipt for one event to stdout, from the database: a C2SP tlog-proof for "
+        "tms verify-receipt",
+        "The event, its index in its collection's log, its inclusion path and the checkpoint "
+        "the collection's /checkpoint serves (with witnesses, the quorum's cosignatures in "
+        "it). Members get the same from GET /c/<slug>/receipt/<id> or the get_receipt tool. "
+        "Exit 1 if the collection has no such event.",
+    )
+    receipt.add_argument("slug", help="the collection")
+    receipt.add_argument("event_id", metavar="EVENT_ID", help="the event's id (64 hex)")
+    _creates(receipt)
+    checked = _command(
+        commands,
+        "verify-receipt",
+        "check a receipt offline: the event's id and signature, that the log holds it, the "
+        "checkpoint's signatures and, with --policy, the witnesses' quorum",
+        "Prints each step that holds; on the first that fails, names it (format, event, "
+        "entry, log signature, inclusion, quorum) and exits 1. Exit 2 if it cannot run.",
+    )
+    checked.add_argument(
+        "event",
+        metavar="EVENT",
+        help="the event's id (64 hex; the receipt carries the event), or a file holding the "
+        "event's JSON",
+    )
+    checked.add_argument("receipt", metavar="RECEIPT", help="the .tlog-proof file")
+    checked.add_argument(
+        "--key",
+        metavar="VERIFIER_KEY",
+        help="the server's log key (GET /log-key), or a file holding it; without it, the "
+        "policy's log lines",
+    )
+    checked.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a witness policy (C2SP tlog-policy): accept the checkpoint only when its quorum "
+        "of witnesses cosigned it",
+    )
     mirrored = _command(
         commands,
         "mirror",

@@ -123,6 +123,11 @@ class GetConsistencyArgs(_Args):
     )
 
 
+class GetReceiptArgs(_Args):
+    collection: Collection
+    id: EventIdField = Field(description="The event id (64 lowercase hex).")
+
+
 class FetchUrlArgs(_Args):
     url: NonBlank = Field(description="An http(s) URL on the public internet.")
 

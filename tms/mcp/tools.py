@@ -49,6 +49,7 @@ from tms.results import (
     LinkInfo,
     ProofResult,
     PublishResult,
+    ReceiptInfo,
     SearchClaimsResult,
 )
 from tms.rules.admission import Door, Origin, Read
@@ -168,6 +169,12 @@ async def _get_consistency(
     services: Services, readable: ReadableCollection, args: s.GetConsistencyArgs
 ) -> ConsistencyProof:
     return await services.tlog.consistency(readable, args.old_size, args.new_size)
+
+
+async def _get_receipt(
+    services: Services, readable: ReadableCollection, args: s.GetReceiptArgs
+) -> ReceiptInfo | None:
+    return await services.tlog.receipt(readable, args.id)
 
 
 async def _search_claims(
@@ -378,6 +385,19 @@ for _tool in (
         s.GetConsistencyArgs,
         ConsistencyProof,
         _get_consistency,
+        ONE_COLLECTION,
+    ),
+    Tool(
+        "get_receipt",
+        "Get a receipt for one event of a collection: a C2SP tlog-proof "
+        "(c2sp.org/tlog-proof@v1) carrying the event, its index in the collection's "
+        "transparency log, its inclusion path and the checkpoint get_checkpoint shows (with "
+        "witnesses, their cosignatures in it). Hand it over with the event you cite: anyone "
+        "checks it offline with tms verify-receipt, without the server. Returns null for an "
+        "id that is not an event of the collection." + _SIGNED,
+        s.GetReceiptArgs,
+        ReceiptInfo | None,
+        _get_receipt,
         ONE_COLLECTION,
     ),
     Tool(

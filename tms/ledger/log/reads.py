@@ -11,13 +11,15 @@ answer is bounded: at most 63 levels of hashes for a proof, 256 hashes for a til
 from __future__ import annotations
 
 import base64
+import json
 from typing import Final
 
 from tms.errors import LogError
 from tms.ledger.access import ReadableCollection
 from tms.ledger.log.cosigned import Cosigned
 from tms.ledger.log.tree import STRIDE, TransparencyLog
-from tms.results import CheckpointInfo, ConsistencyProof, InclusionProof
+from tms.nostr.events import Event
+from tms.results import CheckpointInfo, ConsistencyProof, InclusionProof, ReceiptInfo
 from tms.store.database import Connection, Pool
 from tms.tlog import tiles
 from tms.tlog.merkle import (
@@ -30,6 +32,7 @@ from tms.tlog.merkle import (
     rebuild,
     stored_below,
 )
+from tms.tlog.receipt import make_receipt
 from tms.tlog.tiles import Tile
 from tms.types import EventId, Slug
 
@@ -52,6 +55,11 @@ _SQL_NODES: Final = """
     UNION ALL
     SELECT 0, l.idx, l.event_id
     FROM tlog_leaves l WHERE l.collection = $1 AND l.idx = ANY($4::bigint[])"""
+# The event as signed, and its place in its collection's log.
+_SQL_ENTRY: Final = """
+    SELECT e.id, e.pubkey, e.created_at, e.kind, e.tags, e.content, e.sig, l.idx
+    FROM tlog_leaves l JOIN events e ON e.collection = l.collection AND e.id = $3
+    WHERE l.collection = $1 AND l.event_id = $2::bytea"""
 _SQL_TILE_NODES: Final = """
     SELECT hash FROM tlog_nodes
     WHERE collection = $1 AND level = $2 AND idx >= $3 AND idx < $4 ORDER BY idx"""
@@ -117,6 +125,45 @@ class LogReads:
             "tree_size": size,
             "hashes": [_b64(h) for h in proof_hashes(ranges, hashes)],
             "checkpoint": checkpoint,
+        }
+
+    async def receipt(self, readable: ReadableCollection, event_id: EventId) -> ReceiptInfo | None:
+        """A C2SP tlog-proof receipt for one event of the collection (`tms.tlog.receipt`),
+        proved against the checkpoint a member is shown (`witnessed`: with witnesses, the
+        newest the quorum cosigned, its cosignatures in the note) when that checkpoint holds
+        the event, else against the latest signed one (an event newer than any cosigned
+        checkpoint: its receipt is cosigned once the witnesses have caught up). None if the
+        event is not an entry of this collection's log."""
+        slug = readable.slug
+        shown = await self.witnessed(readable)  # builds a log not built yet
+        row = await self.pool.fetchrow(_SQL_ENTRY, slug, bytes.fromhex(event_id), event_id)
+        if row is None:
+            return None
+        index = row["idx"]
+        checkpoint = shown
+        if index >= shown["size"]:
+            latest = await self._checkpoint(slug)
+            quorum = None if shown.get("quorum") is None else False
+            checkpoint = {**latest, "witnessed_by": [], "quorum": quorum}
+        if index >= checkpoint["size"]:
+            return None  # stored after the latest checkpoint was read: not proved yet
+        size = checkpoint["size"]
+        ranges = inclusion_ranges(index, size)
+        async with self.pool.acquire() as conn:
+            hashes = await _hashes(conn, slug, nodes_for(ranges))
+        tags = [] if row["tags"] == "[]" else json.loads(row["tags"])
+        event = Event(
+            row["id"], row["pubkey"], row["created_at"], row["kind"], tags, row["content"],
+            row["sig"],
+        )  # fmt: skip
+        return {
+            "collection": slug,
+            "event_id": event_id,
+            "leaf_index": index,
+            "tree_size": size,
+            "witnessed_by": checkpoint.get("witnessed_by", []),
+            "quorum": checkpoint.get("quorum"),
+            "receipt": make_receipt(event, index, proof_hashes(ranges, hashes), checkpoint["note"]),
         }
 
     async def consistency(
