@@ -96,7 +96,7 @@ async def open_relay(
         item_bytes=NEG_CACHE_BYTES,
         max_records=MAX_NEG_RECORDS,
     ) as reads:
-        hub = Hub(reads.matching)
+        hub = Hub(reads.matching, key)
         memory = ProcessBudget(memory_bytes)
         metrics.RELAY_MEMORY.set_function(lambda: memory.used)  # this process's relay
         feed = CommitFeed(
@@ -128,3 +128,4 @@ async def open_relay(
             )
         finally:
             await feed.close()
+            await hub.close()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tms.ledger.access import ReadableCollection, Reader
+from tms.ledger.read.members import Membership, membership
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
 from tms.rules.kinds import unscoped_kinds
@@ -140,6 +141,10 @@ class StoredEvents:
         for row in await self.pool.fetch(_SQL_PEOPLE, list(slugs)):
             found[row["collection"]].add(row["pubkey"])
         return found
+
+    async def membership(self, slug: Slug) -> Membership | None:
+        """The collection's membership records, for what its relay says of its members."""
+        return await membership(self.pool, slug)
 
     async def owners(self, slugs: Sequence[Slug]) -> dict[Slug, PubKey]:
         rows = await self.pool.fetch(_SQL_OWNERS, list(slugs))
