@@ -9,7 +9,9 @@ import subprocess
 from pathlib import Path
 
 import httpx
-from factories import ASSETS, MEMBER, MEMBER2, OWNER, RELAY_KEY, Live, environment
+import pytest
+from factories import ASSETS, MEMBER, MEMBER2, OWNER, RELAY_KEY, STRANGER, Live, environment
+from relay_client import Client, ws_url
 
 NIP11 = {"Accept": "application/nostr+json"}
 RUN_SECONDS = 120
@@ -64,3 +66,25 @@ def test_nostr_tools_reads_the_member_list_and_its_changes_live(
     assert all(e["verified"] and e["pubkey"] == RELAY_KEY.pubkey for e in seen["live"])
     assert ["member", MEMBER2.pubkey] in seen["live"][1]["tags"]
     assert ["member", MEMBER2.pubkey] not in seen["live"][3]["tags"]
+
+
+@pytest.mark.anyio
+async def test_views_are_read_by_members_only_within_limits_and_never_published(live: Live) -> None:
+    url = ws_url(live.url, "/c/rel")
+    views = {"kinds": [13534, 8000, 8001]}
+    async with await Client.open(url) as member:
+        await member.auth(MEMBER)
+        every, end = await member.req("all", views)
+        assert end[0] == "EOSE" and every
+        assert {event["kind"] for event in every} <= {13534, 8000, 8001}
+        newest, _ = await member.req("one", {**views, "kinds": [8000, 8001], "limit": 1})
+        assert len(newest) == 1 and newest[0] in every
+        assert await member.req("none", {**views, "limit": 0}) == ([], ["EOSE", "none"])
+        plain, _ = await member.req("records", {"kinds": [4705]})  # no view unless asked
+        assert {event["kind"] for event in plain} == {4705}
+        ok = await member.publish(every[0])
+        assert ok[2] is False and ok[3].startswith("invalid: ")  # the relay's, not a record
+    async with await Client.open(url) as stranger:
+        await stranger.auth(STRANGER)
+        events, end = await stranger.req("all", views)
+        assert events == [] and end[0] == "CLOSED" and end[2].startswith("restricted: ")

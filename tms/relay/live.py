@@ -141,7 +141,7 @@ class Hub:
         """`key`: the relay's own (NIP-11 `self`), which signs what it says of a collection's
         members as they change (NIP-43, `tms.relay.members`); None: it says nothing."""
         self.stored = stored
-        self.key = key
+        self.views = None if key is None else members.MemberViews(stored, key)
         self.by_slug: dict[Slug, set[Subscription]] = {}
         self.people: dict[Slug, set[PubKey]] = {}
         self.clients: set[Client] = set()  # authenticated connections, told of member lists
@@ -208,7 +208,7 @@ class Hub:
     def _changed(self, slug: Slug, seq: int) -> None:
         """A membership record of `slug` committed at `seq`: the views it makes go, in a task
         of their own (they are read from the database), to the subscriptions asking for them."""
-        if self.key is None:
+        if self.views is None:
             return
         if not any(members.asks(sub.filters) for sub in self.by_slug.get(slug, ())):
             self.viewed.pop(slug, None)  # nobody asks: the next one to ask starts afresh
@@ -220,13 +220,13 @@ class Hub:
     async def _views(self, slug: Slug, seq: int) -> None:
         """The views of `slug`'s records from `seq` on (and of any after the last sent), each
         offered once to each subscription over `slug` that matches it, in log order."""
-        assert self.key is not None
+        assert self.views is not None
         async with self._viewing.setdefault(slug, asyncio.Lock()):
             after = self.viewed.get(slug, seq - 1)
             if seq <= after:
                 return  # sent already, by the task of a later record
             try:
-                made, last = await members.new(self.stored, self.key, slug, after)
+                made, last = await self.views.new(slug, after)
             except Exception as exc:  # the database away: the views are the log's, still there
                 log.warning("the views of %s's members were not sent: %s", slug, one_line(exc))
                 return

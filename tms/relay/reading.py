@@ -48,7 +48,6 @@ from typing import Any, Final
 
 from tms.errors import Refusal
 from tms.ledger import BIG_BYTES, PAGE, ReadableCollection, Reader, Stored, not_a_reader
-from tms.nostr.events import SecretKey
 from tms.nostr.filters import Filter, Ids, id_pages
 from tms.relay import members, messages
 from tms.relay.budget import size_of
@@ -150,11 +149,11 @@ class Reading:
                 return
             for wanted in message.filters:
                 await self._stored(message.sub_id, scope, wanted, sent)
-            key = self.relay.key
+            views = self.relay.hub.views
             collection = isinstance(scope, ReadableCollection)
-            if key is not None and collection and members.asks(message.filters):
+            if views is not None and collection and members.asks(message.filters):
                 assert isinstance(scope, ReadableCollection)  # NIP-43: what it says of members
-                await self._views(message.sub_id, scope, key, message.filters, sent)
+                await self._views(message.sub_id, scope, views, message.filters, sent)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -201,13 +200,13 @@ class Reading:
         self,
         sub_id: str,
         scope: ReadableCollection,
-        key: SecretKey,
+        views: members.MemberViews,
         filters: tuple[Filter, ...],
         sent: Sent,
     ) -> None:
         """The relay's own events about the collection's members that the filters ask for by
         kind (`tms.relay.members`), as the key may read them once they are made."""
-        found = await members.stored(self.relay.stored, key, scope.slug, filters)
+        found = await views.stored_answer(scope.slug, filters)
         readable = await self._readable(scope)
         for view in found:
             if view.event.id not in sent:

@@ -19,6 +19,8 @@ _SQL_ORIGIN: Final = """
 _SQL_LISTS: Final = """
     SELECT id, seq, created_at, members FROM member_lists WHERE collection = $1 ORDER BY seq"""
 
+_SQL_LAST: Final = "SELECT max(seq) FROM member_lists WHERE collection = $1"
+
 
 @dataclass(frozen=True, slots=True)
 class Membership:
@@ -39,3 +41,9 @@ async def membership(pool: Pool, slug: Slug) -> Membership | None:
         for row in rows
     )
     return Membership(origin["owner"], (origin["created_by"], origin["created_at"]), records)
+
+
+async def last_record(pool: Pool, slug: Slug) -> int:
+    """The `seq` of the collection's last membership record, 0 for none."""
+    last = await pool.fetchval(_SQL_LAST, slug)
+    return int(last or 0)
