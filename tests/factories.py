@@ -308,13 +308,18 @@ UNLIMITED: Final = {
 LOG_SIGNER: Final = NoteSigner("127.0.0.1", Ed25519PrivateKey.from_private_bytes(bytes([7]) * 32))
 
 
+# The live servers' relay key (TMS_RELAY_KEY, NIP-11 `self`), fixed likewise.
+RELAY_KEY: Final = SecretKey(bytes([9]) * 32)
+
+
 def settings(**env: str) -> Settings:
     """Settings from `env` alone, never from the test's environment or a data directory. Rate
     limits are off unless `env` sets them: every test client comes from 127.0.0.1, often with
     one key, faster than anyone would (tests/pages/test_rate_limits.py tests the limits)."""
     defaults = {
-        "TMS_DATA_DIR": "/nonexistent-tms-data",  # both keys are set: it is never written
+        "TMS_DATA_DIR": "/nonexistent-tms-data",  # every key is set: it is never written
         "TMS_LOG_KEY": LOG_SIGNER.encode(),
+        "TMS_RELAY_KEY": RELAY_KEY.secret.hex(),
         "TMS_SECRET": "tests-" * 8,
     }
     return Settings.from_env({**defaults, **UNLIMITED, **env})

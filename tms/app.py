@@ -44,7 +44,7 @@ from starlette.staticfiles import StaticFiles
 
 from tms.api import routes as api
 from tms.api import scrape
-from tms.config import Settings, load_secret
+from tms.config import Settings, load_relay_key, load_secret
 from tms.errors import DatabaseUnavailable, TMSError, one_line
 from tms.guard.rates import ADD_CHECKPOINT_UNITS
 from tms.http.bodies import BigBodies, Disconnected, MiB
@@ -140,6 +140,9 @@ def create_app(
     secret, chosen = load_secret(settings)
     if chosen is not None:
         log.warning("%s", chosen)
+    relay_key, chosen = load_relay_key(settings)
+    if chosen is not None:
+        log.warning("%s", chosen)
     big_bodies = BigBodies()  # one budget for the big bodies of every door (`tms.http.bodies`)
     door = Door(
         Renderer(),
@@ -162,6 +165,7 @@ def create_app(
                 connections=settings.relay_connections,
                 statement_seconds=settings.relay_statement_seconds,
                 neg_warm=settings.neg_warm,
+                key=relay_key,
             ) as relay,
             scrape.metrics_port(settings, runtime),
         ):

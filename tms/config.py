@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tms.envvars import choice, number, parse_number, read_all, setting, switch, text
-from tms.errors import ConfigError, EmbeddingError, LogError
+from tms.errors import ConfigError, EmbeddingError, InvalidKey, LogError
 from tms.guard.clients import Network, parse_networks
 from tms.guard.rates import (
     DEFAULT_ADDRESS,
@@ -31,6 +31,7 @@ from tms.guard.rates import (
 from tms.guard.refusals import DEFAULT_KEEP
 
 if TYPE_CHECKING:
+    from tms.nostr.events import SecretKey
     from tms.tlog.note import LogSigner
 
 DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2"
@@ -47,6 +48,7 @@ DEFAULT_NEG_WARM: Final = 8  # collections whose NIP-77 lists a server loads at 
 STRFRY: Final = "strfry"  # the built-in plugin that runs TMS_STRFRY_COMMAND (tms.extension)
 _PLUGIN_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 LOG_KEY_FILE: Final = "log-key"  # TMS_LOG_KEY's generated value, inside TMS_DATA_DIR
+RELAY_KEY_FILE: Final = "relay-key"  # TMS_RELAY_KEY's generated value, inside TMS_DATA_DIR
 MIN_METRICS_TOKEN_CHARS: Final = 24
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 
@@ -287,6 +289,8 @@ class Settings:
     body_min_rate: int = setting("TMS_BODY_MIN_RATE", 1024, number(0, 1_000_000_000))
     # None: generated into data_dir (`load_log_key`)
     log_key: str | None = setting("TMS_LOG_KEY", None, text, shown="generated")
+    # None: generated into data_dir (`load_relay_key`)
+    relay_key: str | None = setting("TMS_RELAY_KEY", None, text, shown="generated")
     # None: generated into data_dir (`load_secret`)
     secret: str | None = setting("TMS_SECRET", None, _secret, shown="generated")
     # where the pages look up profiles
@@ -466,6 +470,39 @@ def generated(
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read or create {what} {path}: {exc}") from None
     return value, True
+
+
+def load_relay_key(settings: Settings) -> tuple[SecretKey, str | None]:
+    """The relay's own Nostr key (NIP-11 `self`), which signs what a collection's relay says of
+    its members (NIP-43: kinds 13534, 8000, 8001, 28935), and a line to log when it was chosen
+    here. `TMS_RELAY_KEY` (an nsec or 64 hex characters) when set; otherwise the file
+    `TMS_DATA_DIR/relay-key`, by the data directory's rule (`generated`): clients keep a relay's
+    `self` as its identity, so it must not change at each restart, and every process on one
+    database must sign with the same one. What it signs are views of the log, never its records:
+    losing it loses no history."""
+    from tms.nostr.events import SecretKey
+    from tms.nostr.keys import parse_secret
+
+    if settings.relay_key is not None:
+        try:
+            return parse_secret(settings.relay_key), None
+        except (InvalidKey, ValueError) as exc:
+            raise ConfigError(f"TMS_RELAY_KEY: {exc}") from None
+    path = settings.data_dir / RELAY_KEY_FILE
+    text, made = generated(
+        settings, RELAY_KEY_FILE, "the relay key", lambda: SecretKey.generate().secret.hex()
+    )
+    try:
+        key = parse_secret(text)
+    except (InvalidKey, ValueError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    said = None
+    if made:
+        said = (
+            f"TMS_RELAY_KEY is unset: generated the relay key {key.pubkey} into {path}; "
+            f"{KEEP_DATA_DIR}"
+        )
+    return key, said
 
 
 def load_secret(settings: Settings) -> tuple[bytes, str | None]:

@@ -129,7 +129,12 @@ def blocks(markdown: str, language: str) -> list[str]:
 
 def is_relay(block: str) -> bool:
     """Whether a snippet is one of "Use any Nostr client"'s, which run on their own."""
-    return "websockets" in block or "nostr-tools/relay" in block
+    return ("websockets" in block or "nostr-tools/relay" in block) and not is_members(block)
+
+
+def is_members(block: str) -> bool:
+    """Whether a snippet is "Who the members are (NIP-43)"'s, which runs on its own."""
+    return "13534" in block
 
 
 def is_sync(block: str) -> bool:
@@ -138,7 +143,7 @@ def is_sync(block: str) -> bool:
 
 
 def on_their_own(block: str) -> bool:
-    return is_relay(block) or is_sync(block)
+    return is_relay(block) or is_sync(block) or is_members(block)
 
 
 def relay_snippet(markdown: str, language: str) -> str:
@@ -362,6 +367,32 @@ def test_each_relay_snippet_runs_on_its_own_as_printed(
     else:
         assert lines == ["rebutted: Symptoms without low DAO activity."]
     assert result.stderr == ""
+
+
+def test_the_members_snippet_prints_the_members_the_relay_key_signed(
+    live: Live,
+    bots: tuple[SecretKey, SecretKey, SecretKey],
+    relayers: tuple[SecretKey, SecretKey],
+    rerunners: tuple[SecretKey, SecretKey],
+    outsider: SecretKey,
+    js_current_packages: Path,
+) -> None:
+    """The NIP-43 script as printed: the relay key's member list (the owner first) and one
+    `added:` per key the owner's list named, each by that list; refused for a key that may not
+    read, in the relay's words."""
+    guide = httpx.get(live.url + "/docs.md").text
+    [block] = [block for block in blocks(guide, "js") if is_members(block)]
+    assert "mcas" not in block
+    result = run_relay_snippet("js", block, js_current_packages, relayers[1], "mcas")
+    assert result.returncode == 0, result.stdout + result.stderr
+    owner, python_bot, js_bot = bots
+    named = sorted([python_bot.pubkey, js_bot.pubkey, *(k.pubkey for k in (*rerunners, *relayers))])
+    [listed, *changes] = result.stdout.splitlines()
+    assert listed == "members: " + " ".join([owner.pubkey, *named])
+    [list_id] = {line.rsplit(" ", 1)[1] for line in changes}
+    assert changes == [f"added: {key} by {list_id}" for key in named]
+    refused = run_relay_snippet("js", block, js_current_packages, outsider, "mcas")
+    assert refused.returncode == 1 and refused.stderr.startswith("refused: restricted: ")
 
 
 # The clock the guide's scripts read, stopped: two runs sign the very same events, as two runs

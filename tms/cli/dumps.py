@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from tms.config import LOG_KEY_FILE, SECRET_FILE, Settings
+from tms.config import LOG_KEY_FILE, RELAY_KEY_FILE, SECRET_FILE, Settings
 from tms.errors import DatabaseError, one_line
 
 _LEFT_OUT = " COMMENT - EXTENSION "  # what `pg_restore -l` lists for COMMENT ON EXTENSION
@@ -96,9 +96,14 @@ async def _fetchval(url: str, sql: str) -> object:
 
 def _keys_note(settings: Settings) -> str | None:
     """Which key files a backup does not hold, for the operator to keep beside it."""
+    keys = (
+        (LOG_KEY_FILE, settings.log_key),
+        (SECRET_FILE, settings.secret),
+        (RELAY_KEY_FILE, settings.relay_key),  # the relays' identity (NIP-11 `self`)
+    )
     files = [
         str(settings.data_dir / name)
-        for name, set_by_env in ((LOG_KEY_FILE, settings.log_key), (SECRET_FILE, settings.secret))
+        for name, set_by_env in keys
         if set_by_env is None and (settings.data_dir / name).is_file()
     ]
     if not files:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from tms.config import Settings, load_log_key, load_secret
+from tms.config import Settings, load_log_key, load_relay_key, load_secret
 from tms.guard import shared
 from tms.ledger import embedded_url, start_embedded
 
@@ -220,7 +220,8 @@ def supervise(settings: Settings, listener: socket.socket, run: Callable[[Settin
     else:
         asyncio.run(check_database(settings.database_url, settings))
     # Made once, here, not by N workers at once: the keys in the data directory.
-    for _, chosen in (load_secret(settings), load_log_key(settings)):
+    made = (load_secret(settings), load_log_key(settings), load_relay_key(settings))
+    for _, chosen in made:
         if chosen is not None:
             log.warning("%s", chosen)
     path = state_file()

@@ -338,12 +338,17 @@ class SecretKey:
         content: str,
         created_at: int,
         tags: Sequence[Sequence[str]] = (),
+        *,
+        aux: bytes | None = None,
     ) -> Event:
-        """Sign with fresh auxiliary randomness, as BIP-340 recommends against side channels."""
+        """Sign with fresh auxiliary randomness, as BIP-340 recommends against side channels;
+        or with `aux` (32 bytes), for a signer that must sign the same event the same way each
+        time (the relay's own views of its members, `tms.rules.member_views`)."""
         tag_list = [list(tag) for tag in tags]
         check_text(content, "content")
         event_id = compute_id(self.pubkey, created_at, kind, tag_list, content)
-        sig = self._key.sign_schnorr(bytes.fromhex(event_id), os.urandom(32)).hex()
+        randomness = os.urandom(32) if aux is None else aux
+        sig = self._key.sign_schnorr(bytes.fromhex(event_id), randomness).hex()
         return Event(event_id, self.pubkey, created_at, kind, tag_list, content, sig)
 
 

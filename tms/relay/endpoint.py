@@ -59,8 +59,9 @@ def with_info(page: Handler) -> Handler:
         if info.wants_info(request.headers.get("accept")):
             slug = request.path_params.get("slug")
             relay: Relay | None = getattr(request.app.state, "relay", None)
+            key = None if relay is None or relay.key is None else relay.key.pubkey
             return JSONResponse(
-                info.document(slug, None if relay is None else relay.throttle.limits),
+                info.document(slug, None if relay is None else relay.throttle.limits, key),
                 media_type=info.MEDIA_TYPE,
                 headers={**info.CORS, "Vary": "Accept", "Cache-Control": "no-store"},
             )

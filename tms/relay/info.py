@@ -40,10 +40,11 @@ from tms.relay.limits import (
     MAX_SUBID_CHARS,
     MAX_SUBSCRIPTIONS,
 )
-from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS, Slug
+from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS, PubKey, Slug
 
 MEDIA_TYPE: Final = "application/nostr+json"
 SUPPORTED_NIPS: Final = (1, 11, 42, 45, 50, 77)
+COLLECTION_NIPS: Final[tuple[int, ...]] = ()  # what a collection's relay with a relay key adds
 SOFTWARE: Final = "tms"  # the package this relay is; no public URL is claimed for it
 CORS: Final = {
     "Access-Control-Allow-Origin": "*",
@@ -57,10 +58,17 @@ def wants_info(accept: str | None) -> bool:
     return accept is not None and MEDIA_TYPE in accept.lower()
 
 
-def document(slug: Slug | None, rates: RateLimits | None = None) -> dict[str, Any]:
+def document(
+    slug: Slug | None, rates: RateLimits | None = None, relay_key: PubKey | None = None
+) -> dict[str, Any]:
     """The document of one collection's relay (`slug`) or of the root relay, under the server's
     `rates` (none: no rate limits). It names no member and says nothing of whether the
-    collection exists: the same for every slug."""
+    collection exists: the same for every slug.
+
+    A collection's relay names the server's relay key (`relay_key`, `TMS_RELAY_KEY`) as NIP-11's
+    `self`, the key NIP-43's membership events are signed by, and as `pubkey` too: nostr-tools
+    and the clients built on it find a relay's group events by the document's `pubkey`. Only
+    then does it list NIP-43: a client asks a relay for invites only when it does."""
     rates = rates or RateLimits()
     if slug is None:
         name = "TMS ledger"
@@ -75,10 +83,16 @@ def document(slug: Slug | None, rates: RateLimits | None = None) -> dict[str, An
             f"The TMS collection '{slug}' as a relay: its members read it after AUTH (NIP-42); "
             "events are judged by the ledger's rules before they are stored."
         )
+    nips = list(SUPPORTED_NIPS)
+    own: dict[str, str] = {}
+    if slug is not None and relay_key is not None:
+        nips = sorted(nips + list(COLLECTION_NIPS))
+        own = {"pubkey": relay_key, "self": relay_key}
     return {
         "name": name,
         "description": description,
-        "supported_nips": list(SUPPORTED_NIPS),
+        **own,
+        "supported_nips": nips,
         "software": SOFTWARE,
         "version": version("tms"),
         "limitation": {

@@ -27,18 +27,24 @@ is let go; the connection's other subscriptions go on.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Container, Iterable, Sequence
 from typing import Protocol
 
 from tms import metrics
+from tms.errors import one_line
 from tms.ledger import Stored, StoredEvents
-from tms.nostr.events import Event
+from tms.nostr.events import Event, SecretKey
 from tms.nostr.filters import Filter
+from tms.relay import members
 from tms.relay.budget import Budget, Shared
 from tms.relay.gate import Gate
 from tms.relay.outbox import Filed
 from tms.types import KIND_MEMBERS, PubKey, Slug
+
+log = logging.getLogger(__name__)
 
 
 class Client(Protocol):
@@ -131,11 +137,17 @@ class Subscription:
 
 
 class Hub:
-    def __init__(self, stored: StoredEvents) -> None:
+    def __init__(self, stored: StoredEvents, key: SecretKey | None = None) -> None:
+        """`key`: the relay's own (NIP-11 `self`), which signs what it says of a collection's
+        members as they change (NIP-43, `tms.relay.members`); None: it says nothing."""
         self.stored = stored
+        self.views = None if key is None else members.MemberViews(stored, key)
         self.by_slug: dict[Slug, set[Subscription]] = {}
         self.people: dict[Slug, set[PubKey]] = {}
         self.clients: set[Client] = set()  # authenticated connections, told of member lists
+        self.viewed: dict[Slug, int] = {}  # the last membership record whose views went out
+        self._viewing: dict[Slug, asyncio.Lock] = {}  # one collection's views, one at a time
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def wanted(self, key: Slug | None) -> bool:
         """For the feed: whether events of this collection (None: profiles and terms) are
@@ -191,6 +203,46 @@ class Hub:
                     sub.offer(stored, shared)
             if event.kind == KIND_MEMBERS and stored.collection is not None:
                 self._member_list(stored.collection, event)
+                self._changed(stored.collection, stored.seq)
+
+    def _changed(self, slug: Slug, seq: int) -> None:
+        """A membership record of `slug` committed at `seq`: the views it makes go, in a task
+        of their own (they are read from the database), to the subscriptions asking for them."""
+        if self.views is None:
+            return
+        if not any(members.asks(sub.filters) for sub in self.by_slug.get(slug, ())):
+            self.viewed.pop(slug, None)  # nobody asks: the next one to ask starts afresh
+            return
+        task = asyncio.get_running_loop().create_task(self._views(slug, seq), name="tms-views")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _views(self, slug: Slug, seq: int) -> None:
+        """The views of `slug`'s records from `seq` on (and of any after the last sent), each
+        offered once to each subscription over `slug` that matches it, in log order."""
+        assert self.views is not None
+        async with self._viewing.setdefault(slug, asyncio.Lock()):
+            after = self.viewed.get(slug, seq - 1)
+            if seq <= after:
+                return  # sent already, by the task of a later record
+            try:
+                made, last = await self.views.new(slug, after)
+            except Exception as exc:  # the database away: the views are the log's, still there
+                log.warning("the views of %s's members were not sent: %s", slug, one_line(exc))
+                return
+            self.viewed[slug] = last
+            for view in made:
+                shared = Shared(view.event.to_json())
+                stored = Stored(view.seq, slug, view.event)
+                for sub in list(self.by_slug.get(slug, ())):
+                    if sub.matches(view.event):
+                        sub.offer(stored, shared)
+
+    async def close(self) -> None:
+        """Stop the views still being made."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _member_list(self, slug: Slug, event: Event) -> None:
         """A member list, in its collection's commit order: whoever it drops reads nothing of

@@ -49,7 +49,7 @@ from typing import Any, Final
 from tms.errors import Refusal
 from tms.ledger import BIG_BYTES, PAGE, ReadableCollection, Reader, Stored, not_a_reader
 from tms.nostr.filters import Filter, Ids, id_pages
-from tms.relay import messages
+from tms.relay import members, messages
 from tms.relay.budget import size_of
 from tms.relay.limits import DEFAULT_LIMIT, MAX_READS, MAX_SEARCH_RESULTS, MAX_SUBSCRIPTIONS
 from tms.relay.live import Client, Subscription
@@ -149,6 +149,11 @@ class Reading:
                 return
             for wanted in message.filters:
                 await self._stored(message.sub_id, scope, wanted, sent)
+            views = self.relay.hub.views
+            collection = isinstance(scope, ReadableCollection)
+            if views is not None and collection and members.asks(message.filters):
+                assert isinstance(scope, ReadableCollection)  # NIP-43: what it says of members
+                await self._views(message.sub_id, scope, views, message.filters, sent)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -190,6 +195,23 @@ class Reading:
                 return
             left -= len(rows)
             before = rows[-1]["seq"]
+
+    async def _views(
+        self,
+        sub_id: str,
+        scope: ReadableCollection,
+        views: members.MemberViews,
+        filters: tuple[Filter, ...],
+        sent: Sent,
+    ) -> None:
+        """The relay's own events about the collection's members that the filters ask for by
+        kind (`tms.relay.members`), as the key may read them once they are made."""
+        found = await views.stored_answer(scope.slug, filters)
+        readable = await self._readable(scope)
+        for view in found:
+            if view.event.id not in sent:
+                stored = Stored(view.seq, scope.slug, view.event)
+                self._queue(sub_id, scope, stored, sent, readable)
 
     async def _page(
         self,

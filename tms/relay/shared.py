@@ -37,6 +37,7 @@ from tms.ledger import (
     StoredEvents,
     open_relay_reads,
 )
+from tms.nostr.events import SecretKey
 from tms.relay.budget import ProcessBudget
 from tms.relay.limits import BIG_LOADS, LIVE_BEHIND_SECONDS, MAX_NEG_RECORDS, NEG_CACHE_BYTES
 from tms.relay.live import Hub
@@ -65,6 +66,7 @@ class Relay:
     loads: asyncio.Semaphore  # large stored contents read at once (`BIG_LOADS`)
     behind_seconds: float  # a live event unwritten this long: its client is behind
     read_filter: ReadCheck | None = None  # the plugins' read filters, asked before each read
+    key: SecretKey | None = None  # the relay's own (NIP-11 `self`): signs NIP-43's views
 
 
 @asynccontextmanager
@@ -77,11 +79,14 @@ async def open_relay(
     connections: int = DEFAULT_RELAY_CONNECTIONS,
     statement_seconds: float = DEFAULT_RELAY_STATEMENT_SECONDS,
     neg_warm: int = DEFAULT_NEG_WARM,
+    key: SecretKey | None = None,
 ) -> AsyncIterator[Relay]:
     """The relay of this process: its reads' pool (`connections`, `statement_seconds`), its
     hub of subscriptions, fed by the commit feed; `memory_bytes`: what all its connections
     together may hold (`tms.relay.budget`); `neg_warm`: how many of the largest collections'
-    NIP-77 lists it loads in the background from the start (`ItemCache.warm`)."""
+    NIP-77 lists it loads in the background from the start (`ItemCache.warm`); `key`: the
+    relay's own (`TMS_RELAY_KEY`), which signs what a collection's relay says of its members
+    (NIP-43, `tms.relay.members`); None: the relay says nothing of them."""
     async with open_relay_reads(
         services.ledger.pool,
         database_url,
@@ -91,7 +96,7 @@ async def open_relay(
         item_bytes=NEG_CACHE_BYTES,
         max_records=MAX_NEG_RECORDS,
     ) as reads:
-        hub = Hub(reads.matching)
+        hub = Hub(reads.matching, key)
         memory = ProcessBudget(memory_bytes)
         metrics.RELAY_MEMORY.set_function(lambda: memory.used)  # this process's relay
         feed = CommitFeed(
@@ -119,6 +124,8 @@ async def open_relay(
                 loads=asyncio.Semaphore(BIG_LOADS),
                 behind_seconds=behind_seconds,
                 read_filter=services.read_filter,
+                key=key,
             )
         finally:
             await feed.close()
+            await hub.close()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tms.ledger.access import ReadableCollection, Reader
+from tms.ledger.read.members import Membership, last_record, membership
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
 from tms.rules.kinds import unscoped_kinds
@@ -140,6 +141,15 @@ class StoredEvents:
         for row in await self.pool.fetch(_SQL_PEOPLE, list(slugs)):
             found[row["collection"]].add(row["pubkey"])
         return found
+
+    async def membership(self, slug: Slug) -> Membership | None:
+        """The collection's membership records, for what its relay says of its members."""
+        return await membership(self.pool, slug)
+
+    async def last_membership_record(self, slug: Slug) -> int:
+        """The `seq` of the collection's last membership record (0: none): whether what was
+        made of them is still current."""
+        return await last_record(self.pool, slug)
 
     async def owners(self, slugs: Sequence[Slug]) -> dict[Slug, PubKey]:
         rows = await self.pool.fetch(_SQL_OWNERS, list(slugs))

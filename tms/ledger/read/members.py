@@ -1,0 +1,49 @@
+"""A collection's membership records, in log order, as `tms.rules.member_views` folds them into
+what its relay says of its members (NIP-43): the owner, the event that made the collection, and
+every member list (kind 4705) with its `seq`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from tms.rules.member_views import MemberRecord
+from tms.store.database import Pool
+from tms.types import EventId, PubKey, Slug
+
+# The event that made the collection is filed under it (the first event naming it).
+_SQL_ORIGIN: Final = """
+    SELECT c.owner, c.created_by, e.created_at FROM collections c
+    JOIN events e ON e.collection = c.slug AND e.id = c.created_by
+    WHERE c.slug = $1"""
+_SQL_LISTS: Final = """
+    SELECT id, seq, created_at, members FROM member_lists WHERE collection = $1 ORDER BY seq"""
+
+_SQL_LAST: Final = "SELECT max(seq) FROM member_lists WHERE collection = $1"
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    owner: PubKey
+    origin: tuple[EventId, int]  # the event that made the collection, and its created_at
+    records: tuple[MemberRecord, ...]  # in log order
+
+
+async def membership(pool: Pool, slug: Slug) -> Membership | None:
+    """The collection's membership records (None: no such collection), in one snapshot."""
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        origin = await conn.fetchrow(_SQL_ORIGIN, slug)
+        if origin is None:
+            return None
+        rows = await conn.fetch(_SQL_LISTS, slug)
+    records = tuple(
+        MemberRecord(row["id"], row["seq"], row["created_at"], frozenset(row["members"]))
+        for row in rows
+    )
+    return Membership(origin["owner"], (origin["created_by"], origin["created_at"]), records)
+
+
+async def last_record(pool: Pool, slug: Slug) -> int:
+    """The `seq` of the collection's last membership record, 0 for none."""
+    last = await pool.fetchval(_SQL_LAST, slug)
+    return int(last or 0)
