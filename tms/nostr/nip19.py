@@ -93,6 +93,11 @@ def npub_encode(pubkey_hex: str) -> str:
     return encode("npub", bytes.fromhex(pubkey_hex))
 
 
+def note_encode(event_id_hex: str) -> str:
+    """An event id as NIP-19's `note`, which NIP-21 writes as the URI `nostr:note1...`."""
+    return encode("note", bytes.fromhex(event_id_hex))
+
+
 def nsec_encode(secret: bytes) -> str:
     return encode("nsec", secret)
 
