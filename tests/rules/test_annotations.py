@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from factories import MEMBER, OWNER, sign
-from pyld import jsonld
+from offline_jsonld import AS, DCTERMS, OA, RDF_VALUE, XSD, expand
 
 from tms.nostr import nip19
 from tms.nostr.events import Event
@@ -30,11 +30,6 @@ from tms.rules.annotations import (
 )
 from tms.rules.quotes import PreparedText
 
-OA = "http://www.w3.org/ns/oa#"
-AS = "http://www.w3.org/ns/activitystreams#"
-DCTERMS = "http://purl.org/dc/terms/"
-RDF_VALUE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#value"
-XSD = "http://www.w3.org/2001/XMLSchema#"
 ORIGIN = "https://tms.example"
 
 # A composed é (e + U+0301), emoji outside the BMP (two UTF-16 units, four UTF-8 bytes, one code
@@ -45,20 +40,6 @@ TEXT = (
     "eased."
 )
 QUOTE = "DAO activity fell by 30 % in patients with histamine intolerance (\u2764\ufe0f n\u0303=12)"
-
-
-def loader(url: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The shipped W3C context for its URL; anything else refused (no network)."""
-    if url != ANNO_CONTEXT:
-        raise AssertionError(f"the expansion asked for {url}: only the shipped context is offline")
-    document = context_document()
-    return {"contentType": "application/ld+json", "contextUrl": None, "documentUrl": url,
-            "document": document}  # fmt: skip
-
-
-def expand(document: dict[str, Any]) -> list[dict[str, Any]]:
-    expanded: list[dict[str, Any]] = jsonld.expand(document, {"documentLoader": loader})
-    return expanded
 
 
 def linked(
