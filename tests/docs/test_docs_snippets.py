@@ -225,6 +225,9 @@ def test_the_guides_python_runs(
     assert "'accepted': [" in lines[2] and "'collections': ['mcas']" in lines[2]
     assert lines[3].endswith("events exported")
     assert (tmp_path / "mcas.jsonl").stat().st_size > 0
+    # the links as W3C Web Annotations: the guide's SUPPORTS link last, its quote placed
+    assert lines[4].startswith("assessing 'thought to result from reduced diamine oxidase")
+    assert re.fullmatch(r"\d+ annotations", lines[5])
 
 
 # Bodies the server refuses before any tool runs: one over the 1 MiB a call may send (413),
