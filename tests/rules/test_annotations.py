@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from factories import MEMBER, OWNER, sign
 from offline_jsonld import AS, DCTERMS, OA, RDF_VALUE, XSD, expand
 
 from tms.nostr import nip19
-from tms.nostr.events import Event
+from tms.nostr.events import MAX_CREATED_AT, Event
 from tms.rules.anchors import anchor
 from tms.rules.annotations import (
     ANNO_CONTEXT,
@@ -26,6 +27,7 @@ from tms.rules.annotations import (
     Selectors,
     collection_of,
     context_document,
+    created,
     pieces,
 )
 from tms.rules.quotes import PreparedText
@@ -184,6 +186,21 @@ def test_a_target_without_a_web_url_or_an_anchor_says_what_it_knows() -> None:
     }
     assert annotation["body"][0] == {"id": f"nostr:{nip19.note_encode(content['to'])}"}
     assert nip19.event_id_decode(annotation["id"]) == link.event.id
+
+
+def test_created_is_any_signed_time_in_utc() -> None:
+    """Every `created_at` an event may carry, past Python's year 9999 as well (a link signed so
+    would otherwise break the download in its middle)."""
+    for when in (0, 59, 951_782_400, 1_792_454_400, 4_102_444_800, 253_402_300_799):
+        expected = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert created(when) == expected
+    assert created(253_402_300_800) == "10000-01-01T00:00:00Z"
+    assert created(MAX_CREATED_AT) == "285428751-11-12T07:36:31Z"
+    far = linked()
+    event = sign(OWNER, 4703, json.loads(far.event.content), created_at=MAX_CREATED_AT)
+    annotation = whole(AnnotatedLink(event, None, None, None))["first"]["items"][0]
+    assert annotation["created"] == "285428751-11-12T07:36:31Z"
+    assert expand(whole(AnnotatedLink(event, None, None, None)))
 
 
 def test_an_empty_collection_has_no_page() -> None:

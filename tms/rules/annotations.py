@@ -47,7 +47,6 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
 from typing import Any, Final
@@ -104,8 +103,22 @@ def nostr_uri(event_id: str) -> str:
 
 
 def created(created_at: int) -> str:
-    """A Nostr `created_at` as the model's `created` (xsd:dateTime, UTC, in seconds)."""
-    return datetime.fromtimestamp(created_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """A Nostr `created_at` as the model's `created` (xsd:dateTime, UTC, in seconds). Any
+    `created_at` an event may carry (0 to 2^53 - 1) is written, past Python's year 9999 too
+    (xsd:dateTime takes years of more than four digits): the civil date is computed from the
+    day count (the proleptic Gregorian calendar, H. Hinnant's `civil_from_days`)."""
+    days, seconds = divmod(created_at, 86_400)
+    era, day_of_era = divmod(days + 719_468, 146_097)
+    year_of_era = (
+        day_of_era - day_of_era // 1460 + day_of_era // 36524 - day_of_era // 146096
+    ) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
+    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
+    year = year_of_era + era * 400 + (month <= 2)
+    hours, rest = divmod(seconds, 3600)
+    return f"{year:04d}-{month:02d}-{day:02d}T{hours:02d}:{rest // 60:02d}:{rest % 60:02d}Z"
 
 
 def source_of(evidence_id: str, url: str | None) -> str:
