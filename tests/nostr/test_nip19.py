@@ -31,6 +31,11 @@ def test_round_trip(data: bytes) -> None:
     assert nip19.npub_decode(nip19.npub_encode(data.hex()).upper()) == data.hex()
 
 
+@given(st.binary(max_size=80))
+def test_five_bit_groups_are_bip173s(data: bytes) -> None:
+    assert nip19._five_bit_groups(data) == nip19._convert_bits(data, 8, 5, pad=True)
+
+
 # NIP-21's example of an event's URI.
 NIP21_NOTE = "nostr:note1fntxtkcy9pjwucqwa9mddn7v03wwwsu9j330jj350nvhpky2tuaspk6nqc"
 

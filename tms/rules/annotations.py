@@ -47,7 +47,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib.resources import files
 from typing import Any, Final
 
@@ -102,6 +102,16 @@ def nostr_uri(event_id: str) -> str:
     return f"nostr:{nip19.note_encode(event_id)}"
 
 
+# The claims and evidence links point at, and their signers, recur from link to link: each is
+# encoded once per process while it recurs (bech32 in Python costs tens of microseconds).
+_recurring_uri: Final = lru_cache(maxsize=4096)(nostr_uri)
+
+
+@lru_cache(maxsize=4096)
+def _creator(pubkey: str) -> str:
+    return f"nostr:{nip19.npub_encode(pubkey)}"
+
+
 def created(created_at: int) -> str:
     """A Nostr `created_at` as the model's `created` (xsd:dateTime, UTC, in seconds). Any
     `created_at` an event may carry (0 to 2^53 - 1) is written, past Python's year 9999 too
@@ -126,7 +136,7 @@ def source_of(evidence_id: str, url: str | None) -> str:
     evidence event as a NIP-21 URI."""
     if url is not None and _WEB_IRI.fullmatch(url):
         return url
-    return nostr_uri(evidence_id)
+    return _recurring_uri(evidence_id)
 
 
 def annotation(link: AnnotatedLink) -> dict[str, Any]:
@@ -135,7 +145,7 @@ def annotation(link: AnnotatedLink) -> dict[str, Any]:
     event = link.event
     content = json.loads(event.content)
     target_id = content["to"]
-    claim: dict[str, Any] = {"id": nostr_uri(target_id)}
+    claim: dict[str, Any] = {"id": _recurring_uri(target_id)}
     if link.claim_text is not None:
         claim.update(type="TextualBody", value=link.claim_text, format=TEXT_FORMAT)
     reason = {
@@ -148,7 +158,7 @@ def annotation(link: AnnotatedLink) -> dict[str, Any]:
         "id": nostr_uri(event.id),
         "type": "Annotation",
         "motivation": MOTIVATIONS[content["relation"]],
-        "creator": f"nostr:{nip19.npub_encode(event.pubkey)}",
+        "creator": _creator(event.pubkey),
         "created": created(event.created_at),
         "body": [claim, reason],
         "target": {
