@@ -27,7 +27,9 @@ or a contradiction) is one `Annotation`:
   before anchors, not yet back-filled) has only a `TextQuoteSelector` of its quote.
 - `nostrEvent`: the link's signed event, every field as signed, a JSON literal (`@json`), so the
   annotation is traced to its event and verified by any Nostr library. Its IRI is NIP-01's
-  definition of an event; it is the one term this document adds to the W3C context.
+  definition of an event; it is the one term this document adds to the W3C context. A JSON
+  literal is JSON-LD 1.1, which the added context declares (`@version`): the NIP-01 `tags`, an
+  array of arrays, has no JSON-LD 1.0 form that keeps it as signed.
 
 The annotations are the items of one `AnnotationPage` embedded as the `first` (and `last`) page
 of an `AnnotationCollection`, in ledger order, with the collection's `total` at the end, so the
