@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from tms.api import annotations as api_annotations
 from tms.api import routes as api
 from tms.api import scrape
 from tms.config import Settings, load_relay_key, load_secret
@@ -76,6 +77,7 @@ for _door, _group in (
     ("ops", api.HEALTH),
     ("pages", api.TERMS),
     ("export", api.EXPORT),
+    ("export", api_annotations.ROUTES),
     ("log", api.LOG),
     ("mcp", mcp_http.ROUTES),
     ("ops", scrape.ROUTES),

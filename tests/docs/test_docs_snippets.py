@@ -232,11 +232,14 @@ def test_the_guides_python_runs(
     assert "'accepted': [" in lines[2] and "'collections': ['mcas']" in lines[2]
     assert lines[3].endswith("events exported")
     assert (tmp_path / "mcas.jsonl").stat().st_size > 0
+    # the links as W3C Web Annotations: the guide's SUPPORTS link last, its quote placed
+    assert lines[4].startswith("assessing 'thought to result from reduced diamine oxidase")
+    assert re.fullmatch(r"\d+ annotations", lines[5])
     # the receipt the guide saved, checked offline by its command as printed
     saved = re.fullmatch(
-        r"receipt for ([0-9a-f]{64}) saved as claim.tlog-proof: entry \d+ of \d+", lines[4]
+        r"receipt for ([0-9a-f]{64}) saved as claim.tlog-proof: entry \d+ of \d+", lines[6]
     )
-    assert saved is not None, lines[4]
+    assert saved is not None, lines[6]
     [command] = [block for block in blocks(guide, "bash") if "tms verify-receipt" in block]
     printed = command.strip().replace("<claim id>", saved[1])
     assert printed.startswith("uv run tms verify-receipt ")

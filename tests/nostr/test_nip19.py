@@ -31,6 +31,22 @@ def test_round_trip(data: bytes) -> None:
     assert nip19.npub_decode(nip19.npub_encode(data.hex()).upper()) == data.hex()
 
 
+@given(st.binary(max_size=80))
+def test_five_bit_groups_are_bip173s(data: bytes) -> None:
+    assert nip19._five_bit_groups(data) == nip19._convert_bits(data, 8, 5, pad=True)
+
+
+# NIP-21's example of an event's URI.
+NIP21_NOTE = "nostr:note1fntxtkcy9pjwucqwa9mddn7v03wwwsu9j330jj350nvhpky2tuaspk6nqc"
+
+
+@given(st.binary(min_size=32, max_size=32))
+def test_an_event_id_as_a_note_and_back(data: bytes) -> None:
+    assert nip19.event_id_decode(nip19.note_encode(data.hex())) == data.hex()
+    event_id = nip19.event_id_decode(NIP21_NOTE)
+    assert f"nostr:{nip19.note_encode(event_id)}" == NIP21_NOTE
+
+
 @given(position=st.integers(5, len(NIP19_NPUB) - 1), data=st.data())
 def test_any_single_typo_fails_the_checksum(position: int, data: st.DataObject) -> None:
     old = NIP19_NPUB[position]

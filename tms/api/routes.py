@@ -88,7 +88,7 @@ async def export(request: Request) -> Response:
         await held.enter_async_context(runtime.exports.slot(readable.pubkey))
     except ExportsBusy as exc:
         raise Refused(503, str(exc), {"Retry-After": str(exc.retry_after)}) from None
-    return _ClosingStreamingResponse(
+    return ClosingStreamingResponse(
         _export_body(runtime.exporter, readable, flag != "0", runtime.exports, upto),
         media_type=EXPORT_MEDIA_TYPE,
         headers=headers,
@@ -251,7 +251,7 @@ async def _export_body(
                 yield b"".join(chunk)
 
 
-class _ClosingStreamingResponse(StreamingResponse):
+class ClosingStreamingResponse(StreamingResponse):
     """Closes its body when the response ends for any reason (a client that hangs up mid-export
     included), so the export's cursor, transaction and pooled connection go back at once rather
     than whenever the garbage collector gets to the generator."""
@@ -305,7 +305,7 @@ LOG: Final = [
 ANSWERS_BEFORE: Final = {
     **{
         name: ("log tile", "claim", "evidence", "log receipt")
-        for name in ("export", "export others", "log checkpoint", "log consistency")
+        for name in ("export", "export others", "annotations", "log checkpoint", "log consistency")
     },
     "log receipt": ("log tile", "claim", "evidence"),
 }

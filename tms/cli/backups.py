@@ -1,7 +1,8 @@
 """`tms collections` and `tms export`: what a backup needs, from the database whether or not the
 server is running. `collections` lists every collection (or, with `--slugs`, the names a backup
 loop exports); `export` writes one collection as JSON Lines on stdout, with `--checkpoint` ending
-with the signed line that `tms verify-export` checks it against."""
+with the signed line that `tms verify-export` checks it against, or with `--format annotations`
+its links as W3C Web Annotations, the document `GET /c/<slug>/annotations.jsonld` serves."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tms.cli.database import open_ledger
 from tms.cli.notation import utc
 from tms.nostr import nip19
 
+FORMATS: Final = ("jsonl", "annotations")  # `tms export --format`; jsonl the default
 COLUMNS: Final = (
     "slug", "owner", "evidence", "claims", "links", "contradictions", "members", "created",
 )  # fmt: skip
@@ -60,11 +62,19 @@ def _aligned(cell: str, width: int, column: int) -> str:
     return cell.rjust(width) if 2 <= column <= 6 else cell.ljust(width)
 
 
-async def export(slug: str, checkpoint: bool) -> int:
+async def export(slug: str, checkpoint: bool, form: str = "jsonl") -> int:
     """The collection's JSON Lines on stdout, streamed from one consistent snapshot; with
-    `checkpoint`, ending with the log's signed checkpoint line (`tms verify-export`)."""
+    `checkpoint`, ending with the log's signed checkpoint line (`tms verify-export`). With
+    `form` "annotations", its links as one W3C `AnnotationCollection` instead, its IRI the URL
+    this server serves it at (`TMS_BASE_URL`, else `http://TMS_HOST:TMS_PORT`)."""
+    from tms.config import Settings
     from tms.ledger import Access, Exporter
+    from tms.rules.annotations import collection_of, pieces
     from tms.rules.content import SLUG_PATTERN
+
+    if checkpoint and form == "annotations":
+        print("tms: --checkpoint goes with the JSON Lines export only", file=sys.stderr)
+        return 2
 
     out = sys.stdout.buffer
     try:
@@ -73,6 +83,15 @@ async def export(slug: str, checkpoint: bool) -> int:
                 print(f"tms: no such collection {slug!r}", file=sys.stderr)
                 return 1
             readable = Access(ledger.pool).unsafe_for_operator(slug)
+            if form == "annotations":
+                settings = Settings.from_env()
+                origin = settings.base_url or f"http://{settings.host}:{settings.port}"
+                links = Exporter(ledger.pool).annotated_links(readable)
+                async with aclosing(links):
+                    async for piece in pieces(collection_of(origin, slug), links):
+                        out.write(piece.encode())
+                out.flush()
+                return 0
             if checkpoint:
                 await ledger.log.build(slug)  # if the start-up back-fill has not reached it
             lines = Exporter(ledger.pool).lines(readable, checkpoint=checkpoint)

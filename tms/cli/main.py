@@ -71,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ns.command == "collections":
         raise SystemExit(run_on_database(collections(ns.slugs), create=ns.create))
     if ns.command == "export":
-        raise SystemExit(run_on_database(export(ns.slug, ns.checkpoint), create=ns.create))
+        command = export(ns.slug, ns.checkpoint, ns.format)
+        raise SystemExit(run_on_database(command, create=ns.create))
     if ns.command == "database-url":
         raise SystemExit(run_on_database(database_url()))
     if ns.command == "backup":

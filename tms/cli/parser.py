@@ -8,6 +8,7 @@ import argparse
 from importlib.metadata import version
 from pathlib import Path
 
+from tms.cli.backups import FORMATS
 from tms.config import LOG_LEVELS
 
 
@@ -152,13 +153,21 @@ def build_parser() -> argparse.ArgumentParser:
         "export",
         "write a collection as JSON Lines to stdout, from the database (backups)",
         "Every event of the collection in ledger order, with its authors' terms and profiles; "
-        "tms collections lists the slugs.",
+        "tms collections lists the slugs. --format annotations writes its links as W3C Web "
+        "Annotations instead (JSON-LD, what GET /c/SLUG/annotations.jsonld serves).",
     )
     export.add_argument("slug", help="the collection")
     export.add_argument(
         "--checkpoint",
         action="store_true",
         help="end with the log's signed checkpoint line, for tms verify-export",
+    )
+    export.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="jsonl",
+        help="jsonl: every signed event, one a line (the default); annotations: the links as "
+        "one W3C AnnotationCollection, each annotation carrying its signed event",
     )
     _creates(export)
     _command(

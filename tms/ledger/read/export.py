@@ -16,7 +16,9 @@ import asyncpg
 
 from tms.errors import LogError
 from tms.ledger.access import ReadableCollection
+from tms.ledger.read.annotations import annotated_links
 from tms.nostr.events import Event
+from tms.rules.annotations import AnnotatedLink
 from tms.rules.export_order import Membership, is_prelude, place
 from tms.store.database import Connection, Pool
 from tms.tlog.export_lines import checkpoint_line
@@ -150,6 +152,11 @@ class Exporter:
                     lines = await conn.fetch(_SQL_COSIGNATURES, slug, size)
                     note += "".join(f"{r['line']}\n" for r in lines)
                 yield checkpoint_line(note, entries, others)
+
+    def annotated_links(self, readable: ReadableCollection) -> AsyncGenerator[AnnotatedLink, None]:
+        """The collection's links with what their W3C annotations name, oldest first, from one
+        snapshot (`tms.ledger.read.annotations`); closed by the caller, as `lines` is."""
+        return annotated_links(self.pool, readable)
 
     async def places(
         self, readable: ReadableCollection, held: int, size: int
