@@ -3,9 +3,10 @@ decides how a query is answered.
 
 `method: "vector"` (the default) embeds the query with the claims' model and orders by cosine
 distance through pgvector's HNSW index; `method: "keyword"` is PostgreSQL full text (English
-stemming, web-search syntax), ranked by `ts_rank`. When no query vector can be had (vectors are
-off, or the model failed), keyword search answers and `note` says why; when some claims of the
-collection still wait for their vectors, `note` says how many are missing from the results.
+stemming, web-search syntax), the newest `RANKED` matches ranked by `ts_rank`. When no query
+vector can be had (vectors are off, or the model failed), keyword search answers and `note`
+says why; when some claims of the collection still wait for their vectors, `note` says how many
+are missing from the results.
 
 Every search takes the `ReadableCollection` that `tms.ledger.access` made when it checked the
 caller, and filters by the collection it holds.
@@ -78,8 +79,8 @@ _SQL_CLAIMS_KEYWORD: Final = """
     ORDER BY h.rank DESC, h.seq DESC, h.id"""
 NEWEST: Final = (1 << 63) - 1  # above every seq
 
-# How many claims a keyword search matches: what ranking them reads anyway (every match is
-# ranked before the best are cut), counted from the same GIN index.
+# How many claims a keyword search matches (a page's count; only the newest RANKED of them are
+# ranked), counted from the same GIN index.
 _SQL_CLAIMS_KEYWORD_COUNT: Final = """
     SELECT count(*) FROM claims c, websearch_to_tsquery('english', $2) q
     WHERE c.collection = $1 AND c.search @@ q"""
