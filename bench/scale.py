@@ -49,6 +49,7 @@ from pgvector.asyncpg import register_vector
 from serving import Server, Signer, call, compact
 from websockets.asyncio.client import connect
 
+from tms.nostr.events import SecretKey
 from tms.rules.quotes import claim_key
 from tms.store.database import embedded_url, start_embedded
 
@@ -58,6 +59,7 @@ COPY_CHUNK: Final = 50_000
 CALLS: Final = 200  # one-claim publishes timed at each size
 READS: Final = 50  # REQs and searches timed at each size
 SORTS: Final = ("recent", "links", "unsupported", "unchallenged", "contested")
+PARTS: Final = ("publish", "req", "keyword", "list", "export", "vector")
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -337,19 +339,27 @@ def measure(
         f"{'on' if vectors else 'off'} (load {load()})",
         flush=True,
     )
-    server = Server(env, tmp / "server.log")
-    server.start(timeout=900)  # its database made (and, with vectors, the model's HNSW index)
     signer = Signer()
-    try:
-        server.approve(signer.key.pubkey)
-        with httpx.Client(timeout=60) as http:
-            call(http, server.url, "publish", {"events": [signer.sign(4706, server.agreement())]})
-    finally:
-        server.stop()
-    texts = Texts(ns.pool, vectors)
-    database_url = asyncio.run(_database_url(tmp / "data"))
-    took = asyncio.run(fill(database_url, signer.key.pubkey, collections, per, texts))
-    print(f"   copied in {took:.0f} s", flush=True)
+    filled = tmp / "filled.json"  # with --keep: the owner's key, once the claims are in
+    if filled.exists():
+        signer.key = SecretKey(bytes.fromhex(json.loads(filled.read_text())["secret"]))
+        database_url = asyncio.run(_database_url(tmp / "data"))
+        print("   kept from an earlier run (--keep): nothing copied", flush=True)
+    else:
+        server = Server(env, tmp / "server.log")
+        server.start(timeout=900)  # its database made (and, with vectors, the HNSW index)
+        try:
+            server.approve(signer.key.pubkey)
+            with httpx.Client(timeout=60) as http:
+                agreement = signer.sign(4706, server.agreement())
+                call(http, server.url, "publish", {"events": [agreement]})
+        finally:
+            server.stop()
+        texts = Texts(ns.pool, vectors)
+        database_url = asyncio.run(_database_url(tmp / "data"))
+        took = asyncio.run(fill(database_url, signer.key.pubkey, collections, per, texts))
+        print(f"   copied in {took:.0f} s", flush=True)
+        filled.write_text(json.dumps({"secret": signer.key.secret.hex()}))
     row: dict[str, str] = {"size": size}
     slug = collections[0]
     from search import keyword_queries, vector_queries
@@ -363,37 +373,44 @@ def measure(
     print(f"   ready in {ready:.1f} s; every log built {built:.0f} s later", flush=True)
     try:
         rest = server.memory()[0]
-        times = asyncio.run(publishes(server, signer, slug))
-        row["publish"] = figures(times)
-        print(f"   one-claim publish over /mcp: {row['publish']}", flush=True)
-        times = asyncio.run(newest(server, signer, f"/c/{slug}"))
-        row["req"] = figures(times)
-        print(f"   REQ newest 100 on /c/{slug}: {row['req']}", flush=True)
-        if len(collections) > 1:
+        parts = set(ns.parts.split(","))
+        if "publish" in parts:
+            times = asyncio.run(publishes(server, signer, slug))
+            row["publish"] = figures(times)
+            print(f"   one-claim publish over /mcp: {row['publish']}", flush=True)
+        if "req" in parts:
+            times = asyncio.run(newest(server, signer, f"/c/{slug}"))
+            row["req"] = figures(times)
+            print(f"   REQ newest 100 on /c/{slug}: {row['req']}", flush=True)
+        if "req" in parts and len(collections) > 1:
             times = asyncio.run(newest(server, signer, "/"))
             row["req /"] = figures(times)
-            print(f"   REQ newest 100 on / (every collection): {row['req /']}", flush=True)
+            print(f"   REQ newest 100 on / (every collection): {row['req /']} (load {load()})")
         queries = keyword_queries(rng, READS + 5)
-        times = signed_calls(
-            server,
-            signer,
-            "search_claims",
-            [{"collection": slug, "text": q, "method": "keyword"} for q in queries],
-        )
-        row["keyword"] = figures(times)
-        print(f"   search_claims keyword: {row['keyword']}", flush=True)
-        for sort in SORTS:
+        if "keyword" in parts:
+            times = signed_calls(
+                server,
+                signer,
+                "search_claims",
+                [{"collection": slug, "text": q, "method": "keyword"} for q in queries],
+            )
+            row["keyword"] = figures(times)
+            print(f"   search_claims keyword: {row['keyword']} (load {load()})", flush=True)
+        for sort in SORTS if "list" in parts else ():
             times = signed_calls(
                 server, signer, "list_claims", [{"collection": slug, "sort": sort}] * 25
             )
             row[f"list {sort}"] = f"p50 {pct(times, 0.5):.2f} ms"
-        print("   list_claims: " + ", ".join(f"{s} {row[f'list {s}']}" for s in SORTS), flush=True)
-        lines, rate, before, peak = export(server, signer, slug)
-        row["export"] = (
-            f"{rate:,.0f} events/s ({lines:,} lines), RSS {before / 2**20:.0f} -> "
-            f"{peak / 2**20:.0f} MiB"
-        )
-        print(f"   export of /c/{slug}: {row['export']}", flush=True)
+        if "list" in parts:
+            listed = ", ".join(f"{s} {row[f'list {s}']}" for s in SORTS)
+            print(f"   list_claims: {listed}", flush=True)
+        if "export" in parts:
+            lines, rate, before, peak = export(server, signer, slug)
+            row["export"] = (
+                f"{rate:,.0f} events/s ({lines:,} lines), RSS {before / 2**20:.0f} -> "
+                f"{peak / 2**20:.0f} MiB"
+            )
+            print(f"   export of /c/{slug}: {row['export']}", flush=True)
         after = server.memory()[0]
         row["memory"] = f"{rest / 2**20:.0f} MiB at rest, {after / 2**20:.0f} MiB after"
         print(f"   server memory: {row['memory']} (load {load()})", flush=True)
@@ -402,7 +419,7 @@ def measure(
         raise
     finally:
         server.stop()
-    if vectors:
+    if vectors and "vector" in ns.parts.split(","):
         # The claims published above have no vector: delete nothing, let the catch-up embed
         # them first, so that the searches run beside no embedding.
         server = Server(env, tmp / "server.log")
@@ -481,10 +498,26 @@ def main() -> None:
         help="the sizes that run with vectors on (10000,100000; 'none' for none)",
     )
     parser.add_argument("--pool", type=int, default=2000, help="real embeddings to draw from")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"what is timed at each size ({','.join(PARTS)})",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep each size's database in DIR/<size> and, when it is there, time it again "
+        "without copying (the claims published by earlier runs stay)",
+    )
     ns = parser.parse_args()
     with_vectors = set(ns.vectors.split(","))
     rows = []
     for size, collections, per in sizes(ns.sizes):
+        if ns.keep is not None:
+            kept = ns.keep / size
+            kept.mkdir(parents=True, exist_ok=True)
+            rows.append(measure(size, collections, per, size in with_vectors, ns, kept))
+            continue
         with tempfile.TemporaryDirectory(prefix="tms-bench-scale-") as tmp:
             rows.append(measure(size, collections, per, size in with_vectors, ns, Path(tmp)))
     columns = list(dict.fromkeys(k for row in rows for k in row))

@@ -514,6 +514,8 @@ CREATE INDEX events_collection_pubkey ON public.events USING btree (collection, 
 
 CREATE INDEX events_negentropy ON public.events USING btree (collection, created_at, id) INCLUDE (kind);
 
+CREATE INDEX events_seq ON public.events USING btree (seq) INCLUDE (collection, kind, created_at);
+
 CREATE INDEX events_unscoped_pubkey ON public.events USING btree (pubkey, seq) WHERE (collection = '~unscoped'::text);
 
 CREATE INDEX evidence_collection_seq ON public.evidence USING btree (collection, seq);

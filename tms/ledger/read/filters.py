@@ -21,6 +21,15 @@ thousand index entries a page, never the collection. Ids go through the ids' ind
 with neither walks the collection's newest events (or its `created_at` index, when the planner
 finds the range narrow). A COUNT reads every match through the same indexes, so it costs what
 it counts: the relay prices it so (`tms.guard.rates.read_cost`).
+
+A scope of many collections (a key's on the root relay) is asked once of all of them first,
+not once of each (sql/024): its page is looked for among the newest `WINDOW` pages of entries
+of the `(seq)` index, read from the index alone, whichever collection they belong to; when the
+scope's matches there fill the page, it is the page (an older match is older than every entry
+of the window); when they do not (a filter naming rare kinds, a scope of few collections among
+busy ones), the per-collection arms answer it, and the walk cost a few milliseconds. Filters
+naming ids or authors go to the arms at once: their indexes make those arms short. Not on
+Citus, where the arms are queries of one shard each and the walk would ask every shard.
 """
 
 from __future__ import annotations
@@ -35,11 +44,14 @@ from tms.ledger.read.members import Membership, last_record, membership
 from tms.nostr.events import Event
 from tms.nostr.filters import Filter
 from tms.rules.kinds import unscoped_kinds
+from tms.store import citus
 from tms.store.database import Pool
 from tms.types import UNSCOPED, EventId, PubKey, Slug
 
 PAGE: Final = 100  # events per round trip of a stored answer
 BIG_BYTES: Final = 64 * 1024  # contents larger than this are read one by one, not by the page
+WALK_FROM: Final = 16  # collections in a scope from which a page is first asked of them all
+WINDOW: Final = 50  # pages: how many of the newest entries of every collection that walk reads
 
 _COLUMNS: Final = """seq, id, pubkey, created_at, kind, tags, sig, collection,
     CASE WHEN octet_length(content) <= {big} THEN content END AS content,
@@ -91,6 +103,7 @@ _SQL_POSITIONS: Final = f"""
 class StoredEvents:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+        self._routed: bool | None = None  # learnt once: whether the ledger is on Citus
 
     async def page(
         self, scope: Scope, wanted: Filter, *, before: int | None, size: int
@@ -105,11 +118,24 @@ class StoredEvents:
     ) -> list[Any]:
         """The rows of `page`, large contents not read yet (`stored` reads each): a relay
         streaming them holds one large content at a time, not a page of them."""
-        found = page_sql(slugs_of(scope), wanted, before=before, size=size)
+        slugs = slugs_of(scope)
+        if len(slugs) >= WALK_FROM and not await self._on_citus():
+            walked = walk_sql(slugs, wanted, before=before, size=size)
+            if walked is not None:
+                rows = await self.pool.fetch(walked[0], *walked[1])
+                if rows and rows[0]["walked"] == size:  # the window held the whole page
+                    return list(rows)
+        found = page_sql(slugs, wanted, before=before, size=size)
         if found is None:
             return []
         sql, args = found
         return list(await self.pool.fetch(sql, *args))
+
+    async def _on_citus(self) -> bool:
+        if self._routed is None:
+            async with self.pool.acquire() as conn:
+                self._routed = await citus.is_distributed(conn)
+        return self._routed
 
     async def count(self, scope: Scope, filters: Sequence[Filter]) -> int:
         """NIP-45: how many stored events match any of `filters`, each counted once."""
@@ -197,6 +223,43 @@ def page_sql(
         return None
     sql = " UNION ALL ".join(f"({part})" for part in parts)
     return f"SELECT * FROM ({sql}) AS found ORDER BY seq DESC LIMIT {size}", query.args
+
+
+def walk_sql(
+    slugs: Sequence[Slug], wanted: Filter, *, before: int | None, size: int
+) -> tuple[str, list[Any]] | None:
+    """The statement of one page of `wanted` over these collections from the newest
+    `WINDOW * size` entries of every collection (sql/024), and its arguments (None: a filter
+    it does not serve). Each row carries `walked`, how many of the page's rows that window
+    gave: the page is exact when it is `size`; otherwise it is asked of each collection
+    (`page_sql`). The people's profiles and terms are their own arm, as in `page_sql`."""
+    if wanted.empty or not slugs or size <= 0 or wanted.ids is not None:
+        return None
+    query = _Query(list(slugs))
+    if wanted.authors is not None or not query._scoped(wanted):
+        return None
+    below = "" if before is None else f"WHERE seq < {query.arg(before, 'bigint')} "
+    where = [f"w.collection = ANY({query.all_slugs()})", *query._conditions(wanted, None)]
+    walk = (
+        "SELECT w.collection, w.seq FROM ("
+        f"SELECT collection, seq, kind, created_at FROM events {below}"
+        f"ORDER BY seq DESC LIMIT {WINDOW * size}) AS w "
+        f"WHERE {' AND '.join(where)} ORDER BY w.seq DESC LIMIT {size}"
+    )
+    shown = _COLUMNS.format(big=BIG_BYTES)
+    parts = [
+        f"SELECT {shown} FROM events WHERE (collection, seq) IN (SELECT collection, seq FROM walk)"
+    ]
+    if query._unscoped(wanted):
+        common = query._conditions(wanted, before)
+        people = query._people_part(wanted, shown, common)
+        parts.append(f"({people} ORDER BY seq DESC LIMIT {size})")
+    return (
+        f"WITH walk AS MATERIALIZED ({walk}) "
+        "SELECT found.*, (SELECT count(*) FROM walk) AS walked "
+        f"FROM ({' UNION ALL '.join(parts)}) AS found ORDER BY seq DESC LIMIT {size}",
+        query.args,
+    )
 
 
 class _Query:

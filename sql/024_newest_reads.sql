@@ -1,0 +1,12 @@
+-- Reads across many collections without a query per collection (tms/ledger/read/filters.py).
+--
+-- A REQ on the root relay is asked of every collection its key reads. sql/016's indexes make a
+-- page cost what it returns inside one collection, but a key that reads 1,000 collections made
+-- a statement of 1,000 arms, each planned and each reading its own newest page, to keep one
+-- page. This index orders every event by `seq`, the ledger's own order, with what a filter
+-- tests on it alongside (INCLUDE): the newest events of all collections are one backward walk
+-- of it, a bounded number of entries read from the index alone, of which those in the key's
+-- collections and matching the filter are kept; when that window holds a whole page, the page
+-- is exact (anything older than the window is older than the page), and otherwise the
+-- per-collection arms answer as before.
+CREATE INDEX events_seq ON events (seq) INCLUDE (collection, kind, created_at);
