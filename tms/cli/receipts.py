@@ -12,17 +12,15 @@ key or policy that is not one, no log key given).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Final, TextIO
 
 from tms.cli.database import open_ledger
+from tms.cli.small_files import log_verifier, read_small
 from tms.errors import InvalidEvent, LogError
 from tms.nostr.events import Event, is_hex64
-from tms.tlog.note import NoteVerifier
 from tms.tlog.policy import Policy
 from tms.tlog.receipt import MAX_RECEIPT_CHARS, QUORUM, STEPS, ReceiptRefused, check_receipt
 
-MAX_SMALL_BYTES: Final = 1 << 20  # a key or a policy
 MAX_EVENT_BYTES: Final = 16 << 20  # an event's JSON: 2,000,000 characters and its envelope
 
 
@@ -60,8 +58,8 @@ def verify_receipt(
     event: str, receipt_path: str, key: str | None, policy_path: str | None, out: TextIO
 ) -> int:
     try:
-        keys = [] if key is None else [_verifier(key)]
-        policy = None if policy_path is None else Policy.parse(_read(policy_path, MAX_SMALL_BYTES))
+        keys = [] if key is None else [log_verifier(key)]
+        policy = None if policy_path is None else Policy.parse(read_small(policy_path))
         if not keys and (policy is None or not policy.logs):
             raise LogError(
                 "no log key: give --key (GET /log-key), or a --policy with the log's 'log' line"
@@ -72,10 +70,10 @@ def verify_receipt(
             event_id = event
         else:
             try:
-                given = Event.from_json(_read(event, MAX_EVENT_BYTES))
+                given = Event.from_json(read_small(event, MAX_EVENT_BYTES))
             except InvalidEvent as exc:
                 raise LogError(f"{event} holds no event: {exc}") from None
-        text = _read(receipt_path, MAX_RECEIPT_CHARS)
+        text = read_small(receipt_path, MAX_RECEIPT_CHARS)
     except LogError as exc:
         print(f"tms: {exc}", file=sys.stderr)
         return 2
@@ -99,21 +97,3 @@ def verify_receipt(
         file=out,
     )
     return 0
-
-
-def _verifier(key: str) -> NoteVerifier:
-    """The key as text (`name+id+base64`), or the path of a file holding it."""
-    if "+" not in key and Path(key).is_file():
-        key = _read(key, MAX_SMALL_BYTES)
-    return NoteVerifier.parse(key)
-
-
-def _read(path: str, limit: int) -> str:
-    with open(path, "rb") as file:
-        data = file.read(limit + 1)
-    if len(data) > limit:
-        raise LogError(f"{path} is longer than {limit:,} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise LogError(f"{path} is not UTF-8 text") from None

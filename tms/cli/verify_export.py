@@ -20,29 +20,27 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
-from pathlib import Path
 from typing import BinaryIO, Final, TextIO
 
+from tms.cli.small_files import log_verifier, read_small
 from tms.errors import LogError
 from tms.orphans import exit_with_parent
 from tms.tlog.audit import audit
 from tms.tlog.export_lines import CheckpointLine, Line, read_kept, read_lines
-from tms.tlog.note import NoteVerifier
 from tms.tlog.policy import Policy
 
 BLOCK_LINES: Final = 4000  # lines a worker checks at once
 PARALLEL_FROM: Final = 2 * BLOCK_LINES  # smaller files are checked in this process
 READ_BYTES: Final = 1 << 20
-MAX_KEPT_BYTES: Final = 1 << 20  # a kept checkpoint is a few hundred bytes (or a JSON line)
 
 
 def run(
     path: str, kept_path: str | None, key: str, out: TextIO, *, policy_path: str | None = None
 ) -> int:
     try:
-        verifier = _verifier(key)
-        kept = [] if kept_path is None else read_kept(_read_small(kept_path))
-        policy = None if policy_path is None else Policy.parse(_read_small(policy_path))
+        verifier = log_verifier(key)
+        kept = [] if kept_path is None else read_kept(read_small(kept_path))
+        policy = None if policy_path is None else Policy.parse(read_small(policy_path))
         with open(path, "rb") as stream:
             report = audit(_checked(stream), verifier, kept, policy)
     except LogError as exc:
@@ -55,25 +53,6 @@ def run(
         print(line, file=out)
     print(report.summary(), file=out)
     return 0 if report.ok else 1
-
-
-def _verifier(key: str) -> NoteVerifier:
-    """The key as text (`name+id+base64`), or the path of a file holding it."""
-    candidate = Path(key)
-    if "+" not in key and candidate.is_file():
-        key = _read_small(key)
-    return NoteVerifier.parse(key)
-
-
-def _read_small(path: str) -> str:
-    with open(path, "rb") as file:
-        data = file.read(MAX_KEPT_BYTES + 1)
-    if len(data) > MAX_KEPT_BYTES:
-        raise LogError(f"{path} is longer than a checkpoint or key can be")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise LogError(f"{path} is not UTF-8 text") from None
 
 
 def _raw_lines(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:

@@ -134,20 +134,7 @@ class SharedCounts:
 
     def total(self, name: str, *, besides: int | None = None) -> int:
         """Every worker's count of `name` added up (but `besides`'s)."""
-        digest = _hash(name)
-        start = int.from_bytes(digest[:8], "little") % SLOTS
-        total = 0
-        self._lock()
-        try:
-            now = time.time()
-            for step in range(PROBES):
-                at = ((start + step) % SLOTS) * _SLOT.size
-                found, count, expiry, who = _SLOT.unpack_from(self._map, at)
-                if found == digest and who not in (FREE, RATES, besides) and expiry > now:
-                    total += count
-        finally:
-            self._unlock()
-        return total
+        return sum(self._counts(name, besides))
 
     def put(self, name: str, value: int, *, owner: int) -> None:
         """Set `owner`'s count of `name` to `value` (0: remove it)."""
@@ -165,9 +152,13 @@ class SharedCounts:
 
     def largest(self, name: str, *, besides: int | None = None) -> int:
         """The largest of the workers' counts of `name` (but `besides`'s)."""
+        return max(self._counts(name, besides), default=0)
+
+    def _counts(self, name: str, besides: int | None) -> list[int]:
+        """Each worker's live count of `name` (but `besides`'s), read under the lock."""
         digest = _hash(name)
         start = int.from_bytes(digest[:8], "little") % SLOTS
-        most = 0
+        counts = []
         self._lock()
         try:
             now = time.time()
@@ -175,10 +166,10 @@ class SharedCounts:
                 at = ((start + step) % SLOTS) * _SLOT.size
                 found, count, expiry, who = _SLOT.unpack_from(self._map, at)
                 if found == digest and who not in (FREE, RATES, besides) and expiry > now:
-                    most = max(most, count)
+                    counts.append(int(count))
         finally:
             self._unlock()
-        return int(most)
+        return counts
 
     def clear(self, name: str, owner: int = RATES) -> None:
         digest = _hash(name)
