@@ -38,7 +38,7 @@ from tms.nostr.filters import Filter
 from tms.relay.budget import Budget, Shared
 from tms.relay.gate import Gate
 from tms.relay.outbox import Filed
-from tms.types import KIND_MEMBERS, PubKey, Slug
+from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS, PubKey, Slug
 
 
 class Client(Protocol):
@@ -189,22 +189,34 @@ class Hub:
                 if sub.matches(event):
                     shared = shared or Shared(event.to_json())
                     sub.offer(stored, shared)
-            if event.kind == KIND_MEMBERS and stored.collection is not None:
-                self._member_list(stored.collection, event)
+            if stored.collection is None:
+                continue
+            if event.kind == KIND_MEMBERS:
+                members = set(json.loads(event.content).get("members", ()))
+                members.add(event.pubkey)
+                self._member_list(stored.collection, members, None)
+            elif event.kind == KIND_MEMBER_CHANGE and event.body is not None:
+                request = json.loads(event.body)
+                key = request["params"][0]
+                allowed = request["method"] == "allowpubkey"
+                self._member_list(stored.collection, {key} if allowed else set(), key)
 
-    def _member_list(self, slug: Slug, event: Event) -> None:
-        """A member list, in its collection's commit order: whoever it drops reads nothing of
-        the collection from here on, whoever it names reads it (its signer is the owner: only
-        the owner changes members)."""
-        members = set(json.loads(event.content).get("members", ()))
-        members.add(event.pubkey)
+    def _member_list(self, slug: Slug, members: set[PubKey], changed: PubKey | None) -> None:
+        """A membership record, in its collection's commit order (its signer is the owner: only
+        the owner changes members). A member list (`changed` None): whoever it drops reads
+        nothing of the collection from here on, whoever it names reads it. A change of one
+        key (`changed`): that key reads it if `members` names it, else no longer."""
         if slug in self.people:  # watched: its people grow (a list never shrinks them)
             self.people[slug].update(members)
         for sub in list(self.by_slug.get(slug, ())):
+            if changed not in (None, sub.client.pubkey):
+                continue
             if sub.client.pubkey not in members:
                 self._leave(slug, sub)
                 sub.slugs = sub.slugs - {slug}
         for client in list(self.clients):
+            if changed not in (None, client.pubkey):
+                continue
             gate = client.gate
             if client.pubkey in members:
                 if not gate.allows(slug):
