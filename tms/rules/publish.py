@@ -333,7 +333,7 @@ class _Judge:
         if type(content) is Link:
             self._link(slug, event.id, content)
         elif type(content) is Members:
-            if self._members(slug, event, list_op(content.members)):
+            if self._members(slug, event, list_op(content.members), content.members):
                 self.replaceable[(slug, True)] = event.id
         elif type(content) is MemberChange:
             if content.method == "unallowpubkey" and content.pubkey == s.owners[slug]:
@@ -391,9 +391,12 @@ class _Judge:
             self._put(self.s.profiles, event.pubkey, key)
             self.replaceable[(event.pubkey, False)] = event.id
 
-    def _members(self, slug: Slug, event: Event, op: Op) -> bool:
+    def _members(
+        self, slug: Slug, event: Event, op: Op, signed: list[PubKey] | None = None
+    ) -> bool:
         """A membership record (`tms.rules.membership`): folded into the collection's members
-        if it applies after the current head; whether it did."""
+        if it applies after the current head; whether it did. `signed`: a member list's keys
+        in the order it lists them (the plan keeps them so)."""
         is_list = op.action == "replace"
         current = self.s.heads.get(slug)
         head: Head | None = None
@@ -416,7 +419,8 @@ class _Judge:
             else:
                 self._add(self.s.change_heads, slug)
             self._put(self.s.members, slug, new)
-            self.plan.member_lists[slug] = (event.created_at, event.id, sorted(new))
+            listed = list(signed) if signed is not None else sorted(new)
+            self.plan.member_lists[slug] = (event.created_at, event.id, listed)
             return True
         return False
 
