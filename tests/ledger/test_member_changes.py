@@ -25,10 +25,13 @@ from factories import (
 )
 from publishing import open_collection, publish, readable, refused
 
+from tms.errors import PublishError
 from tms.ledger.access import Access
 from tms.ledger.read.export import Exporter
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event
+from tms.rules.admission import OPERATOR
+from tms.rules.expected import APPLIES
 from tms.store.database import open_pool
 from tms.tlog.export_lines import Line, read_line
 from tms.tlog.replay import replay
@@ -178,3 +181,19 @@ async def test_export_carries_the_body_and_verifies(ledger: Ledger, second_ledge
     await publish(second_ledger, *(json.loads(text) for text in lines), now=NOW)
     assert await member_keys(second_ledger, "lab") == {MEMBER.pubkey}
     assert await export(second_ledger, "lab") == lines
+
+
+async def test_a_change_asked_to_apply_is_refused_when_a_newer_record_is_in_force(
+    ledger: Ledger,
+) -> None:
+    """NIP-86's door asks that the change take effect: behind a list signed with a clock ahead,
+    it is refused and nothing is stored (published plainly, it would be stored to no effect)."""
+    await open_collection(ledger, OWNER, "lab")
+    await publish(ledger, members(OWNER, "lab", [MEMBER.pubkey], created_at=T0 + 600))
+    change = member_change(OWNER, "lab", "unallowpubkey", MEMBER.pubkey, created_at=T0 + 1)
+    with pytest.raises(PublishError, match="later than this change: it would not take effect"):
+        await ledger.submit(
+            [change], origin=OPERATOR, now=NOW, within="lab", expected={"lab": APPLIES}
+        )
+    assert await member_keys(ledger, "lab") == {MEMBER.pubkey}
+    assert await ledger.pool.fetchval("SELECT count(*) FROM member_changes") == 0
