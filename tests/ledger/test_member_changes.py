@@ -23,11 +23,12 @@ from factories import (
     members,
     terms,
 )
-from publishing import open_collection, publish, readable, refused
+from publishing import open_collection, publish, readable, reader_of, refused
 
 from tms.errors import PublishError
 from tms.ledger.access import Access
 from tms.ledger.read.export import Exporter
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
 from tms.nostr.events import Event
 from tms.rules.admission import OPERATOR
@@ -197,3 +198,17 @@ async def test_a_change_asked_to_apply_is_refused_when_a_newer_record_is_in_forc
         )
     assert await member_keys(ledger, "lab") == {MEMBER.pubkey}
     assert await ledger.pool.fetchval("SELECT count(*) FROM member_changes") == 0
+
+
+async def test_get_event_shows_what_a_change_changes(ledger: Ledger) -> None:
+    await open_collection(ledger, OWNER, "lab")
+    change = member_change(OWNER, "lab", "allowpubkey", MEMBER.pubkey, created_at=T0 + 1)
+    await publish(ledger, change)
+    found = await Reads(ledger.pool).get_event(await reader_of(ledger, OWNER.pubkey), change["id"])
+    assert found is not None
+    assert (found["kind"], found["kind_name"]) == (27235, "membership change")
+    assert found["content"] == {
+        "collection": "lab",
+        "method": "allowpubkey",
+        "params": [MEMBER.pubkey],
+    }
