@@ -1,7 +1,8 @@
 // NIP-86 relay management through nostr-tools' NIP-98 (`nip98.getToken` with the call as its
 // payload, as a relay-management client signs it) and a plain JSON-RPC POST, against a live
 // TMS. The calls to make come as JSON in CALLS: [{name, path, key, method, params,
-// forge?, replay?, forwarded?}]; prints one JSON line: each call's HTTP status and answer.
+// forge?, badSig?, replay?, forwarded?}]; prints one JSON line: each call's HTTP status and
+// answer. `forge`: the token sent with another body; `badSig`: with its signature altered.
 import { getToken } from 'nostr-tools/nip98'
 import { finalizeEvent } from 'nostr-tools/pure'
 import { hexToBytes } from 'nostr-tools/utils'
@@ -21,7 +22,12 @@ for (const call of calls) {
   const url = BASE + call.path
   const sk = hexToBytes(call.key)
   const payload = { method: call.method, params: call.params }
-  const token = await getToken(url, 'POST', async (e) => finalizeEvent(e, sk), true, payload)
+  let token = await getToken(url, 'POST', async (e) => finalizeEvent(e, sk), true, payload)
+  if (call.badSig) {
+    const event = JSON.parse(Buffer.from(token.slice('Nostr '.length), 'base64').toString())
+    event.sig = (event.sig[0] === '0' ? '1' : '0') + event.sig.slice(1)
+    token = 'Nostr ' + Buffer.from(JSON.stringify(event)).toString('base64')
+  }
   // What a forger sends: the owner's token for one call, with another body.
   const body = call.forge
     ? JSON.stringify({ method: call.method, params: call.forge })

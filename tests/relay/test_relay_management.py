@@ -153,6 +153,7 @@ def test_the_owner_manages_members_and_every_change_is_verifiable(
         call("member", MEMBER, "allowpubkey", STRANGER.pubkey),
         call("stranger", STRANGER, "allowpubkey", STRANGER.pubkey),
         call("forged", OWNER, "allowpubkey", target, forge=[STRANGER.pubkey]),
+        call("bad signature", OWNER, "allowpubkey", STRANGER.pubkey, badSig=True),
         call("unknown", OWNER, "banpubkey", STRANGER.pubkey),
     )
     assert seen["supported"] == {
@@ -177,6 +178,8 @@ def test_the_owner_manages_members_and_every_change_is_verifiable(
     assert seen["stranger"]["answer"]["result"] is None
     assert seen["forged"]["status"] == 401
     assert "payload" in seen["forged"]["answer"]["error"]
+    assert seen["bad signature"]["status"] == 401
+    assert "signature does not verify" in seen["bad signature"]["answer"]["error"]
     assert seen["unknown"]["answer"]["result"] is None
     assert "method not supported: 'banpubkey'" in seen["unknown"]["answer"]["error"]
 
