@@ -1,5 +1,6 @@
-"""NIP-86 relay management through a client nobody here wrote: nostr-tools' NIP-98 signs each
-JSON-RPC call (its body hashed into the `payload` tag), POSTed to a live server's relay URLs.
+"""NIP-86 relay management through clients nobody here wrote: welshman's relay management as
+published (what Flotilla speaks it with), and nostr-tools' NIP-98 signing each JSON-RPC call
+(its body hashed into the `payload` tag), POSTed to a live server's relay URLs.
 On a collection's URL its owner allows, lists and unallows a key; a member, a stranger, a
 forged body and a replayed authorization are refused; each change is on the members page, in
 the export (which `tms verify-export` passes) and in the copy `tms mirror` keeps. On `/` the
@@ -45,6 +46,7 @@ from tms.store.database import open_pool
 RUN_SECONDS = 120
 SLUG = "nip"
 TARGET = MEMBER2  # the key the owner lets in and out
+WELSHMAN = "wel"  # the collection welshman's client manages
 FAR = "203.0.113.7"  # an address the operator blocks (sent through a trusted proxy's header)
 
 
@@ -55,7 +57,12 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
         try:
             ledger = Ledger(pool)
             await ledger.approve([OWNER.pubkey])
-            batch = [terms(OWNER), members(OWNER, SLUG, [MEMBER.pubkey]), terms(MEMBER)]
+            batch = [
+                terms(OWNER),
+                members(OWNER, SLUG, [MEMBER.pubkey]),
+                members(OWNER, WELSHMAN, [MEMBER.pubkey]),
+                terms(MEMBER),
+            ]
             await ledger.submit(batch, origin=OPERATOR)
         finally:
             await pool.close()
@@ -71,10 +78,12 @@ def live(pg_server_url: str, template_url: str) -> Iterator[Live]:
             yield server
 
 
-def calls(live: Live, packages: Path, *wanted: dict[str, Any]) -> dict[str, Any]:
-    shutil.copyfile(ASSETS / "nip86_calls.mjs", packages / "nip86_calls.mjs")
+def calls(
+    live: Live, packages: Path, *wanted: dict[str, Any], script: str = "nip86_calls.mjs"
+) -> dict[str, Any]:
+    shutil.copyfile(ASSETS / script, packages / script)
     result = subprocess.run(
-        ["node", "nip86_calls.mjs"],
+        ["node", script],
         cwd=packages,
         env=environment(RELAY_BASE=live.url, CALLS=json.dumps(list(wanted))),
         capture_output=True,
@@ -261,3 +270,28 @@ def test_the_operator_manages_the_server_from_the_root_url(
     )
     assert seen["from far"] == {"status": 200, "answer": {"result": []}}
     assert {"pubkey": STRANGER.pubkey} not in seen["approved"]["answer"]["result"]
+
+
+def test_welshman_manages_members_unchanged(live: Live, welshman_packages: Path) -> None:
+    """The client Flotilla speaks NIP-86 with, as published: the owner allows, lists and
+    unallows; a member is refused in NIP-86's error shape."""
+    path = {"path": f"/c/{WELSHMAN}"}
+    target = TARGET.pubkey
+    seen = calls(
+        live,
+        welshman_packages,
+        call("allow", OWNER, "allowpubkey", target, **path),
+        call("list", OWNER, "listallowedpubkeys", **path),
+        call("member", MEMBER, "unallowpubkey", target, **path),
+        call("unallow", OWNER, "unallowpubkey", target, **path),
+        call("after", OWNER, "listallowedpubkeys", **path),
+        script="nip86_welshman.mjs",
+    )
+    assert seen["allow"] == {"result": True}
+    assert {"pubkey": target} in seen["list"]["result"]
+    assert seen["member"] == {
+        "result": None,
+        "error": f"only the owner of collection '{WELSHMAN}' manages its members",
+    }
+    assert seen["unallow"] == {"result": True}
+    assert seen["after"]["result"] == [{"pubkey": OWNER.pubkey}, {"pubkey": MEMBER.pubkey}]
