@@ -254,6 +254,18 @@ def test_the_operator_manages_the_server_from_the_root_url(
     assert seen["blocked"]["answer"]["result"] == [{"ip": f"{FAR}/32", "reason": "probing"}]
     assert seen["from far"]["status"] == 403
     assert "blocked" in seen["from far"]["answer"]["error"]
+    # A browser's preflight, as a Nostr app in a page makes it before the call.
+    preflight = httpx.options(
+        live.url + "/",
+        headers={
+            "Origin": "https://app.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    assert "Authorization" in preflight.headers["access-control-allow-headers"]
     info = httpx.get(live.url, headers={"Accept": "application/nostr+json"}).json()
     assert (info["name"], info["description"]) == ("Evidence desk", "Our ledger.")
     assert 86 in info["supported_nips"]

@@ -244,11 +244,12 @@ async def _cookie_key(websocket: WebSocket, settings: Settings, relay: Relay) ->
 # The relay: a WebSocket upgrade on the root or a collection's page (`tms.app`'s route table).
 ROUTES: Final = [
     # NIP-86 on the relay's URLs: a POST with `application/nostr+json+rpc`
-    Route("/", operator.root_call, methods=["POST"], name="relay management"),
+    # (and a browser's preflight of it: Nostr apps run in browsers)
+    Route("/", operator.root_call, methods=["POST", "OPTIONS"], name="relay management"),
     Route(
         "/c/{slug}",
         management.collection_call,
-        methods=["POST"],
+        methods=["POST", "OPTIONS"],
         name="relay collection management",
     ),
     WebSocketRoute("/", relay_socket, name="relay"),

@@ -46,7 +46,14 @@ MEDIA_TYPE: Final = "application/nostr+json+rpc"
 MAX_BODY_BYTES: Final = (
     4096  # a call is a method and a key or two (`tms.nostr.events.MAX_BODY_CHARS`)
 )
-NO_STORE: Final = {"Cache-Control": "no-store"}
+# Nostr apps run in browsers (Flotilla): the call is authenticated by its NIP-98 header alone,
+# never by a cookie, so any origin may make it, as any origin may read NIP-11.
+CORS: Final = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type",
+    "Access-Control-Allow-Methods": "POST",
+}
+NO_STORE: Final = {"Cache-Control": "no-store", **CORS}
 
 COLLECTION_METHODS: Final = (
     "supportedmethods",
@@ -142,7 +149,10 @@ Handler = Callable[[Request, Call], Awaitable[Any]]
 
 
 async def answered(request: Request, handle: Handler) -> Response:
-    """The call answered as NIP-86 says, every refusal in the refusal log."""
+    """The call answered as NIP-86 says, every refusal in the refusal log; a browser's
+    preflight (OPTIONS) answered with what it may send."""
+    if request.method == "OPTIONS":
+        return Response(status_code=204, headers={**CORS, "Access-Control-Max-Age": "86400"})
     try:
         call = await authenticated(request)
         return reply(await handle(request, call))
