@@ -37,6 +37,8 @@ from factories import (
     settings,
     terms,
 )
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tms.ledger.service import Ledger
 from tms.nostr.nip19 import npub_encode
@@ -230,6 +232,17 @@ def test_the_owner_manages_members_and_every_change_is_verifiable(
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+async def relay_refused(live: Live, address: str) -> bool:
+    """Whether a relay connection from `address` (through the trusted proxy) is turned away."""
+    url = live.url.replace("http://", "ws://") + f"/c/{SLUG}"
+    try:
+        async with connect(url, additional_headers={"X-Forwarded-For": address}) as ws:
+            await ws.recv()
+    except (InvalidStatus, ConnectionClosed):
+        return True
+    return False
+
+
 def test_the_operator_manages_the_server_from_the_root_url(
     live: Live, js_current_packages: Path
 ) -> None:
@@ -254,6 +267,7 @@ def test_the_operator_manages_the_server_from_the_root_url(
     assert seen["blocked"]["answer"]["result"] == [{"ip": f"{FAR}/32", "reason": "probing"}]
     assert seen["from far"]["status"] == 403
     assert "blocked" in seen["from far"]["answer"]["error"]
+    assert asyncio.run(relay_refused(live, FAR))  # the relay turns it away too
     # A browser's preflight, as a Nostr app in a page makes it before the call.
     preflight = httpx.options(
         live.url + "/",
@@ -281,6 +295,7 @@ def test_the_operator_manages_the_server_from_the_root_url(
         call("approved", APPROVED, "listallowedpubkeys", **root),
     )
     assert seen["from far"] == {"status": 200, "answer": {"result": []}}
+    assert not asyncio.run(relay_refused(live, FAR))
     assert {"pubkey": STRANGER.pubkey} not in seen["approved"]["answer"]["result"]
 
 
