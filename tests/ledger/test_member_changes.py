@@ -212,3 +212,22 @@ async def test_get_event_shows_what_a_change_changes(ledger: Ledger) -> None:
         "method": "allowpubkey",
         "params": [MEMBER.pubkey],
     }
+
+
+async def test_a_members_page_opened_before_a_change_is_refused_when_saved(
+    ledger: Ledger,
+) -> None:
+    """The members page sends the head it was opened with; a change since then is the head
+    now, so saving the stale page would drop the key the change let in: refused."""
+    await open_collection(ledger, OWNER, "lab")
+    opened = await ledger.pool.fetchval(
+        "SELECT list_id FROM current_member_lists WHERE collection = 'lab'"
+    )
+    allow = member_change(OWNER, "lab", "allowpubkey", MEMBER.pubkey, created_at=T0 + 1)
+    await publish(ledger, allow)
+    stale = members(OWNER, "lab", [MEMBER2.pubkey], created_at=T0 + 2)
+    with pytest.raises(PublishError, match="changed since this page was loaded"):
+        await ledger.submit([stale], origin=OPERATOR, now=NOW, expected={"lab": opened})
+    # Opened after the change, the page saves.
+    await ledger.submit([stale], origin=OPERATOR, now=NOW, expected={"lab": allow["id"]})
+    assert await member_keys(ledger, "lab") == {MEMBER2.pubkey}
