@@ -206,7 +206,7 @@ async def test_get_event_shows_what_a_change_changes(ledger: Ledger) -> None:
     await publish(ledger, change)
     found = await Reads(ledger.pool).get_event(await reader_of(ledger, OWNER.pubkey), change["id"])
     assert found is not None
-    assert (found["kind"], found["kind_name"]) == (27235, "membership change")
+    assert (found["kind"], found["kind_name"]) == (27235, "membership")
     assert found["content"] == {
         "collection": "lab",
         "method": "allowpubkey",

@@ -338,7 +338,7 @@ KINDS.add(
 KINDS.add(
     Kind(
         KIND_MEMBER_CHANGE,
-        "membership change",
+        "membership",  # a membership change: refusals say "a membership"
         "membership changes",
         MemberChange,
         tags=True,  # a NIP-98 event: `u`, `method`, `payload`; read by `parse_change`
