@@ -38,6 +38,7 @@ from tms.nostr.filters import Filter
 from tms.relay.budget import Budget, Shared
 from tms.relay.gate import Gate
 from tms.relay.outbox import Filed
+from tms.rules.membership import Head, applies
 from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS, PubKey, Slug
 
 
@@ -136,6 +137,9 @@ class Hub:
         self.by_slug: dict[Slug, set[Subscription]] = {}
         self.people: dict[Slug, set[PubKey]] = {}
         self.clients: set[Client] = set()  # authenticated connections, told of member lists
+        # The last membership record each collection's fold applied, of those seen here: one
+        # that does not apply after it (signed earlier, `tms.rules.membership`) moves nobody.
+        self.heads: dict[Slug, Head] = {}
 
     def wanted(self, key: Slug | None) -> bool:
         """For the feed: whether events of this collection (None: profiles and terms) are
@@ -189,7 +193,7 @@ class Hub:
                 if sub.matches(event):
                     shared = shared or Shared(event.to_json())
                     sub.offer(stored, shared)
-            if stored.collection is None:
+            if stored.collection is None or not self._applies(stored.collection, event):
                 continue
             if event.kind == KIND_MEMBERS:
                 members = set(json.loads(event.content).get("members", ()))
@@ -200,6 +204,17 @@ class Hub:
                 key = request["params"][0]
                 allowed = request["method"] == "allowpubkey"
                 self._member_list(stored.collection, {key} if allowed else set(), key)
+
+    def _applies(self, slug: Slug, event: Event) -> bool:
+        """Whether a membership record changes who belongs, after the last one seen here (the
+        first one seen is taken as applied: the ledger stored it, and most records apply)."""
+        if event.kind not in (KIND_MEMBERS, KIND_MEMBER_CHANGE):
+            return False
+        is_list = event.kind == KIND_MEMBERS
+        if not applies(self.heads.get(slug), event.created_at, event.id, is_list):
+            return False
+        self.heads[slug] = (event.created_at, event.id, is_list)
+        return True
 
     def _member_list(self, slug: Slug, members: set[PubKey], changed: PubKey | None) -> None:
         """A membership record, in its collection's commit order (its signer is the owner: only
