@@ -31,6 +31,14 @@ CREATE TABLE public.approvals (
     approved_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.blocked_addresses (
+    address text NOT NULL COLLATE pg_catalog."C",
+    reason text DEFAULT ''::text NOT NULL,
+    blocked_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT blocked_addresses_address_check CHECK (((length(address) >= 1) AND (length(address) <= 64))),
+    CONSTRAINT blocked_addresses_reason_check CHECK ((length(reason) <= 1000))
+);
+
 CREATE TABLE public.claim_counts (
     claim_id public.hex64 NOT NULL,
     collection text NOT NULL COLLATE pg_catalog."C",
@@ -197,6 +205,19 @@ CREATE TABLE public.login_nonces (
     used_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.member_changes (
+    id public.hex64 NOT NULL,
+    seq bigint NOT NULL,
+    collection text NOT NULL COLLATE pg_catalog."C",
+    pubkey public.hex64 NOT NULL,
+    created_at bigint NOT NULL,
+    method text NOT NULL,
+    target public.hex64 NOT NULL,
+    body text NOT NULL,
+    CONSTRAINT member_changes_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
+    CONSTRAINT member_changes_method_check CHECK ((method = ANY (ARRAY['allowpubkey'::text, 'unallowpubkey'::text])))
+);
+
 CREATE TABLE public.member_lists (
     id public.hex64 NOT NULL,
     seq bigint NOT NULL,
@@ -261,6 +282,13 @@ ALTER TABLE public.refusals ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.relay_details (
+    field text NOT NULL,
+    value text NOT NULL,
+    CONSTRAINT relay_details_field_check CHECK ((field = ANY (ARRAY['name'::text, 'description'::text]))),
+    CONSTRAINT relay_details_value_check CHECK (((length(value) >= 1) AND (length(value) <= 1000)))
 );
 
 CREATE TABLE public.schema_migrations (
@@ -368,6 +396,9 @@ CREATE TABLE public.witnessed_logs (
 ALTER TABLE ONLY public.approvals
     ADD CONSTRAINT approvals_pkey PRIMARY KEY (pubkey);
 
+ALTER TABLE ONLY public.blocked_addresses
+    ADD CONSTRAINT blocked_addresses_pkey PRIMARY KEY (address);
+
 ALTER TABLE ONLY public.claim_counts
     ADD CONSTRAINT claim_counts_pkey PRIMARY KEY (claim_id, collection);
 
@@ -419,6 +450,9 @@ ALTER TABLE ONLY public.links
 ALTER TABLE ONLY public.login_nonces
     ADD CONSTRAINT login_nonces_pkey PRIMARY KEY (nonce);
 
+ALTER TABLE ONLY public.member_changes
+    ADD CONSTRAINT member_changes_pkey PRIMARY KEY (id, collection);
+
 ALTER TABLE ONLY public.member_lists
     ADD CONSTRAINT member_lists_pkey PRIMARY KEY (id, collection);
 
@@ -436,6 +470,9 @@ ALTER TABLE ONLY public.refusals_kept
 
 ALTER TABLE ONLY public.refusals
     ADD CONSTRAINT refusals_pkey PRIMARY KEY (seq);
+
+ALTER TABLE ONLY public.relay_details
+    ADD CONSTRAINT relay_details_pkey PRIMARY KEY (field);
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
@@ -534,6 +571,8 @@ CREATE INDEX links_collection_to ON public.links USING btree (collection, to_id)
 
 CREATE INDEX login_nonces_used_at ON public.login_nonces USING btree (used_at);
 
+CREATE INDEX member_changes_collection ON public.member_changes USING btree (collection, seq);
+
 CREATE INDEX member_lists_current ON public.member_lists USING btree (collection, created_at DESC, id);
 
 CREATE INDEX memberships_pubkey ON public.memberships USING btree (pubkey);
@@ -583,6 +622,10 @@ CREATE TRIGGER evidence_no_truncate BEFORE TRUNCATE ON public.evidence FOR EACH 
 CREATE TRIGGER links_append_only BEFORE DELETE OR UPDATE ON public.links FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
 
 CREATE TRIGGER links_no_truncate BEFORE TRUNCATE ON public.links FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER member_changes_append_only BEFORE DELETE OR UPDATE ON public.member_changes FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
+
+CREATE TRIGGER member_changes_no_truncate BEFORE TRUNCATE ON public.member_changes FOR EACH STATEMENT EXECUTE FUNCTION public.tms_refuse_change();
 
 CREATE TRIGGER member_lists_append_only BEFORE DELETE OR UPDATE ON public.member_lists FOR EACH ROW EXECUTE FUNCTION public.tms_refuse_change();
 

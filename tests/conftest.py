@@ -182,6 +182,13 @@ def js_packages() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def welshman_packages() -> Iterator[Path]:
+    """tests/relay/js-welshman installed: welshman's NIP-86 relay management (the client
+    Flotilla speaks it with) and nostr-tools to sign with."""
+    yield from _installed(HERE / "relay" / "js-welshman", 20, "welshman's")
+
+
+@pytest.fixture(scope="session")
 def js_current_packages() -> Iterator[Path]:
     """tests/docs/js-current installed: nostr-tools as `npm install nostr-tools` gives it today,
     in a package.json with "type": "module", which is what /docs' snippet is written for (and

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import socket
@@ -395,3 +396,25 @@ def live_server(
         server.should_exit = True
         thread.join(30)
         assert not thread.is_alive(), "the live server did not stop"
+
+
+def member_change(
+    signer: SecretKey,
+    collection: str,
+    method: str,
+    pubkey: str,
+    *,
+    created_at: int = T0,
+    origin: str = "http://testserver",
+    body: str | None = None,
+) -> EventDict:
+    """A membership change as a NIP-86 client makes it: the NIP-98 event (kind 27235) signed
+    for a JSON-RPC POST to the collection's relay URL, with the body its `payload` tag hashes,
+    in the wire form an export line has (the NIP-01 fields plus `body`)."""
+    text = compact({"method": method, "params": [pubkey]}) if body is None else body
+    tags = [
+        ["u", f"{origin}/c/{collection}"],
+        ["method", "POST"],
+        ["payload", hashlib.sha256(text.encode("utf-8")).hexdigest()],
+    ]
+    return {**signed(signer, 27235, "", created_at=created_at, tags=tags), "body": text}

@@ -31,6 +31,7 @@ script, whose only outside origins are the profile relays).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 from collections.abc import AsyncIterator
@@ -47,12 +48,14 @@ from tms.api import routes as api
 from tms.api import scrape
 from tms.config import Settings, load_relay_key, load_secret
 from tms.errors import DatabaseUnavailable, TMSError, one_line
+from tms.guard.blocked import Blocklist
 from tms.guard.rates import ADD_CHECKPOINT_UNITS
 from tms.http.bodies import BigBodies, Disconnected, MiB
 from tms.http.gate import Gate
 from tms.http.login import Keyring
 from tms.http.metered import Metered
 from tms.http.routes import RouteTable
+from tms.ledger import REFRESH_SECONDS, Operated
 from tms.mcp import http as mcp_http
 from tms.mcp.http import McpFront
 from tms.pages import answers, collection, dashboard, docs, home, reading, submit
@@ -172,6 +175,8 @@ def create_app(
             scrape.metrics_port(settings, runtime),
         ):
             front = McpFront(runtime.services.refusals, big_bodies)
+            app.state.operated = Operated(runtime.ledger.pool)
+            await _refresh_operated(app)
             app.state.runtime = runtime
             app.state.relay = relay
             app.state.mcp = front
@@ -179,11 +184,12 @@ def create_app(
             # requests that come sooner wait for it, /healthz and the rest answer at once.
             stop = asyncio.Event()
             mcp = asyncio.create_task(_serve_mcp(runtime, extensions, front, stop), name="tms-mcp")
+            operated = asyncio.create_task(_keep_operated(app, stop), name="tms-operated")
             try:
                 yield
             finally:
                 stop.set()
-                await asyncio.gather(mcp, return_exceptions=True)
+                await asyncio.gather(mcp, operated, return_exceptions=True)
                 await front.close()
                 await door.close()
 
@@ -192,9 +198,33 @@ def create_app(
     app.state.settings = settings
     app.state.door = door
     app.state.big_bodies = big_bodies
+    app.state.blocklist = Blocklist()  # NIP-86 `blockip` (`tms.relay.operator`), at the gate
     app.add_middleware(Gate, trusted_proxies=settings.trusted_proxies)
     app.add_middleware(  # every answer
         SecurityHeaders, relays=settings.profile_relays, base_url=settings.base_url
     )
     app.add_middleware(Metered)  # outermost: counts what the client gets
     return app
+
+
+async def _refresh_operated(app: Starlette) -> None:
+    """Read again what the operator set over NIP-86 (blocked addresses, the root relay's name
+    and description), which another process may have changed."""
+    operated: Operated = app.state.operated
+    blocklist: Blocklist = app.state.blocklist
+    blocklist.replace(address for address, _ in await operated.blocked())
+    blocklist.details = await operated.details()
+
+
+async def _keep_operated(app: Starlette, stop: asyncio.Event) -> None:
+    """`_refresh_operated` every `REFRESH_SECONDS` until the app stops; a database that does
+    not answer is tried again next time (the copy in memory stays as it was)."""
+    while not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), REFRESH_SECONDS)
+        if stop.is_set():
+            return
+        try:
+            await _refresh_operated(app)
+        except Exception:
+            log.warning("could not read the operator's blocked addresses", exc_info=True)

@@ -29,6 +29,7 @@ from tms.guard.rates import (
     parse_rates,
 )
 from tms.guard.refusals import DEFAULT_KEEP
+from tms.nostr.nip19 import npub_decode
 
 if TYPE_CHECKING:
     from tms.nostr.events import SecretKey
@@ -208,6 +209,28 @@ def _plugins(variable: str, text: str | None, default: Any, got: Mapping[str, An
     return tuple(names)
 
 
+def _operator_keys(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
+    """`TMS_OPERATOR_KEYS`: comma-separated keys (npub or 64 hex) that may use the operator's
+    NIP-86 methods on the root relay URL (tms.relay.operator). Unset: nobody, and `/` offers
+    no NIP-86 method but `supportedmethods`."""
+    keys: list[str] = []
+    for item in (text or "").split(","):
+        word = item.strip()
+        if not word:
+            continue
+        try:
+            key = npub_decode(word) if word.startswith("npub1") else word.lower()
+        except ValueError:
+            key = ""
+        if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+            raise ConfigError(
+                f"TMS_OPERATOR_KEYS must be comma-separated keys (npub or 64 hex), got {word!r:.80}"
+            )
+        if key not in keys:
+            keys.append(key)
+    return tuple(keys)
+
+
 def _relays(variable: str, text: str | None, default: Any, got: Mapping[str, Any]) -> Any:
     """`TMS_PROFILE_RELAYS`: comma-separated ws:// or wss:// origins (ws:// is for a relay on
     this machine, as the tests run one). They go into the pages' Content-Security-Policy, so
@@ -339,6 +362,8 @@ class Settings:
     witness_logs: str | None = setting("TMS_WITNESS_LOGS", None, text)
     # None: generated into data_dir if needed
     witness_key: str | None = setting("TMS_WITNESS_KEY", None, text, shown="generated")
+    # who may use the operator's NIP-86 methods on `/`
+    operator_keys: tuple[str, ...] = setting("TMS_OPERATOR_KEYS", (), _operator_keys)
     # the plugins enabled, in the order asked
     plugins: tuple[str, ...] = setting("TMS_PLUGINS", (), _plugins)
     plugin_seconds: float = setting("TMS_PLUGIN_TIMEOUT_SECONDS", 5.0, number(0.01, 600, "seconds"))

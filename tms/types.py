@@ -24,6 +24,8 @@ KIND_CONTRADICTION: Final = 4704
 KIND_MEMBERS: Final = 4705
 KIND_TERMS: Final = 4706
 KIND_REQUEST: Final = 4707
+# NIP-98 HTTP auth: kept in a collection's log as a membership change (NIP-86), with its body.
+KIND_MEMBER_CHANGE: Final = 27235
 
 MAX_CONTENT_CHARS: Final = 2_000_000
 # SPEC's `limit` arguments (at least 1) and search texts of the tools and the pages. The relay

@@ -36,6 +36,7 @@ from tms.config import Settings
 from tms.ledger.service import Ledger
 from tms.mcp.tools import TOOLS
 from tms.nostr.events import SecretKey
+from tms.nostr.nip19 import npub_encode
 from tms.pages import docs
 from tms.rules.admission import OPERATOR
 from tms.rules.terms import current_terms
@@ -142,8 +143,13 @@ def is_sync(block: str) -> bool:
     return "nostr_sdk" in block or "@nostr-dev-kit/sync" in block
 
 
+def is_management(block: str) -> bool:
+    """Whether a snippet is "Managing members from a Nostr app (NIP-86)"'s, which runs alone."""
+    return "nostr-tools/nip98" in block
+
+
 def on_their_own(block: str) -> bool:
-    return is_relay(block) or is_sync(block) or is_members(block)
+    return is_relay(block) or is_sync(block) or is_members(block) or is_management(block)
 
 
 def relay_snippet(markdown: str, language: str) -> str:
@@ -684,3 +690,34 @@ def test_the_guide_states_every_tools_arguments_and_defaults() -> None:
                     else f"`{default}`"
                 )
                 assert f"`{arg}`? ({shown}" in row, (name, arg, shown)
+
+
+def test_the_management_snippet_runs_as_printed(
+    live: Live, bots: tuple[SecretKey, SecretKey, SecretKey], js_current_packages: Path
+) -> None:
+    """NIP-86 as /docs prints it: the owner of `mcas` lets a key in and out with nostr-tools'
+    NIP-98, and the change is on the collection's member list in between."""
+    guide = httpx.get(live.url + "/docs.md").text
+    [block] = [block for block in blocks(guide, "js") if is_management(block)]
+    newcomer = SecretKey.generate()
+    fresh = Path(tempfile.mkdtemp(dir=js_current_packages, prefix="members-"))
+    (fresh / "members.mjs").write_text(block, encoding="utf-8")
+    result = subprocess.run(
+        ["node", "members.mjs"],
+        cwd=fresh,
+        env=environment(
+            BOT_SECRET_HEX=bots[0].secret.hex(),
+            TMS_COLLECTION="mcas",
+            MEMBER_NPUB=npub_encode(newcomer.pubkey),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "methods: supportedmethods allowpubkey unallowpubkey listallowedpubkeys",
+        "allowed: true",
+        "listed: true",
+        "unallowed: true",
+    ]

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from factories import claim, contradiction, evidence, link, members, profile, terms
+from factories import (
+    T0,
+    claim,
+    contradiction,
+    evidence,
+    link,
+    member_change,
+    members,
+    profile,
+    terms,
+)
 from publishing import publish
 
 from tms.ledger.service import Ledger
@@ -119,6 +129,7 @@ async def test_every_typed_row_has_its_event(ledger: Ledger) -> None:
         link(key, "c", doc["id"], a["id"], "sky is blue"),
         contradiction(key, "c", [a["id"], b["id"]], "Colours."),
         members(key, "c", []),
+        member_change(key, "c", "allowpubkey", SecretKey.generate().pubkey, created_at=T0 + 1),
     )
     # Compared in Python rather than joined: the same on a single PostgreSQL and on Citus,
     # where profiles and terms are reference tables beside the distributed events.

@@ -54,6 +54,8 @@ MUTABLE: Final = {
     "refusals_kept": "how many refusals of each kind the bounded log holds",
     "tlog_witness_state": "where each witness stands on each log: advances with each submission",
     "witnessed_logs": "as a witness, the last checkpoint cosigned of each log: advances",
+    "blocked_addresses": "the client addresses the operator blocks and unblocks (NIP-86)",
+    "relay_details": "the root relay's name and description, as the operator changes them",
 }
 
 _NOISE: Final = re.compile(r"^(--.*|SET .*|SELECT pg_catalog\.set_config.*|\\(un)?restrict .*)$")

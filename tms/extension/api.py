@@ -160,11 +160,15 @@ class Event:
         return self._event.sig
 
     def fields(self) -> Mapping[str, Any]:
-        """The content's JSON object (every kind TMS stores has one): `{"url": ..., ...}` of
+        """The content's JSON object (every kind TMS stores has one but the membership change,
+        kind 27235, whose content is NIP-98's empty string: `{}`): `{"url": ..., ...}` of
         evidence, for example. Parsed once, on first use, since an evidence text may run to two
         million characters and most policies never look."""
         if self._fields is None:
-            parsed = json.loads(self._event.content)
+            try:
+                parsed = json.loads(self._event.content)
+            except ValueError:
+                parsed = {}
             self._fields = parsed if isinstance(parsed, dict) else {}
         return self._fields
 

@@ -33,6 +33,7 @@ from tms.http.statuses import answer
 
 DISCARD_BYTES: Final = 1024 * 1024  # of a refused request's body, read so the client hears us
 DISCARD_SECONDS: Final = 2.0
+BLOCKED_WORDS: Final = "blocked: this address is blocked by the server's operator"
 TOO_MANY: Final = -32000  # JSON-RPC: a server error of the implementation's own
 
 
@@ -55,6 +56,10 @@ class Gate:
         token = clients.CURRENT.set(address)
         try:
             route = routed(scope)
+            blocklist = getattr(scope["app"].state, "blocklist", None)
+            if blocklist is not None and blocklist.holds(address):
+                await _blocked(scope, receive, send, route.name)
+                return
             if route.units == 0:
                 await self.app(scope, receive, send)
                 return
@@ -79,6 +84,18 @@ def route_name(scope: Scope) -> str:
     (`tms.http.routes.routed`), never the path (it may hold a slug); "page" for a path no route
     answers."""
     return routed(scope).name
+
+
+async def _blocked(scope: Scope, receive: Receive, send: Send, route: str) -> None:
+    """A request from an address the operator blocked (NIP-86 `blockip`): 403, noted in the
+    refusal log; nothing of it is read but what lets the client hear the answer."""
+    runtime = getattr(scope["app"].state, "runtime", None)
+    if runtime is not None:
+        runtime.services.refusals.record(Refusal.BLOCKED, route)
+    more = (content_length(scope) or 0) > 0
+    await discard(receive, more, DISCARD_BYTES, DISCARD_SECONDS)
+    body = {"error": BLOCKED_WORDS}
+    await JSONResponse(body, 403, headers={"Cache-Control": "no-store"})(scope, receive, send)
 
 
 async def _refuse(exc: RateLimited, scope: Scope, receive: Receive, send: Send) -> None:

@@ -12,6 +12,7 @@ the operator's commands open, migrate and name it (`Pool`, `open_pool`, `migrate
 from tms.ledger.access import Access, ReadableCollection, Reader, not_a_reader
 from tms.ledger.log.cosigned import Cosigned, Standing
 from tms.ledger.log.reads import LogReads
+from tms.ledger.operated import REFRESH_SECONDS, Operated
 from tms.ledger.read import watermark
 from tms.ledger.read.excerpts import ShownLink
 from tms.ledger.read.export import Exporter
@@ -55,6 +56,7 @@ __all__ = [
     "DEFAULT_WINDOW",
     "ITEM_BYTES",
     "PAGE",
+    "REFRESH_SECONDS",
     "Access",
     "CommitFeed",
     "Cosigned",
@@ -65,6 +67,7 @@ __all__ = [
     "Ledger",
     "LogReads",
     "Lookups",
+    "Operated",
     "Outage",
     "Pool",
     "ReadableCollection",

@@ -23,12 +23,14 @@ from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection
 
-from tms.errors import TMSError
+from tms.errors import InvalidEvent, TMSError
 from tms.mirror.pace import Pace, is_rate_limited
 from tms.nostr.events import Event, SecretKey
 from tms.nostr.negentropy import Initiator, Items, NegentropyError
 from tms.rules.kinds import unscoped_kinds
+from tms.rules.membership import parse_change
 from tms.tlog.tiles import TILE_WIDTH
+from tms.types import KIND_MEMBER_CHANGE
 
 log = logging.getLogger(__name__)
 
@@ -358,9 +360,15 @@ def checked(raw: object) -> Event:
 
 def ours(event: Event, slug: str) -> bool:
     """Whether an event belongs in a copy of `slug`: a profile or terms (of no collection),
-    or an event whose content names the collection."""
+    or an event whose content names the collection (a membership change: whose signed URL does,
+    its body the one its `payload` tag hashes, `tms.rules.membership`)."""
     if event.kind in unscoped_kinds():
         return True
+    if event.kind == KIND_MEMBER_CHANGE:
+        try:
+            return parse_change(event).collection == slug
+        except InvalidEvent:
+            return False
     try:
         content = json.loads(event.content)
     except ValueError:

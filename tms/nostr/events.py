@@ -23,6 +23,12 @@ from tms.errors import InvalidEvent, InvalidKey, shown
 from tms.types import EventId, Kind, PubKey, Sig
 
 FIELDS: Final = ("id", "pubkey", "created_at", "kind", "tags", "content", "sig")
+# The one field past NIP-01's an envelope may carry: the HTTP body a NIP-98 event (kind 27235)
+# authorized, whose SHA-256 its `payload` tag signs (a membership change, docs/architecture.md).
+# Nostr libraries verify the seven fields and ignore it.
+BODY: Final = "body"
+KIND_HTTP_AUTH: Final = 27235
+MAX_BODY_CHARS: Final = 4096
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX128 = re.compile(r"[0-9a-f]{128}")
 MAX_CREATED_AT: Final = 2**53 - 1  # beyond this JSON.stringify no longer round-trips integers
@@ -198,6 +204,7 @@ class Event:
     tags: list[list[str]]
     content: str
     sig: Sig
+    body: str | None = None  # kind 27235 only: the request body its `payload` tag hashes
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Event:
@@ -225,7 +232,8 @@ class Event:
         except KeyError:
             missing = next(name for name in FIELDS if name not in obj)
             raise InvalidEvent(f"field '{missing}' is missing", missing) from None
-        if len(obj) != len(FIELDS):
+        body = obj.get(BODY) if kind == KIND_HTTP_AUTH else None
+        if len(obj) != len(FIELDS) + (body is not None):
             unknown = sorted(shown(name) for name in obj if name not in FIELDS)
             names = ", ".join(f"'{name}'" for name in unknown[:10])
             raise InvalidEvent(f"unknown fields in event: {names}", unknown[0])
@@ -248,7 +256,15 @@ class Event:
         if not isinstance(content, str):
             raise InvalidEvent("field 'content' is invalid: must be a string", "content")
         check_text(content, "content")
-        return cls(event_id, pubkey, created_at, kind, _check_tags(tags), content, sig)
+        if body is not None:
+            if not isinstance(body, str) or len(body) > MAX_BODY_CHARS:
+                raise InvalidEvent(
+                    f"field 'body' is invalid: must be a string of at most {MAX_BODY_CHARS:,} "
+                    "characters",
+                    "body",
+                )
+            check_text(body, "body")
+        return cls(event_id, pubkey, created_at, kind, _check_tags(tags), content, sig, body)
 
     def expected_id(self) -> EventId:
         return compute_id(self.pubkey, self.created_at, self.kind, self.tags, self.content)
@@ -266,7 +282,7 @@ class Event:
             raise InvalidEvent("signature does not verify for this pubkey and id", "sig")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        fields = {
             "id": self.id,
             "pubkey": self.pubkey,
             "created_at": self.created_at,
@@ -275,6 +291,9 @@ class Event:
             "content": self.content,
             "sig": self.sig,
         }
+        if self.body is not None:
+            fields[BODY] = self.body
+        return fields
 
     def to_json(self) -> str:
         """One line of JSON that any Nostr library verifies: same fields, same content string."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from typing import Final
 
 from tms.errors import AuthError, InvalidEvent, Refusal
@@ -37,6 +38,15 @@ _SHOWN_CHARS: Final = 200  # how much of a client's value an error message repea
 
 def check_authorization(header: str | None, *, url: str, method: str, now: int) -> PubKey:
     """The pubkey that signed `header` for this `method` on this `url`, or `AuthError`."""
+    return authorization(header, url=url, method=method, now=now).pubkey
+
+
+def authorization(
+    header: str | None, *, url: str, method: str, now: int, body: bytes | None = None
+) -> Event:
+    """The event `header` carries, checked for this `method` on this `url` (steps 1 to 7); with
+    `body`, also its `payload` tag: the hex SHA-256 of `body`, as NIP-98 says a request with a
+    body signs it (NIP-86's calls: the signature then covers exactly that call)."""
     # 1. The header's shape.
     if header is None or not header.strip():
         raise AuthError(
@@ -97,7 +107,16 @@ def check_authorization(header: str | None, *, url: str, method: str, now: int) 
             f"NIP-98 'method' tag is {_show(signed_method)}, but this request's method is "
             f"{method.upper()!r}"
         )
-    return event.pubkey
+
+    # 8. The body, when the request has one.
+    if body is not None:
+        payload = _one_tag(event, "payload", "the hex SHA-256 of this request's body")
+        if payload != hashlib.sha256(body).hexdigest():
+            raise AuthError(
+                "NIP-98 'payload' tag is not the SHA-256 of this request's body: sign the "
+                "exact bytes you send"
+            )
+    return event
 
 
 def _one_tag(event: Event, name: str, expected: str) -> str:

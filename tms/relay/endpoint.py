@@ -28,17 +28,19 @@ from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import WebSocketRoute
+from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tms import metrics
 from tms.config import Settings
+from tms.errors import Refusal
 from tms.guard import clients
+from tms.http.gate import BLOCKED_WORDS
 from tms.http.login import COOKIE, Keyring
 from tms.http.origin import signed_origin
 from tms.http.websocket import EXTENSION
 from tms.nostr.nip42 import normalize_relay_url
-from tms.relay import info, messages
+from tms.relay import info, management, messages, operator
 from tms.relay.connection import Connection
 from tms.relay.limits import NOTICE_SECONDS
 from tms.relay.prefixes import failure
@@ -60,8 +62,16 @@ def with_info(page: Handler) -> Handler:
             slug = request.path_params.get("slug")
             relay: Relay | None = getattr(request.app.state, "relay", None)
             key = None if relay is None or relay.key is None else relay.key.pubkey
+            settings: Settings = request.app.state.settings
+            blocklist = getattr(request.app.state, "blocklist", None)
             return JSONResponse(
-                info.document(slug, None if relay is None else relay.throttle.limits, key),
+                info.document(
+                    slug,
+                    None if relay is None else relay.throttle.limits,
+                    key,
+                    management=slug is not None or bool(settings.operator_keys),
+                    details=None if blocklist is None else blocklist.details,
+                ),
                 media_type=info.MEDIA_TYPE,
                 headers={**info.CORS, "Vary": "Accept", "Cache-Control": "no-store"},
             )
@@ -79,6 +89,12 @@ async def relay_socket(websocket: WebSocket) -> None:
     address = clients.client_address(peer[0] if peer else None, forwarded, settings.trusted_proxies)
     token = clients.CURRENT.set(address)
     lent: Any = websocket.scope.get("extensions", {}).get(EXTENSION)
+    blocklist = getattr(websocket.app.state, "blocklist", None)
+    if blocklist is not None and blocklist.holds(address):  # NIP-86 `blockip`, as the gate
+        relay.refusals.record(Refusal.BLOCKED, "relay")
+        clients.CURRENT.reset(token)
+        await websocket.close(POLICY_VIOLATION, BLOCKED_WORDS)
+        return
     try:
         pubkey = await _cookie_key(websocket, settings, relay)
         await websocket.accept()
@@ -231,6 +247,15 @@ async def _cookie_key(websocket: WebSocket, settings: Settings, relay: Relay) ->
 
 # The relay: a WebSocket upgrade on the root or a collection's page (`tms.app`'s route table).
 ROUTES: Final = [
+    # NIP-86 on the relay's URLs: a POST with `application/nostr+json+rpc`
+    # (and a browser's preflight of it: Nostr apps run in browsers)
+    Route("/", operator.root_call, methods=["POST", "OPTIONS"], name="relay management"),
+    Route(
+        "/c/{slug}",
+        management.collection_call,
+        methods=["POST", "OPTIONS"],
+        name="relay collection management",
+    ),
     WebSocketRoute("/", relay_socket, name="relay"),
     WebSocketRoute("/c/{slug}", relay_socket, name="relay collection"),
     # ... and with a trailing slash, as some clients name every relay (NDK's URL normalizer

@@ -14,6 +14,7 @@ address they come from) as `[{"amount", "seconds"}]`, and what each read costs i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.metadata import version
 from typing import Any, Final
 
@@ -45,6 +46,7 @@ from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS, PubKey, Slug
 MEDIA_TYPE: Final = "application/nostr+json"
 SUPPORTED_NIPS: Final = (1, 11, 42, 45, 50, 77)
 COLLECTION_NIPS: Final[tuple[int, ...]] = ()  # what a collection's relay with a relay key adds
+MANAGEMENT_NIP: Final = 86  # listed where it works (`document`'s `management`)
 SOFTWARE: Final = "tms"  # the package this relay is; no public URL is claimed for it
 CORS: Final = {
     "Access-Control-Allow-Origin": "*",
@@ -54,25 +56,36 @@ CORS: Final = {
 
 
 def wants_info(accept: str | None) -> bool:
-    """Whether a GET asks for the NIP-11 document rather than the page."""
-    return accept is not None and MEDIA_TYPE in accept.lower()
+    """Whether a GET asks for the NIP-11 document rather than the page: one of its media types
+    is NIP-11's exactly (NIP-86's `application/nostr+json+rpc` contains it, and is not it)."""
+    if accept is None:
+        return False
+    return any(part.split(";", 1)[0].strip().lower() == MEDIA_TYPE for part in accept.split(","))
 
 
 def document(
-    slug: Slug | None, rates: RateLimits | None = None, relay_key: PubKey | None = None
+    slug: Slug | None,
+    rates: RateLimits | None = None,
+    relay_key: PubKey | None = None,
+    *,
+    management: bool = False,
+    details: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The document of one collection's relay (`slug`) or of the root relay, under the server's
     `rates` (none: no rate limits). It names no member and says nothing of whether the
-    collection exists: the same for every slug.
+    collection exists: the same for every slug. `management`: NIP-86 works here (a
+    collection's owner manages its members; on the root, operator keys are set), so 86 is
+    listed. `details`: the root's name and description the operator set (NIP-86).
 
     A collection's relay names the server's relay key (`relay_key`, `TMS_RELAY_KEY`) as NIP-11's
     `self`, the key NIP-43's membership events are signed by, and as `pubkey` too: nostr-tools
     and the clients built on it find a relay's group events by the document's `pubkey`. Only
     then does it list NIP-43: a client asks a relay for invites only when it does."""
     rates = rates or RateLimits()
+    nips = sorted({*SUPPORTED_NIPS, *((MANAGEMENT_NIP,) if management else ())})
     if slug is None:
-        name = "TMS ledger"
-        description = (
+        name = (details or {}).get("name", "TMS ledger")
+        description = (details or {}).get("description") or (
             "A private, append-only evidence ledger: one relay over every collection the "
             "authenticated key may read (NIP-42). Writes are judged by the ledger's rules: "
             "membership, terms, references and verbatim quotes."
@@ -83,7 +96,6 @@ def document(
             f"The TMS collection '{slug}' as a relay: its members read it after AUTH (NIP-42); "
             "events are judged by the ledger's rules before they are stored."
         )
-    nips = list(SUPPORTED_NIPS)
     own: dict[str, str] = {}
     if slug is not None and relay_key is not None:
         nips = sorted(nips + list(COLLECTION_NIPS))

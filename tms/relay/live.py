@@ -42,7 +42,8 @@ from tms.relay import members
 from tms.relay.budget import Budget, Shared
 from tms.relay.gate import Gate
 from tms.relay.outbox import Filed
-from tms.types import KIND_MEMBERS, PubKey, Slug
+from tms.rules.membership import Head, applies
+from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS, PubKey, Slug
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,9 @@ class Hub:
         self.viewed: dict[Slug, int] = {}  # the last membership record whose views went out
         self._viewing: dict[Slug, asyncio.Lock] = {}  # one collection's views, one at a time
         self._tasks: set[asyncio.Task[None]] = set()
+        # The last membership record each collection's fold applied, of those seen here: one
+        # that does not apply after it (signed earlier, `tms.rules.membership`) moves nobody.
+        self.heads: dict[Slug, Head] = {}
 
     def wanted(self, key: Slug | None) -> bool:
         """For the feed: whether events of this collection (None: profiles and terms) are
@@ -201,9 +205,21 @@ class Hub:
                 if sub.matches(event):
                     shared = shared or Shared(event.to_json())
                     sub.offer(stored, shared)
-            if event.kind == KIND_MEMBERS and stored.collection is not None:
-                self._member_list(stored.collection, event)
+            if stored.collection is None:
+                continue
+            if event.kind == KIND_MEMBERS:  # NIP-43's views are made from the member lists
                 self._changed(stored.collection, stored.seq)
+            if not self._applies(stored.collection, event):
+                continue
+            if event.kind == KIND_MEMBERS:
+                members = set(json.loads(event.content).get("members", ()))
+                members.add(event.pubkey)
+                self._member_list(stored.collection, members, None)
+            elif event.kind == KIND_MEMBER_CHANGE and event.body is not None:
+                request = json.loads(event.body)
+                key = request["params"][0]
+                allowed = request["method"] == "allowpubkey"
+                self._member_list(stored.collection, {key} if allowed else set(), key)
 
     def _changed(self, slug: Slug, seq: int) -> None:
         """A membership record of `slug` committed at `seq`: the views it makes go, in a task
@@ -244,19 +260,33 @@ class Hub:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _member_list(self, slug: Slug, event: Event) -> None:
-        """A member list, in its collection's commit order: whoever it drops reads nothing of
-        the collection from here on, whoever it names reads it (its signer is the owner: only
-        the owner changes members)."""
-        members = set(json.loads(event.content).get("members", ()))
-        members.add(event.pubkey)
+    def _applies(self, slug: Slug, event: Event) -> bool:
+        """Whether a membership record changes who belongs, after the last one seen here (the
+        first one seen is taken as applied: the ledger stored it, and most records apply)."""
+        if event.kind not in (KIND_MEMBERS, KIND_MEMBER_CHANGE):
+            return False
+        is_list = event.kind == KIND_MEMBERS
+        if not applies(self.heads.get(slug), event.created_at, event.id, is_list):
+            return False
+        self.heads[slug] = (event.created_at, event.id, is_list)
+        return True
+
+    def _member_list(self, slug: Slug, members: set[PubKey], changed: PubKey | None) -> None:
+        """A membership record, in its collection's commit order (its signer is the owner: only
+        the owner changes members). A member list (`changed` None): whoever it drops reads
+        nothing of the collection from here on, whoever it names reads it. A change of one
+        key (`changed`): that key reads it if `members` names it, else no longer."""
         if slug in self.people:  # watched: its people grow (a list never shrinks them)
             self.people[slug].update(members)
         for sub in list(self.by_slug.get(slug, ())):
+            if changed not in (None, sub.client.pubkey):
+                continue
             if sub.client.pubkey not in members:
                 self._leave(slug, sub)
                 sub.slugs = sub.slugs - {slug}
         for client in list(self.clients):
+            if changed not in (None, client.pubkey):
+                continue
             gate = client.gate
             if client.pubkey in members:
                 if not gate.allows(slug):

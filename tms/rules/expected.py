@@ -9,7 +9,10 @@ no longer matches, under the collection's lock, so no check-then-publish race re
 
 - `None`: the collection does not exist yet (the create form);
 - `""`: it exists and has no member list signed yet (the members page of a new collection);
-- an event id: that list is the current one (the members page).
+- an event id: that list is the current one (the members page);
+- `APPLIES`: each membership change of the batch takes effect (NIP-86's door, which tells the
+  owner "ok" only for a change that did: one older than the record in force, a member list
+  signed with a clock ahead, would be stored and change nothing).
 
 Only what the signer may learn anyway is told: its own collection's state to its owner, and that
 a name is taken to an approved key (which may create collections, so could learn it by trying).
@@ -24,12 +27,14 @@ from datetime import UTC, datetime
 from typing import Final
 
 from tms.errors import PublishError, Refusal
+from tms.rules.membership import MemberChange, applies
 from tms.rules.publish import Parsed, Snapshot
 from tms.types import EventId, Slug
 
 # A collection's expected state: None (no such collection yet), "" (no list yet), or a list id.
 Expected = Mapping[Slug, EventId | None]
 NO_LIST: Final = ""
+APPLIES: Final = "*"  # not an id: every membership change must apply
 
 
 def check_expected(batch: Sequence[Parsed], snapshot: Snapshot, expected: Expected) -> None:
@@ -40,6 +45,9 @@ def check_expected(batch: Sequence[Parsed], snapshot: Snapshot, expected: Expect
             continue  # nothing of this batch goes there, or a retry of a batch already stored
         signer = items[0].event.pubkey
         owner = snapshot.owners.get(slug)
+        if wanted == APPLIES:
+            _applies(slug, items, snapshot, owner)
+            continue
         if wanted is None:
             if owner is None:
                 continue
@@ -74,6 +82,21 @@ def check_expected(batch: Sequence[Parsed], snapshot: Snapshot, expected: Expect
                 f"the member list of '{slug}' changed since this page was loaded ({signed}): "
                 "nothing was stored; reload the page to see it, then make your change again"
             ).refused_as(None, signer)
+
+
+def _applies(slug: Slug, items: Sequence[Parsed], snapshot: Snapshot, owner: str | None) -> None:
+    current = snapshot.heads.get(slug)
+    for item in items:
+        event = item.event
+        if type(item.content) is not MemberChange or event.pubkey != owner or current is None:
+            continue  # the publish rules refuse what is not the owner's
+        head = (current[0], current[1], slug not in snapshot.change_heads)
+        if not applies(head, event.created_at, event.id, False):
+            raise PublishError(
+                f"the members of '{slug}' were last changed by a record signed "
+                f"{_when(current[0])}, later than this change: it would not take effect, so "
+                "nothing was stored; check your clock, then sign the change again"
+            ).refused_as(Refusal.STALE, event.pubkey)
 
 
 def _when(seconds: int) -> str:

@@ -23,11 +23,11 @@ after the entries before it; lines placed before the same entry (or after the la
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
-from tms.rules.publish import newer
-from tms.types import KIND_MEMBERS, EventId, PubKey
+from tms.rules.membership import Membership as Folded
+from tms.rules.membership import is_membership_kind
+from tms.types import KIND_MEMBER_CHANGE
 
 
 class Row(Protocol):
@@ -48,22 +48,14 @@ def is_prelude(seq: int, first: int) -> bool:
     return seq < first
 
 
-class Membership:
-    """Who belongs to one collection as its entries go by, by the replaceable rule: the owner,
-    and the members of the newest member list so far."""
+class Membership(Folded):
+    """Who belongs to one collection as its entries go by: the owner, and the members the
+    membership records so far make (`tms.rules.membership`, one fold for every reader)."""
 
-    def __init__(self, owner: PubKey | None) -> None:
-        self.owner = owner
-        self.members: set[PubKey] = set()
-        self.head: tuple[int, EventId] | None = None
-
-    def apply(self, row: Row) -> None:
-        """An entry, in ledger order (only member lists change anything)."""
-        key = (row["created_at"], row["id"])
-        if row["kind"] != KIND_MEMBERS or (self.head is not None and not newer(key, self.head)):
-            return
-        self.head = key
-        self.members = set(json.loads(row["content"])["members"])
-
-    def includes(self, pubkey: PubKey) -> bool:
-        return pubkey == self.owner or pubkey in self.members
+    def apply_row(self, row: Row) -> None:
+        """An entry, in ledger order (only membership records change anything): a row with
+        `kind`, `created_at`, `id`, `content` and, for a change, `body`."""
+        kind = row["kind"]
+        if is_membership_kind(kind):
+            body = row["body"] if kind == KIND_MEMBER_CHANGE else None
+            self.apply_stored(kind, row["created_at"], row["id"], row["content"], body)

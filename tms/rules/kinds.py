@@ -33,11 +33,13 @@ from tms.rules.content import (
     parse_object,
     translate_error,
 )
+from tms.rules.membership import MemberChange, parse_change
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,
     KIND_EVIDENCE,
     KIND_LINK,
+    KIND_MEMBER_CHANGE,
     KIND_MEMBERS,
     KIND_PROFILE,
     KIND_REQUEST,
@@ -335,6 +337,28 @@ KINDS.add(
 )
 KINDS.add(
     Kind(
+        KIND_MEMBER_CHANGE,
+        "membership",  # a membership change: refusals say "a membership"
+        "membership changes",
+        MemberChange,
+        tags=True,  # a NIP-98 event: `u`, `method`, `payload`; read by `parse_change`
+        tables=(
+            Table("member_changes", "id collection pubkey created_at:bigint method target body"),
+        ),
+        rows=lambda e, c: _row(
+            "member_changes",
+            e.id,
+            c.collection,
+            e.pubkey,
+            e.created_at,
+            c.method,
+            c.pubkey,
+            e.body,
+        ),
+    )
+)
+KINDS.add(
+    Kind(
         KIND_TERMS,
         "terms",
         "terms",
@@ -415,6 +439,8 @@ def validate_content(event: Event) -> Content:
         raise InvalidEvent(
             f"tags must be [] on a {kind.name} event; only profiles carry tags", "tags"
         )
+    if event.kind == KIND_MEMBER_CHANGE:
+        return parse_change(event)
     return parse_content(event.kind, event.content)
 
 

@@ -33,6 +33,15 @@ from tms.rules.kinds import (
     collection_of,
     validate_content,
 )
+from tms.rules.membership import (
+    Head,
+    MemberChange,
+    Op,
+    applied,
+    applies,
+    change_op,
+    list_op,
+)
 from tms.rules.quotes import PreparedText
 from tms.rules.terms import current_terms
 from tms.types import KIND_CLAIM, KIND_REQUEST, EventId, PubKey, Slug
@@ -120,7 +129,10 @@ class Snapshot:
     belongs_to: dict[PubKey, set[Slug]] = field(default_factory=dict)
     owners: dict[Slug, PubKey] = field(default_factory=dict)
     members: dict[Slug, set[PubKey]] = field(default_factory=dict)  # current lists
-    heads: dict[Slug, tuple[int, EventId]] = field(default_factory=dict)  # current list's key
+    # The last membership record that applied (`tms.rules.membership`): (created_at, id), and
+    # the collections where it is a membership change rather than a member list.
+    heads: dict[Slug, tuple[int, EventId]] = field(default_factory=dict)
+    change_heads: set[Slug] = field(default_factory=set)
     profiles: dict[PubKey, tuple[int, EventId]] = field(default_factory=dict)  # current profile
     refs: dict[EventId, Ref] = field(default_factory=dict)  # stored events the batch cites
     # Each link of the batch: where its quote sits in its `from` evidence (an anchor), or a
@@ -210,6 +222,7 @@ class _Judge:
         terms = current_terms()
         self.terms = (terms["version"], terms["sha256"])
         self.replaceable: dict[tuple[Slug | PubKey, bool], EventId] = {}  # current, per name
+        self.applied_changes: set[EventId] = set()  # the batch's membership changes that applied
 
     def judge(self, batch: Sequence[Parsed]) -> Plan:
         try:
@@ -241,7 +254,11 @@ class _Judge:
         self.plan.superseded = [
             p.event.id
             for p in self.plan.accepted
-            if type(p.content) in (Members, Profile) and p.event.id not in self.replaceable.values()
+            if (
+                type(p.content) in (Members, Profile)
+                and p.event.id not in self.replaceable.values()
+            )
+            or (type(p.content) is MemberChange and p.event.id not in self.applied_changes)
         ]
         return self.plan
 
@@ -273,7 +290,7 @@ class _Judge:
                 raise _not_a_member(signer, slug, approved=False)
         elif not approved and not member:
             raise _not_a_member(signer, slug, approved=False)
-        elif type(item.content) is Members:
+        elif type(item.content) in (Members, MemberChange):
             raise PublishError(
                 f"only the owner of collection '{slug}' changes its members"
             ).refused_as(Refusal.NOT_MEMBER)
@@ -316,7 +333,15 @@ class _Judge:
         if type(content) is Link:
             self._link(slug, event.id, content)
         elif type(content) is Members:
-            self._members(slug, event, content)
+            if self._members(slug, event, list_op(content.members), content.members):
+                self.replaceable[(slug, True)] = event.id
+        elif type(content) is MemberChange:
+            if content.method == "unallowpubkey" and content.pubkey == s.owners[slug]:
+                raise PublishError(
+                    f"the owner of collection '{slug}' always belongs to it: it cannot be unallowed"
+                )
+            if self._members(slug, event, change_op(content)):
+                self.applied_changes.add(event.id)
         elif type(content) is Evidence:
             self.texts[event.id] = content.text
         self.refs[event.id] = Ref(event.kind, slug)
@@ -366,12 +391,20 @@ class _Judge:
             self._put(self.s.profiles, event.pubkey, key)
             self.replaceable[(event.pubkey, False)] = event.id
 
-    def _members(self, slug: Slug, event: Event, members: Members) -> None:
-        key = (event.created_at, event.id)
-        head = self.s.heads.get(slug)
-        if head is None or newer(key, head):
-            self.replaceable[(slug, True)] = event.id
-            old, new = self.s.members.get(slug, set()), set(members.members)
+    def _members(
+        self, slug: Slug, event: Event, op: Op, signed: list[PubKey] | None = None
+    ) -> bool:
+        """A membership record (`tms.rules.membership`): folded into the collection's members
+        if it applies after the current head; whether it did. `signed`: a member list's keys
+        in the order it lists them (the plan keeps them so)."""
+        is_list = op.action == "replace"
+        current = self.s.heads.get(slug)
+        head: Head | None = None
+        if current is not None:
+            head = (current[0], current[1], slug not in self.s.change_heads)
+        if applies(head, event.created_at, event.id, is_list):
+            old = self.s.members.get(slug, set())
+            new = applied(old, op)
             owner = self.s.owners[slug]
             for pubkey in old - new - {owner}:
                 slugs = self.s.belongs_to.get(pubkey)
@@ -380,9 +413,16 @@ class _Judge:
                     self._undo.append(functools.partial(slugs.add, slug))
             for pubkey in new - old:
                 self._belong(pubkey, slug)
-            self._put(self.s.heads, slug, key)
+            self._put(self.s.heads, slug, (event.created_at, event.id))
+            if is_list:
+                self._discard(self.s.change_heads, slug)
+            else:
+                self._add(self.s.change_heads, slug)
             self._put(self.s.members, slug, new)
-            self.plan.member_lists[slug] = (event.created_at, event.id, list(members.members))
+            listed = list(signed) if signed is not None else sorted(new)
+            self.plan.member_lists[slug] = (event.created_at, event.id, listed)
+            return True
+        return False
 
     # --- changes to the snapshot, each recorded with its undoing ------------------------------
 
@@ -390,6 +430,11 @@ class _Judge:
         if value not in values:
             values.add(value)
             self._undo.append(functools.partial(values.discard, value))
+
+    def _discard(self, values: set[Any], value: Any) -> None:
+        if value in values:
+            values.discard(value)
+            self._undo.append(functools.partial(values.add, value))
 
     def _put(self, mapping: dict[Any, Any], key: Any, value: Any) -> None:
         if key in mapping:

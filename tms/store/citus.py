@@ -51,6 +51,7 @@ DISTRIBUTED: Final[tuple[str, ...]] = (
     "contradictions",
     "contradiction_claims",
     "member_lists",
+    "member_changes",
     "link_anchors",
     "claim_counts",
     "collection_counts",
@@ -68,6 +69,8 @@ DISTRIBUTED: Final[tuple[str, ...]] = (
 REFERENCE: Final[tuple[str, ...]] = (
     "collections",
     "current_member_lists",
+    "blocked_addresses",
+    "relay_details",
     "memberships",
     "approvals",
     "profiles",

@@ -21,7 +21,8 @@ from typing import Final, NamedTuple
 from tms.errors import InvalidEvent, LogError
 from tms.nostr.events import Event, compact_json, is_hex64
 from tms.rules.kinds import KINDS, unscoped_kinds
-from tms.types import KIND_MEMBERS
+from tms.rules.membership import parse_change
+from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS
 
 CHECKPOINT_KEY: Final = "checkpoint"
 Other = tuple[str, str | None]  # a profile or terms line: its id, and the entry before it
@@ -46,6 +47,7 @@ class Line(NamedTuple):
     created_at: int | None = None
     cites: tuple[tuple[str, ...], ...] = ()  # what an entry cites, per reference of its kind
     listed: tuple[str, ...] | None = None  # a member list's members
+    change: tuple[str, str] | None = None  # a membership change's method and key
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,17 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
     collection: str | None = None
     cites: tuple[tuple[str, ...], ...] = ()
     listed: tuple[str, ...] | None = None
-    if event.kind not in unscoped_kinds():
+    change: tuple[str, str] | None = None
+    body_problem: str | None = None
+    if event.kind == KIND_MEMBER_CHANGE:
+        # Its collection and change are in its tags and body, the body checked against the
+        # signed `payload` tag (`tms.rules.membership`).
+        try:
+            parsed = parse_change(event)
+            collection, change = parsed.collection, (parsed.method, parsed.pubkey)
+        except InvalidEvent as exc:
+            body_problem = f"changed: {exc}"
+    elif event.kind not in unscoped_kinds():
         try:
             content = json.loads(event.content)
         except ValueError:
@@ -82,7 +94,7 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
             listed = _listed(event.kind, content)
     try:
         event.verify()
-        problem = None
+        problem = body_problem
     except InvalidEvent as exc:
         problem = f"changed: {exc}"
     return Line(
@@ -95,6 +107,7 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
         created_at=event.created_at,
         cites=cites,
         listed=listed,
+        change=change,
     )
 
 

@@ -9,9 +9,9 @@ rules every stored event obeyed when it was stored:
 - no event appears twice;
 - a link's `from` and `to`, and a contradiction's claims, are events earlier in the file (the
   ledger stores what an event cites before the event), of the kinds the rules allow;
-- the first entry's author created the collection and owns it: member lists are the owner's,
-  and every entry is signed by the owner or by a key on the member list current at that point
-  (the newest `created_at`, ties to the lowest id, as publishing decides).
+- the first entry's author created the collection and owns it: membership records (member lists
+  and membership changes) are the owner's, and every entry is signed by the owner or by a member
+  at that point, as the one fold publishing uses decides (`tms.rules.membership`).
 
 What it cannot see: an event dropped that nothing later cites or depends on, or a history cut
 at its end. That is the checkpoint's job, and the report says so.
@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tms.rules.kinds import KINDS, a_kind
-from tms.types import KIND_MEMBERS
+from tms.rules.membership import ALLOW, Membership, Op, list_op
+from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS
 
 
 class Entry(Protocol):
@@ -45,6 +46,8 @@ class Entry(Protocol):
     def cites(self) -> tuple[tuple[str, ...], ...]: ...
     @property
     def listed(self) -> tuple[str, ...] | None: ...
+    @property
+    def change(self) -> tuple[str, str] | None: ...
 
 
 Problem = Callable[[str, float], None]
@@ -58,8 +61,7 @@ def replay(entries: Sequence[Entry], slug: str, problem: Problem) -> None:
     owner = entries[0].pubkey
     kinds: dict[str, int | None] = {}  # every entry so far, by id
     first_line: dict[str, int] = {}
-    head: tuple[int, str] | None = None  # the current member list's (created_at, id)
-    members: set[str] = set()
+    fold = Membership(owner)
     for entry in entries:
         name = f"line {entry.number}" + (f" ({entry.id})" if entry.id else "")
         if entry.id is None:
@@ -69,24 +71,30 @@ def replay(entries: Sequence[Entry], slug: str, problem: Problem) -> None:
             continue
         for text in _citations(entry, kinds):
             problem(f"{name}: {text}", entry.number)
-        if entry.kind == KIND_MEMBERS and entry.pubkey != owner:
+        if entry.kind in (KIND_MEMBERS, KIND_MEMBER_CHANGE) and entry.pubkey != owner:
+            what = "a member list" if entry.kind == KIND_MEMBERS else "a membership change"
             problem(
-                f"{name}: a member list signed by {entry.pubkey}, not by the collection's owner "
+                f"{name}: {what} signed by {entry.pubkey}, not by the collection's owner "
                 f"{owner} (the author of its first entry, line {entries[0].number}): an earlier "
                 "entry is missing, or this one does not belong",
                 entry.number,
             )
-        elif entry.pubkey != owner and entry.pubkey not in members:
+        elif not fold.includes(entry.pubkey or ""):
             problem(
                 f"{name}: its author {entry.pubkey} is neither the owner of '{slug}' (the "
                 f"author of its first entry, line {entries[0].number}) nor on the member list "
                 "current at this point: an earlier entry is missing, or out of order",
                 entry.number,
             )
-        if entry.kind == KIND_MEMBERS and entry.pubkey == owner and entry.listed is not None:
-            key = (entry.created_at or 0, entry.id)
-            if head is None or key[0] > head[0] or (key[0] == head[0] and key[1] < head[1]):
-                head, members = key, set(entry.listed)
+        if entry.pubkey == owner:
+            at = entry.created_at or 0
+            if entry.kind == KIND_MEMBERS and entry.listed is not None:
+                fold.apply(at, entry.id, list_op(list(entry.listed)))
+            elif entry.kind == KIND_MEMBER_CHANGE and entry.change is not None:
+                method, key = entry.change
+                fold.apply(
+                    at, entry.id, Op("add" if method == ALLOW else "remove", frozenset((key,)))
+                )
         kinds[entry.id] = entry.kind
         first_line[entry.id] = entry.number
 

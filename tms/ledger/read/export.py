@@ -22,15 +22,18 @@ from tms.rules.annotations import AnnotatedLink
 from tms.rules.export_order import Membership, is_prelude, place
 from tms.store.database import Connection, Pool
 from tms.tlog.export_lines import checkpoint_line
-from tms.types import KIND_MEMBERS, UNSCOPED, EventId, Slug
+from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS, UNSCOPED, EventId, Slug
 
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
 
-_SQL_EXPORT: Final = """
-    SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
-    WHERE collection = $1 ORDER BY seq"""
+# A membership change's line carries the body its `payload` tag hashes (sql/025).
+_SQL_EXPORT: Final = f"""
+    SELECT seq, id, pubkey, created_at, kind, tags, content, sig,
+        CASE WHEN kind = {KIND_MEMBER_CHANGE} THEN (SELECT b.body FROM member_changes b
+            WHERE b.collection = events.collection AND b.id = events.id) END AS body
+    FROM events WHERE collection = $1 ORDER BY seq"""
 _SQL_EXPORT_UNSCOPED: Final = f"""
-    SELECT seq, id, pubkey, created_at, kind, tags, content, sig FROM events
+    SELECT seq, id, pubkey, created_at, kind, tags, content, sig, NULL AS body FROM events
     WHERE collection = '{UNSCOPED}' AND pubkey = ANY($1::text[]) ORDER BY seq"""
 _SQL_CHECKPOINT: Final = """
     SELECT size, note FROM tlog_checkpoints WHERE collection = $1 ORDER BY size DESC LIMIT 1"""
@@ -53,8 +56,9 @@ _SQL_ENTRY_SEQ: Final = """
 _SQL_ENTRY_BEFORE: Final = """
     SELECT id FROM events WHERE collection = $1 AND seq < $2 ORDER BY seq DESC LIMIT 1"""
 _SQL_MEMBER_LISTS: Final = f"""
-    SELECT seq, id, created_at, kind, content FROM events
-    WHERE collection = $1 AND kind = {KIND_MEMBERS} ORDER BY seq"""
+    SELECT e.seq, e.id, e.created_at, e.kind, e.content, b.body FROM events e
+    LEFT JOIN member_changes b ON b.collection = e.collection AND b.id = e.id
+    WHERE e.collection = $1 AND e.kind IN ({KIND_MEMBERS}, {KIND_MEMBER_CHANGE}) ORDER BY e.seq"""
 
 
 class Exporter:
@@ -130,7 +134,7 @@ class Exporter:
                     ):
                         others.append((other["id"], entry))
                         yield _line(other)
-                members.apply(row)
+                members.apply_row(row)
                 entry = row["id"]
                 yield _line(row)
             for row in placed if upto is None or written < upto[0] else ():
@@ -189,7 +193,7 @@ class Exporter:
             out: list[tuple[EventId, EventId | None]] = []
             for key, row in wanted:
                 while lists and lists[0]["seq"] < key[0]:
-                    members.apply(lists.pop(0))
+                    members.apply_row(lists.pop(0))
                 if is_prelude(row["seq"], firsts[row["pubkey"]]) or members.includes(row["pubkey"]):
                     out.append((row["id"], await conn.fetchval(_SQL_ENTRY_BEFORE, slug, key[0])))
             return out
@@ -207,5 +211,12 @@ async def _entries(conn: Connection, slug: Slug) -> list[EventId]:
 def _line(row: asyncpg.Record) -> str:
     tags = [] if row["tags"] == "[]" else json.loads(row["tags"])  # only profiles carry tags
     return Event(
-        row["id"], row["pubkey"], row["created_at"], row["kind"], tags, row["content"], row["sig"]
+        row["id"],
+        row["pubkey"],
+        row["created_at"],
+        row["kind"],
+        tags,
+        row["content"],
+        row["sig"],
+        row["body"],
     ).to_json()

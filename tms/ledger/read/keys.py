@@ -41,12 +41,17 @@ _SQL_MEMBER_LIST: Final = """
             WHERE l.id = h.list_id AND l.collection = $1) AS signed
     FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
     WHERE c.slug = $1"""
-# When a key was added: the created_at of the first stored member list that named it, in each
+# When a key was added: the created_at of the first stored member list (or allowing change,
+# sql/025) that named it, in each
 # collection (a key removed and added again is a member since the first time).
 _SQL_OWNER: Final = "SELECT owner FROM collections WHERE slug = $1"
 _SQL_MEMBER_SINCE: Final = """
-    SELECT DISTINCT ON (collection) collection, created_at FROM member_lists
-    WHERE collection = ANY($2::text[]) AND $1 = ANY(members)
+    SELECT DISTINCT ON (collection) collection, created_at FROM (
+        SELECT collection, created_at, seq FROM member_lists
+        WHERE collection = ANY($2::text[]) AND $1 = ANY(members)
+        UNION ALL
+        SELECT collection, created_at, seq FROM member_changes
+        WHERE collection = ANY($2::text[]) AND target = $1 AND method = 'allowpubkey') AS added
     ORDER BY collection, seq"""
 
 

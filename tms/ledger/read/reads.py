@@ -109,7 +109,9 @@ class Reads:
         async with self.pool.acquire() as conn:
             row = await conn.fetchrow(
                 """SELECT e.id, e.pubkey, e.created_at, e.kind, e.content, e.collection,
-                          e.received_at
+                          e.received_at,
+                          CASE WHEN e.kind = 27235 THEN (SELECT b.body FROM member_changes b
+                              WHERE b.collection = e.collection AND b.id = e.id) END AS body
                    FROM events e WHERE e.id = $1 AND e.collection = ANY($2::text[])""",
                 event_id,
                 list(reader.slugs),
@@ -120,7 +122,17 @@ class Reads:
             anchored = None
             if row["kind"] == KIND_LINK:
                 anchored = await conn.fetchrow(records.SQL_ANCHOR, event_id, row["collection"])
-        content = json.loads(row["content"])
+        if row["body"] is not None:
+            # A membership change (sql/025): what it changes is in the body its signed
+            # `payload` tag hashes, not in its (empty) content.
+            request = json.loads(row["body"])
+            content = {
+                "collection": row["collection"],
+                "method": request["method"],
+                "params": request["params"],
+            }
+        else:
+            content = json.loads(row["content"])
         result: EventInfo = {
             "id": row["id"],
             "pubkey": row["pubkey"],

@@ -36,7 +36,7 @@ from tms.rules.publish import (
 )
 from tms.rules.terms import current_terms
 from tms.store.database import Connection
-from tms.types import EventId
+from tms.types import KIND_MEMBERS, EventId
 
 # $1 the batch's ids, $2 its signers, $3 its collections, $4 the ids it cites, $5 and $6 the
 # current terms, $7 where its own events would be filed ($3, and UNSCOPED for profiles and
@@ -56,7 +56,9 @@ _SQL_SNAPSHOT: Final = """
         'collections', (
             SELECT json_agg(json_build_array(
                 c.slug, c.owner, h.list_id, h.created_at,
-                (SELECT json_agg(m.pubkey) FROM memberships m WHERE m.collection = c.slug)))
+                (SELECT json_agg(m.pubkey) FROM memberships m WHERE m.collection = c.slug),
+                (SELECT e.kind FROM events e
+                 WHERE e.collection = c.slug AND e.id = h.list_id)))
             FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
             WHERE c.slug = ANY($3::text[])),
         'refs', (SELECT json_agg(json_build_array(id, kind, collection)) FROM events
@@ -139,11 +141,13 @@ async def snapshot(
     s.terms_signed = set(found["terms"] or ())
     for pubkey, collection in found["belongs"] or ():
         s.belongs_to.setdefault(pubkey, set()).add(collection)
-    for slug, owner, list_id, list_created_at, members in found["collections"] or ():
+    for slug, owner, list_id, list_created_at, members, head_kind in found["collections"] or ():
         s.owners[slug] = owner
         s.members[slug] = set(members or ())
         if list_id is not None:
             s.heads[slug] = (list_created_at, list_id)
+            if head_kind != KIND_MEMBERS:
+                s.change_heads.add(slug)
     s.refs = {event_id: Ref(kind, collection) for event_id, kind, collection in found["refs"] or ()}
     s.profiles = {
         pubkey: (created_at, event_id) for pubkey, created_at, event_id in found["profiles"] or ()
