@@ -7,12 +7,19 @@ from __future__ import annotations
 from factories import MEMBER, MEMBER2, OWNER, RELAY_KEY
 
 from tms.rules.member_views import MemberRecord, current, fold, views
+from tms.rules.membership import Op
 
 ORIGIN = ("ab" * 32, 100)
 
 
 def record(n: int, created_at: int, *keys: str) -> MemberRecord:
-    return MemberRecord(f"{n:064x}", n, created_at, frozenset(keys))
+    return MemberRecord(f"{n:064x}", n, created_at, Op("replace", frozenset(keys)))
+
+
+def change(n: int, created_at: int, action: str, key: str) -> MemberRecord:
+    """A NIP-86 membership change (kind 27235): `add` or `remove` one key."""
+    assert action in ("add", "remove")
+    return MemberRecord(f"{n:064x}", n, created_at, Op(action, frozenset((key,))))  # type: ignore[arg-type]
 
 
 def test_the_fold_follows_nip01s_rule_and_keeps_the_owner() -> None:
@@ -45,3 +52,25 @@ def test_views_are_signed_by_the_relay_key_and_made_the_same_each_time() -> None
     # no list yet: the owner alone, as of the event that made the collection
     (alone,) = views(RELAY_KEY, OWNER.pubkey, ORIGIN, [])
     assert alone.event.tags == [["-"], ["member", OWNER.pubkey], ["e", ORIGIN[0]]]
+
+
+def test_a_nip86_change_moves_the_views_as_a_list_does() -> None:
+    """The views fold the same records as the ledger: a member added or removed over NIP-86
+    is an 8000 or 8001 and a new 13534, and a change signed before the record in force says
+    nothing."""
+    records = [
+        record(1, 200, MEMBER.pubkey),
+        change(2, 300, "add", MEMBER2.pubkey),
+        change(3, 250, "remove", MEMBER.pubkey),  # signed before the change in force
+        change(4, 300, "remove", MEMBER.pubkey),  # the same second as a change: log order
+    ]
+    made = views(RELAY_KEY, OWNER.pubkey, ORIGIN, records)
+    assert [(v.seq, v.event.kind) for v in made] == [
+        (1, 8000),
+        (1, 13534),
+        (2, 8000),
+        (2, 13534),
+        (4, 8001),
+        (4, 13534),
+    ]
+    assert made[-1].event.tags[1:3] == [["member", OWNER.pubkey], ["member", MEMBER2.pubkey]]

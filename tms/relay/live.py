@@ -207,7 +207,7 @@ class Hub:
                     sub.offer(stored, shared)
             if stored.collection is None:
                 continue
-            if event.kind == KIND_MEMBERS:  # NIP-43's views are made from the member lists
+            if event.kind in (KIND_MEMBERS, KIND_MEMBER_CHANGE):  # NIP-43's views, remade
                 self._changed(stored.collection, stored.seq)
             if not self._applies(stored.collection, event):
                 continue

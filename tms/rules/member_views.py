@@ -3,16 +3,16 @@ records: the current member list (kind 13534) and one event per key added (8000)
 (8001), each signed by the relay's own key (NIP-11 `self`).
 
 These events are views, never records: the records are the owner-signed member lists (kind
-4705) in the collection's log, and the views are made from them each time they are asked for,
+4705) and membership changes (kind 27235, NIP-86) in the collection's log, and the views are made
+from them each time they are asked for,
 so they can never say anything the log does not. Each view names the record it comes from (an
 `e` tag), so a member can look that record up, signed by whoever had the authority, in the
 export. A view is signed deterministically (`SecretKey.sign`'s `aux`), so it is the same event,
 the same id, whether a stored answer or live delivery sends it: clients keep one.
 
-The fold is NIP-01's rule for replaceable events, taken in log order (`seq`): a list applies
-when it is newer than the list in force (a later `created_at`, or the same second and a lower
-id); a list that does not apply changes nothing and says nothing. The owner always belongs
-(DESIGN "Query semantics"): first in every 13534, never added or removed.
+The fold is the ledger's one rule (`tms.rules.membership`), taken in log order (`seq`): a record
+that does not apply changes nothing and says nothing. The owner always belongs (DESIGN "Query
+semantics"): first in every 13534, never added or removed.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from tms.nostr.events import Event, SecretKey
+from tms.rules.membership import Membership, Op
 from tms.types import EventId, PubKey
 
 KIND_MEMBER_LIST: Final = 13534
@@ -34,12 +35,13 @@ _AUX: Final = bytes(32)  # BIP-340's deterministic choice: the same view, the sa
 
 @dataclass(frozen=True, slots=True)
 class MemberRecord:
-    """One membership record of the log: a member list (kind 4705), the full set it names."""
+    """One membership record of the log: a member list (kind 4705, `op` replacing the set) or a
+    membership change (kind 27235, `op` adding or removing one key)."""
 
     id: EventId
     seq: int
     created_at: int
-    members: frozenset[PubKey]
+    op: Op
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,25 +64,18 @@ class View:
     event: Event
 
 
-def applies(head: MemberRecord | None, record: MemberRecord) -> bool:
-    """NIP-01's replaceable rule: newer than the record in force, ties to the lowest id."""
-    if head is None or record.created_at > head.created_at:
-        return True
-    return record.created_at == head.created_at and record.id < head.id
-
-
 def fold(owner: PubKey, records: Iterable[MemberRecord]) -> list[Change]:
     """The changes `records` (in log order) made, one for each that applied."""
-    head: MemberRecord | None = None
+    state = Membership(owner)
     now: frozenset[PubKey] = frozenset()
     changes: list[Change] = []
     for record in records:
-        if not applies(head, record):
+        if not state.apply(record.created_at, record.id, record.op):
             continue
-        after = record.members - {owner}
+        after = frozenset(state.members) - {owner}
         added, removed = tuple(sorted(after - now)), tuple(sorted(now - after))
         changes.append(Change(record, added, removed, (owner, *sorted(after))))
-        head, now = record, after
+        now = after
     return changes
 
 
