@@ -414,7 +414,7 @@ async def test_the_strfry_adapter_judges_a_thousand_events(plugged: Plugged) -> 
 async def test_a_plugin_tool_under_the_cores_rules(plugged: Plugged) -> None:
     async with Client(plugged.live.mcp) as client:
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
-        assert len(listed) == 14 and {"quirks_echo", "quirks_whoami"} <= set(listed)
+        assert len(listed) == 15 and {"quirks_echo", "quirks_whoami"} <= set(listed)
         schema = listed["quirks_echo"].input_schema
         assert schema["required"] == ["request"]
         described = schema["properties"]["request"]["description"]
