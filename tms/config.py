@@ -470,7 +470,7 @@ def load_log_key(settings: Settings) -> tuple[LogSigner, str | None]:
 # What a generated secret's log line adds: the rule for the data directory, said once.
 KEEP_DATA_DIR: Final = (
     "it is kept there and used at every start: keep TMS_DATA_DIR, and give every server sharing "
-    "the database the same TMS_SECRET and TMS_LOG_KEY"
+    "the database the same TMS_SECRET, TMS_LOG_KEY and TMS_RELAY_KEY"
 )
 
 

@@ -23,6 +23,7 @@ from tms.cli.logs import configure as configure_logging
 from tms.cli.said import failed
 from tms.config import MAX_WORKERS, Settings
 from tms.errors import ConfigError, TMSError
+from tms.guard.shared import SLOT_ENV
 from tms.nostr.events import SecretKey
 
 if TYPE_CHECKING:
@@ -120,11 +121,12 @@ def _run(
     from tms.relay.limits import MAX_MESSAGE_BYTES
 
     class Server(uvicorn.Server):
-        """uvicorn's server on the socket bound at start, saying where it serves once it does."""
+        """uvicorn's server on the socket bound at start, saying where it serves once it does
+        (of `--workers N`, the first worker says it for all: they share the socket)."""
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
-            if self.started:
+            if self.started and os.environ.get(SLOT_ENV, "0") == "0":
                 public = settings.base_url
                 log.info(
                     "serving on %s%s",
