@@ -110,7 +110,8 @@ class Reads:
             row = await conn.fetchrow(
                 """SELECT e.id, e.pubkey, e.created_at, e.kind, e.content, e.collection,
                           e.received_at,
-                          CASE WHEN e.kind = 27235 THEN (SELECT b.body FROM member_changes b
+                          CASE WHEN e.kind IN (27235, 28934, 28936) THEN (
+                              SELECT b.body FROM member_changes b
                               WHERE b.collection = e.collection AND b.id = e.id) END AS body
                    FROM events e WHERE e.id = $1 AND e.collection = ANY($2::text[])""",
                 event_id,

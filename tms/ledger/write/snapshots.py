@@ -61,6 +61,11 @@ _SQL_SNAPSHOT: Final = """
                  WHERE e.collection = c.slug AND e.id = h.list_id)))
             FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
             WHERE c.slug = ANY($3::text[])),
+        'invites', (
+            SELECT json_agg(json_build_array(i.collection, i.target)) FROM member_changes i
+            WHERE i.collection = ANY($3::text[]) AND i.method = 'createinvite'
+              AND NOT EXISTS (SELECT 1 FROM member_changes j WHERE j.collection = i.collection
+                              AND j.method = 'join' AND j.claim = i.target)),
         'refs', (SELECT json_agg(json_build_array(id, kind, collection)) FROM events
                  WHERE collection = ANY($3::text[]) AND id = ANY($4::text[])),
         'profiles', (
@@ -148,6 +153,8 @@ async def snapshot(
             s.heads[slug] = (list_created_at, list_id)
             if head_kind != KIND_MEMBERS:
                 s.change_heads.add(slug)
+    for slug, invite in found["invites"] or ():
+        s.invites.setdefault(slug, set()).add(invite)
     s.refs = {event_id: Ref(kind, collection) for event_id, kind, collection in found["refs"] or ()}
     s.profiles = {
         pubkey: (created_at, event_id) for pubkey, created_at, event_id in found["profiles"] or ()
