@@ -35,6 +35,7 @@ async function signedIn(slug, name) {
 }
 
 const seen = {}
+seen.nips = (await (await fetch(`${BASE}/c/${CLUB}`, { headers: { Accept: 'application/nostr+json' } })).json()).supported_nips
 const code = randomBytes(16).toString('hex')
 const digest = createHash('sha256').update(code).digest('hex')
 
@@ -86,6 +87,16 @@ const leave = request(28936, [], 'JOINER_HEX')
 const elsewhere = await signedIn(OTHER, 'SECOND_HEX')
 seen.replayed = await said(elsewhere.relay.publish(leave))
 seen.replayedWithAuth = await said(elsewhere.relay.publish({ ...leave, body: JSON.stringify(joiner.auth) }))
+
+// Invite codes asked of the relay (NIP-43's 28935): it holds none.
+const codes = []
+seen.asked = await new Promise((resolve) => {
+  watcher.relay.subscribe([{ kinds: [28935] }], {
+    onevent: (event) => codes.push(event),
+    oneose: () => resolve({ eose: true, codes: codes.length }),
+    onclose: (reason) => resolve({ closed: reason }),
+  })
+})
 
 seen.leave = await said(joiner.relay.publish(leave))
 for (let i = 0; i < 500 && !views.some((v) => v.kind === 8001); i++) await sleep(10)

@@ -28,10 +28,11 @@ from factories import (
     signed,
     terms,
 )
-from publishing import open_collection, publish, readable, refused
+from publishing import open_collection, publish, readable, reader_of, refused
 
 from tms.errors import PublishError
 from tms.ledger.read.export import Exporter
+from tms.ledger.read.reads import Reads
 from tms.ledger.service import Ledger
 from tms.nostr.events import SecretKey
 from tms.rules.admission import OPERATOR
@@ -120,6 +121,10 @@ async def test_a_key_joins_with_an_invite_writes_and_leaves(
     await publish(ledger, joined)
     assert await member_keys(ledger, "lab") == {STRANGER.pubkey}
     await publish(ledger, terms(STRANGER), claim(STRANGER, "lab", "Joined.", created_at=T0 + 2))
+
+    reads = Reads(ledger.pool)
+    shown = await reads.get_event(await reader_of(ledger, OWNER.pubkey), joined["id"])
+    assert shown is not None and shown["content"] == {"collection": "lab", "method": "join"}
 
     left = leave(STRANGER, "lab")
     await publish(ledger, left)

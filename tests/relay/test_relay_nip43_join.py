@@ -103,7 +103,9 @@ def test_nostr_tools_joins_with_an_invite_and_leaves(
     live: Live, js_current_packages: Path, tmp_path: Path
 ) -> None:
     seen = joined(live, js_current_packages)
+    assert 43 in seen["nips"] and 86 in seen["nips"]
     assert seen["invite"] == {"status": 200, "answer": {"result": True}}
+    assert seen["asked"] == {"eose": True, "codes": 0}  # the relay holds no code
     assert not seen["wrong"]["ok"] and seen["wrong"]["reason"].startswith("restricted: ")
     assert seen["join"] == {"ok": True, "reason": ""}
     assert seen["again"]["ok"] and seen["again"]["reason"].startswith("duplicate: ")
