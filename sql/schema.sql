@@ -214,8 +214,10 @@ CREATE TABLE public.member_changes (
     method text NOT NULL,
     target public.hex64 NOT NULL,
     body text NOT NULL,
+    claim public.hex64,
+    CONSTRAINT member_changes_claim_check CHECK (((method = 'join'::text) = (claim IS NOT NULL))),
     CONSTRAINT member_changes_collection_check CHECK (((length(collection) >= 1) AND (length(collection) <= 64))),
-    CONSTRAINT member_changes_method_check CHECK ((method = ANY (ARRAY['allowpubkey'::text, 'unallowpubkey'::text])))
+    CONSTRAINT member_changes_method_check CHECK ((method = ANY (ARRAY['allowpubkey'::text, 'unallowpubkey'::text, 'createinvite'::text, 'join'::text, 'leave'::text])))
 );
 
 CREATE TABLE public.member_lists (

@@ -26,6 +26,10 @@ KIND_TERMS: Final = 4706
 KIND_REQUEST: Final = 4707
 # NIP-98 HTTP auth: kept in a collection's log as a membership change (NIP-86), with its body.
 KIND_MEMBER_CHANGE: Final = 27235
+# NIP-43's join (with an invite code) and leave requests, signed by the joining or leaving key:
+# kept in a collection's log with the NIP-42 AUTH event that ties them to its relay.
+KIND_JOIN: Final = 28934
+KIND_LEAVE: Final = 28936
 
 MAX_CONTENT_CHARS: Final = 2_000_000
 # SPEC's `limit` arguments (at least 1) and search texts of the tools and the pages. The relay

@@ -130,12 +130,26 @@ def blocks(markdown: str, language: str) -> list[str]:
 
 def is_relay(block: str) -> bool:
     """Whether a snippet is one of "Use any Nostr client"'s, which run on their own."""
-    return ("websockets" in block or "nostr-tools/relay" in block) and not is_members(block)
+    return (
+        ("websockets" in block or "nostr-tools/relay" in block)
+        and not is_members(block)
+        and not is_joining(block)
+    )
 
 
 def is_members(block: str) -> bool:
     """Whether a snippet is "Who the members are (NIP-43)"'s, which runs on its own."""
     return "13534" in block
+
+
+def is_inviting(block: str) -> bool:
+    """Whether a snippet is "Joining with an invite"'s owner script, which runs on its own."""
+    return "createinvite" in block
+
+
+def is_joining(block: str) -> bool:
+    """Whether a snippet is "Joining with an invite"'s join and leave script."""
+    return "28934" in block
 
 
 def is_sync(block: str) -> bool:
@@ -145,11 +159,18 @@ def is_sync(block: str) -> bool:
 
 def is_management(block: str) -> bool:
     """Whether a snippet is "Managing members from a Nostr app (NIP-86)"'s, which runs alone."""
-    return "nostr-tools/nip98" in block
+    return "nostr-tools/nip98" in block and not is_inviting(block)
 
 
 def on_their_own(block: str) -> bool:
-    return is_relay(block) or is_sync(block) or is_members(block) or is_management(block)
+    return (
+        is_relay(block)
+        or is_sync(block)
+        or is_members(block)
+        or is_management(block)
+        or is_inviting(block)
+        or is_joining(block)
+    )
 
 
 def relay_snippet(markdown: str, language: str) -> str:
@@ -716,8 +737,53 @@ def test_the_management_snippet_runs_as_printed(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines() == [
-        "methods: supportedmethods allowpubkey unallowpubkey listallowedpubkeys",
+        "methods: supportedmethods allowpubkey unallowpubkey listallowedpubkeys createinvite",
         "allowed: true",
         "listed: true",
         "unallowed: true",
     ]
+
+
+def run_alone(block: str, packages: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """One of the guide's scripts that run on their own, saved and run as printed."""
+    fresh = Path(tempfile.mkdtemp(dir=packages, prefix="invite-"))
+    (fresh / "script.mjs").write_text(block, encoding="utf-8")
+    return subprocess.run(
+        ["node", "--experimental-websocket", "script.mjs"],
+        cwd=fresh,
+        env=environment(**env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+    )
+
+
+def test_the_invite_and_join_snippets_run_as_printed(
+    live: Live, bots: tuple[SecretKey, SecretKey, SecretKey], js_current_packages: Path
+) -> None:
+    """NIP-43 as /docs prints it: the owner of `mcas` makes an invite and prints its code; a
+    new key joins with it (again: `duplicate:`), another key's claim of the used code is
+    refused, and the new key leaves."""
+    guide = httpx.get(live.url + "/docs.md").text
+    [invite] = [block for block in blocks(guide, "js") if is_inviting(block)]
+    [join] = [block for block in blocks(guide, "js") if is_joining(block)]
+    owner = bots[0].secret.hex()
+    made = run_alone(invite, js_current_packages, BOT_SECRET_HEX=owner, TMS_COLLECTION="mcas")
+    assert made.returncode == 0, made.stdout + made.stderr
+    [code] = [line.split(" ", 1)[1] for line in made.stdout.splitlines()]
+    newcomer, latecomer = SecretKey.generate(), SecretKey.generate()
+
+    def joined(key: SecretKey, code: str | None) -> subprocess.CompletedProcess[str]:
+        env = {"BOT_SECRET_HEX": key.secret.hex(), "TMS_COLLECTION": "mcas"}
+        return run_alone(
+            join, js_current_packages, **env, **({"INVITE_CODE": code} if code else {})
+        )
+
+    first = joined(newcomer, code)
+    assert (first.returncode, first.stdout) == (0, "joined: ok\n"), first.stderr
+    again = joined(newcomer, code)
+    assert again.stdout.startswith("joined: duplicate: "), again.stderr
+    used = joined(latecomer, code)
+    assert used.returncode == 1 and used.stderr.startswith("refused: restricted: ")
+    left = joined(newcomer, None)
+    assert (left.returncode, left.stdout) == (0, "left: ok\n"), left.stderr

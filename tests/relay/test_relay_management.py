@@ -170,7 +170,13 @@ def test_the_owner_manages_members_and_every_change_is_verifiable(
     assert seen["supported"] == {
         "status": 200,
         "answer": {
-            "result": ["supportedmethods", "allowpubkey", "unallowpubkey", "listallowedpubkeys"]
+            "result": [
+                "supportedmethods",
+                "allowpubkey",
+                "unallowpubkey",
+                "listallowedpubkeys",
+                "createinvite",
+            ]
         },
     }
     assert seen["allow"] == {"status": 200, "answer": {"result": True}}

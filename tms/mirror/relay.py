@@ -28,9 +28,9 @@ from tms.mirror.pace import Pace, is_rate_limited
 from tms.nostr.events import Event, SecretKey
 from tms.nostr.negentropy import Initiator, Items, NegentropyError
 from tms.rules.kinds import unscoped_kinds
-from tms.rules.membership import parse_change
+from tms.rules.membership import parse_change, parse_request
 from tms.tlog.tiles import TILE_WIDTH
-from tms.types import KIND_MEMBER_CHANGE
+from tms.types import KIND_JOIN, KIND_LEAVE, KIND_MEMBER_CHANGE
 
 log = logging.getLogger(__name__)
 
@@ -367,6 +367,11 @@ def ours(event: Event, slug: str) -> bool:
     if event.kind == KIND_MEMBER_CHANGE:
         try:
             return parse_change(event).collection == slug
+        except InvalidEvent:
+            return False
+    if event.kind in (KIND_JOIN, KIND_LEAVE):  # a join or leave: whose AUTH event names it
+        try:
+            return parse_request(event).collection == slug
         except InvalidEvent:
             return False
     try:

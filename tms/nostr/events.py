@@ -25,9 +25,12 @@ from tms.types import EventId, Kind, PubKey, Sig
 FIELDS: Final = ("id", "pubkey", "created_at", "kind", "tags", "content", "sig")
 # The one field past NIP-01's an envelope may carry: the HTTP body a NIP-98 event (kind 27235)
 # authorized, whose SHA-256 its `payload` tag signs (a membership change, docs/architecture.md).
-# Nostr libraries verify the seven fields and ignore it.
+# Nostr libraries verify the seven fields and ignore it. NIP-43's join and leave requests (kinds
+# 28934, 28936) carry in it the NIP-42 AUTH event (kind 22242, JSON) by which their signer named
+# the collection's relay: what ties a request that names no relay to one collection.
 BODY: Final = "body"
 KIND_HTTP_AUTH: Final = 27235
+BODY_KINDS: Final = frozenset((KIND_HTTP_AUTH, 28934, 28936))
 MAX_BODY_CHARS: Final = 4096
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX128 = re.compile(r"[0-9a-f]{128}")
@@ -204,7 +207,9 @@ class Event:
     tags: list[list[str]]
     content: str
     sig: Sig
-    body: str | None = None  # kind 27235 only: the request body its `payload` tag hashes
+    # kind 27235: the request body its `payload` tag hashes; kinds 28934 and 28936 (NIP-43's join
+    # and leave): the signer's NIP-42 AUTH event naming the collection's relay
+    body: str | None = None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Event:
@@ -232,7 +237,7 @@ class Event:
         except KeyError:
             missing = next(name for name in FIELDS if name not in obj)
             raise InvalidEvent(f"field '{missing}' is missing", missing) from None
-        body = obj.get(BODY) if kind == KIND_HTTP_AUTH else None
+        body = obj.get(BODY) if type(kind) is int and kind in BODY_KINDS else None
         if len(obj) != len(FIELDS) + (body is not None):
             unknown = sorted(shown(name) for name in obj if name not in FIELDS)
             names = ", ".join(f"'{name}'" for name in unknown[:10])

@@ -69,6 +69,9 @@ class Auth:
         self.address = address
         self.challenge = secrets.token_urlsafe(24)
         self.pubkey = pubkey
+        # The AUTH event this connection's key last signed (none for a login cookie): kept with
+        # a NIP-43 join or leave sent here, what ties it to this relay's collection.
+        self.auth_event: dict[str, object] | None = None
         self.reader: Reader | None = None
         self.gate: Gate = client.gate
         self.gate.moved = self._moved
@@ -106,6 +109,7 @@ class Auth:
                 self.reading.unsubscribe(sub_id)
                 self.outbox.send(messages.closed(sub_id, REAUTHENTICATED))
         self.pubkey = pubkey
+        self.auth_event = raw if isinstance(raw, dict) else None
         if self.gate.pubkey != pubkey:  # the same key again keeps what it reads meanwhile
             self.gate.reset(pubkey)
         self.relay.hub.clients.add(self.client)  # first: no member list goes unseen

@@ -90,7 +90,12 @@ class Connection:
             pubkey=pubkey,
         )
         self.publishing = Publishing(
-            relay, self.outbox, slug=slug, address=address, pubkey=lambda: self.auth.pubkey
+            relay,
+            self.outbox,
+            slug=slug,
+            address=address,
+            pubkey=lambda: self.auth.pubkey,
+            auth_event=lambda: self.auth.auth_event,
         )
         self.negentropy = Negentropy(relay, self.outbox, self.gate, address=address)  # NIP-77
 

@@ -45,7 +45,7 @@ from tms.types import MAX_CONTENT_CHARS, MAX_FUTURE_SECONDS, PubKey, Slug
 
 MEDIA_TYPE: Final = "application/nostr+json"
 SUPPORTED_NIPS: Final = (1, 11, 42, 45, 50, 77)
-COLLECTION_NIPS: Final[tuple[int, ...]] = ()  # what a collection's relay with a relay key adds
+COLLECTION_NIPS: Final[tuple[int, ...]] = (43,)  # what a collection's relay with a relay key adds
 MANAGEMENT_NIP: Final = 86  # listed where it works (`document`'s `management`)
 SOFTWARE: Final = "tms"  # the package this relay is; no public URL is claimed for it
 CORS: Final = {

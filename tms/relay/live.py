@@ -28,7 +28,6 @@ is let go; the connection's other subscriptions go on.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Container, Iterable, Sequence
 from typing import Protocol
@@ -42,8 +41,8 @@ from tms.relay import members
 from tms.relay.budget import Budget, Shared
 from tms.relay.gate import Gate
 from tms.relay.outbox import Filed
-from tms.rules.membership import Head, applies
-from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS, PubKey, Slug
+from tms.rules.membership import Head, applies, is_membership_kind, stored_op
+from tms.types import KIND_MEMBERS, PubKey, Slug
 
 log = logging.getLogger(__name__)
 
@@ -207,19 +206,17 @@ class Hub:
                     sub.offer(stored, shared)
             if stored.collection is None:
                 continue
-            if event.kind in (KIND_MEMBERS, KIND_MEMBER_CHANGE):  # NIP-43's views, remade
-                self._changed(stored.collection, stored.seq)
-            if not self._applies(stored.collection, event):
+            if not is_membership_kind(event.kind):
                 continue
-            if event.kind == KIND_MEMBERS:
-                members = set(json.loads(event.content).get("members", ()))
-                members.add(event.pubkey)
-                self._member_list(stored.collection, members, None)
-            elif event.kind == KIND_MEMBER_CHANGE and event.body is not None:
-                request = json.loads(event.body)
-                key = request["params"][0]
-                allowed = request["method"] == "allowpubkey"
-                self._member_list(stored.collection, {key} if allowed else set(), key)
+            self._changed(stored.collection, stored.seq)  # NIP-43's views, remade
+            op = stored_op(event.kind, event.pubkey, event.tags, event.content, event.body)
+            if op is None or op.action == "invite" or not self._applies(stored.collection, event):
+                continue  # an invite changes no member
+            if op.action == "replace":
+                self._member_list(stored.collection, {*op.keys, event.pubkey}, None)
+            else:  # a change, a join or a leave: one key
+                (key,) = op.keys
+                self._member_list(stored.collection, {key} if op.action == "add" else set(), key)
 
     def _changed(self, slug: Slug, seq: int) -> None:
         """A membership record of `slug` committed at `seq`: the views it makes go, in a task
@@ -263,7 +260,7 @@ class Hub:
     def _applies(self, slug: Slug, event: Event) -> bool:
         """Whether a membership record changes who belongs, after the last one seen here (the
         first one seen is taken as applied: the ledger stored it, and most records apply)."""
-        if event.kind not in (KIND_MEMBERS, KIND_MEMBER_CHANGE):
+        if not is_membership_kind(event.kind):
             return False
         is_list = event.kind == KIND_MEMBERS
         if not applies(self.heads.get(slug), event.created_at, event.id, is_list):

@@ -4,8 +4,10 @@ and a NIP-98 `Authorization` header whose `payload` tag is the SHA-256 of that b
 signature covers exactly this call). The answer is NIP-86's `{"result": ..., "error": ...}`.
 
 - On a collection's URL its owner manages its members: `allowpubkey`, `unallowpubkey`,
-  `listallowedpubkeys`, `supportedmethods`. A change is submitted through the ledger's one path
-  as a *membership change*: the NIP-98 event itself with the body (kind 27235,
+  `listallowedpubkeys`, `supportedmethods`, and `createinvite` (TMS's own method: params
+  `[sha256 of a random code]`, the owner's consent to one NIP-43 join with that code, stored
+  the same way; the code itself never reaches the server). A change is submitted through the
+  ledger's one path as a *membership change*: the NIP-98 event itself with the body (kind 27235,
   `tms.rules.membership`, docs/architecture.md "Membership records"), so it lands in the
   collection's log and export like a member list, and `tms verify-export` and a mirror see it.
   Bans (`banpubkey`) are not offered: a collection is closed to everyone but its members
@@ -60,6 +62,7 @@ COLLECTION_METHODS: Final = (
     "allowpubkey",
     "unallowpubkey",
     "listallowedpubkeys",
+    "createinvite",  # TMS's: params [the SHA-256 of a new single-use code] (NIP-43 joins)
 )
 
 
@@ -198,6 +201,8 @@ async def _collection(request: Request, call: Call) -> Any:
         assert listed is not None  # it exists: its owner just asked
         keys = [listed["owner"], *(k for k in listed["members"] if k != listed["owner"])]
         return [{"pubkey": key} for key in keys]
+    if call.method == "createinvite" and len(call.params) != 1:
+        raise RpcError("createinvite: params must be [the code's SHA-256, 64 lowercase hex]")
     call.key_param()
     return await _change(services.ledger, call, request)
 

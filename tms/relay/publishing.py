@@ -28,9 +28,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
+from typing import Final
 
 from tms.errors import Outcome, TMSError, outcome_of
 from tms.ledger import Turn
+from tms.nostr.events import BODY, compact_json
 from tms.relay import messages
 from tms.relay.limits import MAX_IN_FLIGHT
 from tms.relay.messages import EventMessage
@@ -39,7 +41,14 @@ from tms.relay.prefixes import failure
 from tms.relay.shared import ROUTE, Relay
 from tms.results import PublishResult
 from tms.rules.admission import Door, Origin
-from tms.types import PubKey, Slug
+from tms.types import KIND_JOIN, KIND_LEAVE, PubKey, Slug
+
+# NIP-43: a join or leave is kept with the AUTH event that names this relay's collection.
+REQUEST_NEEDS_AUTH: Final = (
+    "auth-required: a join or leave is kept with your NIP-42 AUTH event naming this "
+    "collection's relay: answer this relay's AUTH challenge with the same key first"
+)
+ALREADY_MEMBER: Final = "duplicate: you are already a member of this collection"
 
 
 class Publishing:
@@ -51,14 +60,17 @@ class Publishing:
         slug: Slug | None,
         address: str | None,
         pubkey: Callable[[], PubKey | None] = lambda: None,
+        auth_event: Callable[[], dict[str, object] | None] = lambda: None,
     ) -> None:
         """`slug`: the collection this relay is (None: the root); `address`: the client's;
-        `pubkey`: the key the connection has authenticated, asked at each event."""
+        `pubkey`: the key the connection has authenticated, asked at each event; `auth_event`:
+        the AUTH event it signed, kept with a NIP-43 join or leave (`with_auth`)."""
         self.relay = relay
         self.outbox = outbox
         self.slug = slug
         self.address = address
         self.pubkey = pubkey
+        self.auth_event = auth_event
         self.turn = Turn()
         self._inflight: set[asyncio.Task[PublishResult]] = set()  # events not yet answered
         self.held = 0  # their bytes, in the connection's budget until each is answered
@@ -69,12 +81,16 @@ class Publishing:
         return only once the connection may read another message."""
         while len(self._inflight) >= MAX_IN_FLIGHT:
             await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
+        event = self.with_auth(message.event)
+        if event is None:
+            self.outbox.send(messages.ok(message.id, False, REQUEST_NEEDS_AUTH))
+            return
         origin = Origin(Door.RELAY, self.pubkey(), self.address)
         # Started in arrival order, each takes its turn: judged in that order, committed
         # together with the others waiting.
         task = asyncio.create_task(
             self.relay.ledger.submit(
-                [message.event],
+                [event],
                 origin=origin,
                 within=self.slug,
                 turn=self.turn,
@@ -84,7 +100,8 @@ class Publishing:
         )
         self.outbox.budget.take(size)
         self.held += size
-        task.add_done_callback(functools.partial(self._answer, message.id, size))
+        joining = event.get("kind") == KIND_JOIN
+        task.add_done_callback(functools.partial(self._answer, message.id, size, joining))
         self._inflight.add(task)
         await self.room()
 
@@ -105,7 +122,20 @@ class Publishing:
         if self._inflight:
             await asyncio.wait(set(self._inflight))
 
-    def _answer(self, event_id: str, size: int, task: asyncio.Task[PublishResult]) -> None:
+    def with_auth(self, event: dict[str, object]) -> dict[str, object] | None:
+        """The event as the ledger takes it: a NIP-43 join or leave (which names no relay) with
+        the AUTH event its key signed on this connection in `body`, which names this relay's
+        collection (docs/architecture.md, "Membership records"); None when there is none."""
+        if event.get("kind") not in (KIND_JOIN, KIND_LEAVE) or BODY in event:
+            return event
+        auth = self.auth_event()
+        if auth is None or auth.get("pubkey") != event.get("pubkey") or self.slug is None:
+            return None
+        return {**event, BODY: compact_json(auth)}
+
+    def _answer(
+        self, event_id: str, size: int, joining: bool, task: asyncio.Task[PublishResult]
+    ) -> None:
         self._inflight.discard(task)
         self.held -= size
         self.outbox.budget.give(size)
@@ -114,7 +144,8 @@ class Publishing:
         exc = task.exception()
         if exc is None:
             if event_id in task.result()["skipped"]:
-                self.outbox.send(messages.ok(event_id, True, "duplicate: already stored"))
+                said = ALREADY_MEMBER if joining else "duplicate: already stored"
+                self.outbox.send(messages.ok(event_id, True, said))
             else:
                 self.outbox.send(messages.ok(event_id, True, ""))
             return

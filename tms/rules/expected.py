@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from tms.errors import PublishError, Refusal
-from tms.rules.membership import MemberChange, applies
+from tms.rules.membership import INVITE, MemberChange, applies
 from tms.rules.publish import Parsed, Snapshot
 from tms.types import EventId, Slug
 
@@ -88,8 +88,11 @@ def _applies(slug: Slug, items: Sequence[Parsed], snapshot: Snapshot, owner: str
     current = snapshot.heads.get(slug)
     for item in items:
         event = item.event
-        if type(item.content) is not MemberChange or event.pubkey != owner or current is None:
+        content = item.content
+        if type(content) is not MemberChange or event.pubkey != owner or current is None:
             continue  # the publish rules refuse what is not the owner's
+        if content.method == INVITE:
+            continue  # an invite changes no member: it always takes effect
         head = (current[0], current[1], slug not in snapshot.change_heads)
         if not applies(head, event.created_at, event.id, False):
             raise PublishError(

@@ -23,11 +23,12 @@ after the entries before it; lines placed before the same entry (or after the la
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 
 from tms.rules.membership import Membership as Folded
 from tms.rules.membership import is_membership_kind
-from tms.types import KIND_MEMBER_CHANGE
+from tms.types import KIND_JOIN, KIND_MEMBERS
 
 
 class Row(Protocol):
@@ -54,8 +55,12 @@ class Membership(Folded):
 
     def apply_row(self, row: Row) -> None:
         """An entry, in ledger order (only membership records change anything): a row with
-        `kind`, `created_at`, `id`, `content` and, for a change, `body`."""
+        `kind`, `pubkey`, `created_at`, `id`, `tags` (JSON), `content` and, for a change, a
+        join or a leave, `body`."""
         kind = row["kind"]
         if is_membership_kind(kind):
-            body = row["body"] if kind == KIND_MEMBER_CHANGE else None
-            self.apply_stored(kind, row["created_at"], row["id"], row["content"], body)
+            body = row["body"] if kind != KIND_MEMBERS else None
+            tags = json.loads(row["tags"]) if kind == KIND_JOIN else None
+            self.apply_stored(
+                kind, row["created_at"], row["id"], row["content"], body, row["pubkey"], tags
+            )

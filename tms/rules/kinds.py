@@ -33,11 +33,13 @@ from tms.rules.content import (
     parse_object,
     translate_error,
 )
-from tms.rules.membership import MemberChange, parse_change
+from tms.rules.membership import MemberChange, MemberRequest, code_hash, parse_change, parse_request
 from tms.types import (
     KIND_CLAIM,
     KIND_CONTRADICTION,
     KIND_EVIDENCE,
+    KIND_JOIN,
+    KIND_LEAVE,
     KIND_LINK,
     KIND_MEMBER_CHANGE,
     KIND_MEMBERS,
@@ -335,6 +337,11 @@ KINDS.add(
         ),
     )
 )
+# Membership changes, invites, joins and leaves (sql/025, sql/026): `target` the key added or
+# removed, or an invite's code hash; `claim` a join's code hash.
+_MEMBER_CHANGES: Final = Table(
+    "member_changes", "id collection pubkey created_at:bigint method target body claim"
+)
 KINDS.add(
     Kind(
         KIND_MEMBER_CHANGE,
@@ -342,9 +349,7 @@ KINDS.add(
         "membership changes",
         MemberChange,
         tags=True,  # a NIP-98 event: `u`, `method`, `payload`; read by `parse_change`
-        tables=(
-            Table("member_changes", "id collection pubkey created_at:bigint method target body"),
-        ),
+        tables=(_MEMBER_CHANGES,),
         rows=lambda e, c: _row(
             "member_changes",
             e.id,
@@ -354,9 +359,32 @@ KINDS.add(
             c.method,
             c.pubkey,
             e.body,
+            None,
         ),
     )
 )
+for _number, _name in ((KIND_JOIN, "join"), (KIND_LEAVE, "leave")):
+    KINDS.add(
+        Kind(
+            _number,
+            _name,  # NIP-43's join and leave requests, kept as membership records (sql/026)
+            f"{_name}s",
+            MemberRequest,
+            tags=True,  # `-`, and a join's `claim`; read by `parse_request`
+            tables=(_MEMBER_CHANGES,),
+            rows=lambda e, c: _row(
+                "member_changes",
+                e.id,
+                c.collection,
+                e.pubkey,
+                e.created_at,
+                c.method,
+                c.pubkey,
+                e.body,
+                code_hash(c.code) if c.code is not None else None,
+            ),
+        )
+    )
 KINDS.add(
     Kind(
         KIND_TERMS,
@@ -441,6 +469,8 @@ def validate_content(event: Event) -> Content:
         )
     if event.kind == KIND_MEMBER_CHANGE:
         return parse_change(event)
+    if event.kind in (KIND_JOIN, KIND_LEAVE):
+        return parse_request(event)
     return parse_content(event.kind, event.content)
 
 

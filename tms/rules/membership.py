@@ -8,6 +8,15 @@ Two kinds of record change membership (docs/architecture.md, "Membership records
 - a membership change: a NIP-98 event (kind 27235) the owner signed for a NIP-86 call
   (`allowpubkey`, `unallowpubkey`) on the collection's relay URL, kept with the JSON-RPC body its
   `payload` tag hashes, `Add` or `Remove` of one key. The collection is the path of its `u` tag.
+  The same record with the method `createinvite` is an *invite*: the owner's consent to one join,
+  holding the SHA-256 of a random single-use code (never the code); it changes no member;
+- a join (kind 28934, NIP-43) signed by the joining key with `["claim", code]`: `Add` of its
+  signer, valid only when the SHA-256 of the code is an invite earlier in the log that no join
+  used yet (the owner's authority, delegated by the invite); it uses the invite up;
+- a leave (kind 28936, NIP-43) signed by the leaving key: `Remove` of its signer (never the
+  owner). NIP-43's requests name no relay: each keeps, in the extra `body` field, the signer's
+  NIP-42 AUTH event (kind 22242) whose `relay` tag names the collection's relay URL, signed
+  within `REQUEST_WINDOW` seconds of the request, so it cannot be replayed into another one.
 
 The fold takes records in log order. Record R applies iff there is no head yet, or R is signed
 in a later second than the head, or in the same second and one of them is a change (log order),
@@ -29,22 +38,38 @@ from pydantic import BaseModel, ConfigDict
 
 from tms.errors import InvalidEvent
 from tms.nostr.events import Event, is_hex64, loads_strict
-from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS, EventId, PubKey, Slug
+from tms.types import KIND_JOIN, KIND_LEAVE, KIND_MEMBER_CHANGE, KIND_MEMBERS, EventId, PubKey, Slug
 
 ALLOW: Final = "allowpubkey"
 UNALLOW: Final = "unallowpubkey"
-CHANGE_METHODS: Final = (ALLOW, UNALLOW)
+INVITE: Final = "createinvite"
+CHANGE_METHODS: Final = (ALLOW, UNALLOW, INVITE)
+KIND_AUTH: Final = 22242  # NIP-42's AUTH event, kept with a join or leave
+REQUEST_WINDOW: Final = 600  # seconds between a join or leave and its AUTH event (NIP-42's)
+MAX_CODE_CHARS: Final = 200
 _SLUG_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 class MemberChange(BaseModel):
-    """A kind 27235 record, read from its tags and body (its `content` says nothing)."""
+    """A kind 27235 record, read from its tags and body (its `content` says nothing).
+    `pubkey`: the key allowed or unallowed; for an invite, the SHA-256 (hex) of its code."""
 
     model_config = ConfigDict(strict=True, frozen=True)
     collection: str
-    method: Literal["allowpubkey", "unallowpubkey"]
+    method: Literal["allowpubkey", "unallowpubkey", "createinvite"]
     pubkey: str
     reason: str | None = None
+
+
+class MemberRequest(BaseModel):
+    """A NIP-43 join (kind 28934) or leave (kind 28936), read from its tags and the AUTH event
+    kept with it. `pubkey`: its signer, who joins or leaves; `code`: a join's claim."""
+
+    model_config = ConfigDict(strict=True, frozen=True)
+    collection: str
+    method: Literal["join", "leave"]
+    pubkey: str
+    code: str | None = None
 
 
 def _tag(event: Event, name: str) -> str:
@@ -107,7 +132,14 @@ def parse_change(event: Event) -> MemberChange:
     if method not in CHANGE_METHODS or not isinstance(params, list):
         raise InvalidEvent(
             "field 'body' is invalid: must be a JSON-RPC request "
-            f'{{"method": "{ALLOW}" or "{UNALLOW}", "params": [pubkey, reason?]}}',
+            f'{{"method": "{ALLOW}" or "{UNALLOW}", "params": [pubkey, reason?]}} '
+            f'or {{"method": "{INVITE}", "params": [sha256 of the code]}}',
+            "body",
+        )
+    if method == INVITE and (len(params) != 1 or not is_hex64(params[0])):
+        raise InvalidEvent(
+            "field 'body' is invalid: an invite's params are [the SHA-256 of its code, 64 "
+            "lowercase hex]; never the code itself",
             "body",
         )
     if not 1 <= len(params) <= 2 or not is_hex64(params[0]):
@@ -120,16 +152,91 @@ def parse_change(event: Event) -> MemberChange:
     return MemberChange(collection=slug, method=method, pubkey=params[0], reason=reason)
 
 
+def code_hash(code: str) -> str:
+    """What an invite holds for its code: the hex SHA-256 of the code's UTF-8 bytes."""
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+def _request_tag(event: Event, name: str, what: str) -> str:
+    values = [tag[1] for tag in event.tags if len(tag) >= 2 and tag[0] == name]
+    if len(values) != 1:
+        raise InvalidEvent(
+            f"field 'tags' is invalid: {what} needs exactly one '{name}' tag", "tags"
+        )
+    return values[0]
+
+
+def parse_request(event: Event) -> MemberRequest:
+    """A kind 28934 or 28936 event as a join or leave, checked: the AUTH event kept in `body`
+    verifies, is kind 22242 by the same key, signed within `REQUEST_WINDOW` seconds of the
+    request, and its `relay` tag names one collection's relay URL; a join has one claim."""
+    what = (
+        "a join request (kind 28934)" if event.kind == KIND_JOIN else "a leave request (kind 28936)"
+    )
+    if event.body is None:
+        raise InvalidEvent(
+            f"field 'body' is missing: {what} is kept with its signer's NIP-42 AUTH event "
+            "(kind 22242) naming the collection's relay: authenticate on that relay first",
+            "body",
+        )
+    try:
+        auth = Event.from_json(event.body)
+        auth.verify()
+    except InvalidEvent as exc:
+        raise InvalidEvent(f"field 'body' is invalid: its AUTH event: {exc}", "body") from None
+    if auth.kind != KIND_AUTH or auth.pubkey != event.pubkey:
+        raise InvalidEvent(
+            f"field 'body' is invalid: must be a NIP-42 AUTH event (kind {KIND_AUTH}) signed by "
+            "the request's own key",
+            "body",
+        )
+    if abs(auth.created_at - event.created_at) > REQUEST_WINDOW:
+        raise InvalidEvent(
+            f"field 'body' is invalid: its AUTH event was signed more than {REQUEST_WINDOW} s "
+            "from the request: authenticate again, then send the request",
+            "body",
+        )
+    slug = collection_of_url(_request_tag(auth, "relay", "its AUTH event"))
+    if slug is None:
+        raise InvalidEvent(
+            "field 'body' is invalid: its AUTH event's 'relay' tag must be a collection's "
+            "relay URL, <origin>/c/<slug>",
+            "body",
+        )
+    if event.kind == KIND_LEAVE:
+        return MemberRequest(collection=slug, method="leave", pubkey=event.pubkey)
+    code = _request_tag(event, "claim", what)
+    if not 1 <= len(code) <= MAX_CODE_CHARS:
+        raise InvalidEvent(
+            f"field 'tags' is invalid: the claim must be an invite code of 1 to "
+            f"{MAX_CODE_CHARS} characters",
+            "tags",
+        )
+    return MemberRequest(collection=slug, method="join", pubkey=event.pubkey, code=code)
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
-    """What one record does to the member set: `replace` it, `add` or `remove` one key."""
+    """What one record does to the member set: `replace` it, `add` or `remove` one key; or
+    `invite`: none, it makes the code whose hash is its one key usable by one join. `claim`: a
+    join's code hash, the invite it uses up."""
 
-    action: Literal["replace", "add", "remove"]
+    action: Literal["replace", "add", "remove", "invite"]
     keys: frozenset[PubKey]
+    claim: str | None = None
 
 
 def change_op(change: MemberChange) -> Op:
+    if change.method == INVITE:
+        return Op("invite", frozenset((change.pubkey,)))
     return Op("add" if change.method == ALLOW else "remove", frozenset((change.pubkey,)))
+
+
+def request_op(request: MemberRequest) -> Op:
+    signer = frozenset((request.pubkey,))
+    if request.code is not None:
+        return Op("add", signer, claim=code_hash(request.code))
+    return Op("remove", signer)
 
 
 def list_op(members: list[PubKey]) -> Op:
@@ -157,8 +264,32 @@ def applied(members: set[PubKey], op: Op) -> set[PubKey]:
     return members - op.keys
 
 
+MEMBERSHIP_KINDS: Final = frozenset((KIND_MEMBERS, KIND_MEMBER_CHANGE, KIND_JOIN, KIND_LEAVE))
+
+
 def is_membership_kind(kind: int) -> bool:
-    return kind in (KIND_MEMBERS, KIND_MEMBER_CHANGE)
+    return kind in MEMBERSHIP_KINDS
+
+
+def stored_op(
+    kind: int, pubkey: PubKey, tags: list[list[str]], content: str, body: str | None
+) -> Op | None:
+    """What a stored membership record does, read from its row as the ledger checked it at
+    write (a list's content, a change's body, a request's signer and claim)."""
+    if kind == KIND_MEMBERS:
+        return list_op(json.loads(content)["members"])
+    if kind == KIND_MEMBER_CHANGE and body is not None:
+        request = json.loads(body)
+        method, target = request["method"], request["params"][0]
+        if method == INVITE:
+            return Op("invite", frozenset((target,)))
+        return Op("add" if method == ALLOW else "remove", frozenset((target,)))
+    if kind == KIND_JOIN:
+        codes = [tag[1] for tag in tags if len(tag) >= 2 and tag[0] == "claim"]
+        return Op("add", frozenset((pubkey,)), claim=code_hash(codes[0]) if codes else "")
+    if kind == KIND_LEAVE:
+        return Op("remove", frozenset((pubkey,)))
+    return None
 
 
 class Membership:
@@ -169,9 +300,21 @@ class Membership:
         self.owner = owner
         self.members: set[PubKey] = set()
         self.head: Head | None = None
+        self.invites: set[str] = set()  # the code hashes of invites no join used yet
+
+    def authorized(self, op: Op) -> bool:
+        """Whether a join's invite is there, unused (other records: always; who signed them
+        is checked by the caller)."""
+        return op.claim is None or op.claim in self.invites
 
     def apply(self, created_at: int, event_id: EventId, op: Op) -> bool:
-        """A membership record, next in log order; whether it applied."""
+        """A membership record, next in log order; whether it applied. An invite is only
+        remembered; a join uses its invite up, whether or not it applies."""
+        if op.action == "invite":
+            self.invites |= op.keys
+            return False
+        if op.claim is not None:
+            self.invites.discard(op.claim)
         is_list = op.action == "replace"
         if not applies(self.head, created_at, event_id, is_list):
             return False
@@ -180,19 +323,18 @@ class Membership:
         return True
 
     def apply_stored(
-        self, kind: int, created_at: int, event_id: EventId, content: str, body: str | None
+        self,
+        kind: int,
+        created_at: int,
+        event_id: EventId,
+        content: str,
+        body: str | None,
+        pubkey: PubKey = "",
+        tags: list[list[str]] | None = None,
     ) -> bool:
-        """A stored record as its row holds it: a list's content, a change's body."""
-        if kind == KIND_MEMBERS:
-            return self.apply(created_at, event_id, list_op(json.loads(content)["members"]))
-        if kind == KIND_MEMBER_CHANGE and body is not None:
-            request = json.loads(body)
-            op = Op(
-                "add" if request["method"] == ALLOW else "remove",
-                frozenset((request["params"][0],)),
-            )
-            return self.apply(created_at, event_id, op)
-        return False
+        """A stored record as its row holds it (`stored_op`)."""
+        op = stored_op(kind, pubkey, tags or [], content, body)
+        return op is not None and self.apply(created_at, event_id, op)
 
     def includes(self, pubkey: PubKey) -> bool:
         return pubkey == self.owner or pubkey in self.members

@@ -34,13 +34,17 @@ from tms.rules.kinds import (
     validate_content,
 )
 from tms.rules.membership import (
+    INVITE,
     Head,
     MemberChange,
+    MemberRequest,
     Op,
     applied,
     applies,
     change_op,
+    code_hash,
     list_op,
+    request_op,
 )
 from tms.rules.quotes import PreparedText
 from tms.rules.terms import current_terms
@@ -133,6 +137,8 @@ class Snapshot:
     # the collections where it is a membership change rather than a member list.
     heads: dict[Slug, tuple[int, EventId]] = field(default_factory=dict)
     change_heads: set[Slug] = field(default_factory=set)
+    # The code hashes of each collection's invites that no join used yet (sql/026).
+    invites: dict[Slug, set[str]] = field(default_factory=dict)
     profiles: dict[PubKey, tuple[int, EventId]] = field(default_factory=dict)  # current profile
     refs: dict[EventId, Ref] = field(default_factory=dict)  # stored events the batch cites
     # Each link of the batch: where its quote sits in its `from` evidence (an anchor), or a
@@ -149,6 +155,9 @@ class Plan:
 
     accepted: list[Parsed] = field(default_factory=list)
     skipped: list[EventId] = field(default_factory=list)
+    # Joins of a key that already belongs: not stored, their invite not used (NIP-43's
+    # `duplicate:`); also in `skipped`.
+    already_members: list[EventId] = field(default_factory=list)
     new_collections: list[tuple[Slug, PubKey, EventId]] = field(default_factory=list)
     member_lists: dict[Slug, tuple[int, EventId, list[PubKey]]] = field(default_factory=dict)
     # Member lists and profiles stored but not current: they lost the replaceable rule, to an
@@ -245,6 +254,10 @@ class _Judge:
                     self.plan.skipped.append(event_id)
                     continue
                 seen.add(event_id)
+                if self._already_member(item):
+                    self.plan.skipped.append(event_id)
+                    self.plan.already_members.append(event_id)
+                    continue
                 self._one(item)
             except PublishError as exc:
                 # Every event here has verified: the refusal is its signer's.
@@ -258,12 +271,26 @@ class _Judge:
                 type(p.content) in (Members, Profile)
                 and p.event.id not in self.replaceable.values()
             )
-            or (type(p.content) is MemberChange and p.event.id not in self.applied_changes)
+            or (
+                type(p.content) in (MemberChange, MemberRequest)
+                and p.event.id not in self.applied_changes
+                and getattr(p.content, "method", None) != INVITE
+            )
         ]
         return self.plan
 
+    def _already_member(self, item: Parsed) -> bool:
+        """A join by a key that already belongs to the collection (NIP-43: `duplicate:`)."""
+        content, slug = item.content, item.collection
+        if type(content) is not MemberRequest or content.method != "join" or slug is None:
+            return False
+        signer = item.event.pubkey
+        return signer == self.s.owners.get(slug) or signer in self.s.members.get(slug, ())
+
     def _signer_may_write(self, item: Parsed) -> None:
         signer = item.event.pubkey
+        if type(item.content) is MemberRequest and item.content.method == "join":
+            return  # a key new to the ledger joins by an invite (`_request`)
         if signer not in self.s.approved and not self.s.belongs_to.get(signer):
             raise UnknownSigner(
                 f"pubkey {signer} is not approved and is not a member of any collection"
@@ -285,6 +312,10 @@ class _Judge:
         if signer == owner:
             return
         approved, member = signer in s.approved, signer in s.members.get(slug, ())
+        if type(item.content) is MemberRequest:
+            if owner is not None and (item.content.method == "join" or member):
+                return  # a join's authority is its invite (`_request`); a member may leave
+            raise _not_a_member(signer, slug, approved=True)  # and never makes a collection
         if owner is None:
             if not approved:
                 raise _not_a_member(signer, slug, approved=False)
@@ -308,7 +339,8 @@ class _Judge:
                     f"(version {self.terms[0]}, sha256 {self.terms[1]}; see GET /terms)"
                 )
             self._add(s.terms_signed, signer)
-        elif signer not in s.terms_signed:
+        elif signer not in s.terms_signed and type(content) is not MemberRequest:
+            # A join or a leave needs no terms: it writes nothing but the key's membership.
             raise PublishError(
                 f"pubkey {signer} must sign the current terms first (kind 4706, version "
                 f"{self.terms[0]}, sha256 {self.terms[1]}), earlier in this batch or before it"
@@ -335,6 +367,10 @@ class _Judge:
         elif type(content) is Members:
             if self._members(slug, event, list_op(content.members), content.members):
                 self.replaceable[(slug, True)] = event.id
+        elif type(content) is MemberChange and content.method == INVITE:
+            self._add(self._invites(slug), content.pubkey)
+        elif type(content) is MemberRequest:
+            self._request(slug, event, content)
         elif type(content) is MemberChange:
             if content.method == "unallowpubkey" and content.pubkey == s.owners[slug]:
                 raise PublishError(
@@ -345,6 +381,31 @@ class _Judge:
         elif type(content) is Evidence:
             self.texts[event.id] = content.text
         self.refs[event.id] = Ref(event.kind, slug)
+
+    def _invites(self, slug: Slug) -> set[str]:
+        invites = self.s.invites.get(slug)
+        if invites is None:
+            invites = set()
+            self._put(self.s.invites, slug, invites)
+        return invites
+
+    def _request(self, slug: Slug, event: Event, request: MemberRequest) -> None:
+        """A NIP-43 join or leave: a join uses up an unused invite of the collection whose code
+        it claims; the owner never leaves."""
+        if request.method == "leave" and event.pubkey == self.s.owners[slug]:
+            raise PublishError(
+                f"the owner of collection '{slug}' always belongs to it: it cannot leave"
+            ).refused_as(Refusal.NOT_MEMBER)
+        if request.code is not None:
+            invites, claimed = self._invites(slug), code_hash(request.code)
+            if claimed not in invites:
+                raise PublishError(
+                    f"this invite code is not one of collection '{slug}''s, or it was used "
+                    "already: ask its owner for a new one"
+                ).refused_as(Refusal.NOT_MEMBER)
+            self._discard(invites, claimed)
+        if self._members(slug, event, request_op(request)):
+            self.applied_changes.add(event.id)
 
     def _ref(self, slug: Slug, event_id: EventId, role: str) -> Ref:
         ref = self.refs.get(event_id)

@@ -40,7 +40,7 @@ from tms.tlog.merkle import CompactRange, leaf_hash, root_of
 from tms.tlog.note import Checkpoint, NoteVerifier, open_checkpoint, origin_slug
 from tms.tlog.policy import Policy
 from tms.tlog.replay import replay
-from tms.types import KIND_TERMS
+from tms.types import KIND_JOIN, KIND_LEAVE, KIND_TERMS
 
 MAX_REPORTED: Final = 1000  # problems printed; the count is always exact
 NO_CHECKPOINT: Final = (
@@ -242,6 +242,7 @@ def _check_terms(lines: list[Line], report: Report) -> None:
         elif (
             line.kind is not None
             and line.kind not in unscoped
+            and line.kind not in (KIND_JOIN, KIND_LEAVE)  # a join or leave needs no terms
             and line.pubkey is not None
             and line.pubkey not in signed
         ):

@@ -21,8 +21,8 @@ from typing import Final, NamedTuple
 from tms.errors import InvalidEvent, LogError
 from tms.nostr.events import Event, compact_json, is_hex64
 from tms.rules.kinds import KINDS, unscoped_kinds
-from tms.rules.membership import parse_change
-from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS
+from tms.rules.membership import code_hash, parse_change, parse_request
+from tms.types import KIND_JOIN, KIND_LEAVE, KIND_MEMBER_CHANGE, KIND_MEMBERS
 
 CHECKPOINT_KEY: Final = "checkpoint"
 Other = tuple[str, str | None]  # a profile or terms line: its id, and the entry before it
@@ -47,7 +47,9 @@ class Line(NamedTuple):
     created_at: int | None = None
     cites: tuple[tuple[str, ...], ...] = ()  # what an entry cites, per reference of its kind
     listed: tuple[str, ...] | None = None  # a member list's members
-    change: tuple[str, str] | None = None  # a membership change's method and key
+    # a membership change's method and key (an invite's: its code hash); a join's ("join", its
+    # code hash), a leave's ("leave", its signer)
+    change: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,19 @@ def read_line(number: int, raw: bytes) -> Line | CheckpointLine:
         try:
             parsed = parse_change(event)
             collection, change = parsed.collection, (parsed.method, parsed.pubkey)
+        except InvalidEvent as exc:
+            body_problem = f"changed: {exc}"
+    elif event.kind in (KIND_JOIN, KIND_LEAVE):
+        # Its collection is the relay its AUTH event (in `body`) named; a join's claim is hashed
+        # as the invite it used holds it.
+        try:
+            request = parse_request(event)
+            collection = request.collection
+            change = (
+                ("join", code_hash(request.code))
+                if request.code is not None
+                else ("leave", request.pubkey)
+            )
         except InvalidEvent as exc:
             body_problem = f"changed: {exc}"
     elif event.kind not in unscoped_kinds():

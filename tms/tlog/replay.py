@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tms.rules.kinds import KINDS, a_kind
-from tms.rules.membership import ALLOW, Membership, Op, list_op
-from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS
+from tms.rules.membership import ALLOW, INVITE, Membership, Op, list_op
+from tms.types import KIND_JOIN, KIND_LEAVE, KIND_MEMBER_CHANGE, KIND_MEMBERS
 
 
 class Entry(Protocol):
@@ -71,6 +71,7 @@ def replay(entries: Sequence[Entry], slug: str, problem: Problem) -> None:
             continue
         for text in _citations(entry, kinds):
             problem(f"{name}: {text}", entry.number)
+        request = entry.kind in (KIND_JOIN, KIND_LEAVE)
         if entry.kind in (KIND_MEMBERS, KIND_MEMBER_CHANGE) and entry.pubkey != owner:
             what = "a member list" if entry.kind == KIND_MEMBERS else "a membership change"
             problem(
@@ -79,6 +80,16 @@ def replay(entries: Sequence[Entry], slug: str, problem: Problem) -> None:
                 "entry is missing, or this one does not belong",
                 entry.number,
             )
+        elif request and entry.pubkey == owner:
+            problem(f"{name}: the owner of '{slug}' cannot join or leave it", entry.number)
+        elif entry.kind == KIND_JOIN and entry.change is not None:
+            if not fold.authorized(Op("add", frozenset(), claim=entry.change[1])):
+                problem(
+                    f"{name}: a join whose code is not that of an invite of the owner's earlier "
+                    "in the file that no join used yet: an earlier entry is missing, or this one "
+                    "does not belong",
+                    entry.number,
+                )
         elif not fold.includes(entry.pubkey or ""):
             problem(
                 f"{name}: its author {entry.pubkey} is neither the owner of '{slug}' (the "
@@ -86,15 +97,23 @@ def replay(entries: Sequence[Entry], slug: str, problem: Problem) -> None:
                 "current at this point: an earlier entry is missing, or out of order",
                 entry.number,
             )
+        at = entry.created_at or 0
         if entry.pubkey == owner:
-            at = entry.created_at or 0
             if entry.kind == KIND_MEMBERS and entry.listed is not None:
                 fold.apply(at, entry.id, list_op(list(entry.listed)))
             elif entry.kind == KIND_MEMBER_CHANGE and entry.change is not None:
                 method, key = entry.change
-                fold.apply(
-                    at, entry.id, Op("add" if method == ALLOW else "remove", frozenset((key,)))
-                )
+                keys = frozenset((key,))
+                if method == INVITE:
+                    fold.apply(at, entry.id, Op("invite", keys))
+                else:
+                    fold.apply(at, entry.id, Op("add" if method == ALLOW else "remove", keys))
+        elif request and entry.change is not None and entry.pubkey is not None:
+            signer = frozenset((entry.pubkey,))
+            if entry.kind == KIND_JOIN:
+                fold.apply(at, entry.id, Op("add", signer, claim=entry.change[1]))
+            else:
+                fold.apply(at, entry.id, Op("remove", signer))
         kinds[entry.id] = entry.kind
         first_line[entry.id] = entry.number
 

@@ -22,14 +22,23 @@ from tms.rules.annotations import AnnotatedLink
 from tms.rules.export_order import Membership, is_prelude, place
 from tms.store.database import Connection, Pool
 from tms.tlog.export_lines import checkpoint_line
-from tms.types import KIND_MEMBER_CHANGE, KIND_MEMBERS, UNSCOPED, EventId, Slug
+from tms.types import (
+    KIND_JOIN,
+    KIND_LEAVE,
+    KIND_MEMBER_CHANGE,
+    KIND_MEMBERS,
+    UNSCOPED,
+    EventId,
+    Slug,
+)
 
 EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an export
 
 # A membership change's line carries the body its `payload` tag hashes (sql/025).
 _SQL_EXPORT: Final = f"""
     SELECT seq, id, pubkey, created_at, kind, tags, content, sig,
-        CASE WHEN kind = {KIND_MEMBER_CHANGE} THEN (SELECT b.body FROM member_changes b
+        CASE WHEN kind IN ({KIND_MEMBER_CHANGE}, {KIND_JOIN}, {KIND_LEAVE}) THEN (
+            SELECT b.body FROM member_changes b
             WHERE b.collection = events.collection AND b.id = events.id) END AS body
     FROM events WHERE collection = $1 ORDER BY seq"""
 _SQL_EXPORT_UNSCOPED: Final = f"""
@@ -56,9 +65,11 @@ _SQL_ENTRY_SEQ: Final = """
 _SQL_ENTRY_BEFORE: Final = """
     SELECT id FROM events WHERE collection = $1 AND seq < $2 ORDER BY seq DESC LIMIT 1"""
 _SQL_MEMBER_LISTS: Final = f"""
-    SELECT e.seq, e.id, e.created_at, e.kind, e.content, b.body FROM events e
+    SELECT e.seq, e.id, e.pubkey, e.created_at, e.kind, e.tags, e.content, b.body FROM events e
     LEFT JOIN member_changes b ON b.collection = e.collection AND b.id = e.id
-    WHERE e.collection = $1 AND e.kind IN ({KIND_MEMBERS}, {KIND_MEMBER_CHANGE}) ORDER BY e.seq"""
+    WHERE e.collection = $1
+      AND e.kind IN ({KIND_MEMBERS}, {KIND_MEMBER_CHANGE}, {KIND_JOIN}, {KIND_LEAVE})
+    ORDER BY e.seq"""
 
 
 class Exporter:

@@ -67,7 +67,7 @@ RUN_BYTES: Final = 1024 * 1024  # contents handed over at once, about (one event
 _COLUMNS: Final = f"""e.seq, e.id, e.pubkey, e.created_at, e.kind, e.tags, e.sig, e.collection,
     CASE WHEN octet_length(e.content) <= {BIG_BYTES} THEN e.content END AS content,
     octet_length(e.content) AS size,
-    CASE WHEN e.kind = 27235 THEN (SELECT b.body FROM member_changes b
+    CASE WHEN e.kind IN (27235, 28934, 28936) THEN (SELECT b.body FROM member_changes b
         WHERE b.collection = e.collection AND b.id = e.id) END AS body"""  # sql/025
 _SQL_FETCH: Final = f"""
     SELECT {_COLUMNS}

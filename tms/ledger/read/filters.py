@@ -56,7 +56,7 @@ WINDOW: Final = 50  # pages: how many of the newest entries of every collection 
 _COLUMNS: Final = """seq, id, pubkey, created_at, kind, tags, sig, collection,
     CASE WHEN octet_length(content) <= {big} THEN content END AS content,
     octet_length(content) AS size,
-    CASE WHEN kind = 27235 THEN (SELECT b.body FROM member_changes b
+    CASE WHEN kind IN (27235, 28934, 28936) THEN (SELECT b.body FROM member_changes b
         WHERE b.collection = events.collection AND b.id = events.id) END AS body"""
 # A large content's size, before it is read; a membership change's body (sql/025), which its
 # line carries (`Event.body`).
@@ -64,14 +64,14 @@ _COLUMNS: Final = """seq, id, pubkey, created_at, kind, tags, sig, collection,
 _PEOPLE: Final = """(SELECT owner FROM collections WHERE slug = ANY({slugs})
     UNION SELECT unnest(members) FROM member_lists WHERE collection = ANY({slugs})
     UNION SELECT target FROM member_changes
-        WHERE collection = ANY({slugs}) AND method = 'allowpubkey')"""
+        WHERE collection = ANY({slugs}) AND method IN ('allowpubkey', 'join'))"""
 _SQL_PEOPLE: Final = """
     SELECT slug AS collection, owner AS pubkey FROM collections WHERE slug = ANY($1::text[])
     UNION
     SELECT collection, unnest(members) FROM member_lists WHERE collection = ANY($1::text[])
     UNION
     SELECT collection, target FROM member_changes
-    WHERE collection = ANY($1::text[]) AND method = 'allowpubkey'"""
+    WHERE collection = ANY($1::text[]) AND method IN ('allowpubkey', 'join')"""
 _SQL_OWNERS: Final = "SELECT slug, owner FROM collections WHERE slug = ANY($1::text[])"
 # $1 the seq, $2 where the event is filed (on Citus: its shard, by its key).
 _SQL_CONTENT: Final = "SELECT content FROM events WHERE collection = $2 AND seq = $1"

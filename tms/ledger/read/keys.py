@@ -51,7 +51,8 @@ _SQL_MEMBER_SINCE: Final = """
         WHERE collection = ANY($2::text[]) AND $1 = ANY(members)
         UNION ALL
         SELECT collection, created_at, seq FROM member_changes
-        WHERE collection = ANY($2::text[]) AND target = $1 AND method = 'allowpubkey') AS added
+        WHERE collection = ANY($2::text[]) AND target = $1
+          AND method IN ('allowpubkey', 'join')) AS added
     ORDER BY collection, seq"""
 
 

@@ -1,6 +1,7 @@
 """A collection's membership records, in log order, as `tms.rules.member_views` folds them into
 what its relay says of its members (NIP-43): the owner, the event that made the collection, and
-every member list (kind 4705) and membership change (kind 27235) with its `seq`."""
+every member list (kind 4705), membership change (kind 27235: NIP-86's, and invites), join
+and leave (kinds 28934, 28936) with its `seq`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Final
 from asyncpg import Record
 
 from tms.rules.member_views import MemberRecord
-from tms.rules.membership import ALLOW, Op
+from tms.rules.membership import ALLOW, INVITE, Op
 from tms.store.database import Pool
 from tms.types import EventId, PubKey, Slug
 
@@ -20,10 +21,10 @@ _SQL_ORIGIN: Final = """
     JOIN events e ON e.collection = c.slug AND e.id = c.created_by
     WHERE c.slug = $1"""
 _SQL_RECORDS: Final = """
-    SELECT id, seq, created_at, members, NULL AS method, NULL AS target
+    SELECT id, seq, created_at, members, NULL AS method, NULL AS target, NULL AS claim
       FROM member_lists WHERE collection = $1
     UNION ALL
-    SELECT id, seq, created_at, NULL, method, target
+    SELECT id, seq, created_at, NULL, method, target, claim
       FROM member_changes WHERE collection = $1
     ORDER BY seq"""
 
@@ -60,7 +61,12 @@ async def last_record(pool: Pool, slug: Slug) -> int:
 
 
 def _op(row: Record) -> Op:
-    """What a record's row does: a list replaces the set, a change adds or removes its key."""
-    if row["method"] is None:
+    """What a record's row does: a list replaces the set, a change (or a join, a leave) adds or
+    removes its key, an invite changes no member."""
+    method = row["method"]
+    if method is None:
         return Op("replace", frozenset(row["members"]))
-    return Op("add" if row["method"] == ALLOW else "remove", frozenset((row["target"],)))
+    if method == INVITE:
+        return Op("invite", frozenset((row["target"],)))
+    added = method in (ALLOW, "join")
+    return Op("add" if added else "remove", frozenset((row["target"],)), claim=row["claim"])

@@ -41,7 +41,7 @@ from tms.results import (
 from tms.rules.cited import Cited
 from tms.rules.kinds import kind_name
 from tms.store.database import Pool
-from tms.types import KIND_EVIDENCE, KIND_LINK, EventId
+from tms.types import KIND_EVIDENCE, KIND_JOIN, KIND_LEAVE, KIND_LINK, EventId
 
 DEFAULT_SORT: Final = "recent"
 CLAIM_SORTS: Final = ("recent", "links", "unsupported", "unchallenged", "contested")
@@ -110,7 +110,8 @@ class Reads:
             row = await conn.fetchrow(
                 """SELECT e.id, e.pubkey, e.created_at, e.kind, e.content, e.collection,
                           e.received_at,
-                          CASE WHEN e.kind = 27235 THEN (SELECT b.body FROM member_changes b
+                          CASE WHEN e.kind IN (27235, 28934, 28936) THEN (
+                              SELECT b.body FROM member_changes b
                               WHERE b.collection = e.collection AND b.id = e.id) END AS body
                    FROM events e WHERE e.id = $1 AND e.collection = ANY($2::text[])""",
                 event_id,
@@ -122,7 +123,14 @@ class Reads:
             anchored = None
             if row["kind"] == KIND_LINK:
                 anchored = await conn.fetchrow(records.SQL_ANCHOR, event_id, row["collection"])
-        if row["body"] is not None:
+        if row["kind"] in (KIND_JOIN, KIND_LEAVE):
+            # A NIP-43 join or leave (sql/026): its signer joins or leaves; its body is the AUTH
+            # event that names the collection, its content empty.
+            content = {
+                "collection": row["collection"],
+                "method": "join" if row["kind"] == KIND_JOIN else "leave",
+            }
+        elif row["body"] is not None:
             # A membership change (sql/025): what it changes is in the body its signed
             # `payload` tag hashes, not in its (empty) content.
             request = json.loads(row["body"])

@@ -36,7 +36,7 @@ from tms.rules.publish import (
 )
 from tms.rules.terms import current_terms
 from tms.store.database import Connection
-from tms.types import KIND_MEMBERS, EventId
+from tms.types import KIND_JOIN, KIND_MEMBERS, EventId
 
 # $1 the batch's ids, $2 its signers, $3 its collections, $4 the ids it cites, $5 and $6 the
 # current terms, $7 where its own events would be filed ($3, and UNSCOPED for profiles and
@@ -61,6 +61,7 @@ _SQL_SNAPSHOT: Final = """
                  WHERE e.collection = c.slug AND e.id = h.list_id)))
             FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
             WHERE c.slug = ANY($3::text[])),
+        'invites', {invites},
         'refs', (SELECT json_agg(json_build_array(id, kind, collection)) FROM events
                  WHERE collection = ANY($3::text[]) AND id = ANY($4::text[])),
         'profiles', (
@@ -68,6 +69,13 @@ _SQL_SNAPSHOT: Final = """
                 SELECT DISTINCT ON (pubkey) pubkey, created_at, id FROM profiles
                 WHERE pubkey = ANY($2::text[]) ORDER BY pubkey, created_at DESC, id) AS p){also}
     )::text"""
+# The unused invites of the batch's collections (sql/026), read only for a batch that holds a
+# join (NIP-43): every other batch reads none.
+_SQL_INVITES: Final = """(
+            SELECT json_agg(json_build_array(i.collection, i.target)) FROM member_changes i
+            WHERE i.collection = ANY($3::text[]) AND i.method = 'createinvite'
+              AND NOT EXISTS (SELECT 1 FROM member_changes j WHERE j.collection = i.collection
+                              AND j.method = 'join' AND j.claim = i.target))"""
 # A quoted evidence's text: $1 its id, $2 the collections it may be in (the batch's).
 SQL_TEXT: Final = "SELECT text FROM evidence WHERE id = $1 AND collection = ANY($2::text[])"
 
@@ -118,7 +126,8 @@ async def snapshot(
         f",\n        '{name}', {sql.format(collections='$3::text[]')}"
         for name, sql in inline.items()
     )
-    sql = _SQL_SNAPSHOT.format(also=extra)
+    joins = any(p.event.kind == KIND_JOIN for p in batch)
+    sql = _SQL_SNAPSHOT.format(also=extra, invites=_SQL_INVITES if joins else "NULL")
     args = [
         [p.event.id for p in batch],
         sorted({p.event.pubkey for p in batch}),
@@ -148,6 +157,8 @@ async def snapshot(
             s.heads[slug] = (list_created_at, list_id)
             if head_kind != KIND_MEMBERS:
                 s.change_heads.add(slug)
+    for slug, invite in found["invites"] or ():
+        s.invites.setdefault(slug, set()).add(invite)
     s.refs = {event_id: Ref(kind, collection) for event_id, kind, collection in found["refs"] or ()}
     s.profiles = {
         pubkey: (created_at, event_id) for pubkey, created_at, event_id in found["profiles"] or ()

@@ -7,6 +7,7 @@
 // its line; a note the owner typed instead is kept in this browser (localStorage) and put back
 // on its line in place of the profile name, and shown beside the member below. A note left
 // empty, or the profile name unchanged, forgets the typed one.
+import { sha256Hex } from './digest.js'
 import { $, hexToNpub, npubToHex, publish, say, sayRefused, sign, signing } from './nostr.js'
 
 const panel = $('#members')
@@ -177,3 +178,37 @@ form.addEventListener('submit', async event => {
 })
 
 document.documentElement.dataset.js = 'ready' // scripts attached: what tests wait for
+
+// An invite (NIP-43 join, docs "Joining with an invite"): a random code made here, its SHA-256
+// in a NIP-86 `createinvite` call on the collection's relay URL, signed as NIP-98 (the `payload`
+// tag hashes the body). The code itself is shown here only, never sent.
+const inviteButton = $('#make-invite')
+const inviteStatus = $('#invite-status')
+const inviteCode = $('#invite-code')
+const hex = bytes => [...bytes].map(b => b.toString(16).padStart(2, '0')).join('')
+
+inviteButton?.addEventListener('click', async () => {
+  inviteButton.disabled = true
+  inviteCode.hidden = true
+  try {
+    const code = hex(crypto.getRandomValues(new Uint8Array(16)))
+    const url = `${location.origin}/c/${encodeURIComponent(slug)}`
+    const body = JSON.stringify({ method: 'createinvite', params: [await sha256Hex(code)] })
+    say(inviteStatus, signing(['the invite'], 0))
+    const event = await sign(27235, '', [['u', url], ['method', 'POST'], ['payload', await sha256Hex(body)]])
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/nostr+json+rpc', Authorization: `Nostr ${btoa(JSON.stringify(event))}` },
+      body
+    })
+    const answer = await response.json()
+    if (answer.error) throw new Error(answer.error)
+    inviteCode.querySelector('code').textContent = code
+    inviteCode.hidden = false
+    say(inviteStatus, 'Invite signed and stored. Give this code to whoever should join: it works once.', 'ok')
+  } catch (error) {
+    sayRefused(inviteStatus, error)
+  } finally {
+    inviteButton.disabled = false
+  }
+})
