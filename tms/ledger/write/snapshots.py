@@ -56,11 +56,13 @@ _SQL_SNAPSHOT: Final = """
         'collections', (
             SELECT json_agg(json_build_array(
                 c.slug, c.owner, h.list_id, h.created_at,
-                (SELECT json_agg(m.pubkey) FROM memberships m WHERE m.collection = c.slug),
-                (SELECT e.kind FROM events e
-                 WHERE e.collection = c.slug AND e.id = h.list_id)))
+                (SELECT json_agg(m.pubkey) FROM memberships m WHERE m.collection = c.slug)))
             FROM collections c LEFT JOIN current_member_lists h ON h.collection = c.slug
             WHERE c.slug = ANY($3::text[])),
+        'head_kinds', (SELECT json_agg(json_build_array(e.collection, e.kind)) FROM events e
+                       JOIN current_member_lists h ON h.collection = e.collection
+                                                   AND h.list_id = e.id
+                       WHERE e.collection = ANY($3::text[])),
         'invites', {invites},
         'refs', (SELECT json_agg(json_build_array(id, kind, collection)) FROM events
                  WHERE collection = ANY($3::text[]) AND id = ANY($4::text[])),
@@ -150,12 +152,15 @@ async def snapshot(
     s.terms_signed = set(found["terms"] or ())
     for pubkey, collection in found["belongs"] or ():
         s.belongs_to.setdefault(pubkey, set()).add(collection)
-    for slug, owner, list_id, list_created_at, members, head_kind in found["collections"] or ():
+    # a head's kind read apart, not in a subquery per collection: on Citus the events are
+    # distributed and the collections a reference table, which a correlated subquery cannot join
+    head_kinds = dict(found["head_kinds"] or ())
+    for slug, owner, list_id, list_created_at, members in found["collections"] or ():
         s.owners[slug] = owner
         s.members[slug] = set(members or ())
         if list_id is not None:
             s.heads[slug] = (list_created_at, list_id)
-            if head_kind != KIND_MEMBERS:
+            if head_kinds.get(slug) != KIND_MEMBERS:
                 s.change_heads.add(slug)
     for slug, invite in found["invites"] or ():
         s.invites.setdefault(slug, set()).add(invite)
