@@ -36,11 +36,13 @@ EXPORT_BATCH: Final = 500  # rows fetched per round trip while streaming an expo
 
 # A membership change's line carries the body its `payload` tag hashes (sql/025).
 _SQL_EXPORT: Final = f"""
-    SELECT seq, id, pubkey, created_at, kind, tags, content, sig,
-        CASE WHEN kind IN ({KIND_MEMBER_CHANGE}, {KIND_JOIN}, {KIND_LEAVE}) THEN (
-            SELECT b.body FROM member_changes b
-            WHERE b.collection = events.collection AND b.id = events.id) END AS body
-    FROM events WHERE collection = $1 ORDER BY seq"""
+    SELECT e.seq, e.id, e.pubkey, e.created_at, e.kind, e.tags, e.content, e.sig, b.body
+    FROM events e
+    -- joined on the collection too, so that on Citus it stays on the collection's shard
+    LEFT JOIN member_changes b ON b.collection = e.collection AND b.id = e.id
+        AND e.kind IN ({KIND_MEMBER_CHANGE}, {KIND_JOIN}, {KIND_LEAVE})
+    WHERE e.collection = $1
+    ORDER BY e.seq"""
 _SQL_EXPORT_UNSCOPED: Final = f"""
     SELECT seq, id, pubkey, created_at, kind, tags, content, sig, NULL AS body FROM events
     WHERE collection = '{UNSCOPED}' AND pubkey = ANY($1::text[]) ORDER BY seq"""

@@ -46,20 +46,30 @@ from tms.nostr.filters import Filter
 from tms.rules.kinds import unscoped_kinds
 from tms.store import citus
 from tms.store.database import Pool
-from tms.types import UNSCOPED, EventId, PubKey, Slug
+from tms.types import (
+    KIND_JOIN,
+    KIND_LEAVE,
+    KIND_MEMBER_CHANGE,
+    UNSCOPED,
+    EventId,
+    PubKey,
+    Slug,
+)
 
 PAGE: Final = 100  # events per round trip of a stored answer
+# The records whose line carries a body (`Event.body`): NIP-86 changes, NIP-43 joins and leaves.
+MEMBERSHIP_RECORD_KINDS: Final = frozenset({KIND_MEMBER_CHANGE, KIND_JOIN, KIND_LEAVE})
 BIG_BYTES: Final = 64 * 1024  # contents larger than this are read one by one, not by the page
 WALK_FROM: Final = 16  # collections in a scope from which a page is first asked of them all
 WINDOW: Final = 50  # pages: how many of the newest entries of every collection that walk reads
 
 _COLUMNS: Final = """seq, id, pubkey, created_at, kind, tags, sig, collection,
     CASE WHEN octet_length(content) <= {big} THEN content END AS content,
-    octet_length(content) AS size,
-    CASE WHEN kind IN (27235, 28934, 28936) THEN (SELECT b.body FROM member_changes b
-        WHERE b.collection = events.collection AND b.id = events.id) END AS body"""
-# A large content's size, before it is read; a membership change's body (sql/025), which its
-# line carries (`Event.body`).
+    octet_length(content) AS size, NULL::text AS body"""
+# A large content's size, before it is read. A membership record's body (sql/025), which its
+# line carries (`Event.body`), is read with it by `stored`, a statement of the record's own
+# collection: a subquery here would send a page's statement to every shard on Citus.
+_SQL_BODY: Final = "SELECT body FROM member_changes WHERE collection = $1 AND id = $2"
 # {slugs}: where the scope's slugs are.
 _PEOPLE: Final = """(SELECT owner FROM collections WHERE slug = ANY({slugs})
     UNION SELECT unnest(members) FROM member_lists WHERE collection = ANY({slugs})
@@ -202,10 +212,14 @@ class StoredEvents:
         filed = row["collection"]
         if content is None:  # large: read alone, so that a page never holds many at once
             content = await self.pool.fetchval(_SQL_CONTENT, row["seq"], filed)
-        return Stored(row["seq"], None if filed == UNSCOPED else filed, event_of(row, content))
+        body = row["body"]
+        if body is None and row["kind"] in MEMBERSHIP_RECORD_KINDS:
+            body = await self.pool.fetchval(_SQL_BODY, filed, row["id"])
+        event = event_of(row, content, body)
+        return Stored(row["seq"], None if filed == UNSCOPED else filed, event)
 
 
-def event_of(row: Any, content: str | None = None) -> Event:
+def event_of(row: Any, content: str | None = None, body: str | None = None) -> Event:
     tags = [] if row["tags"] == "[]" else json.loads(row["tags"])  # only profiles carry tags
     return Event(
         row["id"],
@@ -215,7 +229,7 @@ def event_of(row: Any, content: str | None = None) -> Event:
         tags,
         row["content"] if content is None else content,
         row["sig"],
-        row["body"],
+        row["body"] if body is None else body,
     )
 
 

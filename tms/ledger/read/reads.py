@@ -41,7 +41,14 @@ from tms.results import (
 from tms.rules.cited import Cited
 from tms.rules.kinds import kind_name
 from tms.store.database import Pool
-from tms.types import KIND_EVIDENCE, KIND_JOIN, KIND_LEAVE, KIND_LINK, EventId
+from tms.types import (
+    KIND_EVIDENCE,
+    KIND_JOIN,
+    KIND_LEAVE,
+    KIND_LINK,
+    KIND_MEMBER_CHANGE,
+    EventId,
+)
 
 DEFAULT_SORT: Final = "recent"
 CLAIM_SORTS: Final = ("recent", "links", "unsupported", "unchallenged", "contested")
@@ -109,16 +116,22 @@ class Reads:
         async with self.pool.acquire() as conn:
             row = await conn.fetchrow(
                 """SELECT e.id, e.pubkey, e.created_at, e.kind, e.content, e.collection,
-                          e.received_at,
-                          CASE WHEN e.kind IN (27235, 28934, 28936) THEN (
-                              SELECT b.body FROM member_changes b
-                              WHERE b.collection = e.collection AND b.id = e.id) END AS body
+                          e.received_at
                    FROM events e WHERE e.id = $1 AND e.collection = ANY($2::text[])""",
                 event_id,
                 list(reader.slugs),
             )
             if row is None:
                 return None
+            body = None
+            if row["kind"] in (KIND_MEMBER_CHANGE, KIND_JOIN, KIND_LEAVE):
+                # a statement of its own, on the collection's shard (Citus): a subquery in the
+                # one above would send it to every shard of the reader's collections
+                body = await conn.fetchval(
+                    "SELECT body FROM member_changes WHERE collection = $1 AND id = $2",
+                    row["collection"],
+                    event_id,
+                )
             names = await records.authors(conn, [row["pubkey"]])
             anchored = None
             if row["kind"] == KIND_LINK:
@@ -130,10 +143,10 @@ class Reads:
                 "collection": row["collection"],
                 "method": "join" if row["kind"] == KIND_JOIN else "leave",
             }
-        elif row["body"] is not None:
+        elif body is not None:
             # A membership change (sql/025): what it changes is in the body its signed
             # `payload` tag hashes, not in its (empty) content.
-            request = json.loads(row["body"])
+            request = json.loads(body)
             content = {
                 "collection": row["collection"],
                 "method": request["method"],
