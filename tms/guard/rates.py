@@ -40,7 +40,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NoReturn
 
 from limits import RateLimitItem, parse_many
 from limits.aio.storage import MemoryStorage, Storage
@@ -184,16 +184,24 @@ class Throttle:
         costs = [max(1, min(cost, item.amount)) for item in items]
         for item, spent in zip(items, costs, strict=True):
             if not await self._limiter.test(item, budget, who, cost=spent):
-                stats = await self._limiter.get_window_stats(item, budget, who)
-                retry = max(1, math.ceil(stats.reset_time - time.time()))
-                RATE_LIMITED.labels(budget).inc()
-                raise RateLimited(
-                    f"rate limited: too many requests from {whose} (at most {_per(item)}); "
-                    f"try again in {retry} s",
-                    retry_after=retry,
-                ).refused_as(Refusal.RATE_LIMITED, pubkey)
+                await self._refuse(budget, item, who, whose, pubkey)
         for item, spent in zip(items, costs, strict=True):
-            await self._limiter.hit(item, budget, who, cost=spent)
+            # A hit that lost a race to another worker's (they tested at once and the budget
+            # had room for one) is refused too: `hit` reverts it and says so.
+            if not await self._limiter.hit(item, budget, who, cost=spent):
+                await self._refuse(budget, item, who, whose, pubkey)
+
+    async def _refuse(
+        self, budget: str, item: RateLimitItem, who: str, whose: str, pubkey: str | None
+    ) -> NoReturn:
+        stats = await self._limiter.get_window_stats(item, budget, who)
+        retry = max(1, math.ceil(stats.reset_time - time.time()))
+        RATE_LIMITED.labels(budget).inc()
+        raise RateLimited(
+            f"rate limited: too many requests from {whose} (at most {_per(item)}); "
+            f"try again in {retry} s",
+            retry_after=retry,
+        ).refused_as(Refusal.RATE_LIMITED, pubkey)
 
 
 @functools.lru_cache(maxsize=4096)  # parsing an address costs a few us, on every relay message
