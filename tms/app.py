@@ -47,7 +47,7 @@ from tms.api import annotations as api_annotations
 from tms.api import routes as api
 from tms.api import scrape
 from tms.config import Settings, load_relay_key, load_secret
-from tms.errors import DatabaseUnavailable, TMSError, one_line
+from tms.errors import DatabaseUnavailable, TMSError, is_database_down, one_line
 from tms.guard.blocked import Blocklist
 from tms.guard.rates import ADD_CHECKPOINT_UNITS
 from tms.http.bodies import BigBodies, Disconnected, MiB
@@ -217,8 +217,11 @@ async def _refresh_operated(app: Starlette) -> None:
 
 
 async def _keep_operated(app: Starlette, stop: asyncio.Event) -> None:
-    """`_refresh_operated` every `REFRESH_SECONDS` until the app stops; a database that does
-    not answer is tried again next time (the copy in memory stays as it was)."""
+    """`_refresh_operated` every `REFRESH_SECONDS` until the app stops; a read that fails is
+    tried again next time (the copy in memory stays as it was). The database away is the
+    outage's to log (`tms.store.outage`: one line for all it meets); any other failure is logged
+    when it first comes, not every few seconds while it lasts."""
+    failing = False
     while not stop.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), REFRESH_SECONDS)
@@ -226,5 +229,11 @@ async def _keep_operated(app: Starlette, stop: asyncio.Event) -> None:
             return
         try:
             await _refresh_operated(app)
-        except Exception:
-            log.warning("could not read the operator's blocked addresses", exc_info=True)
+        except Exception as exc:
+            if is_database_down(exc):
+                app.state.runtime.services.outage.failed("the operator's settings, read again", exc)
+            elif not failing:
+                log.warning("could not read the operator's blocked addresses", exc_info=True)
+            failing = True
+        else:
+            failing = False

@@ -220,7 +220,7 @@ def test_an_outage_is_one_line_in_the_log_and_its_end_another(
         time.sleep(0.1)
     time.sleep(1.5)  # anything late (the refusal log's next write) would show by now
     lines = err.read_bytes()[start:].decode().splitlines()
-    assert "Traceback" not in "\n".join(lines)
+    assert "Traceback" not in "\n".join(lines), "\n".join(lines)
     # Each line is `time level logger: message` (tms.cli.logs); the outage is two warnings,
     # beside which the INFO lines say what came back (the embedded server, the commit feed).
     said = [line.split(" ", 2) for line in lines]
