@@ -87,7 +87,9 @@ def login(live: Live, key: SecretKey, *, origin: str | None = None) -> httpx.Res
 def session(live: Live, key: SecretKey) -> Iterator[httpx.Client]:
     answer = login(live, key)
     assert answer.status_code == 200, answer.text
-    with httpx.Client(base_url=live.url, cookies=answer.cookies) as client:
+    # A timeout above the server's own deadlines: what is checked is the answer, not how soon
+    # a loaded machine gives it (a 1.2 MB body parsed in a worker process took over httpx's 5 s).
+    with httpx.Client(base_url=live.url, cookies=answer.cookies, timeout=30) as client:
         home = client.get("/").text
         csrf = home.split('name="tms-csrf" content="')[1].split('"')[0]
         client.headers.update({"Origin": live.url, "X-CSRF-Token": csrf})
