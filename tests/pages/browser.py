@@ -38,6 +38,10 @@ CHROMIUM_ARGS: Final = [
     "--disable-sync",
     "--no-first-run",
 ]
+# What an assertion on a page waits for before it fails: Playwright's 5 s was met by a loaded
+# CI machine (a policy's refusal shown after a publish through a plugin, at load 10), where
+# the behaviour was right and only late. A page that never shows it still fails.
+expect.set_options(timeout=15_000)
 ARTIFACTS: Final = Path(__file__).resolve().parent.parent / "artifacts"
 DESKTOP: Final = {"width": 1280, "height": 900}
 PHONE: Final = {"width": 390, "height": 844}
