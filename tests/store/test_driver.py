@@ -53,7 +53,9 @@ async def test_a_pool_says_the_database_down_and_a_statement_timeout_by_their_cl
         with pytest.raises(DatabaseUnavailable) as down:  # met in the block or giving it back
             async with pool.acquire() as conn, pool.acquire() as other:
                 victim = await conn.fetchval("SELECT pg_backend_pid()")
-                await other.execute("SELECT pg_terminate_backend($1::integer, 5000::bigint)", victim)
+                # The pid's type named: Citus adds a pg_terminate_backend of a global pid.
+                terminate = "SELECT pg_terminate_backend($1::integer, 5000::bigint)"
+                await other.execute(terminate, victim)
                 await conn.fetchval("SELECT 1")
         assert isinstance(
             down.value.__cause__,
