@@ -135,7 +135,9 @@ class RateLimits:
 class Throttle:
     """The budgets of one server (its processes', given their shared `storage`). Each check
     either passes (and counts) or raises `RateLimited` with the seconds until the call would
-    pass; a refused call is not counted."""
+    pass; a refused call is not counted (but a call refused on a later limit because another
+    worker's hit won the race has spent its earlier limits: `limits` takes no hit back, and
+    the error is one call too few, never one too many)."""
 
     def __init__(self, limits: RateLimits | None = None, storage: Storage | None = None) -> None:
         self.limits = limits or RateLimits()
