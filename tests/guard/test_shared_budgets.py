@@ -117,3 +117,43 @@ def test_a_dead_workers_connections_are_forgotten(tmp_path: Path) -> None:
         assert counts.total("address/192.0.2.1") == 0
     finally:
         counts.close()
+
+
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "put", "clear", "get", "total"]),
+            st.integers(0, 40),  # the name
+            st.integers(-1, 3),  # the owner (-1: the budgets')
+            st.integers(-3, 5),  # an amount or value
+        ),
+        max_size=60,
+    )
+)
+def test_the_table_keeps_what_a_dictionary_would(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int, int]]
+) -> None:
+    """Each name's count per owner, as a dictionary holds them (no window expires here and no
+    neighbourhood fills): names found by their hash's bytes, wherever they sit."""
+    counts = SharedCounts(tmp_path_factory.mktemp("table") / "counts", create=True)
+    model: dict[tuple[str, int], int] = {}
+    try:
+        for op, number, owner, amount in ops:
+            name = f"name/{number}"
+            if op == "add":
+                after = max(0, model.get((name, owner), 0) + amount)
+                assert counts.add(name, amount, owner=owner) == after
+                model[(name, owner)] = after
+            elif op == "put" and owner != -1:
+                counts.put(name, amount, owner=owner)
+                model[(name, owner)] = max(0, amount)
+            elif op == "clear":
+                counts.clear(name, owner)
+                model.pop((name, owner), None)
+            elif op == "get":
+                assert counts.get(name, owner)[0] == model.get((name, owner), 0)
+            elif op == "total":
+                expected = sum(n for (k, o), n in model.items() if k == name and o != -1)
+                assert counts.total(name) == expected
+    finally:
+        counts.close()

@@ -7,11 +7,13 @@ They live in one memory-mapped file (`SharedCounts`) of fixed size, made by the 
 (`tms.cli.workers`) and opened by each worker: a table of `SLOTS` slots, each a counter named by
 the 16-byte hash of its name, the worker that owns it (`RATES`: nobody, a budget's window is
 everyone's) and when it expires. A name's slots are within `PROBES` slots of where its hash
-points; each operation holds an exclusive `flock` on the file for a few microseconds (measured:
-bench/README.md, "Shared counts"), against a PostgreSQL round trip's hundreds, on every relay
-message. A full neighbourhood gives way by its soonest-expiring slot, so the file never grows;
-a connection's count never expires, and its owner's counts are wiped when the supervisor
-replaces that worker (`forget_owner`): a dead worker's connections are not held against anyone.
+points, found by searching the neighbourhood's bytes for the hash. Each operation takes an
+exclusive `flock` on the file and costs about 5 to 7 us with it, against about 180 us for a
+PostgreSQL round trip on loopback; a relay message's address check makes ten (measured:
+`bench/shared_counts.py`, bench/README.md "Shared counts"). A full neighbourhood gives way by
+its soonest-expiring slot, so the file never grows; a connection's count never expires, and its
+owner's counts are wiped when the supervisor replaces that worker (`forget_owner`): a dead
+worker's connections are not held against anyone.
 
 With one process (`tms serve` without `--workers`, `tms stdio`, tests), nothing here is used:
 the budgets are `limits`' memory storage, the counts the process's own.
@@ -26,6 +28,7 @@ import mmap
 import os
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -38,6 +41,7 @@ FREE: Final = -2  # an empty slot's owner
 MAX_WORKERS: Final = 32  # each worker's count of a name takes a slot of the name's neighbourhood
 _SLOT = struct.Struct("<16sqdi4x")  # name's hash, count, expiry (epoch seconds), owner
 SIZE: Final = SLOTS * _SLOT.size
+_EMPTY_NAME: Final = bytes(16)  # an empty slot's name (a name's hash is never all zeros)
 
 STATE_ENV: Final = "TMS_WORKER_STATE"  # the file's path, set by the supervisor for its workers
 SLOT_ENV: Final = "TMS_WORKER_SLOT"  # this worker's number, 0 to N-1
@@ -74,26 +78,48 @@ class SharedCounts:
     def _unlock(self) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def _neighbourhood(self, digest: bytes) -> tuple[int, bytes]:
+        """Where `digest`'s neighbourhood starts (a slot number) and its bytes, copied in one
+        slice (wrapping round the end of the table)."""
+        start = int.from_bytes(digest[:8], "little") % SLOTS
+        first = start * _SLOT.size
+        end = first + PROBES * _SLOT.size
+        if end <= SIZE:
+            return start, self._map[first:end]
+        return start, self._map[first:] + self._map[: end - SIZE]
+
+    @staticmethod
+    def _slots_named(digest: bytes, start: int, block: bytes, name: bytes) -> Iterator[int]:
+        """The offsets in the table of the slots of `block` whose name is `name`, found by the
+        bytes' own search (a slot's name is its first 16 bytes): a look-up costs a fraction of
+        a microsecond, where unpacking each of the `PROBES` slots cost about 20."""
+        at = block.find(name)
+        while at != -1:
+            if at % _SLOT.size == 0:
+                yield ((start + at // _SLOT.size) % SLOTS) * _SLOT.size
+            at = block.find(name, at + 1)
+
     def _find(self, digest: bytes, owner: int, now: float, *, make: bool) -> int | None:
         """The offset of the live slot of (`digest`, `owner`); with `make`, a free one (or the
         neighbourhood's soonest to expire) claimed for it when it has none."""
-        start = int.from_bytes(digest[:8], "little") % SLOTS
-        free: int | None = None
-        soonest: tuple[float, int] | None = None
-        for step in range(PROBES):
-            at = ((start + step) % SLOTS) * _SLOT.size
-            name, _, expiry, who = _SLOT.unpack_from(self._map, at)
-            if who == FREE or expiry <= now:
-                if free is None:
-                    free = at
-                continue
-            if name == digest and who == owner:
+        start, block = self._neighbourhood(digest)
+        for at in self._slots_named(digest, start, block, digest):
+            _, _, expiry, who = _SLOT.unpack_from(self._map, at)
+            if who == owner and expiry > now:
                 return at
-            if soonest is None or expiry < soonest[0]:
-                soonest = (expiry, at)
         if not make:
             return None
-        if free is None:
+        free = next(self._slots_named(digest, start, block, _EMPTY_NAME), None)
+        if free is None:  # no empty slot: the first expired one, else the soonest to expire
+            soonest: tuple[float, int] | None = None
+            for step in range(PROBES):
+                at = ((start + step) % SLOTS) * _SLOT.size
+                _, _, expiry, _ = _SLOT.unpack_from(self._map, at)
+                if expiry <= now:
+                    soonest = (expiry, at)
+                    break
+                if soonest is None or expiry < soonest[0]:
+                    soonest = (expiry, at)
             assert soonest is not None
             free = soonest[1]
         _SLOT.pack_into(self._map, free, digest, 0, math.inf, owner)
@@ -157,15 +183,14 @@ class SharedCounts:
     def _counts(self, name: str, besides: int | None) -> list[int]:
         """Each worker's live count of `name` (but `besides`'s), read under the lock."""
         digest = _hash(name)
-        start = int.from_bytes(digest[:8], "little") % SLOTS
         counts = []
         self._lock()
         try:
             now = time.time()
-            for step in range(PROBES):
-                at = ((start + step) % SLOTS) * _SLOT.size
-                found, count, expiry, who = _SLOT.unpack_from(self._map, at)
-                if found == digest and who not in (FREE, RATES, besides) and expiry > now:
+            start, block = self._neighbourhood(digest)
+            for at in self._slots_named(digest, start, block, digest):
+                _, count, expiry, who = _SLOT.unpack_from(self._map, at)
+                if who not in (FREE, RATES, besides) and expiry > now:
                     counts.append(int(count))
         finally:
             self._unlock()
