@@ -89,10 +89,10 @@ class SharedCounts:
         return start, self._map[first:] + self._map[: end - SIZE]
 
     @staticmethod
-    def _slots_named(digest: bytes, start: int, block: bytes, name: bytes) -> Iterator[int]:
+    def _slots_named(start: int, block: bytes, name: bytes) -> Iterator[int]:
         """The offsets in the table of the slots of `block` whose name is `name`, found by the
         bytes' own search (a slot's name is its first 16 bytes): a look-up costs a fraction of
-        a microsecond, where unpacking each of the `PROBES` slots cost about 20."""
+        a microsecond, where unpacking each of the `PROBES` slots cost about 20 us."""
         at = block.find(name)
         while at != -1:
             if at % _SLOT.size == 0:
@@ -103,13 +103,13 @@ class SharedCounts:
         """The offset of the live slot of (`digest`, `owner`); with `make`, a free one (or the
         neighbourhood's soonest to expire) claimed for it when it has none."""
         start, block = self._neighbourhood(digest)
-        for at in self._slots_named(digest, start, block, digest):
+        for at in self._slots_named(start, block, digest):
             _, _, expiry, who = _SLOT.unpack_from(self._map, at)
             if who == owner and expiry > now:
                 return at
         if not make:
             return None
-        free = next(self._slots_named(digest, start, block, _EMPTY_NAME), None)
+        free = next(self._slots_named(start, block, _EMPTY_NAME), None)
         if free is None:  # no empty slot: the first expired one, else the soonest to expire
             soonest: tuple[float, int] | None = None
             for step in range(PROBES):
@@ -188,7 +188,7 @@ class SharedCounts:
         try:
             now = time.time()
             start, block = self._neighbourhood(digest)
-            for at in self._slots_named(digest, start, block, digest):
+            for at in self._slots_named(start, block, digest):
                 _, count, expiry, who = _SLOT.unpack_from(self._map, at)
                 if who not in (FREE, RATES, besides) and expiry > now:
                     counts.append(int(count))
