@@ -116,8 +116,8 @@ async def the_rows(pool: Pool, slugs: list[str], raw: dict[str, Any], count: int
 
 
 # On Citus the window is never asked (each arm is one shard's query; the window would ask every
-# shard): there the pages are the per-collection statement's, 84 of them over 1,000 arms here,
-# several seconds each; `test_the_rows_themselves` reads them there over fewer collections.
+# shard): there the pages are the per-collection statement's, 84 pages here, 28 of them over
+# 1,000 arms, several seconds each; `test_the_rows_themselves` reads them over fewer collections.
 @pytest.mark.skipif(bool(cluster.CITUS_URL), reason="Citus reads a page by its arms alone")
 @pytest.mark.parametrize("name", list(FILTERS))
 async def test_pages_over_many_collections_are_the_newest_rows(many: Pool, name: str) -> None:
