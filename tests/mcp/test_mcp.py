@@ -676,8 +676,8 @@ def test_a_database_outage_is_a_clear_tool_error_then_recovers(
     finally:
         asyncio.run(allow_connections(pg_server_url, database, True))
     # As a client told "try again shortly" does: the first call after may still meet a pooled
-    # connection the outage broke (on Citus: "cannot switch to state 12; another operation is
-    # in progress"), which the pool then replaces.
+    # connection the outage broke (seen on Citus: "cannot switch to state 12; another operation
+    # is in progress"); a later call gets through.
     deadline = time.monotonic() + 15
     while True:
         answer = caller.raw(
