@@ -342,6 +342,23 @@ KINDS.add(
 _MEMBER_CHANGES: Final = Table(
     "member_changes", "id collection pubkey created_at:bigint method target body claim"
 )
+
+
+def _member_change_row(e: Event, c: MemberChange | MemberRequest, claim: str | None) -> list[Row]:
+    """A membership record's row: a change's, an invite's, a join's or a leave's."""
+    return _row(
+        "member_changes",
+        e.id,
+        c.collection,
+        e.pubkey,
+        e.created_at,
+        c.method,
+        c.pubkey,
+        e.body,
+        claim,
+    )
+
+
 KINDS.add(
     Kind(
         KIND_MEMBER_CHANGE,
@@ -350,17 +367,7 @@ KINDS.add(
         MemberChange,
         tags=True,  # a NIP-98 event: `u`, `method`, `payload`; read by `parse_change`
         tables=(_MEMBER_CHANGES,),
-        rows=lambda e, c: _row(
-            "member_changes",
-            e.id,
-            c.collection,
-            e.pubkey,
-            e.created_at,
-            c.method,
-            c.pubkey,
-            e.body,
-            None,
-        ),
+        rows=lambda e, c: _member_change_row(e, c, None),
     )
 )
 for _number, _name in ((KIND_JOIN, "join"), (KIND_LEAVE, "leave")):
@@ -372,16 +379,8 @@ for _number, _name in ((KIND_JOIN, "join"), (KIND_LEAVE, "leave")):
             MemberRequest,
             tags=True,  # `-`, and a join's `claim`; read by `parse_request`
             tables=(_MEMBER_CHANGES,),
-            rows=lambda e, c: _row(
-                "member_changes",
-                e.id,
-                c.collection,
-                e.pubkey,
-                e.created_at,
-                c.method,
-                c.pubkey,
-                e.body,
-                code_hash(c.code) if c.code is not None else None,
+            rows=lambda e, c: _member_change_row(
+                e, c, code_hash(c.code) if c.code is not None else None
             ),
         )
     )
